@@ -1,0 +1,16 @@
+// Exit codes of every dflash binary, in one place (docs/exit-codes.md lists them).
+#pragma once
+
+namespace dflash::exit_code {
+
+constexpr int kOk = 0;
+constexpr int kFailure = 1;         // a generic runtime failure, explained on stderr
+constexpr int kConfig = 2;          // run.toml is invalid; nothing was spawned
+constexpr int kUsage = 64;          // EX_USAGE: bad command line
+constexpr int kCannotCreate = 73;   // EX_CANTCREAT: the gate/cache dir cannot be created or is insecure
+constexpr int kTimeout = 75;        // EX_TEMPFAIL: waited for the gate or for readiness too long
+constexpr int kNotExecutable = 126; // the command exists but cannot be executed
+constexpr int kNotFound = 127;      // the command was not found
+constexpr int kSignalBase = 128;    // 128+N: killed by signal N
+
+}  // namespace dflash::exit_code
