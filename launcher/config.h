@@ -1,0 +1,130 @@
+// The run.toml model: what a run is made of, after parsing and validation.
+// The keys, their types, defaults and docs live in one place: schema.cc.
+#pragma once
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/duration.h"
+#include "launcher/config_error.h"
+
+namespace dflash {
+
+enum class ReadyMode { kNone, kNotify, kLog, kFile, kExit };
+enum class RestartPolicy { kNever, kOnFailure, kAlways };
+enum class RestartScope { kProcess, kRole, kAll };
+
+const char* ReadyModeName(ReadyMode m);
+const char* RestartPolicyName(RestartPolicy p);
+const char* RestartScopeName(RestartScope s);
+
+/// When a process counts as ready ("has finished compiling").
+struct ReadySpec {
+  ReadyMode mode = ReadyMode::kNone;
+  std::string pattern;  // kLog: POSIX extended regex matched against whole output lines
+  std::string path;     // kFile: ready once this path exists
+  Millis timeout{};
+};
+
+/// The compile gate: one process per key compiles, the others wait and reuse.
+struct GateSpec {
+  bool enabled = false;
+  std::string key;      // empty: derived from role, [model], torch version, command, env
+  Millis timeout{};     // how long a follower waits for the gate
+};
+
+struct RestartSpec {
+  RestartPolicy policy = RestartPolicy::kNever;
+  RestartScope scope = RestartScope::kProcess;
+  int max = 0;                        // restarts allowed within `window`
+  Millis window{};
+  Millis backoff_min{}, backoff_max{};
+  Millis reset_after{};               // a run this long resets the backoff
+  std::vector<int> no_restart_exit_codes;
+};
+
+struct StopSpec {
+  int signal = SIGTERM;
+  Millis grace{};
+};
+
+/// The shape contract between the target and the drafters (the `[model]` table).
+struct ModelSpec {
+  bool present = false;
+  int target_layers = 0;
+  int hidden = 0;
+  std::vector<int> tapped_layers;  // layer i = output of layer i = HF hidden_states[i+1]
+  bool tapped_layers_derived = false;
+  int draft_layers = 0;
+  int block_size = 0;
+  int seq_len = 0;
+  int batch = 0;
+  std::string dtype;
+  int heads = 0;      // 0: not given
+  int kv_heads = 0;   // 0: not given
+  int vocab = 0;
+  int64_t seed = 0;
+
+  int NumTaps() const { return static_cast<int>(tapped_layers.size()); }
+  /// The drafter input: [batch, seq_len, n_taps * hidden], taps concatenated on the feature axis.
+  std::vector<int64_t> HiddenShape() const;
+};
+
+struct RoleSpec {
+  std::string name;
+  SourcePos pos;                         // where the [[role]] begins
+  SourcePos name_pos;                    // where its name is written
+  std::vector<int> devices;              // GPU indices; empty for a cpu role
+  std::vector<SourcePos> device_pos;     // where each device index is written
+  int cpu = 0;                           // number of CPU-only processes
+  std::vector<std::string> command;      // the payload, or empty for a builtin
+  std::string builtin;                   // "target" | "drafter" | empty
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string cwd;
+  std::vector<std::string> warmup;       // the seed's warm-up command; empty: command + DFLASH_WARMUP=1
+  GateSpec gate;
+  ReadySpec ready;
+  RestartSpec restart;
+  StopSpec stop;
+
+  bool is_cpu() const { return devices.empty(); }
+  int process_count() const { return is_cpu() ? cpu : static_cast<int>(devices.size()); }
+};
+
+struct RunSpec {
+  std::string name;
+  std::string cache_dir;   // absolute; TORCHINDUCTOR_CACHE_DIR and the gate live here
+  std::string log_dir;     // absolute
+  std::string spool_dir;   // absolute; hidden-state frames between target and drafters
+  std::string master_addr;
+  int master_port = 0;
+  std::vector<int> forward_signals;
+};
+
+struct RunConfig {
+  std::string path;  // the config file as given
+  RunSpec run;
+  ModelSpec model;
+  std::vector<RoleSpec> roles;
+
+  int world_size() const;
+  const RoleSpec* FindRole(const std::string& name) const;
+};
+
+/// Reads and validates a config file. On any error fills `errors` (every error
+/// found, not just the first) and returns false: nothing may be spawned then.
+bool LoadConfig(const std::string& path, RunConfig* out, std::vector<ConfigError>* errors);
+
+/// The same from text; `path` names it in messages and anchors relative paths.
+bool LoadConfigFromString(std::string_view text, const std::string& path, RunConfig* out,
+                          std::vector<ConfigError>* errors);
+
+/// Evenly spread taps as DFlash picks them (z-lab/dflash model/utils.py):
+/// from layer 1 to L-3; 64 layers, 5 draft layers -> 1,16,31,46,61.
+std::vector<int> DefaultTappedLayers(int target_layers, int draft_layers);
+
+}  // namespace dflash

@@ -1,0 +1,369 @@
+// Rules that span keys: GPUs shared by roles, duplicate names, the shape
+// contract, restart budgets, and a cache dir that is safe to load code from.
+#include <regex.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "common/duration.h"
+#include "common/shape_contract.h"
+#include "launcher/config_internal.h"
+
+namespace dflash {
+namespace {
+
+const char* const kReserved[] = {
+    "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_MASTER_PORT",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT",
+    "NOTIFY_SOCKET",
+};
+
+const toml::node* At(const toml::table& root, std::initializer_list<std::string_view> path) {
+  const toml::node* n = &root;
+  for (std::string_view k : path) {
+    if (!n || !n->is_table()) return nullptr;
+    n = n->as_table()->get(k);
+  }
+  return n;
+}
+
+SourcePos PosIn(const toml::table& root, std::initializer_list<std::string_view> path, const std::string& file) {
+  if (const toml::node* n = At(root, path)) return PosOf(n->source());
+  // Fall back to the enclosing table, then the file.
+  if (path.size() > 1) {
+    if (const toml::node* n = At(root, {*path.begin()})) return PosOf(n->source());
+  }
+  return {file, 1, 1};
+}
+
+void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  if (cfg->roles.empty() && !root.contains("role")) {  // a malformed `role` is reported already
+    errors->push_back({{cfg->path, 1, 1}, "role", "no roles", "at least one [[role]]", "none",
+                       "add a [[role]] with name, devices (or cpu) and command (or builtin)"});
+    return;
+  }
+  std::map<std::string, const RoleSpec*> names;
+  struct GpuUse { const RoleSpec* role; SourcePos pos; };
+  std::map<int, GpuUse> gpus;
+  for (const RoleSpec& r : cfg->roles) {
+    if (!r.name.empty()) {
+      auto [it, inserted] = names.emplace(r.name, &r);
+      if (!inserted)
+        errors->push_back({r.name_pos, "role[" + r.name + "].name", "duplicate role name \"" + r.name + "\"",
+                           "unique role names", "also at " + it->second->name_pos.ToString(),
+                           "rename one of them, e.g. \"" + r.name + "2\""});
+    }
+    for (size_t i = 0; i < r.devices.size(); ++i) {
+      int gpu = r.devices[i];
+      SourcePos pos = i < r.device_pos.size() ? r.device_pos[i] : r.pos;
+      auto [it, inserted] = gpus.emplace(gpu, GpuUse{&r, pos});
+      if (inserted) continue;
+      bool same = it->second.role == &r;
+      errors->push_back({pos, "role[" + r.name + "].devices",
+                         "GPU " + std::to_string(gpu) + (same ? " is listed twice" : " is used by two roles"),
+                         "each GPU in one process only (one process per GPU)",
+                         std::to_string(gpu) + " here and " +
+                             (same ? "" : "in role \"" + it->second.role->name + "\" ") + "at " +
+                             it->second.pos.ToString(),
+                         same ? "remove the duplicate " + std::to_string(gpu)
+                              : "give each role its own GPUs: remove " + std::to_string(gpu) + " from one of them"});
+    }
+  }
+}
+
+void CheckModel(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  ModelSpec& m = cfg->model;
+  const std::string& file = cfg->path;
+  bool has_builtin = false;
+  for (const RoleSpec& r : cfg->roles) has_builtin |= !r.builtin.empty();
+  if (!m.present) {
+    if (has_builtin)
+      for (const RoleSpec& r : cfg->roles)
+        if (!r.builtin.empty()) {
+          errors->push_back({r.pos, "role[" + r.name + "].builtin", "builtin roles need the [model] contract",
+                             "a [model] table", "no [model]",
+                             "add [model] with target_layers, hidden, tapped_layers and seq_len"});
+          break;
+        }
+    return;
+  }
+  if (m.target_layers <= 0 || m.hidden <= 0 || m.seq_len <= 0) return;  // already reported
+  auto err = [&](std::initializer_list<std::string_view> path, std::string key, std::string msg,
+                 std::string expected, std::string found, std::string hint, SourcePos* at = nullptr) {
+    errors->push_back({at ? *at : PosIn(root, path, file), "model." + key, std::move(msg), std::move(expected),
+                       std::move(found), std::move(hint)});
+  };
+  if (m.tapped_layers_derived) {
+    m.tapped_layers = DefaultTappedLayers(m.target_layers, m.draft_layers);
+    std::set<int> uniq(m.tapped_layers.begin(), m.tapped_layers.end());
+    if (uniq.size() != m.tapped_layers.size())
+      err({"model", "target_layers"}, "target_layers",
+          "too few target layers for " + std::to_string(m.draft_layers) + " distinct taps", "target_layers >= " +
+          std::to_string(m.draft_layers + 3), std::to_string(m.target_layers),
+          "set tapped_layers explicitly, or lower draft_layers");
+  } else {
+    const toml::node* arr = At(root, {"model", "tapped_layers"});
+    std::vector<SourcePos> pos;
+    if (arr && arr->is_array())
+      for (const toml::node& e : *arr->as_array()) pos.push_back(PosOf(e.source()));
+    if (m.tapped_layers.empty() && arr && arr->is_array() && arr->as_array()->empty())
+      err({"model", "tapped_layers"}, "tapped_layers", "no tapped layers", "at least one layer id", "[]",
+          "remove the key to spread draft_layers taps over the target, e.g. [1, 16, 31, 46, 61] for 64 layers");
+    for (size_t i = 0; i < m.tapped_layers.size(); ++i) {
+      int id = m.tapped_layers[i];
+      SourcePos* at = i < pos.size() ? &pos[i] : nullptr;
+      if (id >= m.target_layers) {
+        err({"model", "tapped_layers"}, "tapped_layers", "layer id " + std::to_string(id) + " does not exist",
+            "ids from 0 to target_layers-1 = " + std::to_string(m.target_layers - 1), std::to_string(id),
+            "layer id i is the output of layer i (HF hidden_states[i+1]); the last is " +
+                std::to_string(m.target_layers - 1), at);
+      } else if (i > 0 && id == m.tapped_layers[i - 1]) {
+        err({"model", "tapped_layers"}, "tapped_layers", "layer " + std::to_string(id) + " is tapped twice",
+            "distinct layer ids", std::to_string(id) + " twice", "remove the duplicate", at);
+      } else if (i > 0 && id < m.tapped_layers[i - 1]) {
+        std::vector<int> sorted = m.tapped_layers;
+        std::sort(sorted.begin(), sorted.end());
+        std::string s = "[";
+        for (size_t j = 0; j < sorted.size(); ++j) s += (j ? ", " : "") + std::to_string(sorted[j]);
+        err({"model", "tapped_layers"}, "tapped_layers", "layer ids are not in ascending order",
+            "ascending ids (the concatenation order of the drafter input)",
+            std::to_string(id) + " after " + std::to_string(m.tapped_layers[i - 1]), "tapped_layers = " + s + "]", at);
+      }
+    }
+  }
+  if (m.heads > 0 && m.hidden % m.heads != 0)
+    err({"model", "heads"}, "heads", "hidden is not divisible by heads", "hidden % heads == 0",
+        "hidden " + std::to_string(m.hidden) + ", heads " + std::to_string(m.heads),
+        "pick heads dividing " + std::to_string(m.hidden) + " (head_dim = hidden / heads)");
+  if (m.kv_heads > 0 && m.heads == 0)
+    err({"model", "kv_heads"}, "kv_heads", "kv_heads without heads", "heads set too", "kv_heads only",
+        "add heads = N to [model]");
+  if (m.kv_heads > 0 && m.heads > 0 && m.heads % m.kv_heads != 0)
+    err({"model", "kv_heads"}, "kv_heads", "heads is not divisible by kv_heads", "heads % kv_heads == 0",
+        "heads " + std::to_string(m.heads) + ", kv_heads " + std::to_string(m.kv_heads),
+        "each key/value head serves heads/kv_heads query heads");
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+
+  ShapeContract c{m.batch, m.seq_len, m.NumTaps(), m.hidden};
+  if (const toml::node* n = At(root, {"model", "input_layout"}); n && n->is_string() &&
+      n->as_string()->get() == "stacked") {
+    ContractViolation v = StackedLayoutViolation(c);
+    err({"model", "input_layout"}, "input_layout", v.message, v.expected, v.found, v.hint);
+  }
+  if (const toml::node* n = At(root, {"model", "input_shape"}); n && n->is_array()) {
+    std::vector<int64_t> shape;
+    bool ints = true;
+    for (const toml::node& e : *n->as_array()) {
+      if (!e.is_integer()) ints = false;
+      else shape.push_back(e.as_integer()->get());
+    }
+    ContractViolation v;
+    if (!ints)
+      err({"model", "input_shape"}, "input_shape", "wrong element type", "an array of integers", DescribeNode(*n),
+          "e.g. input_shape = " + ShapeString(c.Shape()));
+    else if (!m.NumTaps()) {
+    } else if (!CheckHiddenShape(c, shape, &v))
+      err({"model", "input_shape"}, "input_shape", v.message, v.expected, v.found, v.hint);
+  }
+  if (const toml::node* n = At(root, {"model", "fc_in"}); n && n->is_integer() && m.NumTaps()) {
+    int64_t fc = n->as_integer()->get();
+    if (fc != c.n_taps * c.hidden) {
+      std::string hint = fc == c.hidden ? "fc_in equals one tap's hidden: the drafter reads all " +
+                                              std::to_string(c.n_taps) + " taps concatenated"
+                                        : "fc: n_taps*hidden -> hidden is Linear(" +
+                                              std::to_string(c.n_taps * c.hidden) + ", " + std::to_string(m.hidden) +
+                                              ", bias=False)";
+      err({"model", "fc_in"}, "fc_in", "fc width does not match the concatenated taps",
+          std::to_string(c.n_taps * c.hidden) + " = " + std::to_string(c.n_taps) + " taps * hidden " +
+              std::to_string(m.hidden) + " (input " + ShapeString(c.Shape()) + ")",
+          std::to_string(fc), hint);
+    }
+  }
+}
+
+void CheckCacheDir(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  const std::string& dir = cfg->run.cache_dir;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;  // created 0700 at run time
+  SourcePos pos = PosIn(root, {"run", "cache_dir"}, cfg->path);
+  if (!S_ISDIR(st.st_mode)) {
+    errors->push_back({pos, "run.cache_dir", "cache_dir is not a directory", "a directory (or a path to create)",
+                       dir + " is a file", "point cache_dir at a directory, or move the file away"});
+    return;
+  }
+  // Inductor loads pickles and .so files from here: whoever can write it runs code in your training.
+  if (st.st_uid != ::geteuid()) {
+    errors->push_back({pos, "run.cache_dir", "cache_dir belongs to another user",
+                       "a directory owned by uid " + std::to_string(::geteuid()),
+                       dir + " owned by uid " + std::to_string(st.st_uid),
+                       "Inductor loads code from it: use your own directory, or sudo chown $(id -u) " + dir});
+  } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%o", st.st_mode & 0777);
+    errors->push_back({pos, "run.cache_dir", "cache_dir is writable by group or others",
+                       "no group/other write permission", dir + " has mode " + mode,
+                       "Inductor loads code from it, so others could run code in your training: chmod go-w " + dir});
+  }
+}
+
+void CheckCwd(RunConfig* cfg, const toml::table& root, std::vector<ConfigError>* errors) {
+  const toml::node* roles = root.get("role");
+  for (size_t i = 0; i < cfg->roles.size(); ++i) {
+    const RoleSpec& r = cfg->roles[i];
+    if (r.cwd.empty()) continue;
+    std::error_code ec;
+    if (std::filesystem::is_directory(r.cwd, ec)) continue;
+    SourcePos pos = r.pos;
+    if (roles && roles->is_array() && i < roles->as_array()->size())
+      if (const toml::node* n = (*roles->as_array())[i].as_table()->get("cwd")) pos = PosOf(n->source());
+    errors->push_back({pos, "role[" + r.name + "].cwd", "cwd is not a directory", "an existing directory",
+                       r.cwd, "create it or fix the path (relative paths start at the config file)"});
+  }
+}
+
+}  // namespace
+
+bool ValidEnvName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+bool IsReservedEnv(const std::string& name) {
+  if (name.rfind("DFLASH_", 0) == 0) return true;
+  for (const char* r : kReserved)
+    if (name == r) return true;
+  return false;
+}
+
+std::string ReservedEnvHint(const std::string& name) {
+  if (name == "CUDA_VISIBLE_DEVICES") return "list the GPUs in devices = [...]; each process gets one";
+  if (name == "TORCHINDUCTOR_CACHE_DIR" || name == "TRITON_CACHE_DIR") return "set [run] cache_dir";
+  if (name == "MASTER_ADDR" || name == "MASTER_PORT") return "set [run] master_addr / master_port";
+  if (name.rfind("DFLASH_", 0) == 0) return "DFLASH_* come from [model] and the plan; change those instead";
+  return "remove it: `dflash-launch check` shows the value each process gets";
+}
+
+bool ValidateExtendedRegex(const std::string& pattern, std::string* err) {
+  regex_t re;
+  int rc = ::regcomp(&re, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+  if (rc != 0) {
+    char buf[256];
+    ::regerror(rc, &re, buf, sizeof buf);
+    *err = buf;
+    return false;
+  }
+  ::regfree(&re);
+  return true;
+}
+
+void CheckRestartBudget(TableReader& r, const std::string& policy, const RestartSpec& rs) {
+  if (policy == "never") {
+    for (const char* k : {"scope", "max", "window", "backoff", "reset_after", "no_restart_exit_codes"})
+      if (r.Has(k)) {
+        r.Error(k, r.ValuePos(k), std::string(k) + " has no effect with policy = \"never\"",
+                "policy = \"on-failure\" or \"always\"", "policy = \"never\" (the default)",
+                "add policy = \"on-failure\" to restart failed processes, or remove " + std::string(k));
+        return;
+      }
+    return;
+  }
+  if (rs.max < 0) {
+    r.Error("max", r.ValuePos("max"), "negative restart budget", "max >= 1", std::to_string(rs.max),
+            "e.g. max = 3");
+    return;
+  }
+  if (rs.max == 0) {
+    r.Error("max", r.ValuePos("max"), "max = 0 allows no restart", "max >= 1 with policy = \"" + policy + "\"", "0",
+            "use policy = \"never\" to never restart, or max >= 1");
+    return;
+  }
+  // The backoff alone spaces restarts out; if `max` of them cannot fit in the
+  // window, the budget never runs out and a crash loop restarts forever.
+  long long needed = 0, b = rs.backoff_min.count();
+  for (int i = 0; i < rs.max && needed <= rs.window.count(); ++i) {
+    needed += std::min<long long>(b, rs.backoff_max.count());
+    b = std::min<long long>(b * 2, rs.backoff_max.count());
+  }
+  if (needed > rs.window.count()) {
+    r.Error("window", r.ValuePos("window"), "the restart budget can never run out",
+            "window >= " + FormatDuration(Millis(needed)) + " (the backoff before " + std::to_string(rs.max) +
+                " restarts)",
+            "window = \"" + FormatDuration(rs.window) + "\" with max = " + std::to_string(rs.max) +
+                " and backoff " + FormatDuration(rs.backoff_min) + ".." + FormatDuration(rs.backoff_max),
+            "a crash loop would restart forever: widen window to at least \"" + FormatDuration(Millis(needed)) +
+                "\", or lower max or the backoff");
+  }
+}
+
+void ValidateConfig(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  CheckRoles(root, cfg, errors);
+  CheckModel(root, cfg, errors);
+  CheckCacheDir(root, cfg, errors);
+  CheckCwd(cfg, root, errors);
+}
+
+// ---- RunConfig helpers ----
+
+std::vector<int64_t> ModelSpec::HiddenShape() const {
+  return {batch, seq_len, static_cast<int64_t>(NumTaps()) * hidden};
+}
+
+int RunConfig::world_size() const {
+  int n = 0;
+  for (const RoleSpec& r : roles) n += r.process_count();
+  return n;
+}
+
+const RoleSpec* RunConfig::FindRole(const std::string& name) const {
+  for (const RoleSpec& r : roles)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::vector<int> DefaultTappedLayers(int target_layers, int draft_layers) {
+  if (draft_layers == 1) return {target_layers / 2};
+  std::vector<int> ids;
+  double start = 1, end = target_layers - 3, span = end - start;
+  for (int i = 0; i < draft_layers; ++i)
+    ids.push_back(static_cast<int>(std::nearbyint(start + i * span / (draft_layers - 1))));  // round half to even, as Python
+  return ids;
+}
+
+const char* ReadyModeName(ReadyMode m) {
+  switch (m) {
+    case ReadyMode::kNone: return "none";
+    case ReadyMode::kNotify: return "notify";
+    case ReadyMode::kLog: return "log";
+    case ReadyMode::kFile: return "file";
+    case ReadyMode::kExit: return "exit";
+  }
+  return "?";
+}
+
+const char* RestartPolicyName(RestartPolicy p) {
+  switch (p) {
+    case RestartPolicy::kNever: return "never";
+    case RestartPolicy::kOnFailure: return "on-failure";
+    case RestartPolicy::kAlways: return "always";
+  }
+  return "?";
+}
+
+const char* RestartScopeName(RestartScope s) {
+  switch (s) {
+    case RestartScope::kProcess: return "process";
+    case RestartScope::kRole: return "role";
+    case RestartScope::kAll: return "all";
+  }
+  return "?";
+}
+
+}  // namespace dflash

@@ -1,0 +1,66 @@
+// dflash-launch: one isolated process per GPU role, a compile gate on the shared
+// Inductor cache, restarts by policy, and a summary that names the root cause.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "common/exit_codes.h"
+#include "launcher/commands.h"
+#include "launcher/schema.h"
+
+extern char** environ;
+
+namespace dflash {
+namespace {
+
+bool IsSubcommand(const std::string& a) {
+  for (const char* s : {"run", "check", "seed", "cache", "schema"})
+    if (a == s) return true;
+  return false;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{"dflash-launch: run one isolated process per GPU role with a shared, gated compile cache.\n"
+               "  dflash-launch run.toml           same as `dflash-launch run run.toml`\n"
+               "Exit codes: 0 ok, 2 config error, 64 usage; a run exits with its culprit's code (128+N for signal N).",
+               "dflash-launch"};
+  app.set_version_flag("--version", std::string("dflash-launch ") + DFLASH_VERSION);
+  app.require_subcommand(1);
+
+  CheckOptions check;
+  CLI::App* check_cmd = app.add_subcommand("check", "Validate the config and print the resolved plan; spawn nothing.");
+  check_cmd->add_option("config", check.config, "run.toml")->required();
+  check_cmd->add_flag("--json", check.json, "Machine-readable plan (format dflash-plan/1, see docs/check-json.md)");
+
+  bool markdown = false;
+  CLI::App* schema_cmd = app.add_subcommand("schema", "Print every run.toml key with type, default and meaning.");
+  schema_cmd->add_flag("--markdown", markdown, "As the markdown reference in docs/config.md");
+
+  // `dflash-launch run.toml` means `dflash-launch run run.toml`.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && !IsSubcommand(args[0]) && args[0].rfind("-", 0) != 0) args.insert(args.begin(), "run");
+  std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? exit_code::kOk : exit_code::kUsage;
+  }
+  check.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  if (check_cmd->parsed()) return RunCheck(check, environ);
+  if (schema_cmd->parsed()) {
+    std::fputs(SchemaMarkdown().c_str(), stdout);
+    return exit_code::kOk;
+  }
+  return exit_code::kUsage;
+}
+
+}  // namespace dflash
+
+int main(int argc, char** argv) { return dflash::Main(argc, argv); }

@@ -1,0 +1,138 @@
+#include "launcher/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace dflash {
+namespace {
+
+const std::string kSource = DFLASH_SOURCE_DIR;
+
+Plan LoadPlan(const std::string& rel, PlanOptions po = {}) {
+  RunConfig c;
+  std::vector<ConfigError> errors;
+  EXPECT_TRUE(LoadConfig(kSource + "/" + rel, &c, &errors)) << FormatErrors(errors);
+  if (po.bin_dir.empty()) po.bin_dir = "/opt/dflash/bin";
+  if (!po.torch_version) po.torch_version = [](const RoleSpec&) { return std::string("2.13.0+cpu"); };
+  return BuildPlan(c, po);
+}
+
+std::map<std::string, std::string> EnvMap(const EnvList& env) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : env) {
+    EXPECT_EQ(m.count(k), 0u) << k << " set twice";
+    m[k] = v;
+  }
+  return m;
+}
+
+TEST(Plan, FullConfigProcessByProcess) {
+  PlanOptions po;
+  po.run_id = "full-20261129-120000";
+  Plan plan = LoadPlan("tests/configs/good/full.toml", po);
+  ASSERT_EQ(plan.processes.size(), 7u);
+  const char* names[] = {"target:0", "target:1", "drafter:0", "drafter:1", "drafter:2", "evaluator:0", "evaluator:1"};
+  const int gpus[] = {0, 2, 1, 3, 4, -1, -1};
+  for (size_t i = 0; i < 7; ++i) {
+    const ProcessPlan& p = plan.processes[i];
+    EXPECT_EQ(p.name, names[i]);
+    EXPECT_EQ(p.rank, static_cast<int>(i));
+    EXPECT_EQ(p.gpu, gpus[i]);
+    auto env = EnvMap(plan.ProcessEnv(p, 0));
+    EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], gpus[i] >= 0 ? std::to_string(gpus[i]) : "");
+    EXPECT_EQ(env["LOCAL_RANK"], "0");
+    EXPECT_EQ(env["RANK"], std::to_string(i));
+    EXPECT_EQ(env["WORLD_SIZE"], "7");
+    EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.1");
+    EXPECT_EQ(env["MASTER_PORT"], "29600");
+    EXPECT_EQ(env["ROLE_NAME"], p.role);
+    EXPECT_EQ(env["ROLE_RANK"], std::to_string(p.role_rank));
+    EXPECT_EQ(env["TORCHINDUCTOR_CACHE_DIR"], kSource + "/tests/configs/good/cache");
+    EXPECT_EQ(env["TRITON_CACHE_DIR"], kSource + "/tests/configs/good/cache/triton");
+    EXPECT_EQ(env["DFLASH_HIDDEN_SHAPE"], "2,512,768");
+    EXPECT_EQ(env["DFLASH_TAPPED_LAYERS"], "1,15,29");
+    EXPECT_EQ(env["DFLASH_RUN_ID"], "full-20261129-120000");
+    EXPECT_EQ(env["TORCHELASTIC_ERROR_FILE"], "/tmp/dflash-full-logs/full-20261129-120000/attempt_0/" + p.role +
+                                                  "-" + std::to_string(p.role_rank) + ".error.json");
+  }
+  auto d1 = EnvMap(plan.ProcessEnv(plan.processes[3], 2));
+  EXPECT_EQ(d1["ROLE_WORLD_SIZE"], "3");
+  EXPECT_EQ(d1["ROLE_MASTER_PORT"], "29602");
+  EXPECT_EQ(d1["DFLASH_ATTEMPT"], "2");
+  EXPECT_EQ(d1["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(d1["DFLASH_METRICS_FILE"], "/tmp/dflash-full-logs/full-20261129-120000/attempt_2/drafter-1.metrics.json");
+  EXPECT_EQ(d1["DFLASH_GATE_KEY"], "drafter-v1");
+  auto t0 = EnvMap(plan.ProcessEnv(plan.processes[0], 0));
+  EXPECT_EQ(t0["OMP_NUM_THREADS"], "2");
+  EXPECT_EQ(t0.count("DFLASH_GATE_KEY"), 0u);
+  // Builtin roles run dflash-builtin, and every process runs under dflash-worker.
+  EXPECT_EQ(plan.processes[5].command, (std::vector<std::string>{"/opt/dflash/bin/dflash-builtin", "drafter"}));
+  EXPECT_EQ(plan.WorkerArgv(plan.processes[2]),
+            (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "drafter:0", "--gate-dir",
+                                      kSource + "/tests/configs/good/cache", "--gate-key", "drafter-v1",
+                                      "--gate-timeout", "20m", "--ready", "log:compiled in [0-9.]+s",
+                                      "--ready-timeout", "10m", "--", "python3", "drafter.py"}));
+  EXPECT_EQ(plan.WorkerArgv(plan.processes[0]),
+            (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "target:0", "--", "python3",
+                                      "target.py", "--fast"}));
+  EXPECT_EQ(plan.processes[5].gate_key.rfind("evaluator-", 0), 0u);
+  EXPECT_EQ(plan.processes[5].gate_key.size(), std::string("evaluator-").size() + 16);
+}
+
+TEST(Plan, EightGpuConfigGivesEachProcessOneGpu) {
+  Plan plan = LoadPlan("configs/dflash-8gpu.toml");
+  ASSERT_EQ(plan.processes.size(), 8u);
+  std::set<std::string> visible;
+  for (const ProcessPlan& p : plan.processes) {
+    auto env = EnvMap(plan.ProcessEnv(p, 0));
+    visible.insert(env["CUDA_VISIBLE_DEVICES"]);
+    EXPECT_EQ(env["LOCAL_RANK"], "0");
+    EXPECT_EQ(env["DFLASH_HIDDEN_SHAPE"], "1,2000,25600");
+  }
+  EXPECT_EQ(visible.size(), 8u);
+}
+
+// The default gate key must change whenever what Inductor compiles may change.
+class GateKey : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<ConfigError> errors;
+    ASSERT_TRUE(LoadConfig(kSource + "/configs/demo.toml", &cfg_, &errors)) << FormatErrors(errors);
+  }
+  std::string Key(const RunConfig& c, const std::string& torch = "2.13.0+cpu", const EnvList& env = {}) {
+    return DeriveGateKey(*c.FindRole("drafter"), c.model, torch, env);
+  }
+  RunConfig cfg_;
+};
+
+TEST_F(GateKey, StableForTheSameInputs) { EXPECT_EQ(Key(cfg_), Key(cfg_)); }
+
+TEST_F(GateKey, ChangesWithTheShapeContract) {
+  RunConfig other = cfg_;
+  other.model.hidden = 128;
+  EXPECT_NE(Key(cfg_), Key(other));
+  other = cfg_;
+  other.model.tapped_layers = {1, 16, 31, 46, 60};
+  EXPECT_NE(Key(cfg_), Key(other));
+  other = cfg_;
+  other.model.seed = 99;  // weights' seed: not a compile input
+  EXPECT_EQ(Key(cfg_), Key(other));
+}
+
+TEST_F(GateKey, ChangesWithTorchCommandAndCompileEnv) {
+  EXPECT_NE(Key(cfg_), Key(cfg_, "2.14.0+cpu"));
+  RunConfig other = cfg_;
+  other.roles[1].command.push_back("--max-autotune");
+  EXPECT_NE(Key(cfg_), Key(other));
+  EXPECT_NE(Key(cfg_), Key(cfg_, "2.13.0+cpu", {{"TORCHINDUCTOR_MAX_AUTOTUNE", "1"}}));
+  EXPECT_NE(Key(cfg_), Key(cfg_, "2.13.0+cpu", {{"TORCH_COMPILE_DEBUG", "1"}}));
+  other = cfg_;
+  other.roles[1].env.emplace_back("TORCHDYNAMO_VERBOSE", "1");
+  EXPECT_NE(Key(cfg_), Key(other));
+  // Where the cache is, and unrelated variables, are not what is compiled.
+  EXPECT_EQ(Key(cfg_), Key(cfg_, "2.13.0+cpu", {{"TORCHINDUCTOR_CACHE_DIR", "/elsewhere"}, {"HOME", "/root"}}));
+}
+
+}  // namespace
+}  // namespace dflash

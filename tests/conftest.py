@@ -1,0 +1,24 @@
+"""Shared fixtures: where the built binaries are, and the repository root."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BIN = pathlib.Path(os.environ.get("DFLASH_BIN", ROOT / "build" / "bin"))
+
+
+@pytest.fixture(scope="session")
+def bin_dir():
+    if not (BIN / "dflash-launch").exists():
+        pytest.fail(f"{BIN}/dflash-launch is not built: run `make build`")
+    return BIN
+
+
+def run(args, **kw):
+    """Run a command, capture text output, never raise on a non-zero exit."""
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("timeout", 120)
+    return subprocess.run([str(a) for a in args], **kw)

@@ -1,0 +1,70 @@
+"""`dflash-launch check`: exit codes, the text plan and the stable --json plan."""
+import json
+
+from conftest import ROOT, run
+
+
+def test_valid_config_exits_0_and_prints_the_plan(bin_dir):
+    r = run([bin_dir / "dflash-launch", "check", ROOT / "configs/demo.toml"])
+    assert r.returncode == 0, r.stderr
+    assert "drafter  input [1, 64, 320]" in r.stdout
+    assert "drafter:2" in r.stdout
+
+
+def test_config_error_exits_2_and_names_file_line_col(bin_dir):
+    bad = ROOT / "tests/configs/bad/gpu_two_roles.toml"
+    r = run([bin_dir / "dflash-launch", "check", bad])
+    assert r.returncode == 2
+    assert f"{bad}:14:15: error: role[drafter].devices: GPU 1 is used by two roles" in r.stderr
+    assert f"{bad}:10:15" in r.stderr  # the other place GPU 1 is used
+    assert "hint:" in r.stderr
+    assert r.stdout == ""
+
+
+def test_missing_config_file_exits_2(bin_dir, tmp_path):
+    r = run([bin_dir / "dflash-launch", "check", tmp_path / "nope.toml"])
+    assert r.returncode == 2
+    assert "cannot read the config" in r.stderr
+
+
+def test_usage_errors_exit_64(bin_dir):
+    assert run([bin_dir / "dflash-launch"]).returncode == 64
+    assert run([bin_dir / "dflash-launch", "check"]).returncode == 64
+    assert run([bin_dir / "dflash-launch", "check", "--no-such-flag", "x.toml"]).returncode == 64
+
+
+def test_help_and_version_exit_0(bin_dir):
+    r = run([bin_dir / "dflash-launch", "--help"])
+    assert r.returncode == 0 and "check" in r.stdout
+    r = run([bin_dir / "dflash-launch", "--version"])
+    assert r.returncode == 0 and r.stdout.startswith("dflash-launch ")
+
+
+def test_json_plan_of_the_8gpu_config(bin_dir):
+    r = run([bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"])
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["format"] == "dflash-plan/1"
+    procs = plan["processes"]
+    assert len(procs) == 8 and plan["world_size"] == 8
+    visible = [p["env"]["CUDA_VISIBLE_DEVICES"] for p in procs]
+    assert sorted(visible) == [str(i) for i in range(8)]
+    assert all(p["env"]["LOCAL_RANK"] == "0" for p in procs)
+    assert [p["rank"] for p in procs] == list(range(8))
+    assert plan["model"]["hidden_shape"] == [1, 2000, 25600]
+    assert plan["model"]["fc"] == [25600, 5120]
+    drafters = [p for p in procs if p["role"] == "drafter"]
+    assert {p["gate_key"] for p in drafters} == {drafters[0]["gate_key"]}  # one key for the role
+    assert all(p["env"]["DFLASH_GATE_KEY"] == p["gate_key"] for p in drafters)
+    assert drafters[0]["argv"][-4:] == ["python", "train_dflash_pipeline.py", "--role", "drafter"]
+
+
+def test_json_plan_is_stable_across_runs(bin_dir):
+    cmd = [bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"]
+    assert run(cmd).stdout == run(cmd).stdout
+
+
+def test_schema_markdown_is_what_the_docs_carry(bin_dir):
+    r = run([bin_dir / "dflash-launch", "schema", "--markdown"])
+    assert r.returncode == 0
+    assert r.stdout in (ROOT / "docs/config.md").read_text()
