@@ -43,7 +43,12 @@ enum Tag : uint32_t { kTagSignal, kTagTimer, kTagNotify, kTagStdout, kTagStderr 
 class Host {
  public:
   explicit Host(const PayloadHostOptions& o)
-      : o_(o), name_(o.name.empty() ? (o.argv.empty() ? "payload" : o.argv[0]) : o.name) {}
+      : o_(o), name_(o.name.empty() ? (o.argv.empty() ? "payload" : o.argv[0]) : o.name) {
+    ::prctl(PR_GET_CHILD_SUBREAPER, &was_subreaper_);
+  }
+  ~Host() {
+    if (!was_subreaper_) ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  }
 
   PayloadResult Run();
 
@@ -79,6 +84,7 @@ class Host {
   std::array<UniqueFd, 2> pipes_;  // read ends of the payload's stdout/stderr (log mode)
   std::array<std::unique_ptr<OutputRelay>, 2> relays_;
 
+  int was_subreaper_ = 0;
   bool waiting_ready_ = false;
   bool ready_ = false;
   bool timed_out_ = false;
@@ -98,7 +104,8 @@ bool Host::Setup(std::vector<std::string>* env, std::string* err) {
   if (!signals_.Open({SIGCHLD, SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}, err))
     return false;
   // Orphans of the payload become our children, so we can reap them and
-  // nothing of the payload's tree escapes to init while we run.
+  // nothing of the payload's tree escapes to init while we run. Restored on
+  // return: a process that no longer reaps must not collect orphans.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     *err = ErrnoMessage("prctl(PR_SET_CHILD_SUBREAPER)", errno);
     return false;

@@ -79,8 +79,8 @@ struct PayloadResult {
 /// Runs the payload to completion:
 /// - spawned in its own process group, stdin /dev/null, PR_SET_PDEATHSIG
 ///   SIGKILL (it dies with the host), fds exactly 0, 1, 2;
-/// - this process becomes a child subreaper and reaps every child it gets
-///   (the payload and the payload's orphans);
+/// - this process becomes a child subreaper (until this returns) and reaps
+///   every child it gets (the payload and the payload's orphans);
 /// - SIGTERM/INT/HUP/QUIT/USR1/USR2 received by the host go to the payload's
 ///   group; if the host's parent has died (getppid() changed: the signal was
 ///   the host's own PDEATHSIG), the group is SIGKILLed instead;

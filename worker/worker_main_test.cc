@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/proc_scan.h"
@@ -67,7 +68,14 @@ int Finish(WorkerRun& r) {
   return st.ExitCode();
 }
 
-TEST(WorkerMain, SigtermFromOutsideIsForwardedAndTheStatusPassesUp) {
+class WorkerMain : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    EXPECT_TRUE(ZombieChildrenOf(::getpid()).empty()) << "zombies left behind";
+  }
+};
+
+TEST_F(WorkerMain, SigtermFromOutsideIsForwardedAndTheStatusPassesUp) {
   WorkerRun r = StartWorker({"--ready", "log:^ready$", "--", "sh", "-c",
                        "trap 'exit 42' TERM; echo ready; sleep 30 & wait"});
   ASSERT_NE(ReadUntil(r.out.get(), "ready\n").find("ready\n"), std::string::npos);
@@ -75,7 +83,7 @@ TEST(WorkerMain, SigtermFromOutsideIsForwardedAndTheStatusPassesUp) {
   EXPECT_EQ(Finish(r), 42);
 }
 
-TEST(WorkerMain, SystemdNotifyReadyVerbose) {
+TEST_F(WorkerMain, SystemdNotifyReadyVerbose) {
   if (::access("/usr/bin/systemd-notify", X_OK) != 0) GTEST_SKIP() << "no systemd-notify";
   WorkerRun r = StartWorker({"-v", "--name", "drafter:0", "--ready", "notify", "--ready-timeout", "1m",
                        "--", "sh", "-c", "systemd-notify --ready --status=warm"});
@@ -85,7 +93,7 @@ TEST(WorkerMain, SystemdNotifyReadyVerbose) {
   EXPECT_NE(err.find("dflash-worker: drafter:0: warm\n"), std::string::npos) << err;
 }
 
-TEST(WorkerMain, TimeoutMessage) {
+TEST_F(WorkerMain, TimeoutMessage) {
   WorkerRun r = StartWorker({"--name", "drafter:1", "--ready", "notify", "--ready-timeout", "300ms",
                        "--", "sleep", "30"});
   EXPECT_EQ(Finish(r), 75);
@@ -96,7 +104,7 @@ TEST(WorkerMain, TimeoutMessage) {
       << err;
 }
 
-TEST(WorkerMain, ExecFailureAndUsage) {
+TEST_F(WorkerMain, ExecFailureAndUsage) {
   WorkerRun r = StartWorker({"--", "/nonexistent/payload"});
   EXPECT_EQ(Finish(r), 127);
   EXPECT_EQ(ReadAll(r.err.get()),
@@ -109,7 +117,23 @@ TEST(WorkerMain, ExecFailureAndUsage) {
   EXPECT_EQ(Finish(ok), 7);
 }
 
-TEST(WorkerMain, HostKillsThePayloadWhenItsParentDies) {
+TEST_F(WorkerMain, PayloadDiesWithAKilledHost) {
+  // SIGKILL cannot be forwarded or handled: the payload's PR_SET_PDEATHSIG
+  // (SIGKILL) is what takes it down with the host.
+  WorkerRun r = StartWorker({"--", "sh", "-c", "trap '' TERM; echo $$; exec sleep 60"});
+  std::string line = ReadUntil(r.out.get(), "\n");
+  ASSERT_FALSE(line.empty());
+  pid_t payload = std::stoi(line);
+  UniqueFd pidfd(PidfdOpen(payload));
+  ASSERT_TRUE(pidfd.valid());
+  ::kill(r.child.pid, SIGKILL);
+  EXPECT_EQ(Finish(r), 128 + SIGKILL);
+  struct pollfd p{pidfd.get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 30000), 1) << "payload outlived its host";
+  ::waitpid(payload, nullptr, WNOHANG);  // ours only if this process is a subreaper
+}
+
+TEST_F(WorkerMain, HostKillsThePayloadWhenItsParentDies) {
   // test -> middle -> dflash-worker (PDEATHSIG SIGTERM) -> payload. Killing
   // `middle` delivers SIGTERM to the worker, which must notice that its
   // parent is gone (not a plain SIGTERM to forward) and kill the payload.
