@@ -1,0 +1,93 @@
+#include "worker/ready_probe.h"
+
+namespace dflash {
+
+bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
+  std::string_view mode = text.substr(0, text.find(':'));
+  std::string_view arg =
+      mode.size() < text.size() ? text.substr(mode.size() + 1) : std::string_view();
+  bool has_arg = mode.size() < text.size();
+  ReadyMode m;
+  if (mode == "none") m = ReadyMode::kNone;
+  else if (mode == "exit") m = ReadyMode::kExit;
+  else if (mode == "notify") m = ReadyMode::kNotify;
+  else if (mode == "file") m = ReadyMode::kFile;
+  else if (mode == "log") m = ReadyMode::kLog;
+  else {
+    if (err) *err = "unknown ready mode '" + std::string(mode) + "' (use none, exit, notify, file:<path> or log:<regex>)";
+    return false;
+  }
+  bool needs_arg = m == ReadyMode::kFile || m == ReadyMode::kLog;
+  if (needs_arg && arg.empty()) {
+    if (err) *err = "ready mode '" + std::string(mode) + "' needs an argument: '" + std::string(mode) +
+                    (m == ReadyMode::kFile ? ":<path>'" : ":<regex>'");
+    return false;
+  }
+  if (!needs_arg && has_arg) {
+    if (err) *err = "ready mode '" + std::string(mode) + "' takes no argument";
+    return false;
+  }
+  if (m == ReadyMode::kLog) {
+    LineMatcher probe;
+    std::string rerr;
+    if (!probe.Compile(std::string(arg), &rerr)) {
+      if (err) *err = "bad regex in 'log:" + std::string(arg) + "': " + rerr;
+      return false;
+    }
+  }
+  out->mode = m;
+  out->arg = std::string(arg);
+  return true;
+}
+
+std::string FormatReadySpec(const ReadySpec& spec) {
+  switch (spec.mode) {
+    case ReadyMode::kNone: return "none";
+    case ReadyMode::kExit: return "exit";
+    case ReadyMode::kNotify: return "notify";
+    case ReadyMode::kFile: return "file:" + spec.arg;
+    case ReadyMode::kLog: return "log:" + spec.arg;
+  }
+  return "?";
+}
+
+std::string DescribeNotReady(const ReadySpec& spec) {
+  switch (spec.mode) {
+    case ReadyMode::kNone: return "none";
+    case ReadyMode::kExit: return "exit: still running";
+    case ReadyMode::kNotify: return "notify: no READY=1 received";
+    case ReadyMode::kFile: return "file: '" + spec.arg + "' does not exist";
+    case ReadyMode::kLog: return "log: no output line matched '" + spec.arg + "'";
+  }
+  return "?";
+}
+
+void LineMatcher::Free::operator()(regex_t* r) const {
+  ::regfree(r);
+  delete r;
+}
+
+bool LineMatcher::Compile(const std::string& pattern, std::string* err) {
+  auto re = std::unique_ptr<regex_t, Free>(new regex_t);
+  int rc = ::regcomp(re.get(), pattern.c_str(), REG_EXTENDED | REG_NOSUB);
+  if (rc != 0) {
+    char buf[256];
+    ::regerror(rc, re.get(), buf, sizeof buf);
+    delete re.release();  // regcomp failed: nothing to regfree
+    if (err) *err = buf;
+    return false;
+  }
+  re_ = std::move(re);
+  return true;
+}
+
+bool LineMatcher::Matches(std::string_view line) const {
+  if (!re_) return false;
+  // REG_STARTEND (glibc, BSD): match the exact byte range, no NUL needed.
+  regmatch_t m[1];
+  m[0].rm_so = 0;
+  m[0].rm_eo = static_cast<regoff_t>(line.size());
+  return ::regexec(re_.get(), line.data(), 1, m, REG_STARTEND) == 0;
+}
+
+}  // namespace dflash

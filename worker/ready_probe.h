@@ -1,0 +1,61 @@
+// How a payload says "I have finished compiling": the readiness modes of a
+// role (`ready = "notify"`, "log:<regex>", "file:<path>", "exit", "none").
+#pragma once
+
+#include <regex.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/duration.h"
+
+namespace dflash {
+
+enum class ReadyMode {
+  kNone,    ///< ready as soon as exec succeeded
+  kExit,    ///< ready when the payload exits 0 (warm-up scripts, `seed`)
+  kNotify,  ///< READY=1 on NOTIFY_SOCKET (the systemd protocol)
+  kFile,    ///< a path appears
+  kLog,     ///< a whole line of stdout/stderr matches a regex
+};
+
+/// A readiness mode, its argument and its timeout.
+struct ReadySpec {
+  ReadyMode mode = ReadyMode::kNone;
+  /// The path for kFile, the POSIX extended regex for kLog; empty otherwise.
+  std::string arg;
+  /// How long to wait for readiness; zero waits forever.
+  Millis timeout{0};
+};
+
+/// "none", "exit", "notify", "file:<path>", "log:<regex>" -> spec (the
+/// timeout is left as it was). False with a reason in `err` otherwise.
+bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err);
+
+/// The spelling ParseReadySpec reads back: "log:^compiled$".
+std::string FormatReadySpec(const ReadySpec& spec);
+
+/// What "not ready" means for a mode, for timeout messages:
+/// "notify: no READY=1 received".
+std::string DescribeNotReady(const ReadySpec& spec);
+
+/// A POSIX extended regex matched against whole lines. POSIX regexec rather
+/// than std::regex: libstdc++'s std::regex recurses per character and can
+/// overflow the stack on a single long log line.
+class LineMatcher {
+ public:
+  /// False with regerror's text in `err` if the pattern is invalid.
+  bool Compile(const std::string& pattern, std::string* err);
+  /// True if the pattern matches anywhere in `line` (which may hold NULs).
+  bool Matches(std::string_view line) const;
+  bool compiled() const { return re_ != nullptr; }
+
+ private:
+  struct Free {
+    void operator()(regex_t* r) const;
+  };
+  std::unique_ptr<regex_t, Free> re_;
+};
+
+}  // namespace dflash
