@@ -10,25 +10,16 @@
 #include <vector>
 
 #include "common/duration.h"
+#include "common/ready_spec.h"
 #include "launcher/config_error.h"
 
 namespace dflash {
 
-enum class ReadyMode { kNone, kNotify, kLog, kFile, kExit };
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
 enum class RestartScope { kProcess, kRole, kAll };
 
-const char* ReadyModeName(ReadyMode m);
 const char* RestartPolicyName(RestartPolicy p);
 const char* RestartScopeName(RestartScope s);
-
-/// When a process counts as ready ("has finished compiling").
-struct ReadySpec {
-  ReadyMode mode = ReadyMode::kNone;
-  std::string pattern;  // kLog: POSIX extended regex matched against whole output lines
-  std::string path;     // kFile: ready once this path exists
-  Millis timeout{};
-};
 
 /// The compile gate: one process per key compiles, the others wait and reuse.
 struct GateSpec {

@@ -15,7 +15,6 @@ bool ValidEnvName(const std::string& name);
 /// Variables dflash-launch sets per process; a role's env may not override them.
 bool IsReservedEnv(const std::string& name);
 std::string ReservedEnvHint(const std::string& name);
-bool ValidateExtendedRegex(const std::string& pattern, std::string* err);
 
 /// Restart budgets that contradict themselves or can never run out.
 void CheckRestartBudget(TableReader& r, const std::string& policy, const RestartSpec& rs);

@@ -191,24 +191,26 @@ void ReadReady(const toml::node* n, const std::string& prefix, ReadySpec* rs, st
              : mode == "file" ? ReadyMode::kFile
              : mode == "exit" ? ReadyMode::kExit
                               : ReadyMode::kNone;
-  r.String("pattern", &rs->pattern);
-  r.String("path", &rs->path);
+  std::string pattern, path;
+  r.String("pattern", &pattern);
+  r.String("path", &path);
+  rs->arg = rs->mode == ReadyMode::kLog ? pattern : rs->mode == ReadyMode::kFile ? path : "";
   r.Duration("timeout", &rs->timeout);
   if (!mode_ok) return;
   if (rs->mode == ReadyMode::kLog) {
     if (!r.Has("pattern")) {
       r.Error("pattern", n ? PosOf(n->source()) : r.TablePos(), "mode = \"log\" needs a pattern",
               "a POSIX extended regex", "no pattern", "e.g. ready = { mode = \"log\", pattern = \"compiled\" }");
-    } else if (std::string err; !ValidateExtendedRegex(rs->pattern, &err)) {
+    } else if (std::string err; !LineMatcher().Compile(pattern, &err)) {
       r.Error("pattern", r.ValuePos("pattern"), "not a valid regular expression: " + err,
-              "a POSIX extended regex", "\"" + rs->pattern + "\"", "escape special characters like ( [ { with \\\\");
+              "a POSIX extended regex", "\"" + pattern + "\"", "escape special characters like ( [ { with \\\\");
     }
   } else if (r.Has("pattern")) {
     r.Error("pattern", r.ValuePos("pattern"), "pattern only applies to mode = \"log\"", "mode = \"log\"",
             "mode = \"" + mode + "\"", "set mode = \"log\" or remove pattern");
   }
   if (rs->mode == ReadyMode::kFile) {
-    if (!r.Has("path") || rs->path.empty())
+    if (!r.Has("path") || path.empty())
       r.Error("path", n ? PosOf(n->source()) : r.TablePos(), "mode = \"file\" needs a path", "a path string",
               "no path", "e.g. ready = { mode = \"file\", path = \"/tmp/compiled\" }");
   } else if (r.Has("path")) {

@@ -188,7 +188,7 @@ TEST(GoodConfig, FullResolvesEveryKey) {
   EXPECT_EQ(d.gate.key, "drafter-v1");
   EXPECT_EQ(d.gate.timeout, std::chrono::minutes(20));
   EXPECT_EQ(d.ready.mode, ReadyMode::kLog);
-  EXPECT_EQ(d.ready.pattern, "compiled in [0-9.]+s");
+  EXPECT_EQ(d.ready.arg, "compiled in [0-9.]+s");
   EXPECT_EQ(d.ready.timeout, std::chrono::minutes(10));
   EXPECT_EQ(d.restart.scope, RestartScope::kRole);
   EXPECT_EQ(d.restart.reset_after, std::chrono::minutes(10));  // the default

@@ -1,6 +1,5 @@
 // Rules that span keys: GPUs shared by roles, duplicate names, the shape
 // contract, restart budgets, and a cache dir that is safe to load code from.
-#include <regex.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,19 +250,6 @@ std::string ReservedEnvHint(const std::string& name) {
   return "remove it: `dflash-launch check` shows the value each process gets";
 }
 
-bool ValidateExtendedRegex(const std::string& pattern, std::string* err) {
-  regex_t re;
-  int rc = ::regcomp(&re, pattern.c_str(), REG_EXTENDED | REG_NOSUB);
-  if (rc != 0) {
-    char buf[256];
-    ::regerror(rc, &re, buf, sizeof buf);
-    *err = buf;
-    return false;
-  }
-  ::regfree(&re);
-  return true;
-}
-
 void CheckRestartBudget(TableReader& r, const std::string& policy, const RestartSpec& rs) {
   if (policy == "never") {
     for (const char* k : {"scope", "max", "window", "backoff", "reset_after", "no_restart_exit_codes"})
@@ -335,17 +321,6 @@ std::vector<int> DefaultTappedLayers(int target_layers, int draft_layers) {
   for (int i = 0; i < draft_layers; ++i)
     ids.push_back(static_cast<int>(std::nearbyint(start + i * span / (draft_layers - 1))));  // round half to even, as Python
   return ids;
-}
-
-const char* ReadyModeName(ReadyMode m) {
-  switch (m) {
-    case ReadyMode::kNone: return "none";
-    case ReadyMode::kNotify: return "notify";
-    case ReadyMode::kLog: return "log";
-    case ReadyMode::kFile: return "file";
-    case ReadyMode::kExit: return "exit";
-  }
-  return "?";
 }
 
 const char* RestartPolicyName(RestartPolicy p) {

@@ -145,10 +145,7 @@ std::vector<std::string> Plan::WorkerArgv(const ProcessPlan& p) const {
                              FormatDuration(role.gate.timeout)});
   }
   if (role.ready.mode != ReadyMode::kNone) {
-    std::string mode = ReadyModeName(role.ready.mode);
-    if (role.ready.mode == ReadyMode::kLog) mode += ":" + role.ready.pattern;
-    if (role.ready.mode == ReadyMode::kFile) mode += ":" + role.ready.path;
-    argv.insert(argv.end(), {"--ready", mode, "--ready-timeout", FormatDuration(role.ready.timeout)});
+    argv.insert(argv.end(), {"--ready", FormatReadySpec(role.ready), "--ready-timeout", FormatDuration(role.ready.timeout)});
   }
   argv.push_back("--");
   argv.insert(argv.end(), p.command.begin(), p.command.end());

@@ -50,8 +50,8 @@ std::string DescribeRestart(const RestartSpec& r) {
 
 std::string DescribeReady(const ReadySpec& r) {
   std::string s = ReadyModeName(r.mode);
-  if (r.mode == ReadyMode::kLog) s += " /" + r.pattern + "/";
-  if (r.mode == ReadyMode::kFile) s += " " + r.path;
+  if (r.mode == ReadyMode::kLog) s += " /" + r.arg + "/";
+  if (r.mode == ReadyMode::kFile) s += " " + r.arg;
   if (r.mode != ReadyMode::kNone) s += " (timeout " + FormatDuration(r.timeout) + ")";
   return s;
 }
@@ -174,8 +174,8 @@ std::string PlanJson(const Plan& plan) {
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()}}},
         {"ready", {{"mode", ReadyModeName(r.ready.mode)},
-                   {"pattern", r.ready.pattern.empty() ? ojson() : ojson(r.ready.pattern)},
-                   {"path", r.ready.path.empty() ? ojson() : ojson(r.ready.path)},
+                   {"pattern", r.ready.mode == ReadyMode::kLog ? ojson(r.ready.arg) : ojson()},
+                   {"path", r.ready.mode == ReadyMode::kFile ? ojson(r.ready.arg) : ojson()},
                    {"timeout_ms", r.ready.timeout.count()}}},
         {"restart", {{"policy", RestartPolicyName(r.restart.policy)}, {"scope", RestartScopeName(r.restart.scope)},
                      {"max", r.restart.max}, {"window_ms", r.restart.window.count()},

@@ -1,4 +1,4 @@
-#include "worker/ready_probe.h"
+#include "common/ready_spec.h"
 
 #include <gtest/gtest.h>
 

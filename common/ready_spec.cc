@@ -1,4 +1,4 @@
-#include "worker/ready_probe.h"
+#include "common/ready_spec.h"
 
 namespace dflash {
 
@@ -38,6 +38,17 @@ bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
   out->mode = m;
   out->arg = std::string(arg);
   return true;
+}
+
+const char* ReadyModeName(ReadyMode m) {
+  switch (m) {
+    case ReadyMode::kNone: return "none";
+    case ReadyMode::kExit: return "exit";
+    case ReadyMode::kNotify: return "notify";
+    case ReadyMode::kFile: return "file";
+    case ReadyMode::kLog: return "log";
+  }
+  return "?";
 }
 
 std::string FormatReadySpec(const ReadySpec& spec) {

@@ -20,6 +20,9 @@ enum class ReadyMode {
   kLog,     ///< a whole line of stdout/stderr matches a regex
 };
 
+/// "none", "exit", "notify", "file", "log".
+const char* ReadyModeName(ReadyMode m);
+
 /// A readiness mode, its argument and its timeout.
 struct ReadySpec {
   ReadyMode mode = ReadyMode::kNone;

@@ -1,0 +1,99 @@
+#include "launcher/run_summary.h"
+
+#include <cstdio>
+
+#include "common/fd.h"
+#include "common/signal_names.h"
+
+namespace dflash {
+namespace {
+
+std::string Pad(std::string s, size_t n) {
+  if (s.size() < n) s.append(n - s.size(), ' ');
+  return s;
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.1fs", s);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+}  // namespace
+
+std::string SummaryTable(const RunSummary& s, bool color) {
+  const char* red = color ? "\033[31m" : "";
+  const char* dim = color ? "\033[2m" : "";
+  const char* off = color ? "\033[0m" : "";
+  std::string o = Pad("process", 14) + Pad("rank", 6) + Pad("device", 8) + Pad("pid", 9) + Pad("state", 9) +
+                  Pad("exit", 12) + Pad("restarts", 10) + "runtime\n";
+  for (const ProcessSummary& p : s.processes) {
+    std::string exit = p.exit_code < 0 ? "-" : p.signal ? SignalName(p.signal) : std::to_string(p.exit_code);
+    std::string row = Pad(p.name, 14) + Pad(std::to_string(p.rank), 6) + Pad(p.device, 8) +
+                      Pad(p.pid > 0 ? std::to_string(p.pid) : "-", 9) + Pad(p.state, 9) + Pad(exit, 12) +
+                      Pad(std::to_string(p.restarts), 10) + Seconds(p.runtime_s);
+    if (p.culprit) row = std::string(red) + row + "   <- culprit: " + p.reason + off;
+    else if (p.collateral) row = std::string(dim) + row + "   (stopped: collateral)" + off;
+    o += row + "\n";
+  }
+  o += "run " + s.run_id + ": ";
+  if (s.exit_code == 0) o += "all processes succeeded";
+  else o += "exit " + std::to_string(s.exit_code) + ", " + s.reason;
+  o += " (" + Seconds(s.wall_s) + "); summary in " + s.run_dir + "/summary.json\n";
+  return o;
+}
+
+nlohmann::ordered_json SummaryJson(const RunSummary& s) {
+  using ojson = nlohmann::ordered_json;
+  ojson j;
+  j["format"] = "dflash-summary/1";
+  j["run_id"] = s.run_id;
+  j["config"] = s.config;
+  j["exit_code"] = s.exit_code;
+  j["culprit"] = s.culprit.empty() ? ojson() : ojson(s.culprit);
+  j["reason"] = s.reason;
+  j["wall_s"] = s.wall_s;
+  j["processes"] = ojson::array();
+  for (const ProcessSummary& p : s.processes) {
+    ojson e;
+    e["name"] = p.name;
+    e["role"] = p.role;
+    e["role_rank"] = p.role_rank;
+    e["rank"] = p.rank;
+    e["device"] = p.device;
+    e["pid"] = p.pid;
+    e["state"] = p.state;
+    e["exit_code"] = p.exit_code < 0 ? ojson() : ojson(p.exit_code);
+    e["signal"] = p.signal ? ojson(SignalName(p.signal)) : ojson();
+    e["restarts"] = p.restarts;
+    e["culprit"] = p.culprit;
+    e["collateral"] = p.collateral;
+    e["runtime_s"] = p.runtime_s;
+    e["reason"] = p.reason;
+    e["log"] = {{"stdout", p.stdout_log}, {"stderr", p.stderr_log}};
+    e["error_file"] = p.error_file.is_null() ? ojson() : ojson::parse(p.error_file.dump());
+    e["gate"] = p.gate.is_null() ? ojson() : ojson::parse(p.gate.dump());
+    e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
+    j["processes"].push_back(std::move(e));
+  }
+  return j;
+}
+
+nlohmann::json ReadErrorFile(const std::string& path, std::string* message) {
+  std::string text, err;
+  if (!ReadFile(path, &text, &err)) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return nlohmann::json{{"unparsed", text.substr(0, 4096)}};
+  // torch.distributed.elastic writes {"message": {"message": "...", "extraInfo": {...}}}
+  // (or "message" as a plain string in some versions).
+  if (message && j.contains("message")) {
+    const auto& m = j["message"];
+    if (m.is_string()) *message = m.get<std::string>();
+    else if (m.is_object() && m.contains("message") && m["message"].is_string())
+      *message = m["message"].get<std::string>();
+  }
+  return j;
+}
+
+}  // namespace dflash

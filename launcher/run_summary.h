@@ -1,0 +1,53 @@
+// The end of a run: per process what happened, which one caused it, and why.
+// Printed as a table and written to <log_dir>/<run_id>/summary.json.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace dflash {
+
+struct ProcessSummary {
+  std::string name;  // "drafter:1"
+  std::string role;
+  int role_rank = 0;
+  int rank = 0;
+  std::string device;  // "cuda:5" or "cpu"
+  int pid = -1;        // of the last attempt
+  std::string state;   // EXITED, FATAL, ...
+  int exit_code = -1;  // shell style (128+N for a signal); -1 if it never ran to an end
+  int signal = 0;      // N when a signal killed it
+  int restarts = 0;
+  bool culprit = false;
+  bool collateral = false;  // stopped by the supervisor after the culprit failed
+  double runtime_s = 0;     // of the last attempt
+  std::string reason;       // "exited with code 3", "stopped (SIGTERM)"
+  std::string stdout_log, stderr_log;
+  nlohmann::json error_file;  // TORCHELASTIC_ERROR_FILE content, or null
+  nlohmann::json gate;        // {"role": "lead"|"reuse", "wait_s", "compile_s", ...} or null
+  nlohmann::json metrics;     // the payload's DFLASH_METRICS_FILE, or null
+};
+
+struct RunSummary {
+  std::string run_id;
+  std::string config;
+  std::string run_dir;
+  int exit_code = 0;
+  std::string culprit;  // empty: none
+  std::string reason;
+  double wall_s = 0;
+  std::vector<ProcessSummary> processes;
+};
+
+/// "role rank pid state exit/signal restarts runtime" rows, culprit marked.
+std::string SummaryTable(const RunSummary& s, bool color);
+nlohmann::ordered_json SummaryJson(const RunSummary& s);
+
+/// Reads a torch.distributed.elastic error file (written by @record): the
+/// parsed JSON, or null if absent or unreadable. `message` gets its
+/// message/exception text when present.
+nlohmann::json ReadErrorFile(const std::string& path, std::string* message);
+
+}  // namespace dflash
