@@ -6,7 +6,9 @@
 
 namespace dflash {
 
-void BlockSignals(std::initializer_list<int> signals) {
+void BlockSignals(std::initializer_list<int> signals) { BlockSignals(std::vector<int>(signals)); }
+
+void BlockSignals(const std::vector<int>& signals) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : signals) sigaddset(&set, s);
@@ -14,6 +16,10 @@ void BlockSignals(std::initializer_list<int> signals) {
 }
 
 bool SignalFd::Open(std::initializer_list<int> signals, std::string* err) {
+  return Open(std::vector<int>(signals), err);
+}
+
+bool SignalFd::Open(const std::vector<int>& signals, std::string* err) {
   sigset_t set;
   sigemptyset(&set);
   for (int s : signals) sigaddset(&set, s);

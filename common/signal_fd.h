@@ -7,6 +7,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "common/fd.h"
 
@@ -27,6 +28,7 @@ class SignalFd {
   ~SignalFd();
 
   bool Open(std::initializer_list<int> signals, std::string* err);
+  bool Open(const std::vector<int>& signals, std::string* err);
   int fd() const { return fd_.get(); }
   /// One pending signal into `out`; false when none is pending.
   bool Read(signalfd_siginfo* out);
@@ -39,5 +41,6 @@ class SignalFd {
 
 /// Blocks `signals` in the calling thread (and the threads it starts later).
 void BlockSignals(std::initializer_list<int> signals);
+void BlockSignals(const std::vector<int>& signals);
 
 }  // namespace dflash

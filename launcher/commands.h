@@ -4,6 +4,7 @@
 #include <string>
 
 #include "launcher/config.h"
+#include "launcher/console.h"
 #include "launcher/plan.h"
 
 namespace dflash {
@@ -13,6 +14,16 @@ struct CheckOptions {
   bool json = false;
   std::string bin_dir;
 };
+
+struct RunOptions {
+  std::string config;
+  std::string run_id;  // empty: <name>-<date>-<time>-<pid>
+  std::string bin_dir;
+  ColorMode color = ColorMode::kAuto;
+};
+
+/// Runs the plan under the supervisor; returns the run's exit code.
+int RunRun(const RunOptions& opts, char** env);
 
 /// Loads the config (errors -> stderr, exit 2) and prints the plan.
 int RunCheck(const CheckOptions& opts, char** env);

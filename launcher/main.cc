@@ -38,6 +38,14 @@ int Main(int argc, char** argv) {
   check_cmd->add_option("config", check.config, "run.toml")->required();
   check_cmd->add_flag("--json", check.json, "Machine-readable plan (format dflash-plan/1, see docs/check-json.md)");
 
+  RunOptions run;
+  std::string color = "auto";
+  CLI::App* run_cmd = app.add_subcommand("run", "Run every process of the plan under the supervisor (the default).");
+  run_cmd->add_option("config", run.config, "run.toml")->required();
+  run_cmd->add_option("--run-id", run.run_id, "Name of this run's log directory (default: <name>-<date>-<time>-<pid>)");
+  run_cmd->add_option("--color", color, "Colour on the console: auto (a TTY without NO_COLOR), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+
   bool markdown = false;
   CLI::App* schema_cmd = app.add_subcommand("schema", "Print every run.toml key with type, default and meaning.");
   schema_cmd->add_flag("--markdown", markdown, "As the markdown reference in docs/config.md");
@@ -53,6 +61,9 @@ int Main(int argc, char** argv) {
     return rc == 0 ? exit_code::kOk : exit_code::kUsage;
   }
   check.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  run.bin_dir = check.bin_dir;
+  run.color = color == "always" ? ColorMode::kAlways : color == "never" ? ColorMode::kNever : ColorMode::kAuto;
+  if (run_cmd->parsed()) return RunRun(run, environ);
   if (check_cmd->parsed()) return RunCheck(check, environ);
   if (schema_cmd->parsed()) {
     std::fputs(SchemaMarkdown().c_str(), stdout);

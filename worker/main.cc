@@ -10,6 +10,7 @@
 
 #include "common/duration.h"
 #include "common/exit_codes.h"
+#include "common/notify.h"
 #include "common/signal_fd.h"
 #include "worker/payload_host.h"
 
@@ -60,15 +61,23 @@ int main(int argc, char** argv) {
     return exit_code::kUsage;
   }
   std::string label = name.empty() ? command[0] : name;
-  if (verbose) {
-    o.on_ready = [&] { std::fprintf(stderr, "dflash-worker: %s ready\n", label.c_str()); };
-    o.on_status = [&](std::string_view s) {
-      std::fprintf(stderr, "dflash-worker: %s: %.*s\n", label.c_str(), static_cast<int>(s.size()),
-                   s.data());
-    };
-  }
+  // Under dflash-launch, NOTIFY_SOCKET is the supervisor's: tell it the payload's
+  // pid and when it is ready (the payload itself gets a socket of ours, or none).
+  o.on_spawned = [](pid_t pid) { NotifySend("MAINPID=" + std::to_string(pid), nullptr); };
+  o.on_ready = [&] {
+    NotifySend("READY=1", nullptr);
+    if (verbose) std::fprintf(stderr, "dflash-worker: %s ready\n", label.c_str());
+  };
+  o.on_status = [&](std::string_view s) {
+    NotifySend("STATUS=" + std::string(s), nullptr);
+    if (verbose)
+      std::fprintf(stderr, "dflash-worker: %s: %.*s\n", label.c_str(), static_cast<int>(s.size()), s.data());
+  };
 
   PayloadResult r = RunPayload(o);
-  if (!r.message.empty()) std::fprintf(stderr, "dflash-worker: %s\n", r.message.c_str());
+  if (!r.message.empty()) {
+    std::fprintf(stderr, "dflash-worker: %s\n", r.message.c_str());
+    NotifySend("X_DFLASH_ERROR=" + r.message, nullptr);
+  }
   return r.exit_code;
 }

@@ -1,0 +1,93 @@
+// `dflash-launch run run.toml`: config -> plan -> supervise -> summary -> exit code.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+
+#include "common/exit_codes.h"
+#include "common/fd.h"
+#include "common/signal_fd.h"
+#include "common/spawn.h"
+#include "launcher/commands.h"
+#include "launcher/supervisor.h"
+#include "launcher/supervisor_log.h"
+#include "launcher/torch_version.h"
+
+namespace dflash {
+namespace {
+
+std::string MakeRunId(const std::string& name) {
+  char stamp[32];
+  std::time_t t = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return name + "-" + stamp + "-" + std::to_string(::getpid());
+}
+
+/// mkdir -p with 0700 for what we create: the cache holds code Inductor will load.
+bool MakeDirs(const std::string& dir, mode_t mode, std::string* err) {
+  std::error_code ec;
+  std::filesystem::path p(dir), cur;
+  for (const auto& part : p) {
+    cur /= part;
+    if (std::filesystem::is_directory(cur, ec)) continue;
+    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+      *err = ErrnoMessage("mkdir(" + cur.string() + ")", errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int RunRun(const RunOptions& opts, char** env) {
+  RunConfig config;
+  if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
+  PlanOptions po;
+  po.run_id = opts.run_id.empty() ? MakeRunId(config.run.name) : opts.run_id;
+  po.bin_dir = opts.bin_dir;
+  po.torch_version = TorchVersionFor;
+  po.launcher_env = EnvironmentList(env);
+  Plan plan = BuildPlan(config, po);
+
+  std::string err;
+  if (!MakeDirs(plan.run_dir, 0755, &err) || !MakeDirs(config.run.cache_dir, 0700, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  auto log = OpenSupervisorLog(plan.run_dir + "/supervisor.log", &err);
+  if (!log) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  // Before any thread exists (the console writer): these signals are taken
+  // only from the supervisor's signalfd, in its loop.
+  BlockSignals(Supervisor::HandledSignals(plan));
+  std::signal(SIGPIPE, SIG_IGN);  // a closed console is an error return, not a death
+
+  Console::Options co;
+  co.color = opts.color;
+  Console console(co);
+  SupervisorOptions so;
+  so.base_env = CurrentEnvironment();
+  if (auto sd = GetEnvVar(so.base_env, "NOTIFY_SOCKET")) so.systemd_notify_socket = std::string(*sd);
+  UnsetEnvVar(&so.base_env, "NOTIFY_SOCKET");  // never pass the supervisor's own on
+  int rc;
+  RunSummary summary;
+  {
+    Supervisor sup(plan, so, &console, log);
+    rc = sup.Run();
+    summary = sup.Summary();
+  }
+  if (!WriteFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", &err))
+    console.Supervisor("[dflash] cannot write summary.json: " + err);
+  console.Supervisor("\n" + SummaryTable(summary, console.color()));
+  console.Flush();
+  log->info("exit {}: {}", rc, summary.reason);
+  return rc;
+}
+
+}  // namespace dflash

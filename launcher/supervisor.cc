@@ -1,0 +1,499 @@
+#include "launcher/supervisor.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+
+#include "common/duration.h"
+#include "common/exit_codes.h"
+#include "common/proc_scan.h"
+#include "common/signal_names.h"
+
+namespace dflash {
+namespace {
+
+constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3;
+uint64_t Tag(uint64_t kind, uint64_t id) { return kind << 32 | id; }
+
+double Seconds(SteadyTime a, SteadyTime b) { return std::chrono::duration<double>(b - a).count(); }
+
+}  // namespace
+
+const char* ProcStateName(ProcState s) {
+  switch (s) {
+    case ProcState::kStarting: return "STARTING";
+    case ProcState::kRunning: return "RUNNING";
+    case ProcState::kBackoff: return "BACKOFF";
+    case ProcState::kStopping: return "STOPPING";
+    case ProcState::kExited: return "EXITED";
+    case ProcState::kFatal: return "FATAL";
+  }
+  return "?";
+}
+
+std::vector<int> Supervisor::HandledSignals(const Plan& plan) {
+  std::vector<int> s = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+  for (int f : plan.config.run.forward_signals)
+    if (std::find(s.begin(), s.end(), f) == s.end()) s.push_back(f);
+  return s;
+}
+
+Supervisor::Supervisor(const Plan& plan, SupervisorOptions options, Console* console,
+                       std::shared_ptr<spdlog::logger> log)
+    : plan_(plan), options_(std::move(options)), console_(console), log_(std::move(log)), router_(console) {
+  procs_.resize(plan_.processes.size());
+  for (size_t i = 0; i < procs_.size(); ++i) procs_[i].plan = &plan_.processes[i];
+  trackers_.resize(procs_.size() + plan_.config.roles.size());
+}
+
+Supervisor::~Supervisor() = default;
+
+void Supervisor::Info(const std::string& text) {
+  if (log_) log_->info(text);
+  if (console_) console_->Supervisor("[dflash] " + text);
+}
+
+void Supervisor::Warn(const std::string& text) {
+  if (log_) log_->warn(text);
+  if (console_) console_->Supervisor("[dflash] warning: " + text);
+}
+
+void Supervisor::SetState(Proc& p, ProcState s, const std::string& why) {
+  if (p.state == s) return;
+  std::string line = p.plan->name + " " + ProcStateName(p.state) + " -> " + ProcStateName(s);
+  if (p.pid > 0 && s != ProcState::kBackoff) line += " (pid " + std::to_string(p.pid) + ")";
+  if (!why.empty()) line += ": " + why;
+  p.state = s;
+  Info(line);
+}
+
+RestartTracker& Supervisor::TrackerFor(const Proc& p) {
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  size_t index = role.restart.scope == RestartScope::kProcess ? static_cast<size_t>(p.plan - plan_.processes.data())
+                                                              : procs_.size() + p.plan->role_index;
+  if (!trackers_[index]) trackers_[index] = std::make_unique<RestartTracker>(role.restart);
+  return *trackers_[index];
+}
+
+void Supervisor::AddStream(Proc& p, bool is_stderr, UniqueFd fd) {
+  std::string path = plan_.AttemptPath(*p.plan, p.attempt, is_stderr ? "stderr.log" : "stdout.log");
+  std::string err;
+  int id = router_.Add(std::move(fd), p.plan->name, is_stderr, path, &err);
+  if (id < 0) {
+    Warn(p.plan->name + ": cannot log to " + path + ": " + err);
+    return;
+  }
+  if (static_cast<size_t>(id) >= stream_owner_.size()) stream_owner_.resize(id + 1, -1);
+  stream_owner_[id] = static_cast<int>(&p - procs_.data());
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = Tag(kTagStream, static_cast<uint64_t>(id));
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, router_.fd(id), &ev);
+  (is_stderr ? p.err_stream : p.out_stream) = id;
+}
+
+void Supervisor::CloseStream(int sid) {
+  if (sid < 0 || static_cast<size_t>(sid) >= stream_owner_.size() || stream_owner_[sid] < 0) return;
+  Proc& p = procs_[static_cast<size_t>(stream_owner_[sid])];
+  if (p.out_stream == sid) p.out_stream = -1;
+  if (p.err_stream == sid) p.err_stream = -1;
+  stream_owner_[sid] = -1;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, router_.fd(sid), nullptr);
+  router_.Remove(sid);
+}
+
+void Supervisor::Spawn(Proc& p) {
+  const ProcessPlan& pp = *p.plan;
+  const RoleSpec& role = plan_.RoleOf(pp);
+  ++p.attempt;
+  p.stop_sent = false;
+  p.restart_pending = false;
+  p.payload_pid = -1;
+  p.worker_error.clear();
+  p.exit_code = -1;
+  p.signal = 0;
+  p.reason.clear();
+  p.state = ProcState::kStarting;
+
+  int out[2], err_pipe[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    Fail(p, ErrnoMessage("pipe2", errno), false);
+    return;
+  }
+  UniqueFd out_w(out[1]), err_w(err_pipe[1]);
+  AddStream(p, false, UniqueFd(out[0]));  // also creates <run_dir>/attempt_<k>/
+  AddStream(p, true, UniqueFd(err_pipe[0]));
+
+  SpawnOptions so;
+  so.argv = plan_.WorkerArgv(pp);
+  so.env = options_.base_env;
+  for (const auto& [k, v] : plan_.ProcessEnv(pp, p.attempt)) SetEnvVar(&so.env, k, v);
+  SetEnvVar(&so.env, "NOTIFY_SOCKET", notify_.address());  // the worker reports here, never to systemd
+  so.cwd = role.cwd;
+  so.stdout_fd = out_w.get();
+  so.stderr_fd = err_w.get();
+  so.group = SpawnOptions::Group::kNewSession;  // its own session and group: one kill(-pid) reaches it
+  so.death_signal = SIGKILL;                    // dies with the supervisor; its payload dies with it
+
+  Child child;
+  std::string err;
+  bool ok = dflash::Spawn(so, &child, &err);
+  p.started = std::chrono::steady_clock::now();
+  if (!ok) {
+    p.pid = child.pid;  // if forked, it already exited 127/126: Reap() collects it
+    p.reason = err;
+    Warn(pp.name + ": " + err);
+    if (child.pid <= 0) {
+      ExitStatus st;
+      st.exited = true;
+      st.code = child.exit_code;
+      OnExit(p, st);
+    }
+    return;
+  }
+  p.pid = child.pid;
+  Info(pp.name + " STARTING (pid " + std::to_string(p.pid) + ", attempt " + std::to_string(p.attempt) +
+       (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
+}
+
+int Supervisor::Run() {
+  t0_ = std::chrono::steady_clock::now();
+  std::string err;
+  // Orphans of the workers' payloads come to us, so nothing outlives the run unseen.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_ || !signals_.Open(HandledSignals(plan_), &err) || !notify_.Open(&err)) {
+    Warn("cannot start: " + (err.empty() ? ErrnoMessage("epoll_create1", errno) : err));
+    return exit_code::kFailure;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = Tag(kTagSignal, 0);
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, signals_.fd(), &ev);
+  ev.data.u64 = Tag(kTagNotify, 0);
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, notify_.fd(), &ev);
+
+  Info("run " + plan_.run_id + ": " + std::to_string(procs_.size()) + " processes, logs in " + plan_.run_dir);
+  for (Proc& p : procs_)
+    if (!stopping_) Spawn(p);
+
+  epoll_event events[64];
+  while (!Done()) {
+    int n = ::epoll_wait(epoll_.get(), events, 64, NextTimeoutMs());
+    if (n < 0 && errno != EINTR) {
+      Warn(ErrnoMessage("epoll_wait", errno));
+      KillAll();
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      uint64_t kind = events[i].data.u64 >> 32, id = events[i].data.u64 & 0xffffffff;
+      if (kind == kTagSignal) {
+        signalfd_siginfo si;
+        while (signals_.Read(&si)) OnSignal(static_cast<int>(si.ssi_signo));
+      } else if (kind == kTagNotify) {
+        OnNotify();
+      } else if (kind == kTagStream) {
+        int sid = static_cast<int>(id);
+        if (!router_.OnReadable(sid)) CloseStream(sid);
+      }
+    }
+    OnDeadlines();
+  }
+  // Whatever a worker's payload left behind was reparented to us: stop it.
+  KillOrphans();
+  // Pipes still held open by a leftover writer: take what is there, then close.
+  for (size_t sid = 0; sid < stream_owner_.size(); ++sid) {
+    if (stream_owner_[sid] < 0) continue;
+    router_.Drain(static_cast<int>(sid));
+    CloseStream(static_cast<int>(sid));
+  }
+  TellSystemd("STOPPING=1");
+  RunSummary s = Summary();
+  return s.exit_code;
+}
+
+bool Supervisor::Done() const {
+  for (const Proc& p : procs_)
+    if (Alive(p) || p.restart_pending) return false;
+  return true;
+}
+
+int Supervisor::NextTimeoutMs() const {
+  SteadyTime now = std::chrono::steady_clock::now();
+  SteadyTime next = SteadyTime::max();
+  for (const Proc& p : procs_) {
+    if (p.state == ProcState::kStopping && Alive(p)) next = std::min(next, p.kill_at);
+    if (p.restart_pending && !Alive(p)) next = std::min(next, p.restart_at);
+  }
+  if (next == SteadyTime::max()) return -1;
+  if (next <= now) return 0;
+  // Round up: waking a millisecond early would spin once more for nothing.
+  return static_cast<int>(std::chrono::ceil<Millis>(next - now).count());
+}
+
+void Supervisor::OnSignal(int sig) {
+  if (sig == SIGCHLD) {
+    Reap();
+    return;
+  }
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+    ++interrupts_;
+    if (!stopping_) {
+      stop_signal_ = sig;
+      Info("received " + SignalName(sig) + ": stopping every process (again to kill at once)");
+      BeginStop("stopped by " + SignalName(sig));
+    } else if (interrupts_ > 1) {
+      Info("received " + SignalName(sig) + " again: killing every process now");
+      KillAll();
+    }
+    return;
+  }
+  // [run] forward_signals: pass through to every live worker (it forwards to its payload).
+  for (Proc& p : procs_)
+    if (Alive(p)) ::kill(-p.pid, sig);
+  Info("forwarded " + SignalName(sig) + " to every process");
+}
+
+void Supervisor::Reap() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;  // 0: none left that has exited; -1/ECHILD: no children at all
+    auto it = std::find_if(procs_.begin(), procs_.end(), [&](const Proc& p) { return p.pid == pid; });
+    if (it == procs_.end()) {
+      if (log_) log_->debug("reaped orphan {} ({})", pid, DecodeWaitStatus(status).Describe());
+      continue;
+    }
+    OnExit(*it, DecodeWaitStatus(status));
+  }
+}
+
+void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
+  SteadyTime now = std::chrono::steady_clock::now();
+  p.ended = now;
+  p.last_pid = p.pid;
+  p.pid = -1;
+  p.exit_code = st.ExitCode();
+  p.signal = st.signaled ? st.signal : 0;
+  // Nothing it wrote may be left in the pipes when we decide what it said.
+  for (int sid : {p.out_stream, p.err_stream})
+    if (sid >= 0 && !router_.Drain(sid)) CloseStream(sid);
+  std::string msg;
+  p.error_message.clear();
+  nlohmann::json ef = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "error.json"), &msg);
+  if (!ef.is_null()) p.error_message = msg;
+  std::string how = st.Describe();
+  if (!p.worker_error.empty()) how += ": " + p.worker_error;
+  else if (!p.error_message.empty()) how += ": " + p.error_message;
+  else if (!p.reason.empty()) how = p.reason;  // the spawn error
+  p.reason = how;
+  KillOrphans();
+
+  if (p.restart_pending && !stopping_) {  // stopped because its role (or the run) restarts
+    SetState(p, ProcState::kBackoff, "stopped for a restart; " + how);
+    return;
+  }
+  if (stopping_ || p.stop_sent) {
+    // Stopped by us, or ended on its own after the run began to stop (its peer
+    // died and NCCL failed, say): the culprit came first, this is collateral.
+    if (culprit_ >= 0 && !p.culprit) p.collateral = true;
+    SetState(p, ProcState::kExited, (p.stop_sent ? "stopped; " : "") + how);
+    return;
+  }
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  RestartDecision d = TrackerFor(p).OnExit(p.exit_code, std::chrono::duration_cast<Millis>(now - p.started), now);
+  switch (d.kind) {
+    case RestartDecision::Kind::kRestart: {
+      SteadyTime at = now + d.delay;
+      p.restart_pending = true;
+      p.restart_at = at;
+      for (Proc& q : procs_) {
+        bool member = role.restart.scope == RestartScope::kAll ||
+                      (role.restart.scope == RestartScope::kRole && q.plan->role_index == p.plan->role_index);
+        if (&q == &p || !member) continue;
+        q.restart_pending = true;
+        q.restart_at = std::max(q.restart_at, at);
+        if (Alive(q))
+          StopProc(q, "restarting the " + std::string(role.restart.scope == RestartScope::kAll ? "run" : "role") +
+                          " after " + p.plan->name + " failed");
+        else
+          SetState(q, ProcState::kBackoff, "restarts with " + p.plan->name);
+      }
+      SetState(p, ProcState::kBackoff, how + "; " + d.reason);
+      return;
+    }
+    case RestartDecision::Kind::kNoRestart:
+      if (p.exit_code == 0) {
+        SetState(p, ProcState::kExited, how);
+        return;
+      }
+      Fail(p, how + " (" + d.reason + ")", false);
+      return;
+    case RestartDecision::Kind::kExhausted:
+      Fail(p, how + "; " + d.reason, true);
+      return;
+  }
+}
+
+void Supervisor::Fail(Proc& p, const std::string& reason, bool fatal) {
+  if (culprit_ < 0) {
+    culprit_ = static_cast<int>(&p - procs_.data());
+    p.culprit = true;
+  }
+  p.reason = reason;
+  if (p.pid <= 0) SetState(p, fatal ? ProcState::kFatal : ProcState::kExited, reason);
+  BeginStop(p.plan->name + " " + reason);
+}
+
+void Supervisor::StopProc(Proc& p, const std::string& why) {
+  if (!Alive(p) || p.stop_sent) return;
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  p.stop_sent = true;
+  p.kill_at = std::chrono::steady_clock::now() + role.stop.grace;
+  ::kill(-p.pid, role.stop.grace.count() == 0 ? SIGKILL : role.stop.signal);
+  SetState(p, ProcState::kStopping, why + "; " + SignalName(role.stop.signal) + ", SIGKILL after " +
+                                        FormatDuration(role.stop.grace));
+}
+
+void Supervisor::BeginStop(const std::string& reason) {
+  if (stopping_) return;
+  stopping_ = true;
+  stop_reason_ = reason;
+  TellSystemd("STOPPING=1\nSTATUS=" + reason);
+  for (Proc& p : procs_) {
+    p.restart_pending = false;
+    if (Alive(p)) StopProc(p, "stopping the run");
+    else if (p.state == ProcState::kBackoff) SetState(p, ProcState::kExited, "not restarted: the run is stopping");
+  }
+}
+
+void Supervisor::KillAll() {
+  for (Proc& p : procs_) {
+    if (!Alive(p)) continue;
+    p.stop_sent = true;
+    ::kill(-p.pid, SIGKILL);
+    if (p.payload_pid > 0) ::kill(-p.payload_pid, SIGKILL);
+  }
+  KillOrphans();
+}
+
+void Supervisor::KillOrphans() {
+  // Our children that are not workers were reparented to us when a worker
+  // died: its payload's leftovers. Nobody else would ever stop them.
+  for (const ProcStat& c : ChildrenOf(::getpid())) {
+    bool known = std::any_of(procs_.begin(), procs_.end(), [&](const Proc& p) { return p.pid == c.pid; });
+    if (!known && c.state != 'Z') {
+      if (log_) log_->info("killing orphan {} left by a dead worker", c.pid);
+      ::kill(c.pid, SIGKILL);
+    }
+  }
+}
+
+void Supervisor::OnDeadlines() {
+  SteadyTime now = std::chrono::steady_clock::now();
+  for (Proc& p : procs_) {
+    if (p.state == ProcState::kStopping && Alive(p) && now >= p.kill_at) {
+      Info(p.plan->name + " still running after its grace: SIGKILL");
+      ::kill(-p.pid, SIGKILL);
+      if (p.payload_pid > 0) ::kill(-p.payload_pid, SIGKILL);
+      p.kill_at = SteadyTime::max();
+    }
+    if (p.restart_pending && !Alive(p) && now >= p.restart_at && !stopping_) Spawn(p);
+  }
+}
+
+void Supervisor::OnNotify() {
+  std::vector<NotifyMessage> msgs;
+  std::string err;
+  if (!notify_.Receive(&msgs, &err)) Warn("notify socket: " + err);
+  for (const NotifyMessage& m : msgs) {
+    auto it = std::find_if(procs_.begin(), procs_.end(),
+                           [&](const Proc& p) { return p.pid > 0 && (m.pid == p.pid || m.pgid == p.pid); });
+    if (it == procs_.end()) continue;  // a late message from a process already gone
+    Proc& p = *it;
+    for (const auto& [k, v] : m.fields) {
+      if (k == "MAINPID") p.payload_pid = std::atoi(v.c_str());
+      else if (k == "X_DFLASH_ERROR") p.worker_error = v;
+      else if (k == "STATUS") Info(p.plan->name + ": " + v);
+      else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
+        std::string field = k.substr(std::string("X_DFLASH_GATE_").size());
+        for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        char* end = nullptr;
+        double num = std::strtod(v.c_str(), &end);
+        p.gate[field] = end && *end == '\0' && !v.empty() ? nlohmann::json(num) : nlohmann::json(v);
+      }
+    }
+    if (m.Has("READY", "1") && p.state == ProcState::kStarting) {
+      p.ready_once = true;
+      SetState(p, ProcState::kRunning, "ready");
+      bool all = std::all_of(procs_.begin(), procs_.end(),
+                             [](const Proc& q) { return q.state == ProcState::kRunning || q.state == ProcState::kExited; });
+      if (all && !told_ready_) {
+        told_ready_ = true;
+        TellSystemd("READY=1\nSTATUS=all " + std::to_string(procs_.size()) + " processes running");
+        Info("all " + std::to_string(procs_.size()) + " processes are running");
+      }
+    }
+  }
+}
+
+void Supervisor::TellSystemd(const std::string& message) {
+  if (options_.systemd_notify_socket.empty()) return;
+  std::string err;
+  if (!NotifySendTo(options_.systemd_notify_socket, message, &err) && log_) log_->warn("systemd notify: {}", err);
+}
+
+RunSummary Supervisor::Summary() const {
+  RunSummary s;
+  s.run_id = plan_.run_id;
+  s.config = plan_.config.path;
+  s.run_dir = plan_.run_dir;
+  s.wall_s = Seconds(t0_, std::chrono::steady_clock::now());
+  for (const Proc& p : procs_) {
+    const ProcessPlan& pp = *p.plan;
+    ProcessSummary e;
+    e.name = pp.name;
+    e.role = pp.role;
+    e.role_rank = pp.role_rank;
+    e.rank = pp.rank;
+    e.device = pp.gpu >= 0 ? "cuda:" + std::to_string(pp.gpu) : "cpu";
+    e.pid = p.pid > 0 ? p.pid : p.last_pid;
+    e.state = ProcStateName(p.state);
+    e.exit_code = p.exit_code;
+    e.signal = p.signal;
+    e.restarts = std::max(0, p.attempt);
+    e.culprit = p.culprit;
+    e.collateral = p.collateral;
+    e.runtime_s = p.ended > p.started ? Seconds(p.started, p.ended) : 0;
+    e.reason = p.reason;
+    int attempt = std::max(0, p.attempt);
+    e.stdout_log = plan_.AttemptPath(pp, attempt, "stdout.log");
+    e.stderr_log = plan_.AttemptPath(pp, attempt, "stderr.log");
+    std::string msg;
+    e.error_file = ReadErrorFile(plan_.AttemptPath(pp, attempt, "error.json"), &msg);
+    e.gate = p.gate.empty() ? nlohmann::json() : p.gate;
+    e.metrics = ReadErrorFile(plan_.AttemptPath(pp, attempt, "metrics.json"), nullptr);
+    s.processes.push_back(std::move(e));
+  }
+  if (culprit_ >= 0) {
+    const Proc& c = procs_[static_cast<size_t>(culprit_)];
+    s.culprit = c.plan->name;
+    s.exit_code = c.exit_code > 0 ? c.exit_code : exit_code::kFailure;
+    s.reason = c.plan->name + " " + c.reason;
+  } else if (stop_signal_) {
+    s.exit_code = exit_code::kSignalBase + stop_signal_;
+    s.reason = stop_reason_;
+  } else {
+    s.exit_code = 0;
+    s.reason = "all processes succeeded";
+  }
+  return s;
+}
+
+}  // namespace dflash
