@@ -1,0 +1,269 @@
+#include "launcher/console.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/fd.h"
+
+namespace dflash {
+namespace {
+
+/// Hues that read on dark and light terminals; red is left out so that it
+/// keeps meaning "error" in the payloads' own output.
+constexpr const char* kPalette[] = {"32", "33", "34", "35", "36", "92", "93", "94", "95", "96"};
+
+/// FNV-1a: the same name gets the same colour on every run and every build
+/// (std::hash promises neither).
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string MakePrefix(std::string_view name, bool is_stderr, bool color) {
+  std::string p;
+  if (color) {
+    // stderr: same hue in reverse video, so a process keeps its colour and
+    // its stderr still stands out.
+    p += "\x1b[";
+    if (is_stderr) p += "7;";
+    p += kPalette[Fnv1a(name) % std::size(kPalette)];
+    p += 'm';
+  }
+  p += '[';
+  p += name;
+  p += ']';
+  if (color) p += "\x1b[0m";
+  p += ' ';
+  return p;
+}
+
+}  // namespace
+
+bool ResolveColor(ColorMode mode, bool is_tty, const char* no_color, const char* term) {
+  switch (mode) {
+    case ColorMode::kAlways: return true;
+    case ColorMode::kNever: return false;
+    case ColorMode::kAuto: break;
+  }
+  if (!is_tty) return false;
+  if (no_color != nullptr && no_color[0] != '\0') return false;
+  if (term != nullptr && std::strcmp(term, "dumb") == 0) return false;
+  return true;
+}
+
+bool ResolveColor(ColorMode mode, int fd) {
+  return ResolveColor(mode, ::isatty(fd) == 1, std::getenv("NO_COLOR"), std::getenv("TERM"));
+}
+
+Console::Console(Options options)
+    : fd_(options.fd),
+      max_queued_(options.max_queued_bytes),
+      color_(ResolveColor(options.color, options.fd)) {
+  // The writer thread takes no signals: the loop thread owns them (signalfd
+  // or ppoll), whatever the mask is when the Console is made. SIGPIPE is
+  // thread-directed, so a closed console gives this thread EPIPE instead of
+  // killing the supervisor.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  writer_ = std::thread([this] { WriterMain(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+Console::~Console() {
+  Flush();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  writer_cv_.notify_all();
+  writer_.join();
+}
+
+Console::SourceId Console::AddSource(std::string_view process, bool is_stderr,
+                                     std::string_view file_path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Source s;
+  s.name = process;
+  s.file_path = file_path;
+  s.prefix = MakePrefix(process, is_stderr, color_);
+  sources_.push_back(std::move(s));
+  return static_cast<SourceId>(sources_.size() - 1);
+}
+
+bool Console::RoomLocked(size_t bytes) {
+  size_t queued = QueuedLocked();
+  if (dropping_) {
+    if (queued > max_queued_ / 2) return false;
+    dropping_ = false;
+  }
+  if (queued + bytes > max_queued_) {
+    dropping_ = true;
+    return false;
+  }
+  // Room again: the notices go first, exactly where the gap is in each
+  // source's sequence (nothing of a skipping source was queued since).
+  if (sources_skipping_ != 0) AppendNoticesLocked();
+  return true;
+}
+
+void Console::AppendLineLocked(const Source& s, std::string_view line) {
+  pending_ += s.prefix;
+  pending_ += line;
+  // A child's own colour must not bleed into the next process's line.
+  if (color_ && line.find('\x1b') != std::string_view::npos) pending_ += "\x1b[0m";
+  pending_ += '\n';
+}
+
+void Console::AppendNoticesLocked() {
+  for (Source& s : sources_) {
+    if (s.skipped == 0) continue;
+    pending_ += "[dflash] skipped ";
+    pending_ += std::to_string(s.skipped);
+    pending_ += " console lines of ";
+    pending_ += s.name;
+    pending_ += " (console too slow); all are in ";
+    pending_ += s.file_path;
+    pending_ += '\n';
+    s.skipped = 0;
+  }
+  sources_skipping_ = 0;
+}
+
+void Console::WakeWriterLocked(bool was_empty) {
+  // The writer sleeps only while pending_ is empty, so only that edge wakes it.
+  if (was_empty && !pending_.empty()) writer_cv_.notify_one();
+}
+
+size_t Console::EnqueueLines(SourceId id, std::string_view lines) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Source& s = sources_[static_cast<size_t>(id)];
+  const bool was_empty = pending_.empty();
+  size_t dropped = 0;
+  while (!lines.empty()) {
+    size_t nl = lines.find('\n');
+    std::string_view line = lines.substr(0, nl);
+    lines.remove_prefix(nl == std::string_view::npos ? lines.size() : nl + 1);
+    if (RoomLocked(s.prefix.size() + line.size() + 1)) {
+      AppendLineLocked(s, line);
+    } else {
+      if (s.skipped++ == 0) ++sources_skipping_;
+      ++dropped;
+    }
+  }
+  dropped_total_ += dropped;
+  WakeWriterLocked(was_empty);
+  return dropped;
+}
+
+bool Console::EnqueueLine(SourceId id, std::string_view line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Source& s = sources_[static_cast<size_t>(id)];
+  const bool was_empty = pending_.empty();
+  if (!RoomLocked(s.prefix.size() + line.size() + 1)) {
+    if (s.skipped++ == 0) ++sources_skipping_;
+    ++dropped_total_;
+    return false;
+  }
+  AppendLineLocked(s, line);
+  WakeWriterLocked(was_empty);
+  return true;
+}
+
+void Console::Supervisor(std::string_view text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool was_empty = pending_.empty();
+  pending_ += text;
+  if (text.empty() || text.back() != '\n') pending_ += '\n';
+  WakeWriterLocked(was_empty);
+}
+
+bool Console::Flush(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool was_empty = pending_.empty();
+  if (sources_skipping_ != 0) AppendNoticesLocked();
+  WakeWriterLocked(was_empty);
+  auto done = [this] { return QueuedLocked() == 0; };
+  if (timeout == std::chrono::milliseconds::max()) {
+    idle_cv_.wait(lock, done);
+    return true;
+  }
+  return idle_cv_.wait_for(lock, timeout, done);
+}
+
+uint64_t Console::dropped_lines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_total_;
+}
+
+size_t Console::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return QueuedLocked();
+}
+
+std::string Console::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void Console::WriterMain() {
+  std::string batch;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    writer_cv_.wait(lock, [this] { return !pending_.empty() || stop_; });
+    if (pending_.empty()) return;  // stop_, and Flush() already ran
+    // Take everything queued in one swap: one write(2) per batch, and the
+    // buffers keep their capacity, so a busy console allocates nothing.
+    batch.swap(pending_);
+    in_flight_ = batch.size();
+    const bool broken = !error_.empty();
+    lock.unlock();
+    std::string err;
+    bool ok = broken || WriteBatch(batch);
+    if (!ok) err = ErrnoMessage("write(console fd " + std::to_string(fd_) + ")", errno);
+    lock.lock();
+    if (!ok && error_.empty()) error_ = err;
+    in_flight_ = 0;
+    batch.clear();
+    // Sources that skipped lines and queued nothing since get their notice
+    // now, so a process that went quiet after a burst is not left unexplained.
+    if (sources_skipping_ != 0 && QueuedLocked() <= max_queued_ / 2) {
+      dropping_ = false;
+      AppendNoticesLocked();
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+bool Console::WriteBatch(const std::string& batch) {
+  const char* p = batch.data();
+  size_t left = batch.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        // Someone else made the shared fd non-blocking; wait instead of spinning.
+        pollfd pfd{fd_, POLLOUT, 0};
+        ::poll(&pfd, 1, -1);
+        continue;
+      }
+      return false;
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace dflash

@@ -1,0 +1,124 @@
+// The terminal side of the log path: prefixed whole lines from every child,
+// plus the supervisor's own lines, written by one thread behind a bounded queue.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace dflash {
+
+enum class ColorMode { kAuto, kAlways, kNever };
+
+/// kAuto: colour only if the console is a TTY, NO_COLOR is unset or empty
+/// (https://no-color.org) and TERM is not "dumb". Pure, so tests need no TTY.
+bool ResolveColor(ColorMode mode, bool is_tty, const char* no_color, const char* term);
+
+/// The same, with isatty(fd) and the process environment.
+bool ResolveColor(ColorMode mode, int fd);
+
+/// Writes lines to the console (fd 1 by default) from a thread of its own, so
+/// the single-threaded event loop never waits for a slow terminal, a paused
+/// pager or a pipe nobody reads. O_NONBLOCK is never set on the console fd: it
+/// is shared with the user's shell, which would see EAGAIN afterwards.
+///
+/// The queue is bounded in bytes. A child's line that does not fit is dropped
+/// for the console only (the log file has every byte) and counted per source;
+/// once the queue has drained to half, one notice per source says how many
+/// lines were skipped and which file has them. Dropping, once it starts, lasts
+/// until that low-water mark, so a stalled console yields one notice per
+/// stall, not one per line.
+///
+/// Thread-safety: every public method may be called from any thread, but the
+/// router calls them from the loop thread only. Never call any of them in a
+/// forked child before exec (the writer thread may hold the lock at fork).
+class Console {
+ public:
+  struct Options {
+    int fd = 1;                         // borrowed; never closed, never made non-blocking
+    size_t max_queued_bytes = 4 << 20;  // formatted bytes queued or being written
+    ColorMode color = ColorMode::kAuto;
+  };
+  using SourceId = int;
+
+  explicit Console(Options options);
+  /// Flushes everything queued (this blocks for as long as the console does
+  /// not take it: "every line reaches the console before exit"), then joins.
+  ~Console();
+  Console(const Console&) = delete;
+  Console& operator=(const Console&) = delete;
+
+  /// One child stream: `process` is its name ("drafter:1"), `file_path` is
+  /// where its full output is (named in skip notices). Sources are never
+  /// removed; there are a handful per attempt.
+  SourceId AddSource(std::string_view process, bool is_stderr, std::string_view file_path);
+
+  /// Queues `lines`: zero or more whole lines, each ending in '\n' (a last
+  /// piece without one is taken as a line too). Each is written as
+  /// "[process] line\n". Returns how many were dropped because the queue was
+  /// full; a dropped line is never partly written.
+  size_t EnqueueLines(SourceId source, std::string_view lines);
+
+  /// One line without its '\n' (a partial last line, or a piece of a very long
+  /// one). Returns false if it was dropped.
+  bool EnqueueLine(SourceId source, std::string_view line);
+
+  /// The supervisor's own text, written as given plus a '\n' if it lacks one.
+  /// Never dropped: it bypasses the bound (these lines are rare).
+  void Supervisor(std::string_view text);
+
+  /// Queues the notices for lines skipped so far, then waits until every
+  /// queued byte has been written (or the console failed). False on timeout.
+  bool Flush(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
+
+  bool color() const { return color_; }
+  /// Total console lines dropped so far (all sources).
+  uint64_t dropped_lines() const;
+  /// Bytes queued or being written right now.
+  size_t queued_bytes() const;
+  /// The first write error on the console fd ("" if none). After one, output
+  /// is discarded (the files still have it) instead of blocking the shutdown.
+  std::string error() const;
+
+ private:
+  struct Source {
+    std::string name;
+    std::string file_path;
+    std::string prefix;  // "[name] ", with colour escapes when colour is on
+    uint64_t skipped = 0;  // dropped since the last notice
+  };
+
+  size_t QueuedLocked() const { return pending_.size() + in_flight_; }
+  /// True if `bytes` more may be queued; handles the drop/low-water hysteresis.
+  bool RoomLocked(size_t bytes);
+  void AppendLineLocked(const Source& s, std::string_view line);
+  void AppendNoticesLocked();
+  void WakeWriterLocked(bool was_empty);
+  void WriterMain();
+  bool WriteBatch(const std::string& batch);
+
+  const int fd_;
+  const size_t max_queued_;
+  const bool color_;
+
+  mutable std::mutex mu_;
+  std::condition_variable writer_cv_;  // pending_ became non-empty, or stop_
+  std::condition_variable idle_cv_;    // a batch was written
+  std::string pending_;                // formatted, not yet taken by the writer
+  size_t in_flight_ = 0;               // bytes the writer is writing now
+  bool dropping_ = false;
+  bool stop_ = false;
+  uint64_t sources_skipping_ = 0;      // sources with skipped > 0
+  uint64_t dropped_total_ = 0;
+  std::string error_;
+  std::vector<Source> sources_;
+  std::thread writer_;
+};
+
+}  // namespace dflash
