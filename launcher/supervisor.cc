@@ -116,6 +116,8 @@ void Supervisor::Spawn(Proc& p) {
   p.restart_pending = false;
   p.payload_pid = -1;
   p.worker_error.clear();
+  p.payload_exit.clear();
+  p.payload_signal = 0;
   p.exit_code = -1;
   p.signal = 0;
   p.reason.clear();
@@ -200,6 +202,8 @@ int Supervisor::Run() {
         OnNotify();
       } else if (kind == kTagStream) {
         int sid = static_cast<int>(id);
+        // An earlier event of this batch (a child's exit) may have closed it.
+        if (id >= stream_owner_.size() || stream_owner_[id] < 0) continue;
         if (!router_.OnReadable(sid)) CloseStream(sid);
       }
     }
@@ -265,6 +269,9 @@ void Supervisor::Reap() {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;  // 0: none left that has exited; -1/ECHILD: no children at all
+    // A worker's last words (how its payload ended) were queued before it
+    // exited, so they are readable now: take them before judging its exit.
+    OnNotify();
     auto it = std::find_if(procs_.begin(), procs_.end(), [&](const Proc& p) { return p.pid == pid; });
     if (it == procs_.end()) {
       if (log_) log_->debug("reaped orphan {} ({})", pid, DecodeWaitStatus(status).Describe());
@@ -280,7 +287,7 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
   p.last_pid = p.pid;
   p.pid = -1;
   p.exit_code = st.ExitCode();
-  p.signal = st.signaled ? st.signal : 0;
+  p.signal = st.signaled ? st.signal : p.payload_signal;
   // Nothing it wrote may be left in the pipes when we decide what it said.
   for (int sid : {p.out_stream, p.err_stream})
     if (sid >= 0 && !router_.Drain(sid)) CloseStream(sid);
@@ -288,7 +295,9 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
   p.error_message.clear();
   nlohmann::json ef = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "error.json"), &msg);
   if (!ef.is_null()) p.error_message = msg;
-  std::string how = st.Describe();
+  // The worker passes its payload's status up as its own; it also told us how
+  // the payload ended (killed by SIGSEGV, not "exited with code 139").
+  std::string how = !p.payload_exit.empty() && st.exited ? p.payload_exit : st.Describe();
   if (!p.worker_error.empty()) how += ": " + p.worker_error;
   else if (!p.error_message.empty()) how += ": " + p.error_message;
   else if (!p.reason.empty()) how = p.reason;  // the spawn error
@@ -420,6 +429,8 @@ void Supervisor::OnNotify() {
     for (const auto& [k, v] : m.fields) {
       if (k == "MAINPID") p.payload_pid = std::atoi(v.c_str());
       else if (k == "X_DFLASH_ERROR") p.worker_error = v;
+      else if (k == "X_DFLASH_EXIT") p.payload_exit = v;
+      else if (k == "X_DFLASH_SIGNAL") p.payload_signal = std::atoi(v.c_str());
       else if (k == "STATUS") Info(p.plan->name + ": " + v);
       else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
         std::string field = k.substr(std::string("X_DFLASH_GATE_").size());

@@ -76,6 +76,8 @@ class Supervisor {
     nlohmann::json gate;
     std::string error_message;  // from its TORCHELASTIC_ERROR_FILE
     std::string worker_error;   // X_DFLASH_ERROR= from the worker ("cannot execute ...")
+    std::string payload_exit;   // X_DFLASH_EXIT= ("killed by SIGSEGV (core dumped)")
+    int payload_signal = 0;     // X_DFLASH_SIGNAL=
   };
 
   void Spawn(Proc& p);

@@ -22,3 +22,20 @@ def run(args, **kw):
     kw.setdefault("text", True)
     kw.setdefault("timeout", 120)
     return subprocess.run([str(a) for a in args], **kw)
+
+
+@pytest.fixture
+def launch(bin_dir):
+    """launch(config, **kw) starts `dflash-launch run` in the background; every
+    run still going at the end of the test is killed (its children die with it)."""
+    from supervise import Run
+    runs = []
+
+    def start(config, **kw):
+        r = Run(bin_dir, config, **kw)
+        runs.append(r)
+        return r
+
+    yield start
+    for r in runs:
+        r.kill()

@@ -75,6 +75,12 @@ int main(int argc, char** argv) {
   };
 
   PayloadResult r = RunPayload(o);
+  if (r.status) {
+    // How the payload itself ended: our exit code says 139, this says SIGSEGV.
+    std::string m = "X_DFLASH_EXIT=" + r.status->Describe();
+    if (r.status->signaled) m += "\nX_DFLASH_SIGNAL=" + std::to_string(r.status->signal);
+    NotifySend(m, nullptr);
+  }
   if (!r.message.empty()) {
     std::fprintf(stderr, "dflash-worker: %s\n", r.message.c_str());
     NotifySend("X_DFLASH_ERROR=" + r.message, nullptr);

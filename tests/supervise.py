@@ -1,0 +1,114 @@
+"""Helpers to run dflash-launch on a throw-away config and read what it left."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import textwrap
+import time
+
+
+def write_config(dir, body, name="t"):
+    """A config in `dir` with its cache and logs inside it; `body` holds the [[role]]s."""
+    dir = pathlib.Path(dir)
+    (dir / "cache").mkdir(mode=0o700, exist_ok=True)
+    path = dir / "run.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [run]
+        name = "{name}"
+        cache_dir = "cache"
+        log_dir = "runs"
+        """) + textwrap.dedent(body))
+    return path
+
+
+class Run:
+    """dflash-launch run CONFIG in the background."""
+
+    def __init__(self, bin_dir, config, run_id="r", env=None, args=()):
+        self.config = pathlib.Path(config)
+        self.run_id = run_id
+        self.run_dir = self.config.parent / "runs" / run_id
+        self.proc = subprocess.Popen(
+            [str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", run_id, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True)
+        self.out = self.err = ""
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def wait(self, timeout=120):
+        self.out, self.err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode
+
+    def signal(self, sig):
+        os.kill(self.proc.pid, sig)
+
+    def summary(self):
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    def wait_for_log(self, text, timeout=60):
+        """Until the supervisor's log file has `text` (its own lines: states, reasons)."""
+        log = self.run_dir / "supervisor.log"
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if log.exists() and text in log.read_text():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"supervisor exited before logging {text!r}")
+            time.sleep(0.02)
+        raise AssertionError(f"{text!r} not logged within {timeout}s")
+
+    def count_in_log(self, text):
+        log = self.run_dir / "supervisor.log"
+        return log.read_text().count(text) if log.exists() else 0
+
+    def state_of(self, name):
+        """The state the supervisor's log last moved `name` to (STARTING, RUNNING, ...)."""
+        log = self.run_dir / "supervisor.log"
+        state = None
+        for line in (log.read_text().splitlines() if log.exists() else []):
+            if f" {name} " in line and " -> " in line:
+                state = line.split(" -> ", 1)[1].split()[0].rstrip(":")
+        return state
+
+    def kill(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def proc_table():
+    """pid -> (ppid, state, cmdline) of every process now."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read()
+            rest = stat[stat.rindex(")") + 2:].split()
+            cmd = open(f"/proc/{d}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            out[int(d)] = (int(rest[1]), rest[0], cmd)
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def descendants(root):
+    """Live pids below `root` (children, grandchildren, ...)."""
+    table = proc_table()
+    found, frontier = set(), {root}
+    while frontier:
+        nxt = {pid for pid, (ppid, _, _) in table.items() if ppid in frontier} - found
+        found |= nxt
+        frontier = nxt
+    return found
+
+
+def alive_with_marker(marker, payloads_only=False):
+    """Live pids whose command line holds `marker` (a unique string in a test's
+    payloads): the payloads and, unless `payloads_only`, their dflash-workers."""
+    return [pid for pid, (_, state, cmd) in proc_table().items()
+            if marker in cmd and state != "Z" and not (payloads_only and "dflash-worker" in cmd)]
