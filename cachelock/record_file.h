@@ -28,6 +28,7 @@ class RecordFile {
 
   /// REQUIRES: text.size() < kSlotSize (records are small; longer is refused).
   bool Write(const std::string& text, std::string* err);
+  /// Blanks the slot (all spaces): DecodeOwner reads that as kEmpty.
   void Clear();
   std::string Read() const;
   const std::string& path() const { return path_; }

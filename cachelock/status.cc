@@ -155,9 +155,10 @@ std::string StatusText(const GateStatusReport& s, double now) {
   }
   out += fmt::format("ready keys: {}\n", s.ready.size());
   for (const ReadyRecord& r : s.ready) {
-    out += fmt::format("  {}  by {} (pid {} on {}), {} ({} ago), compiled in {}", r.key, r.role, r.pid,
-                       r.host, LocalTime(r.published_at),
-                       FormatDuration(std::chrono::seconds(Age(r.published_at, now))),
+    long long age = Age(r.published_at, now);
+    out += fmt::format("  {}  by {} (pid {} on {}), {} ({}), compiled in {}", r.key, r.role, r.pid, r.host,
+                       LocalTime(r.published_at),
+                       age == 0 ? "just now" : FormatDuration(std::chrono::seconds(age)) + " ago",
                        FormatSeconds(r.compile_seconds));
     if (!r.torch_version.empty()) out += ", torch " + r.torch_version;
     out += "\n";
