@@ -63,6 +63,7 @@ struct Contender {
   std::string who, key;
   int pre_ms = 0, hold_ms = 3, reuse_ms = 1, timeout_ms = 60000;
   std::string stderr_path = {};  // empty: inherit
+  int recovery_pause_ms = 0;
 };
 
 // Starts a contender that waits for EOF on `go_fd` (passed as fd 100) first.
@@ -70,7 +71,8 @@ pid_t Start(const TempGateDir& dir, const std::string& log, const Contender& c, 
   std::vector<std::string> args = {CACHELOCK_CONTENDER, "--dir", dir.path(), "--key", c.key, "--log", log,
                                    "--who", c.who, "--pre-ms", std::to_string(c.pre_ms), "--hold-ms",
                                    std::to_string(c.hold_ms), "--reuse-ms", std::to_string(c.reuse_ms),
-                                   "--timeout-ms", std::to_string(c.timeout_ms)};
+                                   "--timeout-ms", std::to_string(c.timeout_ms), "--recovery-pause-ms",
+                                   std::to_string(c.recovery_pause_ms)};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   if (go_fd >= 0) {
@@ -271,6 +273,54 @@ TEST(Contention, HolderKilledAtRandomMomentsNextWaiterLeadsAndNothingIsLeftBehin
   AcquireResult got;
   EXPECT_EQ(g->Acquire("fresh", &got, &err), GateError::kOk) << err;
   EXPECT_EQ(got.decision, GateDecision::kLead);
+}
+
+// The case recovery must get right: several waiters judge the dead owner at
+// once and all go for the mutex. Each pauses between taking the file lock and
+// deciding, which would let all of them take over if the file lock did not
+// keep them apart (checked: with F_OFD_SETLK stubbed out, this test fails).
+TEST(Contention, ThreeRecoverersAtOnceMakeOneHolder) {
+  TempGateDir dir;
+  std::string log = dir.path() + "/log";
+  int most_at_once = 0;
+  for (int r = 0; r < 10; ++r) {
+    std::string key = "recover-" + std::to_string(r);
+    // A holder dies holding the gate: the mutex stays taken, its record names the dead.
+    pid_t dead = Start(dir, log, {"doomed", key, 0, 60000, 1, 60000}, -1);
+    ASSERT_TRUE(WaitForLine(log, "enter", dead, 30000));
+    ::kill(dead, SIGKILL);
+    Reap(dead);
+    Barrier go;
+    std::vector<pid_t> pids;
+    for (int i = 0; i < 3; ++i) {
+      Contender c{"recoverer:" + std::to_string(i), key, 0, 20, 1, 60000};
+      c.recovery_pause_ms = 100;
+      pids.push_back(Start(dir, log, c, go.fds[0]));
+    }
+    go.Go();
+    for (pid_t p : pids) {
+      int status = Reap(p);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << r << " status " << status;
+    }
+    int leads = 0, took_over = 0, recovering = 0, inside = 0;
+    for (const Event& e : ReadLog(log)) {
+      if (e.key != key || e.pid == dead) continue;
+      if (e.name == "recovering") ++recovering;
+      if (e.name == "enter" && e.role == "lead") {
+        EXPECT_EQ(inside, 0) << "round " << r << ": two holders";
+        ++inside;
+        ++leads;
+        took_over += e.recovered;
+      }
+      if (e.name == "exit" && e.role == "lead") --inside;
+    }
+    EXPECT_EQ(leads, 1) << "round " << r;
+    EXPECT_EQ(took_over, 1) << "round " << r;
+    most_at_once = std::max(most_at_once, recovering);
+  }
+  // The test did line them up: several judged the owner dead in one round.
+  std::cout << "[ recoverers ] most in one round: " << most_at_once << "\n";
+  EXPECT_GE(most_at_once, 2);
 }
 
 TEST(Contention, StoppedHolderMakesWaitersTimeOutNamingIt) {

@@ -138,6 +138,7 @@ GateError CompileGate::LockBoth(Wait& w, bool* recovered, std::string* err) {
     // back to waiting: (a) never gets two owners from recovery, and nobody
     // posts for the dead owner, so its count never exceeds one.
     if (GateError e = LockFileLevel(w, err); e != GateError::kOk) return e;
+    if (options_.before_recovery_decision) options_.before_recovery_decision();
     std::string ignored;
     if (backend_->LockLocal(milliseconds(0), &ignored) == LockAttempt::kAcquired) {
       file = true;  // freed while we waited for (b): an ordinary take

@@ -48,6 +48,10 @@ struct GateOptions {
   /// takes it over: the window between a holder's sem_wait and its record
   /// write, in which a SIGKILL leaves no name behind.
   std::chrono::milliseconds empty_owner_grace = std::chrono::milliseconds(500);
+  /// Test seam: runs when a waiter that judged the owner of (a) gone holds
+  /// (b) and is about to re-read the record and decide. Tests pause here to
+  /// widen the decide-then-write window that (b) must keep to one recoverer.
+  std::function<void()> before_recovery_decision;
 };
 
 struct AcquireResult {

@@ -1,12 +1,15 @@
 // cachelock_test_contender: one real process contending for a gate, for contention_test.cc.
 //
 //   cachelock_test_contender --dir D --key K --log L [--who NAME] [--go-fd N]
-//       [--pre-ms N] [--hold-ms N] [--reuse-ms N] [--timeout-ms N]
+//       [--pre-ms N] [--hold-ms N] [--reuse-ms N] [--timeout-ms N] [--recovery-pause-ms N]
 //
 // Blocks reading --go-fd until EOF (a start barrier), appends "start", sleeps
 // --pre-ms, acquires; a leader appends "enter", works --hold-ms, appends
 // "publish", publishes, appends "published" and "exit", releases; a reuser
-// appends "enter", works --reuse-ms, appends "exit". Each log line is one
+// appends "enter", works --reuse-ms, appends "exit". A waiter that judged the
+// holder dead and holds the file lock appends "recovering" and pauses
+// --recovery-pause-ms before it decides: without the file lock, recoverers
+// pausing together would all take over. Each log line is one
 // O_APPEND write: "<event> <pid> <lead|reuse|-> <key> <CLOCK_MONOTONIC ns> <took_lock> <recovered>".
 // Exit status: 0, or GateExitCode of the gate error (its text on stderr).
 #include <fcntl.h>
@@ -40,7 +43,7 @@ void SleepMs(long ms) {
 
 int main(int argc, char** argv) {
   std::string dir, key, log, who = "contender";
-  long pre_ms = 0, hold_ms = 0, reuse_ms = 0, timeout_ms = 60000;
+  long pre_ms = 0, hold_ms = 0, reuse_ms = 0, timeout_ms = 60000, recovery_pause_ms = 0;
   int go_fd = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
     else if (flag == "--hold-ms") hold_ms = std::atol(value.c_str());
     else if (flag == "--reuse-ms") reuse_ms = std::atol(value.c_str());
     else if (flag == "--timeout-ms") timeout_ms = std::atol(value.c_str());
+    else if (flag == "--recovery-pause-ms") recovery_pause_ms = std::atol(value.c_str());
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 64;
@@ -83,6 +87,10 @@ int main(int argc, char** argv) {
   o.role = who;
   o.torch_version = "test";
   o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.before_recovery_decision = [&] {
+    note("recovering", "-");
+    SleepMs(recovery_pause_ms);
+  };
   std::unique_ptr<dflash::CompileGate> gate;
   std::string err;
   dflash::GateError e = dflash::CompileGate::Open(o, &gate, &err);
