@@ -131,8 +131,8 @@ void Report(const std::string& impl, const std::string& what, std::vector<long l
   std::sort(ns.begin(), ns.end());
   auto pct = [&](double p) { return ns[std::min(ns.size() - 1, static_cast<size_t>(p * ns.size()))] / 1e3; };
   double mean = std::accumulate(ns.begin(), ns.end(), 0.0) / ns.size() / 1e3;
-  std::printf("{\"impl\": \"%s\", \"what\": \"%s\", \"n\": %zu, \"p50_us\": %.1f, \"p99_us\": %.1f, "
-              "\"mean_us\": %.1f, \"max_us\": %.1f}\n",
+  std::printf("{\"impl\": \"%s\", \"what\": \"%s\", \"n\": %zu, \"p50_us\": %.2f, \"p99_us\": %.2f, "
+              "\"mean_us\": %.2f, \"max_us\": %.1f}\n",
               impl.c_str(), what.c_str(), ns.size(), pct(0.50), pct(0.99), mean, ns.back() / 1e3);
   std::fflush(stdout);
 }

@@ -101,8 +101,8 @@ def player(me, impl, directory, s, n):
 def report(impl, what, ns):
     ns = sorted(ns)
     pct = lambda p: ns[min(len(ns) - 1, int(p * len(ns)))] / 1e3
-    print(json.dumps({"impl": impl, "what": what, "n": len(ns), "p50_us": round(pct(0.50), 1),
-                      "p99_us": round(pct(0.99), 1), "mean_us": round(sum(ns) / len(ns) / 1e3, 1),
+    print(json.dumps({"impl": impl, "what": what, "n": len(ns), "p50_us": round(pct(0.50), 2),
+                      "p99_us": round(pct(0.99), 2), "mean_us": round(sum(ns) / len(ns) / 1e3, 2),
                       "max_us": round(ns[-1] / 1e3, 1)}), flush=True)
 
 

@@ -74,10 +74,11 @@ def main():
         "| what | lock | n | p50 µs | p99 µs | p50 ratio (peer/gate) | p99 ratio (peer/gate) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
+    us = lambda v: f"{v:.2f}" if v < 10 else f"{v:.1f}"
     for r in rows:
         g = gate[r["what"]]
-        ratio = lambda k: "—" if r["impl"] == "gate" else f"{r[k] / max(g[k], 0.1):.2f}x"
-        lines.append(f"| {r['what']} | {names[r['impl']]} | {r['n']} | {r['p50_us']:.1f} | {r['p99_us']:.1f} | "
+        ratio = lambda k: "—" if r["impl"] == "gate" else f"{r[k] / max(g[k], 0.01):.2f}x"
+        lines.append(f"| {r['what']} | {names[r['impl']]} | {r['n']} | {us(r['p50_us'])} | {us(r['p99_us'])} | "
                      f"{ratio('p50_us')} | {ratio('p99_us')} |")
     h = gate["handoff"]
     fl = next(r for r in rows if r["impl"] == "filelock" and r["what"] == "handoff")
