@@ -3,7 +3,6 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,12 +30,6 @@ namespace dflash {
 namespace {
 
 void Say(const std::string& line) { std::fprintf(stderr, "dflash-cachelock: %s\n", line.c_str()); }
-
-double WallNow() {
-  struct timespec ts {};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
 
 // ---------------------------------------------------------------------------
 // TEMPORARY payload hosting, `--ready exit` only. To be replaced by the shared
@@ -198,9 +191,9 @@ int Status(const std::string& dir, bool as_json) {
     return exit_code::kCannotCreate;
   }
   if (as_json)
-    std::cout << StatusJson(s, WallNow()).dump(2) << "\n";
+    std::cout << StatusJson(s, RealGateClock()->WallSeconds()).dump(2) << "\n";
   else
-    std::cout << StatusText(s, WallNow());
+    std::cout << StatusText(s, RealGateClock()->WallSeconds());
   return exit_code::kOk;
 }
 

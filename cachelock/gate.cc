@@ -47,6 +47,8 @@ int GateExitCode(GateError e) {
 const char* GateDecisionName(GateDecision d) { return d == GateDecision::kLead ? "lead" : "reuse"; }
 
 struct CompileGate::Wait {
+  Wait(std::string k, GateClock::TimePoint now, const GateOptions& o)
+      : key(std::move(k)), start(now), deadline(now + o.timeout), next_progress(now + o.progress_every) {}
   std::string key;
   GateClock::TimePoint start, deadline, next_progress;
   std::optional<GateClock::TimePoint> empty_since;  // level (a) taken, nobody recorded
@@ -90,11 +92,7 @@ GateError CompileGate::Acquire(const std::string& key, AcquireResult* result, st
     busy_ = false;
     return GateError::kOk;
   }
-  Wait w;
-  w.key = key;
-  w.start = clock_->Now();
-  w.deadline = w.start + options_.timeout;
-  w.next_progress = w.start + options_.progress_every;
+  Wait w(key, clock_->Now(), options_);
   GateError e = LockBoth(w, &result->recovered, err);
   result->waited_seconds = Seconds(clock_->Now() - w.start);
   if (e != GateError::kOk) {
@@ -270,11 +268,7 @@ void CompileGate::ReleaseLevels() {
 GateError CompileGate::Forget(const std::string& key, bool* existed, std::string* err) {
   if (!ValidGateKey(key, err)) return GateError::kBadKey;
   if (GateError e = Enter(err); e != GateError::kOk) return e;
-  Wait w;
-  w.key = key;
-  w.start = clock_->Now();
-  w.deadline = w.start + options_.timeout;
-  w.next_progress = w.start + options_.progress_every;
+  Wait w(key, clock_->Now(), options_);
   bool recovered = false;
   GateError e = LockBoth(w, &recovered, err);
   if (e == GateError::kOk) {

@@ -25,19 +25,9 @@ namespace dflash {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::OpenGate;
+using testing::Reap;
 using testing::TempGateDir;
-
-std::unique_ptr<CompileGate> OpenGate(const std::string& dir, const std::string& role,
-                                      milliseconds timeout = std::chrono::seconds(30)) {
-  GateOptions o;
-  o.dir = dir;
-  o.role = role;
-  o.timeout = timeout;
-  std::unique_ptr<CompileGate> g;
-  std::string err;
-  EXPECT_EQ(CompileGate::Open(o, &g, &err), GateError::kOk) << err;
-  return g;
-}
 
 // Where each fd of `pid` points.
 std::vector<std::string> FdTargets(pid_t pid) {
@@ -65,13 +55,6 @@ pid_t Spawn(const std::vector<std::string>& args) {
   pid_t pid = -1;
   EXPECT_EQ(::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
   return pid;
-}
-
-int Reap(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
 }
 
 TEST(OsBackend, CreatesPrivateFilesAndAPrivateMutex) {

@@ -15,18 +15,8 @@
 namespace dflash {
 namespace {
 
+using testing::OpenGate;
 using testing::TempGateDir;
-
-std::unique_ptr<CompileGate> OpenGate(const std::string& dir, const std::string& role) {
-  GateOptions o;
-  o.dir = dir;
-  o.role = role;
-  o.torch_version = "2.13.0";
-  std::unique_ptr<CompileGate> g;
-  std::string err;
-  EXPECT_EQ(CompileGate::Open(o, &g, &err), GateError::kOk) << err;
-  return g;
-}
 
 // A pid that existed and is gone: a reaped child.
 pid_t DeadPid() {
