@@ -1,0 +1,207 @@
+// The `dflash-cachelock` contract as scripts see it: exit codes, DFLASH_GATE_ROLE, status, forget.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "cachelock/test_util.h"
+#include "common/fd.h"
+
+extern char** environ;
+
+namespace dflash {
+namespace {
+
+using testing::TempGateDir;
+
+struct Ran {
+  int status = -1;  // exit status, or -1 if it did not exit
+  std::string out, err;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  void TearDown() override {  // the gate lives in a subdir: remove its /dev/shm objects too
+    GateLayout l;
+    std::string err;
+    if (LocateGate(Dir(), &l, &err)) RemoveHostLocalObjects(l, &err);
+  }
+  pid_t Start(std::vector<std::string> args, int n) {
+    args.insert(args.begin(), CACHELOCK_CLI);
+    std::string out = tmp_.path() + "/out" + std::to_string(n), err = tmp_.path() + "/err" + std::to_string(n);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    EXPECT_EQ(::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+  }
+  Ran Finish(pid_t pid, int n) {
+    Ran r;
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(status)) r.status = WEXITSTATUS(status);
+    std::string e;
+    ReadFile(tmp_.path() + "/out" + std::to_string(n), &r.out, &e);
+    ReadFile(tmp_.path() + "/err" + std::to_string(n), &r.err, &e);
+    return r;
+  }
+  Ran Run(std::vector<std::string> args) {
+    int n = ++runs_;
+    return Finish(Start(std::move(args), n), n);
+  }
+  Ran RunGated(const std::string& key, const std::string& shell, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"run", Dir(), "--key", key};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "sh", "-c", shell});
+    return Run(args);
+  }
+  std::string Dir() const { return tmp_.path() + "/cache"; }
+  std::string Slurp(const std::string& path) {
+    std::string text, err;
+    ReadFile(path, &text, &err);
+    return text;
+  }
+
+  TempGateDir tmp_;
+  int runs_ = 0;
+};
+
+TEST_F(Cli, LeadsAndPublishesThenReusesAndSaysSoInTheEnvironment) {
+  std::string role_file = tmp_.path() + "/role";
+  Ran first = RunGated("k", "echo $DFLASH_GATE_ROLE > " + role_file);
+  EXPECT_EQ(first.status, 0) << first.err;
+  EXPECT_EQ(Slurp(role_file), "lead\n");
+  EXPECT_TRUE(std::filesystem::exists(Dir() + "/.dflash/ready/k.json"));
+  Ran second = RunGated("k", "echo $DFLASH_GATE_ROLE > " + role_file);
+  EXPECT_EQ(second.status, 0) << second.err;
+  EXPECT_EQ(Slurp(role_file), "reuse\n");
+  EXPECT_NE(second.err.find("reuse"), std::string::npos) << second.err;
+}
+
+TEST_F(Cli, PassesTheCommandsStatusAndPublishesNothingOnFailure) {
+  Ran r = RunGated("k", "exit 3");
+  EXPECT_EQ(r.status, 3);
+  EXPECT_FALSE(std::filesystem::exists(Dir() + "/.dflash/ready/k.json"));
+  std::string role_file = tmp_.path() + "/role";
+  EXPECT_EQ(RunGated("k", "echo $DFLASH_GATE_ROLE > " + role_file).status, 0);
+  EXPECT_EQ(Slurp(role_file), "lead\n");  // the failed leader made no promise
+}
+
+TEST_F(Cli, ACommandKilledBySignalNExitsWith128PlusN) {
+  EXPECT_EQ(RunGated("k", "kill -TERM $$").status, 128 + SIGTERM);
+  EXPECT_EQ(RunGated("k", "kill -KILL $$").status, 128 + SIGKILL);
+}
+
+TEST_F(Cli, ACommandThatCannotBeFoundExitsWith127) {
+  Ran r = Run({"run", Dir(), "--key", "k", "--", "/nonexistent/compile"});
+  EXPECT_EQ(r.status, 127);
+  EXPECT_NE(r.err.find("cannot run /nonexistent/compile"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, GateTimeoutExits75NamingTheHolderWithProgressOnTheWay) {
+  // A leader that holds the gate for a long time.
+  std::string marker = tmp_.path() + "/holding", payload_pid = tmp_.path() + "/payload.pid";
+  int n = ++runs_;
+  pid_t holder = Start({"run", Dir(), "--key", "k", "--who", "drafter:0", "--", "sh", "-c",
+                        "echo $$ > " + payload_pid + "; touch " + marker + "; exec sleep 60"},
+                       n);
+  for (int i = 0; i < 3000 && !std::filesystem::exists(marker); ++i) ::usleep(10000);
+  ASSERT_TRUE(std::filesystem::exists(marker));
+  std::string ran = tmp_.path() + "/ran";
+  Ran r = RunGated("k", "touch " + ran, {"--timeout", "2s", "--progress", "500ms"});
+  EXPECT_EQ(r.status, 75) << r.err;
+  EXPECT_NE(r.err.find("timed out after 2s waiting for gate k"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("held by drafter:0 (pid " + std::to_string(holder) + ")"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("waiting for gate k: held by drafter:0"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(ran));  // CMD never ran
+
+  // status names the holder too, as text and as JSON.
+  Ran st = Run({"status", Dir()});
+  EXPECT_EQ(st.status, 0);
+  EXPECT_NE(st.out.find("held by drafter:0 (pid " + std::to_string(holder) + ")"), std::string::npos) << st.out;
+  Ran js = Run({"status", Dir(), "--json"});
+  nlohmann::json j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["state"], "held");
+  EXPECT_EQ(j["holder"]["pid"], holder);
+  EXPECT_EQ(j["holder"]["role"], "drafter:0");
+  EXPECT_EQ(j["holder"]["key"], "k");
+
+  ::kill(holder, SIGKILL);  // the holder dies: status says so, the next run leads
+  Finish(holder, n);
+  ::kill(std::stoi(Slurp(payload_pid)), SIGKILL);  // its orphaned payload
+  js = Run({"status", Dir(), "--json"});
+  j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["state"], "free");
+  EXPECT_EQ(j["stale_record"]["pid"], holder);
+  std::string role_file = tmp_.path() + "/role";
+  EXPECT_EQ(RunGated("k", "echo $DFLASH_GATE_ROLE > " + role_file).status, 0);
+  EXPECT_EQ(Slurp(role_file), "lead\n");
+}
+
+TEST_F(Cli, AnInsecureDirExits73WithTheFixAndRunsNothing) {
+  std::filesystem::create_directory(Dir());
+  ASSERT_EQ(::chmod(Dir().c_str(), 0777), 0);
+  std::string ran = tmp_.path() + "/ran";
+  Ran r = RunGated("k", "touch " + ran);
+  EXPECT_EQ(r.status, 73);
+  EXPECT_NE(r.err.find("chmod go-w " + Dir()), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(ran));
+  EXPECT_EQ(Run({"status", Dir()}).status, 0);  // never used: nothing to distrust yet
+}
+
+TEST_F(Cli, BadKeysAndUnwiredReadyModesAreUsageErrors) {
+  Ran r = RunGated("no/slash", "true");
+  EXPECT_EQ(r.status, 64);
+  EXPECT_NE(r.err.find("[A-Za-z0-9._-]{1,128}"), std::string::npos) << r.err;
+  r = RunGated("k", "true", {"--ready", "notify"});
+  EXPECT_EQ(r.status, 64);
+  EXPECT_NE(r.err.find("not wired"), std::string::npos) << r.err;
+  r = RunGated("k", "true", {"--ready", "bogus"});
+  EXPECT_EQ(r.status, 64);
+  EXPECT_EQ(Run({"run", Dir(), "--", "true"}).status, 64);  // --key is required
+  EXPECT_EQ(Run({"frobnicate"}).status, 64);
+}
+
+TEST_F(Cli, TheCommandInheritsNoGateFd) {
+  std::string fds = tmp_.path() + "/fds";
+  Ran r = RunGated("k", "ls -l /proc/$$/fd > " + fds);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string listing = Slurp(fds);
+  EXPECT_NE(listing.find("fds"), std::string::npos) << listing;  // the listing itself is there
+  EXPECT_EQ(listing.find(".dflash"), std::string::npos) << listing;
+  EXPECT_EQ(listing.find("/dev/shm"), std::string::npos) << listing;
+}
+
+TEST_F(Cli, ForgetRemovesTheMarkerSoTheNextRunLeads) {
+  ASSERT_EQ(RunGated("k", "true").status, 0);
+  Ran st = Run({"status", Dir(), "--json"});
+  nlohmann::json j = nlohmann::json::parse(st.out);
+  ASSERT_EQ(j["ready"].size(), 1u);
+  EXPECT_EQ(j["ready"][0]["key"], "k");
+  EXPECT_EQ(j["state"], "free");
+  Ran f = Run({"forget", Dir(), "--key", "k"});
+  EXPECT_EQ(f.status, 0) << f.err;
+  EXPECT_NE(f.err.find("forgot READY(k)"), std::string::npos) << f.err;
+  EXPECT_FALSE(std::filesystem::exists(Dir() + "/.dflash/ready/k.json"));
+  EXPECT_EQ(Run({"forget", Dir(), "--key", "k"}).status, 0);  // idempotent
+  std::string role_file = tmp_.path() + "/role";
+  EXPECT_EQ(RunGated("k", "echo $DFLASH_GATE_ROLE > " + role_file).status, 0);
+  EXPECT_EQ(Slurp(role_file), "lead\n");
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,3 @@
+#include "cachelock/cli.h"
+
+int main(int argc, char** argv) { return dflash::CachelockMain(argc, argv); }
