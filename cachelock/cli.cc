@@ -21,6 +21,8 @@
 
 #include "cachelock/gate.h"
 #include "cachelock/status.h"
+#include "common/ready_spec.h"
+#include "worker/gated_run.h"
 #include "common/duration.h"
 #include "common/exit_codes.h"
 
@@ -31,79 +33,9 @@ namespace {
 
 void Say(const std::string& line) { std::fprintf(stderr, "dflash-cachelock: %s\n", line.c_str()); }
 
-// ---------------------------------------------------------------------------
-// TEMPORARY payload hosting, `--ready exit` only. To be replaced by the shared
-// payload host (worker/payload_host.h + common/spawn.h + common/notify.h):
-// its own process group, notify/file/log readiness, full signal forwarding.
-// Until then: fork/exec in our process group (a terminal's ^C reaches CMD
-// directly, so we ignore SIGINT/SIGQUIT while it runs), forward SIGTERM and
-// SIGHUP, and report its status as a shell would.
-volatile sig_atomic_t g_child = 0;
-
-void ForwardSignal(int sig) {
-  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
-}
-
-int SpawnAndWait(const std::vector<std::string>& cmd, const char* gate_role) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "DFLASH_GATE_ROLE=", 17) != 0) env_strings.emplace_back(*e);
-  env_strings.push_back(std::string("DFLASH_GATE_ROLE=") + gate_role);
-  std::vector<char*> envp, argv;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = cmd;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::string exec_error_prefix = "dflash-cachelock: cannot run " + cmd[0] + ": ";
-
-  struct sigaction forward {}, ignore {}, old_term {}, old_hup {}, old_int {}, old_quit {};
-  forward.sa_handler = ForwardSignal;
-  ::sigemptyset(&forward.sa_mask);
-  ignore.sa_handler = SIG_IGN;
-  ::sigemptyset(&ignore.sa_mask);
-  ::sigaction(SIGTERM, &forward, &old_term);
-  ::sigaction(SIGHUP, &forward, &old_hup);
-  ::sigaction(SIGINT, &ignore, &old_int);
-  ::sigaction(SIGQUIT, &ignore, &old_quit);
-
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigemptyset(&dfl.sa_mask);
-    for (int sig : {SIGTERM, SIGHUP, SIGINT, SIGQUIT}) ::sigaction(sig, &dfl, nullptr);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    int e = errno;
-    std::string msg = exec_error_prefix + std::strerror(e) + "\n";
-    (void)!::write(2, msg.data(), msg.size());
-    ::_exit(e == ENOENT ? exit_code::kNotFound : exit_code::kNotExecutable);
-  }
-  int status = 0;
-  int rc = exit_code::kFailure;
-  if (pid < 0) {
-    Say(fmt::format("fork: {}", std::strerror(errno)));
-  } else {
-    g_child = pid;
-    pid_t w;
-    do {
-      w = ::waitpid(pid, &status, 0);
-    } while (w < 0 && errno == EINTR);
-    g_child = 0;
-    if (w == pid && WIFEXITED(status)) rc = WEXITSTATUS(status);
-    if (w == pid && WIFSIGNALED(status)) rc = exit_code::kSignalBase + WTERMSIG(status);
-  }
-  ::sigaction(SIGTERM, &old_term, nullptr);
-  ::sigaction(SIGHUP, &old_hup, nullptr);
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGQUIT, &old_quit, nullptr);
-  return rc;
-}
-// End of the temporary payload hosting.
-// ---------------------------------------------------------------------------
 
 struct RunArgs {
-  std::string dir, key, ready = "exit", timeout = "20m", progress = "5s", who, torch_version;
+  std::string dir, key, ready = "exit", ready_timeout = "0", timeout = "20m", progress = "5s", who, torch_version;
   std::vector<std::string> cmd;
 };
 
@@ -113,17 +45,6 @@ std::string DefaultWho(const std::vector<std::string>& cmd) {
   if (role && *role) return rank && *rank ? fmt::format("{}:{}", role, rank) : role;
   if (!cmd.empty()) return std::filesystem::path(cmd[0]).filename().string();
   return "dflash-cachelock";
-}
-
-bool ParseReady(const std::string& spec, std::string* err) {
-  if (spec == "exit") return true;
-  bool known = spec == "notify" || (spec.rfind("file:", 0) == 0 && spec.size() > 5) ||
-               (spec.rfind("log:", 0) == 0 && spec.size() > 4);
-  *err = known ? fmt::format("--ready {}: not wired into dflash-cachelock yet (it needs the shared payload "
-                             "host); use --ready exit",
-                             spec)
-               : fmt::format("--ready {}: expected exit, notify, file:PATH or log:REGEX", spec);
-  return false;
 }
 
 bool MakeOptions(const std::string& dir, const std::string& timeout, const std::string& progress,
@@ -143,44 +64,26 @@ bool MakeOptions(const std::string& dir, const std::string& timeout, const std::
 }
 
 int Run(const RunArgs& a) {
+  // The same host as dflash-worker: gate, payload, readiness, publish, release.
+  GatedRunOptions o;
   std::string err;
-  if (!ValidGateKey(a.key, &err) || !ParseReady(a.ready, &err)) {
+  if (!ParseReadySpec(a.ready, &o.ready, &err) || !ParseDuration(a.ready_timeout, &o.ready.timeout, &err) ||
+      !ParseDuration(a.timeout, &o.gate_timeout, &err) || !ParseDuration(a.progress, &o.progress_every, &err)) {
     Say(err);
     return exit_code::kUsage;
   }
-  GateOptions o;
+  if (o.gate_timeout.count() <= 0) {
+    Say("--timeout " + a.timeout + ": must be more than 0");
+    return exit_code::kUsage;
+  }
+  o.name = a.who.empty() ? DefaultWho(a.cmd) : a.who;
+  o.argv = a.cmd;
+  o.gate_dir = a.dir;
+  o.gate_key = a.key;
   o.torch_version = a.torch_version;
-  if (!MakeOptions(a.dir, a.timeout, a.progress, a.who.empty() ? DefaultWho(a.cmd) : a.who, &o, &err)) {
-    Say(err);
-    return exit_code::kUsage;
-  }
-  std::unique_ptr<CompileGate> gate;
-  if (GateError e = CompileGate::Open(o, &gate, &err); e != GateError::kOk) {
-    Say(err);
-    return GateExitCode(e);
-  }
-  AcquireResult got;
-  if (GateError e = gate->Acquire(a.key, &got, &err); e != GateError::kOk) {
-    Say(err);
-    return GateExitCode(e);
-  }
-  if (got.decision == GateDecision::kReuse) {
-    Say(fmt::format("gate {}: reuse (READY by {}, pid {}, compiled in {})", a.key, got.marker.role,
-                    got.marker.pid, FormatSeconds(got.marker.compile_seconds)));
-    return SpawnAndWait(a.cmd, "reuse");
-  }
-  Say(fmt::format("gate {}: lead{}", a.key, got.recovered ? " (recovered from a dead holder)" : ""));
-  int rc = SpawnAndWait(a.cmd, "lead");
-  if (rc == 0) {
-    if (GateError e = gate->Publish(&err); e != GateError::kOk) {
-      Say("publishing READY(" + a.key + "): " + err);
-      rc = GateExitCode(e);
-    }
-  } else {
-    Say(fmt::format("gate {}: the command failed ({}); READY not published, the next waiter leads", a.key, rc));
-  }
-  gate->Release();
-  return rc;
+  o.say = Say;
+  o.report = false;  // our caller is a person or a script, not the supervisor
+  return RunGated(o);
 }
 
 int Status(const std::string& dir, bool as_json) {
@@ -240,6 +143,7 @@ int CachelockMain(int argc, char** argv) {
   run->add_option("dir", ra.dir, "The cache dir the gate protects")->required();
   run->add_option("--key", ra.key, "Gate key: [A-Za-z0-9._-]{1,128}")->required();
   run->add_option("--ready", ra.ready, "When a leader's CMD is ready: exit (default), notify, file:PATH, log:REGEX");
+  run->add_option("--ready-timeout", ra.ready_timeout, "Longest wait for CMD to be ready (default 0: no limit)");
   run->add_option("--timeout", ra.timeout, "Longest wait for the gate (default 20m)");
   run->add_option("--progress", ra.progress, "Progress line cadence while waiting (default 5s; 0 = none)");
   run->add_option("--who", ra.who, "Name in records and messages (default $ROLE_NAME:$ROLE_RANK or CMD)");

@@ -109,7 +109,9 @@ TEST_F(Cli, ACommandKilledBySignalNExitsWith128PlusN) {
 TEST_F(Cli, ACommandThatCannotBeFoundExitsWith127) {
   Ran r = Run({"run", Dir(), "--key", "k", "--", "/nonexistent/compile"});
   EXPECT_EQ(r.status, 127);
-  EXPECT_NE(r.err.find("cannot run /nonexistent/compile"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot execute '/nonexistent/compile': No such file or directory"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("READY not published"), std::string::npos) << r.err;
 }
 
 TEST_F(Cli, GateTimeoutExits75NamingTheHolderWithProgressOnTheWay) {
@@ -163,13 +165,44 @@ TEST_F(Cli, AnInsecureDirExits73WithTheFixAndRunsNothing) {
   EXPECT_EQ(Run({"status", Dir()}).status, 0);  // never used: nothing to distrust yet
 }
 
-TEST_F(Cli, BadKeysAndUnwiredReadyModesAreUsageErrors) {
+// Each readiness mode: the leader publishes READY (and lets others in) as
+// soon as its CMD is ready, while CMD is still running.
+TEST_F(Cli, EveryReadyModePublishesWhileTheLeaderStillRuns) {
+  struct Case { const char* key; std::vector<std::string> ready; std::string signal; };
+  std::string touched = tmp_.path() + "/compiled-flag";
+  for (const Case& c : {Case{"by-log", {"--ready", "log:^compiled$"}, "echo compiled"},
+                        Case{"by-notify", {"--ready", "notify"}, "systemd-notify --ready"},
+                        Case{"by-file", {"--ready", "file:" + touched}, "touch " + touched}}) {
+    if (c.ready[1] == "notify" && ::access("/usr/bin/systemd-notify", X_OK) != 0) continue;
+    std::string marker = Dir() + "/.dflash/ready/" + c.key + ".json", seen = tmp_.path() + "/seen-" + c.key;
+    // After signalling readiness CMD waits until the marker exists: READY was
+    // published while it runs, not at its exit.
+    Ran r = RunGated(c.key, c.signal + "; for i in $(seq 100); do [ -e " + marker + " ] && break; sleep 0.05; done; "
+                         "[ -e " + marker + " ] && touch " + seen + "; echo $DFLASH_GATE_ROLE > " + seen + ".role",
+                     c.ready);
+    EXPECT_EQ(r.status, 0) << c.key << ": " << r.err;
+    EXPECT_TRUE(std::filesystem::exists(seen)) << c.key << ": READY was not published while CMD ran\n" << r.err;
+    EXPECT_EQ(Slurp(seen + ".role"), "lead\n") << c.key;
+    // The next run of the key reuses at once.
+    r = RunGated(c.key, "echo $DFLASH_GATE_ROLE > " + seen + ".role", c.ready);
+    EXPECT_EQ(Slurp(seen + ".role"), "reuse\n") << c.key;
+    std::filesystem::remove(touched);
+  }
+}
+
+TEST_F(Cli, ALeaderThatIsNeverReadyPublishesNothing) {
+  Ran r = RunGated("never", "sleep 5", {"--ready", "notify", "--ready-timeout", "300ms"});
+  EXPECT_EQ(r.status, 75) << r.err;
+  EXPECT_NE(r.err.find("not ready after 300ms"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(Dir() + "/.dflash/ready/never.json"));
+}
+
+TEST_F(Cli, BadKeysAndReadyModesAreUsageErrors) {
   Ran r = RunGated("no/slash", "true");
   EXPECT_EQ(r.status, 64);
   EXPECT_NE(r.err.find("[A-Za-z0-9._-]{1,128}"), std::string::npos) << r.err;
-  r = RunGated("k", "true", {"--ready", "notify"});
+  r = RunGated("k", "true", {"--ready", "log:"});
   EXPECT_EQ(r.status, 64);
-  EXPECT_NE(r.err.find("not wired"), std::string::npos) << r.err;
   r = RunGated("k", "true", {"--ready", "bogus"});
   EXPECT_EQ(r.status, 64);
   EXPECT_EQ(Run({"run", Dir(), "--", "true"}).status, 64);  // --key is required
