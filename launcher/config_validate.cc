@@ -21,6 +21,12 @@ const char* const kReserved[] = {
     "MASTER_ADDR", "MASTER_PORT", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_MASTER_PORT",
     "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT",
     "NOTIFY_SOCKET",
+    // DFLASH_* that dflash-launch and dflash-worker set (others are the payload's own knobs).
+    "DFLASH_RUN_ID", "DFLASH_RUN_DIR", "DFLASH_PROCESS", "DFLASH_ATTEMPT", "DFLASH_METRICS_FILE",
+    "DFLASH_SPOOL_DIR", "DFLASH_GATE_KEY", "DFLASH_GATE_ROLE", "DFLASH_WARMUP", "DFLASH_HIDDEN_SHAPE",
+    "DFLASH_TAPPED_LAYERS", "DFLASH_TARGET_LAYERS", "DFLASH_HIDDEN", "DFLASH_DRAFT_LAYERS", "DFLASH_BLOCK_SIZE",
+    "DFLASH_SEQ_LEN", "DFLASH_BATCH", "DFLASH_DTYPE", "DFLASH_VOCAB", "DFLASH_SEED", "DFLASH_HEADS",
+    "DFLASH_KV_HEADS",
 };
 
 const toml::node* At(const toml::table& root, std::initializer_list<std::string_view> path) {
@@ -236,7 +242,6 @@ bool ValidEnvName(const std::string& name) {
 }
 
 bool IsReservedEnv(const std::string& name) {
-  if (name.rfind("DFLASH_", 0) == 0) return true;
   for (const char* r : kReserved)
     if (name == r) return true;
   return false;
@@ -246,7 +251,7 @@ std::string ReservedEnvHint(const std::string& name) {
   if (name == "CUDA_VISIBLE_DEVICES") return "list the GPUs in devices = [...]; each process gets one";
   if (name == "TORCHINDUCTOR_CACHE_DIR" || name == "TRITON_CACHE_DIR") return "set [run] cache_dir";
   if (name == "MASTER_ADDR" || name == "MASTER_PORT") return "set [run] master_addr / master_port";
-  if (name.rfind("DFLASH_", 0) == 0) return "DFLASH_* come from [model] and the plan; change those instead";
+  if (name.rfind("DFLASH_", 0) == 0) return name + " comes from [model] or the plan; change that instead";
   return "remove it: `dflash-launch check` shows the value each process gets";
 }
 

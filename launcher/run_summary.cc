@@ -37,6 +37,27 @@ std::string SummaryTable(const RunSummary& s, bool color) {
     else if (p.collateral) row = std::string(dim) + row + "   (stopped: collateral)" + off;
     o += row + "\n";
   }
+  // The compile gate, per gated process: who compiled, who waited, what the cache gave.
+  bool gated = false;
+  for (const ProcessSummary& p : s.processes) gated |= p.gate.is_object();
+  if (gated) {
+    o += "\n" + Pad("compile gate", 14) + Pad("role", 7) + Pad("waited", 9) + Pad("ready", 9) +
+         Pad("fxgraph hit/miss", 18) + "autograd hit/miss\n";
+    for (const ProcessSummary& p : s.processes) {
+      if (!p.gate.is_object()) continue;
+      auto num = [](const nlohmann::json& j, const char* k) {
+        return j.is_object() && j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0;
+      };
+      auto pair = [&](const char* hit, const char* miss) {
+        double h = num(p.metrics, hit), m = num(p.metrics, miss);
+        return h < 0 ? std::string("-") : std::to_string(static_cast<int>(h)) + "/" + std::to_string(static_cast<int>(m));
+      };
+      o += Pad(p.name, 14) + Pad(p.gate.contains("role") && p.gate["role"].is_string() ? p.gate["role"].get<std::string>() : "?", 7) + Pad(Seconds(std::max(0.0, num(p.gate, "wait_s"))), 9) +
+           Pad(p.ready_s > 0 ? Seconds(p.ready_s) : "-", 9) + Pad(pair("fxgraph_cache_hit", "fxgraph_cache_miss"), 18) +
+           pair("autograd_cache_hit", "autograd_cache_miss") + "\n";
+    }
+  }
+  for (const std::string& w : s.warnings) o += std::string(red) + "warning: " + w + off + "\n";
   o += "run " + s.run_id + ": ";
   if (s.exit_code == 0) o += "all processes succeeded";
   else o += "exit " + std::to_string(s.exit_code) + ", " + s.reason;
@@ -54,6 +75,7 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
   j["culprit"] = s.culprit.empty() ? ojson() : ojson(s.culprit);
   j["reason"] = s.reason;
   j["wall_s"] = s.wall_s;
+  j["warnings"] = s.warnings;
   j["processes"] = ojson::array();
   for (const ProcessSummary& p : s.processes) {
     ojson e;
@@ -70,6 +92,7 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["culprit"] = p.culprit;
     e["collateral"] = p.collateral;
     e["runtime_s"] = p.runtime_s;
+    e["ready_s"] = p.ready_s > 0 ? ojson(p.ready_s) : ojson();
     e["reason"] = p.reason;
     e["log"] = {{"stdout", p.stdout_log}, {"stderr", p.stderr_log}};
     e["error_file"] = p.error_file.is_null() ? ojson() : ojson::parse(p.error_file.dump());

@@ -23,6 +23,7 @@ struct ProcessSummary {
   bool culprit = false;
   bool collateral = false;  // stopped by the supervisor after the culprit failed
   double runtime_s = 0;     // of the last attempt
+  double ready_s = 0;       // spawn to ready, of the last attempt (0: never ready)
   std::string reason;       // "exited with code 3", "stopped (SIGTERM)"
   std::string stdout_log, stderr_log;
   nlohmann::json error_file;  // TORCHELASTIC_ERROR_FILE content, or null
@@ -38,6 +39,7 @@ struct RunSummary {
   std::string culprit;  // empty: none
   std::string reason;
   double wall_s = 0;
+  std::vector<std::string> warnings;  // e.g. a gate reuse that still missed the cache
   std::vector<ProcessSummary> processes;
 };
 

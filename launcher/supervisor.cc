@@ -118,6 +118,8 @@ void Supervisor::Spawn(Proc& p) {
   p.worker_error.clear();
   p.payload_exit.clear();
   p.payload_signal = 0;
+  p.gate = nlohmann::json();
+  p.ready_s = 0;
   p.exit_code = -1;
   p.signal = 0;
   p.reason.clear();
@@ -432,6 +434,7 @@ void Supervisor::OnNotify() {
       else if (k == "X_DFLASH_EXIT") p.payload_exit = v;
       else if (k == "X_DFLASH_SIGNAL") p.payload_signal = std::atoi(v.c_str());
       else if (k == "STATUS") Info(p.plan->name + ": " + v);
+      else if (k == "X_DFLASH_READY_S") p.ready_s = std::atof(v.c_str());
       else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
         std::string field = k.substr(std::string("X_DFLASH_GATE_").size());
         for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -440,9 +443,11 @@ void Supervisor::OnNotify() {
         p.gate[field] = end && *end == '\0' && !v.empty() ? nlohmann::json(num) : nlohmann::json(v);
       }
     }
+    if (auto state = m.Get("X_DFLASH_GATE_STATE")) ReportGate(p, *state);
     if (m.Has("READY", "1") && p.state == ProcState::kStarting) {
       p.ready_once = true;
-      SetState(p, ProcState::kRunning, "ready");
+      SetState(p, ProcState::kRunning, "ready" + (p.ready_s > 0 ? " after " + FormatSeconds(p.ready_s) : ""));
+      CheckReuseHitTheCache(p);
       bool all = std::all_of(procs_.begin(), procs_.end(),
                              [](const Proc& q) { return q.state == ProcState::kRunning || q.state == ProcState::kExited; });
       if (all && !told_ready_) {
@@ -452,6 +457,43 @@ void Supervisor::OnNotify() {
       }
     }
   }
+}
+
+namespace {
+// The worker's X_DFLASH_GATE_* facts; a process that never took the gate has none (null).
+std::string GateText(const nlohmann::json& gate, const char* k) {
+  return gate.is_object() && gate.contains(k) && gate[k].is_string() ? gate[k].get<std::string>() : "";
+}
+double GateNumber(const nlohmann::json& gate, const char* k) {
+  return gate.is_object() && gate.contains(k) && gate[k].is_number() ? gate[k].get<double>() : 0.0;
+}
+}  // namespace
+
+void Supervisor::ReportGate(const Proc& p, const std::string& state) {
+  auto num = [&](const char* k) { return GateNumber(p.gate, k); };
+  std::string key = GateText(p.gate, "key");
+  if (state == "waiting") Info(p.plan->name + " gate " + key + ": waiting");
+  else if (state == "leading") Info(p.plan->name + " gate " + key + ": lead, compiles for the others (waited " +
+                                    FormatSeconds(num("wait_s")) + ")");
+  else if (state == "reusing") Info(p.plan->name + " gate " + key + ": reuse, loads the cache (waited " +
+                                    FormatSeconds(num("wait_s")) + ")");
+  else if (state == "ready") Info(p.plan->name + " gate " + key + ": READY published after " +
+                                  FormatSeconds(num("compile_s")));
+}
+
+void Supervisor::CheckReuseHitTheCache(Proc& p) {
+  // A READY marker promises "the cache is warm for you". A reuse that still
+  // compiled means the gate key misses something Inductor's key sees: say it loudly.
+  if (GateText(p.gate, "role") != "reuse") return;
+  nlohmann::json m = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"), nullptr);
+  if (!m.is_object() || !m.contains("fxgraph_cache_miss") || !m["fxgraph_cache_miss"].is_number()) return;
+  int misses = m["fxgraph_cache_miss"].get<int>();
+  if (misses <= 0) return;
+  std::string w = p.plan->name + " reused gate " + GateText(p.gate, "key") + " but missed the FX graph cache " +
+                  std::to_string(misses) + " time(s): the gate key does not cover something Inductor's cache key sees "
+                  "(a TORCHINDUCTOR_* setting, another torch, other shapes?); it compiled on its own";
+  warnings_.push_back(w);
+  Warn(w);
 }
 
 void Supervisor::TellSystemd(const std::string& message) {
@@ -489,9 +531,11 @@ RunSummary Supervisor::Summary() const {
     std::string msg;
     e.error_file = ReadErrorFile(plan_.AttemptPath(pp, attempt, "error.json"), &msg);
     e.gate = p.gate.empty() ? nlohmann::json() : p.gate;
+    e.ready_s = p.ready_s;
     e.metrics = ReadErrorFile(plan_.AttemptPath(pp, attempt, "metrics.json"), nullptr);
     s.processes.push_back(std::move(e));
   }
+  s.warnings = warnings_;
   if (culprit_ >= 0) {
     const Proc& c = procs_[static_cast<size_t>(culprit_)];
     s.culprit = c.plan->name;

@@ -78,6 +78,7 @@ class Supervisor {
     std::string worker_error;   // X_DFLASH_ERROR= from the worker ("cannot execute ...")
     std::string payload_exit;   // X_DFLASH_EXIT= ("killed by SIGSEGV (core dumped)")
     int payload_signal = 0;     // X_DFLASH_SIGNAL=
+    double ready_s = 0;         // X_DFLASH_READY_S=: spawn to ready (the compile, for a gated payload)
   };
 
   void Spawn(Proc& p);
@@ -100,6 +101,8 @@ class Supervisor {
   /// Stream ended (EOF) or is abandoned: out of epoll, out of the router.
   void CloseStream(int sid);
   void TellSystemd(const std::string& message);
+  void ReportGate(const Proc& p, const std::string& state);
+  void CheckReuseHitTheCache(Proc& p);
   void Info(const std::string& text);
   void Warn(const std::string& text);
 
@@ -120,6 +123,7 @@ class Supervisor {
   std::string stop_reason_;
   int culprit_ = -1;
   bool told_ready_ = false;
+  std::vector<std::string> warnings_;
   SteadyTime t0_{};
 };
 

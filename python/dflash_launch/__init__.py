@@ -1,3 +1,113 @@
-"""Helpers for payloads run by dflash-launch (stdlib only; torch is imported lazily)."""
+"""Helpers for payloads run by dflash-launch. Standard library only: torch is
+imported lazily, by the functions that need it.
+
+- notify_ready() / notify_status(): the systemd notify protocol on $NOTIFY_SOCKET
+  (what `ready = "notify"` waits for). No-ops when NOTIFY_SOCKET is unset, so the
+  same script runs alone, under dflash-launch, under systemd, or under torchrun.
+- check_hidden_states(): the DFlash shape contract. The drafter reads the tapped
+  layers concatenated on the feature axis, [batch, seq, n_taps * hidden]; a tensor
+  stacked as [batch, seq, n_taps, hidden] is the classic mistake and gets an error
+  that shows the reshape that fixes it.
+"""
+
+import os
+import socket
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "notify", "notify_ready", "notify_status", "check_hidden_states", "HiddenStateContractError",
+    "contract_from_env", "gate_role",
+]
+
+
+def notify(message: str) -> bool:
+    """Sends one datagram ("KEY=VALUE" lines) to $NOTIFY_SOCKET. False when unset."""
+    address = os.environ.get("NOTIFY_SOCKET", "")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # the abstract namespace
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto(message.encode(), address)
+    return True
+
+
+def notify_ready(status: str = None) -> bool:
+    """Says "ready": this process has finished compiling (its first compiled step ran)."""
+    return notify("READY=1" + (f"\nSTATUS={status}" if status else ""))
+
+
+def notify_status(text: str) -> bool:
+    """A status line the supervisor shows on its console."""
+    return notify(f"STATUS={text}")
+
+
+def gate_role() -> str:
+    """"lead" if this process compiles for the others, "reuse" if it loads their
+    cache, "" when not gated (DFLASH_GATE_ROLE, set by dflash-worker)."""
+    return os.environ.get("DFLASH_GATE_ROLE", "")
+
+
+class HiddenStateContractError(ValueError):
+    """Hidden states that do not match [batch, seq, n_taps * hidden]."""
+
+
+def _shape(t):
+    return tuple(int(d) for d in t.shape)
+
+
+def check_hidden_states(t, n_taps: int, hidden: int, batch: int = None, seq_len: int = None):
+    """Raises HiddenStateContractError unless `t` is [batch, seq, n_taps * hidden].
+
+    A tensor stacked as [batch, seq, n_taps, hidden] is recognised, and the
+    message shows the reshape (or torch.cat) that fixes it. Returns `t`.
+    """
+    import torch  # lazily: the rest of the package needs no torch
+
+    if not isinstance(t, torch.Tensor):
+        raise HiddenStateContractError(f"expected a torch.Tensor, got {type(t).__name__}")
+    shape = _shape(t)
+    width = n_taps * hidden
+    b = batch if batch is not None else (shape[0] if shape else 1)
+    s = seq_len if seq_len is not None else (shape[1] if len(shape) > 1 else 0)
+    want = (b, s, width)
+    head = (f"hidden states must be [batch, seq, n_taps*hidden] = [{b}, {s}, {width}] "
+            f"({n_taps} taps of hidden {hidden} concatenated on the feature axis)")
+    if len(shape) == 4 and shape[2:] == (n_taps, hidden):
+        raise HiddenStateContractError(
+            f"{head}; got stacked {list(shape)}. Fix: torch.cat(taps, dim=-1), or for a stacked x: "
+            f"x.reshape({shape[0]}, {shape[1]}, {width})")
+    if len(shape) != 3:
+        raise HiddenStateContractError(f"{head}; got rank {len(shape)} {list(shape)}")
+    if shape[2] != width:
+        hint = (f"only one tap's width: concatenate all {n_taps} tapped layers with torch.cat(taps, dim=-1)"
+                if shape[2] == hidden else f"the feature axis must be {n_taps}*{hidden} = {width}")
+        raise HiddenStateContractError(f"{head}; got {list(shape)}: {hint}")
+    if shape != want:
+        raise HiddenStateContractError(f"{head}; got {list(shape)}: batch or sequence length differs")
+    return t
+
+
+def contract_from_env(env=None):
+    """The [model] contract dflash-launch passes in DFLASH_* variables, as a dict
+    (empty when not run by dflash-launch)."""
+    env = os.environ if env is None else env
+    if "DFLASH_HIDDEN_SHAPE" not in env:
+        return {}
+    ints = lambda k, d=0: int(env.get(k, d) or d)
+    return {
+        "hidden_shape": [int(x) for x in env["DFLASH_HIDDEN_SHAPE"].split(",")],
+        "tapped_layers": [int(x) for x in env.get("DFLASH_TAPPED_LAYERS", "").split(",") if x],
+        "target_layers": ints("DFLASH_TARGET_LAYERS"),
+        "hidden": ints("DFLASH_HIDDEN"),
+        "draft_layers": ints("DFLASH_DRAFT_LAYERS", 1),
+        "block_size": ints("DFLASH_BLOCK_SIZE", 16),
+        "seq_len": ints("DFLASH_SEQ_LEN"),
+        "batch": ints("DFLASH_BATCH", 1),
+        "dtype": env.get("DFLASH_DTYPE", "fp32"),
+        "heads": ints("DFLASH_HEADS"),
+        "kv_heads": ints("DFLASH_KV_HEADS"),
+        "vocab": ints("DFLASH_VOCAB", 32000),
+        "seed": ints("DFLASH_SEED"),
+    }

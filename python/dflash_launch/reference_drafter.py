@@ -1,0 +1,284 @@
+"""A tiny DFlash drafter, faithful to the real one at toy size, trained with a
+torch.compile'd step. The reference payload of dflash-launch (configs/demo.toml).
+
+The model (z-lab/dflash, SpecForge): the target's tapped hidden states arrive
+concatenated, [B, S, n_taps*H]; `fc: n_taps*H -> H` (no bias) and an RMSNorm
+make the context. The sequence is cut into blocks of `block_size`: position 0 of
+each block is the real anchor token, positions 1.. are mask tokens to predict,
+all in parallel. Each draft layer attends from the block tokens to the context
+up to the anchor and to their own block (a dense boolean mask: flex_attention
+has no backward on CPU). Loss: cross-entropy on k >= 1, weighted exp(-(k-1)/gamma).
+
+Run by dflash-launch, it reads the shape contract from DFLASH_* variables,
+says ready (notify) after its first compiled step, and writes its Inductor cache
+counters and compile times to $DFLASH_METRICS_FILE.
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dflash_launch import check_hidden_states, contract_from_env, gate_role, notify_ready, notify_status
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotary(positions, head_dim, base=10000.0):
+    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    freqs = positions.float()[:, None] * inv[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rot * sin
+
+
+def block_mask(seq_len, block_size):
+    """[S, 2S] bool: query i (block j, anchor a = j*bs) sees context 0..a and its own block."""
+    q = torch.arange(seq_len)
+    anchor = (q // block_size) * block_size
+    ctx = torch.arange(seq_len)[None, :] <= anchor[:, None]
+    blk = (torch.arange(seq_len)[None, :] // block_size) == (q[:, None] // block_size)
+    return torch.cat([ctx, blk], dim=1)
+
+
+def block_weights(seq_len, block_size, gamma):
+    k = torch.arange(seq_len) % block_size
+    return torch.where(k >= 1, torch.exp(-(k - 1).float() / gamma), torch.zeros(()))
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, hidden, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.q = nn.Linear(hidden, heads * self.head_dim, bias=False)
+        self.k = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(heads * self.head_dim, hidden, bias=False)
+        self.attn_norm = RMSNorm(hidden)
+        self.mlp_norm = RMSNorm(hidden)
+        inter = 3 * hidden
+        self.gate = nn.Linear(hidden, inter, bias=False)
+        self.up = nn.Linear(hidden, inter, bias=False)
+        self.down = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x, ctx, mask, cos, sin):
+        b, s, _ = x.shape
+        h = self.attn_norm(x)
+        kv_in = torch.cat([ctx, h], dim=1)  # the context, then the block tokens
+        q = self.q(h).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k(kv_in).view(b, 2 * s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v(kv_in).view(b, 2 * s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = apply_rotary(q, cos[:s], sin[:s])
+        k = apply_rotary(k, torch.cat([cos[:s], cos[:s]]), torch.cat([sin[:s], sin[:s]]))
+        rep = self.heads // self.kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
+        h = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Drafter(nn.Module):
+    def __init__(self, n_taps, hidden, vocab, layers, heads, kv_heads, block_size, seq_len, gamma=7.0):
+        super().__init__()
+        self.block_size, self.mask_id = block_size, vocab - 1
+        self.fc = nn.Linear(n_taps * hidden, hidden, bias=False)
+        self.hidden_norm = RMSNorm(hidden)
+        self.embed = nn.Embedding(vocab, hidden)              # shared with the target, frozen
+        self.layers = nn.ModuleList([DraftLayer(hidden, heads, kv_heads) for _ in range(layers)])
+        self.norm = RMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)   # shared with the target, frozen
+        self.embed.weight.requires_grad_(False)
+        self.lm_head.weight.requires_grad_(False)
+        cos, sin = rotary(torch.arange(seq_len), hidden // heads)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.register_buffer("mask", block_mask(seq_len, block_size), persistent=False)
+        self.register_buffer("weights", block_weights(seq_len, block_size, gamma), persistent=False)
+
+    def forward(self, target_hidden, tokens):
+        ctx = self.hidden_norm(self.fc(target_hidden))
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        block_in = torch.where(pos % self.block_size == 0, tokens, torch.full_like(tokens, self.mask_id))
+        x = self.embed(block_in)
+        for layer in self.layers:
+            x = layer(x, ctx, self.mask, self.cos, self.sin)
+        return self.lm_head(self.norm(x))
+
+    def loss(self, target_hidden, tokens):
+        logits = self.forward(target_hidden, tokens)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten(), reduction="none").view(tokens.shape)
+        return (ce * self.weights).sum() / (self.weights.sum() * tokens.shape[0])
+
+
+def build(contract, dtype=torch.float32):
+    c = contract
+    n_taps, hidden = len(c["tapped_layers"]), c["hidden"]
+    heads = c["heads"] or max(1, hidden // 64)
+    kv = c["kv_heads"] or heads
+    torch.manual_seed(c["seed"])
+    model = Drafter(n_taps, hidden, c["vocab"], c["draft_layers"], heads, kv, c["block_size"], c["seq_len"])
+    return model.to(dtype)
+
+
+class SyntheticSource:
+    """Hidden states of the contract's shape and tokens with a learnable pattern,
+    until a real target feeds the drafter (the builtin target, via the spool)."""
+
+    def __init__(self, contract, rank, dtype):
+        self.c, self.dtype = contract, dtype
+        self.g = torch.Generator().manual_seed(1000 + rank)
+
+    def __iter__(self):
+        c = self.c
+        b, s, width = c["hidden_shape"]
+        vocab = c["vocab"] - 1  # the last id is the drafter's mask token
+        while True:
+            start = torch.randint(0, vocab, (b, 1), generator=self.g)
+            tokens = (start + 7 * torch.arange(s)) % vocab      # a pattern the drafter can learn
+            hidden = torch.randn(b, s, width, generator=self.g).to(self.dtype)
+            yield {"tokens": tokens, "hidden": hidden, "seq": None, "producer": "synthetic"}
+
+
+def cache_counters():
+    from torch._dynamo.utils import counters
+    ind, aot = counters["inductor"], counters["aot_autograd"]
+    return {
+        "fxgraph_cache_hit": int(ind["fxgraph_cache_hit"]),
+        "fxgraph_cache_miss": int(ind["fxgraph_cache_miss"]),
+        "fxgraph_cache_bypass": int(ind["fxgraph_cache_bypass"]),
+        "autograd_cache_hit": int(aot["autograd_cache_hit"]),
+        "autograd_cache_miss": int(aot["autograd_cache_miss"]),
+    }
+
+
+def compile_breakdown():
+    """Seconds per compile phase (what a cache hit still pays for)."""
+    from torch._dynamo.utils import compile_times
+    names, values = compile_times(repr="csv")
+    keep = {"_compile.compile_inner": "dynamo_total", "bytecode_tracing": "dynamo_tracing",
+            "create_aot_dispatcher_function": "aot_autograd", "compile_fx_inner": "inductor",
+            "fx_codegen_and_compile": "inductor_codegen_and_compile", "compile_file": "cpp_compile",
+            "PyCodeCache.load_by_key_path": "load_modules", "build_guards": "guards"}
+    out = {}
+    for name, value in zip(names, values):
+        if name in keep:
+            out[keep[name]] = round(sum(float(v) for v in str(value).split(",") if v.strip()), 4)
+    return out
+
+
+def cpu_seconds():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def write_metrics(path, metrics):
+    if not path:
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(metrics, f, indent=2)
+    os.replace(tmp, path)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=int(os.environ.get("DFLASH_STEPS", "20")))
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--source", choices=["synthetic", "spool"], default=os.environ.get("DFLASH_SOURCE", "synthetic"))
+    p.add_argument("--metrics", default=os.environ.get("DFLASH_METRICS_FILE", ""))
+    p.add_argument("--no-compile", action="store_true", help="eager (for comparisons)")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("DFLASH_TORCH_THREADS", "1")))
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    contract = contract_from_env()
+    if not contract:
+        sys.exit("reference_drafter: run me under dflash-launch (or set DFLASH_HIDDEN_SHAPE & co.)")
+    warmup = os.environ.get("DFLASH_WARMUP") == "1"
+    steps = 1 if warmup else args.steps
+    torch.set_num_threads(args.threads)
+    name = os.environ.get("DFLASH_PROCESS", "drafter")
+    rank = int(os.environ.get("ROLE_RANK", "0"))
+    dtype = DTYPES[contract["dtype"]]
+    t_start, cpu_start = time.perf_counter(), cpu_seconds()
+
+    model = build(contract, dtype)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
+    step_loss = model.loss if args.no_compile else torch.compile(model.loss)
+    if args.source == "spool":
+        from dflash_launch.spool import SpoolSource
+        source = SpoolSource.from_env(contract, name)
+    else:
+        source = SyntheticSource(contract, rank, dtype)
+
+    n_taps, hidden = len(contract["tapped_layers"]), contract["hidden"]
+    losses, metrics = [], {"process": name, "gate_role": gate_role(), "torch_version": torch.__version__}
+    it = iter(source)
+    for step in range(steps):
+        sample = next(it, None)
+        if sample is None:
+            break
+        check_hidden_states(sample["hidden"], n_taps, hidden, contract["batch"], contract["seq_len"])
+        t0 = time.perf_counter()
+        loss = step_loss(sample["hidden"], sample["tokens"])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(round(loss.item(), 5))
+        if "ack" in sample:
+            sample["ack"]()
+        if step == 0:
+            metrics.update(cache_counters())
+            metrics.update(compile_wall_s=round(time.perf_counter() - t_start, 3),
+                           compile_cpu_s=round(cpu_seconds() - cpu_start, 3),
+                           first_step_s=round(time.perf_counter() - t0, 3),
+                           compile_breakdown=compile_breakdown())
+            metrics["first_loss"] = losses[0]
+            write_metrics(args.metrics, metrics)
+            # The first compiled step ran: the Inductor cache holds our kernels.
+            notify_ready(f"compiled in {metrics['compile_wall_s']:.1f}s "
+                         f"(fx hits {metrics['fxgraph_cache_hit']}, misses {metrics['fxgraph_cache_miss']})")
+            print(f"{name}: first step {losses[0]:.4f}, compiled in {metrics['compile_wall_s']:.1f}s "
+                  f"({metrics['gate_role'] or 'ungated'}; fxgraph hits {metrics['fxgraph_cache_hit']} "
+                  f"misses {metrics['fxgraph_cache_miss']})", flush=True)
+        elif step % 10 == 0:
+            notify_status(f"step {step} loss {losses[-1]:.4f}")
+            print(f"{name}: step {step} loss {losses[-1]:.4f}", flush=True)
+    metrics.update(cache_counters())
+    metrics.update(steps=len(losses), losses=losses, first_loss=losses[0] if losses else None,
+                   last_loss=losses[-1] if losses else None, wall_s=round(time.perf_counter() - t_start, 3),
+                   samples=len(losses) * contract["batch"], source=args.source)
+    write_metrics(args.metrics, metrics)
+    if losses:
+        print(f"{name}: {len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The compile gate under dflash-launch, on real torch.compile (issue #5)."""
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, run
+from supervise import proc_table, write_config
+
+VENV_BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+
+MODEL = """
+[model]
+target_layers = 64
+hidden = 64
+tapped_layers = [1, 16, 31, 46, 61]
+draft_layers = 2
+block_size = 4
+seq_len = 64
+dtype = "fp32"
+heads = 4
+kv_heads = 2
+vocab = 256
+"""
+
+
+def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }'):
+    return MODEL + f"""
+[[role]]
+name = "drafter"
+cpu = {n}
+command = ["python", "-m", "dflash_launch.reference_drafter"]
+env = {{ DFLASH_STEPS = "{steps}", TORCHINDUCTOR_COMPILE_THREADS = "1" }}
+{'gate = { timeout = "10m" }' if gate else ''}
+ready = {ready}
+{extra}
+"""
+
+
+def by_name(summary):
+    return {p["name"]: p for p in summary["processes"]}
+
+
+def test_three_drafters_one_leads_two_reuse(launch, tmp_path):
+    r = launch(write_config(tmp_path, drafters()), env=ENV)
+    assert r.wait(timeout=600) == 0, r.err
+    procs = list(by_name(r.summary()).values())
+    leads = [p for p in procs if p["gate"]["role"] == "lead"]
+    reuses = [p for p in procs if p["gate"]["role"] == "reuse"]
+    assert len(leads) == 1 and len(reuses) == 2
+    assert leads[0]["metrics"]["fxgraph_cache_miss"] > 0
+    for p in reuses:
+        m = p["metrics"]
+        assert m["fxgraph_cache_miss"] == 0 and m["fxgraph_cache_hit"] > 0, m
+        assert m["autograd_cache_hit"] > 0
+        # They waited for the leader's compile, and said so while waiting.
+        assert p["gate"]["wait_s"] >= 0.8 * leads[0]["ready_s"] - 2
+        assert "waiting for gate" in (tmp_path / p["log"]["stderr"]).read_text()
+    for p in procs:
+        assert p["metrics"]["steps"] == 3 and p["exit_code"] == 0
+    assert r.summary()["warnings"] == []
+    assert "compile gate" in r.out and "reuse" in r.out
+
+
+def test_without_the_gate_every_drafter_compiles(launch, tmp_path):
+    r = launch(write_config(tmp_path, drafters(gate=False)), env=ENV)
+    assert r.wait(timeout=900) == 0, r.err
+    for p in by_name(r.summary()).values():
+        # All three start together on a cold cache: each compiles on its own.
+        assert p["metrics"]["fxgraph_cache_miss"] > 0, p["name"]
+        assert p["gate"] is None
+
+
+def payload_of(worker_pid):
+    for pid, (ppid, state, cmd) in proc_table().items():
+        if ppid == worker_pid and "reference_drafter" in cmd:
+            return pid
+    return None
+
+
+def test_sigkill_of_the_leaders_payload_mid_compile(launch, tmp_path):
+    body = drafters(extra='restart = { policy = "on-failure", max = 2, window = "1h", backoff = "1s..1s" }')
+    r = launch(write_config(tmp_path, body), env=ENV)
+    deadline = time.time() + 120
+    leader = None
+    while leader is None and time.time() < deadline:
+        for i in range(3):
+            f = r.run_dir / f"attempt_0/drafter-{i}.stderr.log"
+            if f.exists() and ": lead, compiling" in f.read_text():
+                leader = i
+        time.sleep(0.1)
+    assert leader is not None
+    log = (r.run_dir / "supervisor.log").read_text()
+    worker = int(log.split(f"drafter:{leader} STARTING (pid ")[1].split(",")[0])
+    time.sleep(3)  # mid-compile: the leader's compile takes tens of seconds
+    payload = payload_of(worker)
+    assert payload, "leader payload not found"
+    os.kill(payload, signal.SIGKILL)
+    assert r.wait(timeout=900) == 0, r.err
+    s = by_name(r.summary())
+    killed = s[f"drafter:{leader}"]
+    assert killed["restarts"] == 1
+    # A follower took over: it led, compiled and published. Nobody is left
+    # without the cache, and the dead leader published nothing.
+    marker = json.loads(next((tmp_path / "cache/.dflash/ready").glob("*.json")).read_text())
+    assert marker["pid"] != worker
+    assert marker["role"] != f"drafter:{leader}" or killed["gate"]["role"] == "lead"
+    new_leads = [p for p in s.values() if p["gate"]["role"] == "lead"]
+    assert len(new_leads) == 1 and new_leads[0]["name"] == marker["role"]
+    for p in s.values():
+        assert p["metrics"]["steps"] == 3
+    assert "the payload ended before it was ready; READY not published" in \
+        (r.run_dir / f"attempt_0/drafter-{leader}.stderr.log").read_text()
+
+
+def shell_roles(command, ready, n=2, extra=""):
+    return f"""
+[[role]]
+name = "p"
+cpu = {n}
+command = {json.dumps(command)}
+cwd = "."
+gate = {{ key = "k" }}
+ready = {ready}
+{extra}
+"""
+
+
+def test_ready_log_with_an_unmodified_payload(launch, tmp_path):
+    # The payload knows nothing of us: it just prints.
+    cmd = ["sh", "-c", "echo $DFLASH_GATE_ROLE > role.$DFLASH_PROCESS; sleep 0.3; echo 'compiled in 0.3s'; sleep 0.5"]
+    r = launch(write_config(tmp_path, shell_roles(cmd, '{ mode = "log", pattern = "compiled in [0-9.]+s" }')))
+    assert r.wait() == 0, r.err
+    roles = sorted((tmp_path / f"role.p:{i}").read_text().strip() for i in range(2))
+    assert roles == ["lead", "reuse"]
+    lead = [p for p in r.summary()["processes"] if p["gate"]["role"] == "lead"][0]
+    assert lead["gate"]["compile_s"] >= 0.3
+
+
+@pytest.mark.parametrize("sender", ["raw", "systemd-notify"])
+def test_ready_notify(launch, tmp_path, sender):
+    if sender == "systemd-notify" and not os.path.exists("/usr/bin/systemd-notify"):
+        pytest.skip("no systemd-notify")
+    say = (f"{sys.executable} -c 'from dflash_launch import notify_ready; notify_ready(\"warm\")'"
+           if sender == "raw" else "systemd-notify --ready --status=warm")
+    cmd = ["sh", "-c", f"echo $DFLASH_GATE_ROLE > role.$DFLASH_PROCESS; sleep 0.2; {say}; sleep 0.3"]
+    t = time.time()
+    r = launch(write_config(tmp_path, shell_roles(cmd, '"notify"')), env=ENV)
+    assert r.wait() == 0, r.err
+    assert time.time() - t < 4  # systemd-notify's barrier is answered: no 5 s hang
+    roles = sorted((tmp_path / f"role.p:{i}").read_text().strip() for i in range(2))
+    assert roles == ["lead", "reuse"]
+    assert "p:0: warm" in r.out or "p:1: warm" in r.out  # STATUS= reached the console
+
+
+def test_readiness_timeout_names_the_process(launch, tmp_path):
+    r = launch(write_config(tmp_path, shell_roles(["sleep", "30"], '{ mode = "notify", timeout = "500ms" }', n=1)))
+    assert r.wait() == 75
+    s = r.summary()
+    assert s["culprit"] == "p:0"
+    assert "p:0 (pid" in s["reason"] and "not ready after 500ms (ready = notify: no READY=1 received)" in s["reason"]
+    assert not list((tmp_path / "cache/.dflash/ready").glob("*.json"))  # nothing published
+
+
+def test_changing_the_hidden_size_changes_the_default_gate_key(bin_dir, tmp_path):
+    keys = []
+    for hidden in (64, 128):
+        cfg = write_config(tmp_path, drafters().replace("hidden = 64", f"hidden = {hidden}"))
+        plan = json.loads(run([bin_dir / "dflash-launch", "check", cfg, "--json"], env=ENV).stdout)
+        keys.append(plan["processes"][0]["gate_key"])
+    assert keys[0] != keys[1] and all(k.startswith("drafter-") for k in keys)
+
+
+def test_standalone_worker_under_torchrun(bin_dir, tmp_path):
+    torchrun = os.path.join(VENV_BIN, "torchrun")
+    (tmp_path / "cache").mkdir(mode=0o700)
+    cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", str(bin_dir / "dflash-worker"),
+           "--gate-dir", str(tmp_path / "cache"), "--gate-key", "k", "--ready", "exit", "--",
+           "sh", "-c", f"echo $DFLASH_GATE_ROLE $LOCAL_RANK >> {tmp_path}/roles; sleep 0.5"]
+    r = run(cmd, env=ENV, timeout=120)
+    assert r.returncode == 0, r.stderr
+    roles = sorted(line.split()[0] for line in (tmp_path / "roles").read_text().splitlines())
+    assert roles == ["lead", "reuse"]
