@@ -111,7 +111,8 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
       {"DFLASH_PROCESS", p.name},
       {"DFLASH_ATTEMPT", std::to_string(attempt)},
       {"DFLASH_METRICS_FILE", AttemptPath(p, attempt, "metrics.json")},
-      {"DFLASH_SPOOL_DIR", run.spool_dir},
+      {"DFLASH_SPOOL_DIR", SpoolDir()},
+      {"DFLASH_SPOOL_PRODUCERS", std::to_string(SpoolProducers())},
   };
   if (!p.gate_key.empty()) env.emplace_back("DFLASH_GATE_KEY", p.gate_key);
   if (m.present) {
@@ -135,6 +136,15 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
   const RoleSpec& role = RoleOf(p);
   env.insert(env.end(), role.env.begin(), role.env.end());
   return env;
+}
+
+std::string Plan::SpoolDir() const { return config.run.spool_dir + "/" + run_id; }
+
+int Plan::SpoolProducers() const {
+  int n = 0;
+  for (const RoleSpec& r : config.roles)
+    if (r.builtin == "target") n += r.process_count();
+  return n;
 }
 
 std::vector<std::string> Plan::WorkerArgv(const ProcessPlan& p) const {

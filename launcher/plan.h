@@ -48,6 +48,10 @@ struct Plan {
   /// The variables dflash-launch sets for this process on this attempt, in a
   /// stable order; the rest of the environment is the launcher's own.
   EnvList ProcessEnv(const ProcessPlan& p, int attempt) const;
+  /// Hidden-state frames of this run: <run.spool_dir>/<run_id> (DFLASH_SPOOL_DIR).
+  std::string SpoolDir() const;
+  /// Processes that publish frames there: those of builtin target roles (DFLASH_SPOOL_PRODUCERS).
+  int SpoolProducers() const;
   /// What the supervisor executes: dflash-worker with the gate/ready options, then the payload.
   std::vector<std::string> WorkerArgv(const ProcessPlan& p) const;
 };

@@ -82,6 +82,9 @@ int RunRun(const RunOptions& opts, char** env) {
     rc = sup.Run();
     summary = sup.Summary();
   }
+  // The run's hidden-state frames live in RAM (/dev/shm): nobody reads them after the run.
+  std::error_code ec;
+  std::filesystem::remove_all(plan.SpoolDir(), ec);
   if (!WriteFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", &err))
     console.Supervisor("[dflash] cannot write summary.json: " + err);
   console.Supervisor("\n" + SummaryTable(summary, console.color()));
