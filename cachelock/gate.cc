@@ -230,7 +230,7 @@ bool CompileGate::StillStuck(const OwnerRecord& judged, bool judged_empty) {
 }
 
 GateError CompileGate::Publish(std::string* err) {
-  if (::getpid() != opened_by_ || !holding_) {
+  if (::getpid() != opened_by_ || !holding_ || lead_key_.empty()) {
     *err = "publish: this gate does not lead (Acquire did not return lead, or Release was called)";
     return GateError::kMisuse;
   }
@@ -263,6 +263,21 @@ void CompileGate::ReleaseLevels() {
   backend_->ClearLocalOwner();
   backend_->UnlockFile();
   backend_->UnlockLocal();
+}
+
+GateError CompileGate::Hold(const std::string& purpose, std::string* err) {
+  if (!ValidGateKey(purpose, err)) return GateError::kBadKey;
+  if (GateError e = Enter(err); e != GateError::kOk) return e;
+  Wait w(purpose, clock_->Now(), options_);
+  bool recovered = false;
+  if (GateError e = LockBoth(w, &recovered, err); e != GateError::kOk) {
+    busy_ = false;
+    return e;
+  }
+  holding_ = true;
+  lead_key_.clear();  // nothing to publish: Publish refuses
+  lead_since_ = clock_->Now();
+  return GateError::kOk;
 }
 
 GateError CompileGate::Forget(const std::string& key, bool* existed, std::string* err) {

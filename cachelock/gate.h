@@ -90,6 +90,12 @@ class CompileGate {
   /// releases without Publish leaves no marker: the next waiter leads.
   void Release();
 
+  /// Takes the gate for maintenance of the cache (export, import, clear),
+  /// whatever READY markers exist: waits like Acquire (progress, timeout),
+  /// then holds both levels until Release. `purpose` ([A-Za-z0-9._-]) names
+  /// the holder in records, e.g. "cache-clear". Publish is refused meanwhile.
+  GateError Hold(const std::string& purpose, std::string* err);
+
   /// Removes READY(key) under the gate, to force a recompile.
   GateError Forget(const std::string& key, bool* existed, std::string* err);
 

@@ -293,6 +293,28 @@ TEST_F(GateTest, ForgetRemovesTheMarkerUnderTheGate) {
   EXPECT_EQ(w_.file_holder, 0);
 }
 
+TEST_F(GateTest, HoldTakesTheGateWhateverTheMarkersSayAndNeverPublishes) {
+  w_.ready["k"] = ReadyRecord{"k", "drafter:0", 7, "hostA", 1.7e9, "", 1.0};
+  auto lead = Gate(1, "drafter:0");
+  auto maint = Gate(2, "cache-clear", seconds(10));
+  ASSERT_EQ(MustAcquire(*lead, "other"), GateDecision::kLead);
+  bool released = false;
+  w_.clock.After(seconds(3), [&] {
+    released = true;
+    lead->Release();
+  });
+  std::string err;
+  ASSERT_EQ(maint->Hold("cache-clear", &err), GateError::kOk) << err;
+  EXPECT_TRUE(released);  // it waited for the leader: READY(k) did not let it through
+  EXPECT_TRUE(maint->holding());
+  EXPECT_EQ(w_.file_holder, 2);
+  EXPECT_EQ(maint->Publish(&err), GateError::kMisuse);
+  maint->Release();
+  EXPECT_EQ(w_.sem, 1);
+  EXPECT_EQ(w_.file_holder, 0);
+  EXPECT_EQ(w_.ready.count("k"), 1u);
+}
+
 TEST_F(GateTest, ManyCrashesInARowNeverInflateTheMutex) {
   std::vector<std::unique_ptr<CompileGate>> killed;  // a killed process runs no destructors
   for (pid_t pid = 10; pid < 60; ++pid) {

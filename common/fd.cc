@@ -1,6 +1,7 @@
 #include "common/fd.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,6 +62,20 @@ bool ReadFile(const std::string& path, std::string* out, std::string* err) {
     if (n == 0) return true;
     out->append(buf, static_cast<size_t>(n));
   }
+}
+
+bool MakeDirs(const std::string& dir, unsigned mode, std::string* err) {
+  std::filesystem::path cur;
+  for (const auto& part : std::filesystem::path(dir)) {
+    cur /= part;
+    std::error_code ec;
+    if (std::filesystem::is_directory(cur, ec)) continue;
+    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+      if (err) *err = ErrnoMessage("mkdir(" + cur.string() + ")", errno);
+      return false;
+    }
+  }
+  return true;
 }
 
 bool WriteFileAtomic(const std::string& path, std::string_view data, std::string* err,

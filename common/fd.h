@@ -39,6 +39,10 @@ bool ReadFile(const std::string& path, std::string* out, std::string* err);
 bool WriteFileAtomic(const std::string& path, std::string_view data, std::string* err,
                      unsigned mode = 0644);
 
+/// mkdir -p: creates the missing directories of `dir` with `mode` (existing
+/// ones are left as they are).
+bool MakeDirs(const std::string& dir, unsigned mode, std::string* err);
+
 /// `strerror(errno)` with the call that failed: "open(/x): No such file or directory".
 std::string ErrnoMessage(std::string_view what, int errnum);
 

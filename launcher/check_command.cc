@@ -24,14 +24,22 @@ bool LoadConfigOrReport(const std::string& path, RunConfig* config) {
   return false;
 }
 
-int RunCheck(const CheckOptions& opts, char** env) {
+bool LoadPlanOrReport(const std::string& path, const std::string& run_id, const std::string& bin_dir, char** env,
+                      Plan* plan) {
   RunConfig config;
-  if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
+  if (!LoadConfigOrReport(path, &config)) return false;
   PlanOptions po;
-  po.bin_dir = opts.bin_dir;
+  po.run_id = run_id;
+  po.bin_dir = bin_dir;
   po.torch_version = TorchVersionFor;
   po.launcher_env = EnvironmentList(env);
-  Plan plan = BuildPlan(config, po);
+  *plan = BuildPlan(config, po);
+  return true;
+}
+
+int RunCheck(const CheckOptions& opts, char** env) {
+  Plan plan;
+  if (!LoadPlanOrReport(opts.config, "<run_id>", opts.bin_dir, env, &plan)) return exit_code::kConfig;
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;
 }

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string>
 
+#include "common/duration.h"
 #include "common/exit_codes.h"
 #include "launcher/commands.h"
 #include "launcher/schema.h"
@@ -46,6 +47,34 @@ int Main(int argc, char** argv) {
   run_cmd->add_option("--color", color, "Colour on the console: auto (a TTY without NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
 
+  SeedOptions seed;
+  CLI::App* seed_cmd = app.add_subcommand(
+      "seed", "Pre-compile each gated role's graphs into the cache, as the real run would (ready = exit).");
+  seed_cmd->add_option("config", seed.config, "run.toml")->required();
+  seed_cmd->add_option("--role", seed.role, "Only this role (default: every gated role)");
+  seed_cmd->add_flag("--verify", seed.verify, "Then start a fresh process the same way and require 0 FX-graph misses");
+  seed_cmd->add_flag("--force", seed.force, "Seed again even if READY already exists for the key");
+
+  CacheOptions cache;
+  std::string cache_timeout = "1h";
+  CLI::App* cache_cmd = app.add_subcommand("cache", "The config's compile cache: status, export, import, clear.");
+  cache_cmd->require_subcommand(1);
+  CLI::App* c_status = cache_cmd->add_subcommand("status", "Size, entries per kind, READY keys, gate holder, torch version");
+  c_status->add_option("config", cache.config, "run.toml")->required();
+  c_status->add_flag("--json", cache.json, "Machine-readable");
+  CLI::App* c_export = cache_cmd->add_subcommand("export", "Write the cache to a compressed archive with a manifest");
+  c_export->add_option("config", cache.config, "run.toml")->required();
+  c_export->add_option("file", cache.file, "FILE (.tar.zst, or .tar.gz)")->required();
+  CLI::App* c_import = cache_cmd->add_subcommand("import", "Check an archive's manifest against this machine, then unpack it in");
+  c_import->add_option("config", cache.config, "run.toml")->required();
+  c_import->add_option("file", cache.file, "FILE")->required();
+  c_import->add_flag("--force", cache.force, "Import even if the manifest names another torch version or device");
+  CLI::App* c_clear = cache_cmd->add_subcommand("clear", "Under the gate: move the cache (or one key's READY) aside, then delete it");
+  c_clear->add_option("config", cache.config, "run.toml")->required();
+  c_clear->add_option("--key", cache.key, "Only forget READY(KEY): the next run of that key compiles");
+  for (CLI::App* sub : {c_export, c_import, c_clear})
+    sub->add_option("--timeout", cache_timeout, "Longest wait for the gate (default 1h)");
+
   bool markdown = false;
   CLI::App* schema_cmd = app.add_subcommand("schema", "Print every run.toml key with type, default and meaning.");
   schema_cmd->add_flag("--markdown", markdown, "As the markdown reference in docs/config.md");
@@ -64,6 +93,21 @@ int Main(int argc, char** argv) {
   run.bin_dir = check.bin_dir;
   run.color = color == "always" ? ColorMode::kAlways : color == "never" ? ColorMode::kNever : ColorMode::kAuto;
   if (run_cmd->parsed()) return RunRun(run, environ);
+  if (seed_cmd->parsed()) {
+    seed.bin_dir = check.bin_dir;
+    return RunSeed(seed, environ);
+  }
+  if (cache_cmd->parsed()) {
+    cache.bin_dir = check.bin_dir;
+    for (CLI::App* sub : {c_status, c_export, c_import, c_clear})
+      if (sub->parsed()) cache.action = sub->get_name();
+    std::string err;
+    if (!ParseDuration(cache_timeout, &cache.timeout, &err)) {
+      std::fprintf(stderr, "dflash-launch: --timeout %s: %s\n", cache_timeout.c_str(), err.c_str());
+      return exit_code::kUsage;
+    }
+    return RunCache(cache, environ);
+  }
   if (check_cmd->parsed()) return RunCheck(check, environ);
   if (schema_cmd->parsed()) {
     std::fputs(SchemaMarkdown().c_str(), stdout);

@@ -115,6 +115,7 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
       {"DFLASH_SPOOL_PRODUCERS", std::to_string(SpoolProducers())},
   };
   if (!p.gate_key.empty()) env.emplace_back("DFLASH_GATE_KEY", p.gate_key);
+  env.emplace_back("DFLASH_TORCH_VERSION", role_torch_version[p.role_index]);  // recorded in READY
   if (m.present) {
     std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
     env.insert(env.end(), {

@@ -26,21 +26,6 @@ std::string MakeRunId(const std::string& name) {
   return name + "-" + stamp + "-" + std::to_string(::getpid());
 }
 
-/// mkdir -p with 0700 for what we create: the cache holds code Inductor will load.
-bool MakeDirs(const std::string& dir, mode_t mode, std::string* err) {
-  std::error_code ec;
-  std::filesystem::path p(dir), cur;
-  for (const auto& part : p) {
-    cur /= part;
-    if (std::filesystem::is_directory(cur, ec)) continue;
-    if (::mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
-      *err = ErrnoMessage("mkdir(" + cur.string() + ")", errno);
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 int RunRun(const RunOptions& opts, char** env) {
@@ -51,7 +36,7 @@ int RunRun(const RunOptions& opts, char** env) {
   po.bin_dir = opts.bin_dir;
   po.torch_version = TorchVersionFor;
   po.launcher_env = EnvironmentList(env);
-  Plan plan = BuildPlan(config, po);
+  Plan plan = BuildPlan(config, po);  // the run id needs the config's name: no LoadPlanOrReport here
 
   std::string err;
   if (!MakeDirs(plan.run_dir, 0755, &err) || !MakeDirs(config.run.cache_dir, 0700, &err)) {

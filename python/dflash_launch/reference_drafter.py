@@ -232,7 +232,9 @@ def main(argv=None):
     model = build(contract, dtype)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     step_loss = model.loss if args.no_compile else torch.compile(model.loss)
-    if args.source == "spool":
+    # A warm-up (dflash-launch seed) compiles the same graphs on synthetic data
+    # of the contract's shapes: it needs no target running.
+    if args.source == "spool" and not warmup:
         from dflash_launch.spool import SpoolSource
         source = SpoolSource.from_env(contract, name)
     else:

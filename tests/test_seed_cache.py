@@ -1,0 +1,155 @@
+"""`dflash-launch seed` and `dflash-launch cache` (issue #7)."""
+import io
+import json
+import os
+import subprocess
+import tarfile
+import threading
+import time
+
+from conftest import run
+from supervise import write_config
+from test_compile_gate import ENV, drafters
+
+
+def launch_cmd(bin_dir, *args, **kw):
+    kw.setdefault("env", ENV)
+    kw.setdefault("timeout", 600)
+    return run([bin_dir / "dflash-launch", *args], **kw)
+
+
+def test_seed_verify_then_every_drafter_reuses(bin_dir, launch, tmp_path):
+    cfg = write_config(tmp_path, drafters())
+    r = launch_cmd(bin_dir, "seed", cfg, "--verify")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "compiling," in r.stdout  # progress while it compiled
+    assert "READY(drafter-" in r.stdout and "published" in r.stdout
+    assert "verify drafter: 0 FX-graph misses" in r.stdout and "the cache is warm" in r.stdout
+    assert "cache +" in r.stdout  # before/after
+    # Seeding again does nothing.
+    again = launch_cmd(bin_dir, "seed", cfg)
+    assert again.returncode == 0 and "already seeded" in again.stdout and "compiling," not in again.stdout
+    # The real run: nobody compiles.
+    run_ = launch(cfg, env=ENV)
+    assert run_.wait(timeout=600) == 0, run_.err
+    for p in run_.summary()["processes"]:
+        assert p["gate"]["role"] == "reuse", p["name"]
+        assert p["metrics"]["fxgraph_cache_miss"] == 0 and p["metrics"]["fxgraph_cache_hit"] > 0
+
+
+def test_seed_refuses_a_stacked_layout_before_any_compile(bin_dir, tmp_path):
+    body = drafters().replace("vocab = 256", 'vocab = 256\ninput_layout = "stacked"')
+    cfg = write_config(tmp_path, body)
+    t = time.time()
+    r = launch_cmd(bin_dir, "seed", cfg)
+    assert r.returncode == 2
+    assert "taps stacked on a new axis" in r.stderr and "x.reshape(1, 64, 320)" in r.stderr
+    assert time.time() - t < 5
+    assert not any((tmp_path / "cache").iterdir())  # nothing compiled, nothing written
+
+
+def inventory(cache):
+    """relative path -> bytes of every content file (not the gate's, not Inductor's build locks)."""
+    out = {}
+    for root, _, files in os.walk(cache):
+        for f in files:
+            p = os.path.join(root, f)
+            rel = os.path.relpath(p, cache)
+            if rel.startswith("locks/"):
+                continue
+            if not rel.startswith(".dflash/") or rel.startswith(".dflash/ready/"):
+                out[rel] = open(p, "rb").read()
+    return out
+
+
+def test_export_clear_import_verify(bin_dir, tmp_path):
+    cfg = write_config(tmp_path, drafters())
+    assert launch_cmd(bin_dir, "seed", cfg).returncode == 0
+    archive = tmp_path / "cache.tar.zst"
+    r = launch_cmd(bin_dir, "cache", "export", cfg, archive)
+    assert r.returncode == 0, r.stderr
+    with_files = inventory(tmp_path / "cache")
+    r = launch_cmd(bin_dir, "cache", "clear", cfg)
+    assert r.returncode == 0, r.stderr
+    assert inventory(tmp_path / "cache") == {}
+    r = launch_cmd(bin_dir, "cache", "import", cfg, archive)
+    assert r.returncode == 0, r.stderr
+    assert inventory(tmp_path / "cache") == with_files
+    status = json.loads(launch_cmd(bin_dir, "cache", "status", cfg, "--json").stdout)
+    assert status["roles"][0]["ready"] and status["inventory"]["kinds"]["fxgraph"]["files"] > 0
+    v = launch_cmd(bin_dir, "seed", cfg, "--verify")
+    assert v.returncode == 0 and "0 FX-graph misses" in v.stdout, v.stdout + v.stderr
+
+    # An archive from another torch: refused, with the reason.
+    other = tmp_path / "other.tar.gz"
+    manifest = json.loads(subprocess.run(["tar", "--zstd", "-xOf", archive, "manifest.json"],
+                                         capture_output=True, check=True).stdout)
+    manifest["torch_version"] = "2.99.0+cpu"
+    with tarfile.open(other, "w:gz") as tar:
+        data = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    before = inventory(tmp_path / "cache")
+    r = launch_cmd(bin_dir, "cache", "import", cfg, other)
+    assert r.returncode != 0
+    assert "built with torch 2.99.0+cpu" in r.stderr and "--force" in r.stderr
+    assert inventory(tmp_path / "cache") == before
+
+    # A corrupted archive: refused, the cache untouched.
+    broken = tmp_path / "broken.tar.zst"
+    data = bytearray(archive.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 64):
+        data[i] ^= 0xFF
+    broken.write_bytes(bytes(data))
+    assert launch_cmd(bin_dir, "cache", "clear", cfg).returncode == 0
+    r = launch_cmd(bin_dir, "cache", "import", cfg, broken)
+    assert r.returncode != 0 and "refused" in r.stderr and "untouched" in r.stderr
+    assert inventory(tmp_path / "cache") == {}
+    assert not [p for p in tmp_path.iterdir() if ".import-" in p.name]  # no staging left behind
+
+
+def fake_cache(cache, dirs=60):
+    """A cache-shaped tree: two-letter kernel dirs with a .cpp and a .so each."""
+    for i in range(dirs):
+        d = cache / f"{i:02x}"
+        d.mkdir(parents=True)
+        for ext in (".cpp", ".so", ".py"):
+            (d / f"k{i}{ext}").write_bytes(os.urandom(4096))
+    (cache / "fxgraph").mkdir()
+    (cache / "fxgraph" / "entry").write_bytes(b"x" * 100)
+
+
+def test_clear_waits_for_the_gate_and_no_reader_sees_half_a_cache(bin_dir, tmp_path):
+    cfg = write_config(tmp_path, drafters())
+    cache = tmp_path / "cache"
+    fake_cache(cache)
+    holder = subprocess.Popen([bin_dir / "dflash-cachelock", "run", cache, "--key", "busy", "--", "sleep", "2"],
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    bad, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            for d in list(os.scandir(cache)):
+                if len(d.name) != 2:
+                    continue
+                try:
+                    names = sorted(os.listdir(d.path))
+                except FileNotFoundError:
+                    continue  # gone as a whole: fine
+                if names and len(names) != 3:
+                    bad.append((d.name, names))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    start = time.time()
+    r = launch_cmd(bin_dir, "cache", "clear", cfg)
+    waited = time.time() - start
+    stop.set()
+    t.join()
+    holder.wait()
+    assert r.returncode == 0, r.stderr
+    assert waited >= 1.0, "clear did not wait for the gate's holder"
+    assert bad == []
+    assert [p.name for p in cache.iterdir()] == [".dflash"]
