@@ -17,6 +17,7 @@
 #include "launcher/cache_archive.h"
 #include "launcher/cache_inventory.h"
 #include "launcher/commands.h"
+#include "launcher/torch_version.h"
 
 namespace dflash {
 namespace fs = std::filesystem;
@@ -224,7 +225,8 @@ std::string CacheTorchVersion(const Plan& plan) {
   const RunConfig& c = plan.config;
   for (size_t i = 0; i < c.roles.size(); ++i)
     if (c.roles[i].gate.enabled) return plan.role_torch_version[i];
-  return plan.role_torch_version.empty() ? "unknown" : plan.role_torch_version[0];
+  // No gated role: ask the first role's Python (what would compile into the cache).
+  return c.roles.empty() ? "unknown" : TorchVersionFor(c.roles[0]);
 }
 
 int RunCache(const CacheOptions& o, char** env) {

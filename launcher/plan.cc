@@ -58,7 +58,9 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   int rank = 0;
   for (size_t ri = 0; ri < config.roles.size(); ++ri) {
     const RoleSpec& role = config.roles[ri];
-    std::string torch = options.torch_version ? options.torch_version(role) : "unknown";
+    // Only gated roles need torch's version (their key, their READY record);
+    // asking a Python costs ~50 ms, which a plain start should not pay.
+    std::string torch = role.gate.enabled && options.torch_version ? options.torch_version(role) : "";
     plan.role_torch_version.push_back(torch);
     std::string key;
     if (role.gate.enabled)
@@ -115,7 +117,7 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
       {"DFLASH_SPOOL_PRODUCERS", std::to_string(SpoolProducers())},
   };
   if (!p.gate_key.empty()) env.emplace_back("DFLASH_GATE_KEY", p.gate_key);
-  env.emplace_back("DFLASH_TORCH_VERSION", role_torch_version[p.role_index]);  // recorded in READY
+  if (!p.gate_key.empty()) env.emplace_back("DFLASH_TORCH_VERSION", role_torch_version[p.role_index]);  // in READY
   if (m.present) {
     std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
     env.insert(env.end(), {

@@ -101,8 +101,7 @@ std::string PlanText(const Plan& plan) {
     o += "  " + Pad("", 10) + "restart  " + DescribeRestart(r.restart) + "\n";
     o += "  " + Pad("", 10) + "stop     " + SignalName(r.stop.signal) + ", then SIGKILL after " +
          FormatDuration(r.stop.grace) + "\n";
-    if (!r.builtin.empty() || !r.command.empty())
-      o += "  " + Pad("", 10) + "torch    " + plan.role_torch_version[i] + "\n";
+    if (r.gate.enabled) o += "  " + Pad("", 10) + "torch    " + plan.role_torch_version[i] + " (in the gate key)\n";
   }
   // The environment: what all processes share once, then what differs.
   std::vector<EnvList> envs;
@@ -170,7 +169,7 @@ std::string PlanJson(const Plan& plan) {
         {"cpu", r.is_cpu()},
         {"command", r.command.empty() ? ojson() : ojson(r.command)},
         {"builtin", r.builtin.empty() ? ojson() : ojson(r.builtin)},
-        {"torch_version", plan.role_torch_version[i]},
+        {"torch_version", plan.role_torch_version[i].empty() ? ojson() : ojson(plan.role_torch_version[i])},
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()}}},
         {"ready", {{"mode", ReadyModeName(r.ready.mode)},

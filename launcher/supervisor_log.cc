@@ -36,7 +36,7 @@ std::shared_ptr<spdlog::logger> OpenSupervisorLog(const std::string& path, std::
     return nullptr;
   }
   auto logger = std::make_shared<spdlog::logger>("dflash", std::make_shared<FdSink>(std::move(fd)));
-  logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %l %v");
+  logger->set_pattern("%Y-%m-%d %H:%M:%S.%f %l %v");  // microseconds: the benchmarks read these
   logger->set_level(spdlog::level::debug);
   logger->flush_on(spdlog::level::debug);
   return logger;
