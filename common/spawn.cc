@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -358,11 +359,29 @@ bool Spawn(const SpawnOptions& opts, Child* out, std::string* err) {
   out->pid = pid;
   out->pidfd.reset(PidfdOpen(pid));  // works on a zombie too; invalid if unsupported
 
+  out->exec_status = std::move(rd);
+  out->exec_program = path;
+  out->exec_stage_detail = opts.cwd;
+  out->exec_name = program;
+  // Without waiting, the caller learns the outcome later (FinishSpawn), and
+  // its next fork overlaps this child's exec.
+  if (!opts.wait_for_exec) return true;
+  return FinishSpawn(out, err);
+}
+
+bool FinishSpawn(Child* out, std::string* err) {
+  if (!out->exec_status) return out->exec_errno == 0;
+  UniqueFd rd = std::move(out->exec_status);
   ErrorReport report{};
   size_t got = 0;
   while (got < sizeof report) {
+    pollfd pfd{rd.get(), POLLIN, 0};
     ssize_t n = ::read(rd.get(), reinterpret_cast<char*>(&report) + got, sizeof report - got);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {  // not yet decided: wait for exec or for the report
+      ::poll(&pfd, 1, -1);
+      continue;
+    }
     if (n <= 0) break;
     got += static_cast<size_t>(n);
   }
@@ -375,11 +394,11 @@ bool Spawn(const SpawnOptions& opts, Child* out, std::string* err) {
                        : exit_code::kNotExecutable;
   if (err) {
     if (report.stage == kStageExec) {
-      *err = "cannot execute '" + path + "': " + std::strerror(report.errnum);
+      *err = "cannot execute '" + out->exec_program + "': " + std::strerror(report.errnum);
     } else {
       std::string what = StageName(report.stage);
-      if (report.stage == kStageChdir) what += "(" + opts.cwd + ")";
-      *err = "cannot start '" + program + "': " + ErrnoMessage(what, report.errnum);
+      if (report.stage == kStageChdir) what += "(" + out->exec_stage_detail + ")";
+      *err = "cannot start '" + out->exec_name + "': " + ErrnoMessage(what, report.errnum);
     }
   }
   return false;

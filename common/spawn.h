@@ -52,6 +52,12 @@ struct SpawnOptions {
   /// Extra fds (> 2) the child keeps at the same number (their close-on-exec
   /// flag is cleared in the child). Every other fd above 2 is closed.
   std::vector<int> keep_fds;
+
+  /// True: Spawn returns once the exec has succeeded or failed. False: Spawn
+  /// returns right after fork with Child::exec_status pending, so a caller
+  /// starting many children overlaps their execs; it then calls FinishSpawn
+  /// (when exec_status is readable, or once the child has exited).
+  bool wait_for_exec = true;
 };
 
 /// A started (or failed-to-start) child.
@@ -65,6 +71,10 @@ struct Child {
   /// that code; if `pid` > 0 it still has to be reaped by the owner's reaper.
   int exec_errno = 0;
   int exit_code = 0;
+  /// With wait_for_exec = false: readable (EOF, or an error report) once the
+  /// exec is decided; O_CLOEXEC. Empty once FinishSpawn has read it.
+  UniqueFd exec_status;
+  std::string exec_program, exec_name, exec_stage_detail;  // for FinishSpawn's message
 };
 
 /// Starts a child. True when the program is running (exec succeeded: the
@@ -74,6 +84,11 @@ struct Child {
 /// reaped (no zombie is left if the caller's reaper runs; none exists if the
 /// failure happened before fork, e.g. a name not found in PATH).
 bool Spawn(const SpawnOptions& opts, Child* out, std::string* err);
+
+/// Reads a pending exec outcome (Child::exec_status): true if the program
+/// runs; false with `err` and out->exit_code (127/126) if its exec failed.
+/// Blocks until the exec is decided (never long: the child does nothing else).
+bool FinishSpawn(Child* out, std::string* err);
 
 /// How a child ended, from a wait status.
 struct ExitStatus {

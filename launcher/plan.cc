@@ -150,7 +150,13 @@ int Plan::SpoolProducers() const {
   return n;
 }
 
-std::vector<std::string> Plan::WorkerArgv(const ProcessPlan& p) const {
+bool Plan::NeedsWorker(const ProcessPlan& p) const {
+  ReadyMode m = RoleOf(p).ready.mode;
+  return !p.gate_key.empty() || m == ReadyMode::kLog || m == ReadyMode::kFile;
+}
+
+std::vector<std::string> Plan::ExecArgv(const ProcessPlan& p) const {
+  if (!NeedsWorker(p)) return p.command;
   const RoleSpec& role = RoleOf(p);
   std::vector<std::string> argv = {bin_dir + "/dflash-worker", "--name", p.name};
   if (!p.gate_key.empty()) {

@@ -52,8 +52,14 @@ struct Plan {
   std::string SpoolDir() const;
   /// Processes that publish frames there: those of builtin target roles (DFLASH_SPOOL_PRODUCERS).
   int SpoolProducers() const;
-  /// What the supervisor executes: dflash-worker with the gate/ready options, then the payload.
-  std::vector<std::string> WorkerArgv(const ProcessPlan& p) const;
+  /// Whether the process needs dflash-worker in between: for the gate, or a
+  /// readiness only a host can observe (log lines, a file). Otherwise the
+  /// supervisor executes the payload itself and sees its readiness (none,
+  /// notify, exit) and its exit status first-hand: one exec less per process.
+  bool NeedsWorker(const ProcessPlan& p) const;
+  /// What the supervisor executes: dflash-worker with the gate/ready options
+  /// and then the payload, or the payload alone (see NeedsWorker).
+  std::vector<std::string> ExecArgv(const ProcessPlan& p) const;
 };
 
 Plan BuildPlan(const RunConfig& config, const PlanOptions& options);

@@ -196,7 +196,7 @@ std::string PlanJson(const Plan& plan) {
                               {"device", p.gpu >= 0 ? "cuda:" + std::to_string(p.gpu) : "cpu"},
                               {"gpu", p.gpu >= 0 ? ojson(p.gpu) : ojson()},
                               {"command", p.command},
-                              {"argv", plan.WorkerArgv(p)},
+                              {"argv", plan.ExecArgv(p)},
                               {"gate_key", p.gate_key.empty() ? ojson() : ojson(p.gate_key)},
                               {"ready", ReadyModeName(plan.RoleOf(p).ready.mode)},
                               {"env", env}});

@@ -66,16 +66,16 @@ TEST(Plan, FullConfigProcessByProcess) {
   auto t0 = EnvMap(plan.ProcessEnv(plan.processes[0], 0));
   EXPECT_EQ(t0["OMP_NUM_THREADS"], "2");
   EXPECT_EQ(t0.count("DFLASH_GATE_KEY"), 0u);
-  // Builtin roles run dflash-builtin, and every process runs under dflash-worker.
+  // Builtin roles run dflash-builtin; gated processes run under dflash-worker.
   EXPECT_EQ(plan.processes[5].command, (std::vector<std::string>{"/opt/dflash/bin/dflash-builtin", "drafter"}));
-  EXPECT_EQ(plan.WorkerArgv(plan.processes[2]),
+  EXPECT_EQ(plan.ExecArgv(plan.processes[2]),
             (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "drafter:0", "--gate-dir",
                                       kSource + "/tests/configs/good/cache", "--gate-key", "drafter-v1",
                                       "--gate-timeout", "20m", "--ready", "log:compiled in [0-9.]+s",
                                       "--ready-timeout", "10m", "--", "python3", "drafter.py"}));
-  EXPECT_EQ(plan.WorkerArgv(plan.processes[0]),
-            (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "target:0", "--", "python3",
-                                      "target.py", "--fast"}));
+  // Ungated, ready = none: nothing for a worker to do, the supervisor executes the payload itself.
+  EXPECT_FALSE(plan.NeedsWorker(plan.processes[0]));
+  EXPECT_EQ(plan.ExecArgv(plan.processes[0]), (std::vector<std::string>{"python3", "target.py", "--fast"}));
   EXPECT_EQ(plan.processes[5].gate_key.rfind("evaluator-", 0), 0u);
   EXPECT_EQ(plan.processes[5].gate_key.size(), std::string("evaluator-").size() + 16);
 }

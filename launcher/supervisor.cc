@@ -18,7 +18,7 @@
 namespace dflash {
 namespace {
 
-constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3;
+constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3, kTagExec = 4;
 uint64_t Tag(uint64_t kind, uint64_t id) { return kind << 32 | id; }
 
 double Seconds(SteadyTime a, SteadyTime b) { return std::chrono::duration<double>(b - a).count(); }
@@ -120,6 +120,8 @@ void Supervisor::Spawn(Proc& p) {
   p.payload_signal = 0;
   p.gate = nlohmann::json();
   p.ready_s = 0;
+  p.timed_out = false;
+  p.ready_deadline = SteadyTime::max();
   p.exit_code = -1;
   p.signal = 0;
   p.reason.clear();
@@ -135,7 +137,7 @@ void Supervisor::Spawn(Proc& p) {
   AddStream(p, true, UniqueFd(err_pipe[0]));
 
   SpawnOptions so;
-  so.argv = plan_.WorkerArgv(pp);
+  so.argv = plan_.ExecArgv(pp);
   so.env = options_.base_env;
   for (const auto& [k, v] : plan_.ProcessEnv(pp, p.attempt)) SetEnvVar(&so.env, k, v);
   SetEnvVar(&so.env, "NOTIFY_SOCKET", notify_.address());  // the worker reports here, never to systemd
@@ -144,6 +146,7 @@ void Supervisor::Spawn(Proc& p) {
   so.stderr_fd = err_w.get();
   so.group = SpawnOptions::Group::kNewSession;  // its own session and group: one kill(-pid) reaches it
   so.death_signal = SIGKILL;                    // dies with the supervisor; its payload dies with it
+  so.wait_for_exec = false;                     // the next fork overlaps this exec; OnExecStatus learns
 
   Child child;
   std::string err;
@@ -162,8 +165,43 @@ void Supervisor::Spawn(Proc& p) {
     return;
   }
   p.pid = child.pid;
+  p.direct = !plan_.NeedsWorker(pp);
+  p.exec = std::move(child);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = Tag(kTagExec, static_cast<uint64_t>(&p - procs_.data()));
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, p.exec.exec_status.get(), &ev);
   Info(pp.name + " STARTING (pid " + std::to_string(p.pid) + ", attempt " + std::to_string(p.attempt) +
        (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
+  if (p.direct && role.ready.mode != ReadyMode::kNone && role.ready.timeout.count() > 0)
+    p.ready_deadline = p.started + role.ready.timeout;
+}
+
+void Supervisor::OnExecStatus(Proc& p) {
+  if (!p.exec.exec_status) return;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.exec.exec_status.get(), nullptr);
+  std::string err;
+  if (!FinishSpawn(&p.exec, &err)) {
+    p.reason = err;  // the child exits 127/126: Reap() reports it with this reason
+    Warn(p.plan->name + ": " + err);
+    return;
+  }
+  // No worker in between and ready = none: running as soon as it runs.
+  if (p.direct && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kNone) MarkReady(p, "started");
+}
+
+void Supervisor::MarkReady(Proc& p, const std::string& why) {
+  if (p.state != ProcState::kStarting) return;
+  p.ready_once = true;
+  p.ready_deadline = SteadyTime::max();
+  SetState(p, ProcState::kRunning, why);
+  bool all = std::all_of(procs_.begin(), procs_.end(),
+                         [](const Proc& q) { return q.state == ProcState::kRunning || q.state == ProcState::kExited; });
+  if (all && !told_ready_) {
+    told_ready_ = true;
+    TellSystemd("READY=1\nSTATUS=all " + std::to_string(procs_.size()) + " processes running");
+    Info("all " + std::to_string(procs_.size()) + " processes are running");
+  }
 }
 
 int Supervisor::Run() {
@@ -202,6 +240,8 @@ int Supervisor::Run() {
         while (signals_.Read(&si)) OnSignal(static_cast<int>(si.ssi_signo));
       } else if (kind == kTagNotify) {
         OnNotify();
+      } else if (kind == kTagExec) {
+        OnExecStatus(procs_[id]);
       } else if (kind == kTagStream) {
         int sid = static_cast<int>(id);
         // An earlier event of this batch (a child's exit) may have closed it.
@@ -236,6 +276,7 @@ int Supervisor::NextTimeoutMs() const {
   for (const Proc& p : procs_) {
     if (p.state == ProcState::kStopping && Alive(p)) next = std::min(next, p.kill_at);
     if (p.restart_pending && !Alive(p)) next = std::min(next, p.restart_at);
+    if (p.state == ProcState::kStarting && Alive(p)) next = std::min(next, p.ready_deadline);
   }
   if (next == SteadyTime::max()) return -1;
   if (next <= now) return 0;
@@ -279,6 +320,7 @@ void Supervisor::Reap() {
       if (log_) log_->debug("reaped orphan {} ({})", pid, DecodeWaitStatus(status).Describe());
       continue;
     }
+    OnExecStatus(*it);  // an exec that failed at once: its reason first
     OnExit(*it, DecodeWaitStatus(status));
   }
 }
@@ -306,6 +348,7 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
   p.reason = how;
   KillOrphans();
 
+  if (p.direct && p.exit_code == 0 && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kExit) p.ready_once = true;
   if (p.restart_pending && !stopping_) {  // stopped because its role (or the run) restarts
     SetState(p, ProcState::kBackoff, "stopped for a restart; " + how);
     return;
@@ -416,6 +459,14 @@ void Supervisor::OnDeadlines() {
       p.kill_at = SteadyTime::max();
     }
     if (p.restart_pending && !Alive(p) && now >= p.restart_at && !stopping_) Spawn(p);
+    if (p.state == ProcState::kStarting && Alive(p) && now >= p.ready_deadline) {
+      // The worker enforces this for the processes it hosts; these are ours.
+      const ReadySpec& ready = plan_.RoleOf(*p.plan).ready;
+      p.ready_deadline = SteadyTime::max();
+      p.timed_out = true;
+      Fail(p, "(pid " + std::to_string(p.pid) + ") not ready after " + FormatDuration(ready.timeout) +
+                  " (ready = " + DescribeNotReady(ready) + ")", false);
+    }
   }
 }
 
@@ -445,16 +496,9 @@ void Supervisor::OnNotify() {
     }
     if (auto state = m.Get("X_DFLASH_GATE_STATE")) ReportGate(p, *state);
     if (m.Has("READY", "1") && p.state == ProcState::kStarting) {
-      p.ready_once = true;
-      SetState(p, ProcState::kRunning, "ready" + (p.ready_s > 0 ? " after " + FormatSeconds(p.ready_s) : ""));
+      if (p.direct) p.ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
+      MarkReady(p, "ready" + (p.ready_s > 0 ? " after " + FormatSeconds(p.ready_s) : ""));
       CheckReuseHitTheCache(p);
-      bool all = std::all_of(procs_.begin(), procs_.end(),
-                             [](const Proc& q) { return q.state == ProcState::kRunning || q.state == ProcState::kExited; });
-      if (all && !told_ready_) {
-        told_ready_ = true;
-        TellSystemd("READY=1\nSTATUS=all " + std::to_string(procs_.size()) + " processes running");
-        Info("all " + std::to_string(procs_.size()) + " processes are running");
-      }
     }
   }
 }
@@ -539,7 +583,7 @@ RunSummary Supervisor::Summary() const {
   if (culprit_ >= 0) {
     const Proc& c = procs_[static_cast<size_t>(culprit_)];
     s.culprit = c.plan->name;
-    s.exit_code = c.exit_code > 0 ? c.exit_code : exit_code::kFailure;
+    s.exit_code = c.timed_out ? exit_code::kTimeout : c.exit_code > 0 ? c.exit_code : exit_code::kFailure;
     s.reason = c.plan->name + " " + c.reason;
   } else if (stop_signal_) {
     s.exit_code = exit_code::kSignalBase + stop_signal_;

@@ -79,6 +79,10 @@ class Supervisor {
     std::string payload_exit;   // X_DFLASH_EXIT= ("killed by SIGSEGV (core dumped)")
     int payload_signal = 0;     // X_DFLASH_SIGNAL=
     double ready_s = 0;         // X_DFLASH_READY_S=: spawn to ready (the compile, for a gated payload)
+    bool direct = false;        // no dflash-worker in between (Plan::NeedsWorker)
+    Child exec;                 // its exec's outcome, until OnExecStatus reads it
+    SteadyTime ready_deadline = SteadyTime::max();  // direct processes: readiness timeout
+    bool timed_out = false;     // not ready in time: the run exits 75
   };
 
   void Spawn(Proc& p);
@@ -102,6 +106,8 @@ class Supervisor {
   void CloseStream(int sid);
   void TellSystemd(const std::string& message);
   void ReportGate(const Proc& p, const std::string& state);
+  void MarkReady(Proc& p, const std::string& why);
+  void OnExecStatus(Proc& p);
   void CheckReuseHitTheCache(Proc& p);
   void Info(const std::string& text);
   void Warn(const std::string& text);

@@ -229,9 +229,14 @@ def test_payload_sees_only_fds_0_1_2_and_its_environment(launch, tmp_path):
 [[role]]
 name = "gpu"
 devices = [3, 5]
-command = ["sh", "-c", "ls /proc/$$/fd | tr '\\\\n' ' ' > fds.$DFLASH_PROCESS; env > env.$DFLASH_PROCESS"]
+command = ["sh", "-c", "env > env.$DFLASH_PROCESS; exec python3 fds.py > fds.$DFLASH_PROCESS"]
 cwd = "."
 """
+    # The fds of the process itself (listdir's own directory fd is closed again by then).
+    (tmp_path / "fds.py").write_text(
+        "import os\n"
+        "fds = os.listdir('/proc/self/fd')\n"
+        "print(' '.join(sorted(f for f in fds if os.path.exists('/proc/self/fd/' + f))))\n")
     env = dict(os.environ, NOTIFY_SOCKET="@not-for-children")
     r = launch(write_config(tmp_path, body), env=env)
     assert r.wait() == 0
