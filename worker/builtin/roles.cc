@@ -324,8 +324,9 @@ int RunDrafter(const BuiltinOptions& o) {
     } else if (step % 50 == 0) {
       char status[96];
       std::snprintf(status, sizeof status, "step %zu loss %.4f", step, losses.back());
-      NotifySend(std::string("STATUS=") + status, &err);
-      Say(r.name, "%s", status);
+      // Under dflash-worker the STATUS line reaches the console already; alone, say it.
+      if (Env("NOTIFY_SOCKET").empty()) Say(r.name, "%s", status);
+      else NotifySend(std::string("STATUS=") + status, &err);
     }
   }
   if (!manifest && !consumer.WriteManifestIfFinal(ManifestPath(root), &manifest, &err)) Complain(r.name, err);
