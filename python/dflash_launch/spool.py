@@ -493,6 +493,26 @@ class SpoolProducer:
         self.next_seq = seq + 1
         return seq
 
+    def publish_weights(self, embed, lm_head):
+        """Publishes the target's embedding and LM head ([vocab, hidden] each) for
+        the drafters, once per spool: the first publisher wins. True if we did."""
+        from safetensors.torch import save
+
+        if os.path.exists(self.paths.weights):
+            return False
+        data = save({"embed.weight": embed.detach().float().contiguous(),
+                     "lm_head.weight": lm_head.detach().float().contiguous()},
+                    metadata={"format": WEIGHTS_FORMAT, "producer": self.name})
+        tmp = os.path.join(self.paths.tmp, f"weights.safetensors@{self.name}.tmp")
+        with open(tmp, "wb") as out:
+            out.write(data)
+        try:
+            _rename_noreplace(tmp, self.paths.weights)
+            return True
+        except FileExistsError:
+            os.unlink(tmp)
+            return False
+
     def finish(self):
         _atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
                       json.dumps({"producer": self.name, "frames": self.next_seq}) + "\n")
