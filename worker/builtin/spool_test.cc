@@ -1,5 +1,5 @@
-// The spool protocol and the safetensors codec against the real kernel (a
-// temp dir), including processes that race for frames and die mid-way.
+// The spool protocol against the real kernel (a temp dir), including
+// processes that race for frames and die mid-way.
 #include "worker/builtin/spool.h"
 
 #include <signal.h>
@@ -14,7 +14,6 @@
 #include <set>
 
 #include "common/fd.h"
-#include "worker/builtin/frame_contract.h"
 
 namespace dflash::spool {
 namespace {
@@ -37,41 +36,6 @@ class TempDir {
 
 std::vector<TensorRef> OneTensor(const std::vector<float>& v) {
   return {{"x", "F32", {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(float)}};
-}
-
-TEST(Safetensors, RoundTripKeepsMetadataShapesAndBytes) {
-  TempDir d;
-  std::vector<float> a = {1, 2, 3, 4, 5, 6};
-  std::vector<int64_t> b = {7, 8};
-  std::string err;
-  ASSERT_TRUE(safetensors::WriteFile(d.path() + "/f.safetensors", {{"producer", "target:0"}, {"seq", "3"}},
-                                     {{"a", "F32", {2, 3}, a.data(), 24}, {"b", "I64", {1, 2}, b.data(), 16}}, &err))
-      << err;
-  safetensors::File f;
-  ASSERT_TRUE(f.Read(d.path() + "/f.safetensors", &err)) << err;
-  EXPECT_EQ(f.header().metadata.at("producer"), "target:0");
-  EXPECT_EQ(f.header().data_offset % 8, 0u);
-  const auto* ta = f.header().Find("a");
-  ASSERT_TRUE(ta);
-  EXPECT_EQ(ta->shape, (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(reinterpret_cast<const float*>(f.Data(*ta))[5], 6.0f);
-  EXPECT_EQ(reinterpret_cast<const int64_t*>(f.Data(*f.header().Find("b")))[1], 8);
-}
-
-TEST(Safetensors, RejectsWhatTheRustReaderRejects) {
-  safetensors::Header h;
-  std::string err;
-  EXPECT_FALSE(safetensors::ParseHeader("abc", 3, &h, &err));
-  std::string head;
-  std::vector<float> a = {1, 2};
-  ASSERT_TRUE(safetensors::EncodeHeader({}, {{"a", "F32", {2}, a.data(), 8}}, &head, &err));
-  // Truncated data section.
-  EXPECT_FALSE(safetensors::ParseHeader(head + "1234", head.size() + 4, &h, &err));
-  EXPECT_NE(err.find("do not hold"), std::string::npos) << err;
-  // Trailing bytes the tensors do not account for.
-  EXPECT_FALSE(safetensors::ParseHeader(head + std::string(12, 'x'), head.size() + 12, &h, &err));
-  // A byte count that does not match dtype x shape is refused at write time.
-  EXPECT_FALSE(safetensors::EncodeHeader({}, {{"a", "F32", {3}, a.data(), 8}}, &head, &err));
 }
 
 TEST(FrameFile, NamesCarryProducerAndSequence) {
@@ -338,37 +302,6 @@ TEST(Spool, ExactlyOnceWhenProcessesDie) {
   EXPECT_TRUE(m["exactly_once"].get<bool>()) << m.dump(2);
   EXPECT_EQ(m["frames_consumed"], 2 * kFrames);
   EXPECT_EQ(m["producers"]["t:1"]["published"], kFrames);
-}
-
-TEST(FrameContract, StackedFrameIsRejectedWithTheReshape) {
-  FrameContract c;
-  c.shape = {1, 64, 5, 64};
-  c.taps = {1, 16, 31, 46, 61};
-  c.target_layers = 64;
-  c.vocab = 256;
-  c.dtype = "fp32";
-  safetensors::Header h;
-  h.metadata = FrameMetadata(c);
-  h.metadata["producer"] = "target:2";
-  h.tensors = {{"hidden", "F32", {1, 64, 5, 64}, 0, 0}, {"tokens", "I64", {1, 64}, 0, 0}};
-  std::string msg;
-  EXPECT_FALSE(CheckFrame(c, h, "target:2-0000000007.safetensors", &msg));
-  EXPECT_NE(msg.find("frame target:2-0000000007.safetensors from producer target:2 does not match [model]: "
-                     "taps stacked on a new axis"),
-            std::string::npos)
-      << msg;
-  EXPECT_NE(msg.find("found:    stacked [1, 64, 5, 64]"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("fix (in producer target:2): concatenate the taps: torch.cat(taps, dim=-1); a stacked x of "
-                     "shape [1, 64, 5, 64] becomes x.reshape(1, 64, 320)"),
-            std::string::npos)
-      << msg;
-  // The concatenated frame passes; a wrong tap list does not.
-  h.tensors[0].shape = {1, 64, 320};
-  EXPECT_TRUE(CheckFrame(c, h, "f", &msg)) << msg;
-  h.metadata["layer_ids"] = "1,16,31,46,60";
-  EXPECT_FALSE(CheckFrame(c, h, "f", &msg));
-  EXPECT_NE(msg.find("tapped layers differ from [model] tapped_layers"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("found:    layer ids [1,16,31,46,60]"), std::string::npos) << msg;
 }
 
 }  // namespace
