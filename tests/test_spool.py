@@ -256,6 +256,21 @@ def test_python_source_takes_back_its_claims_and_acks_once(tmp_path):
     assert w["embed.weight"].shape == (64, 32)
 
 
+def test_python_producer_writes_the_manifest_when_the_last_ack_came_first(tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_SPOOL_PRODUCERS", "1")
+    monkeypatch.setenv("DFLASH_RUN_DIR", str(tmp_path))
+    root = tmp_path / "s"
+    monkeypatch.setenv("DFLASH_SPOOL_DIR", str(root))
+    p = SpoolProducer(root, "t:0", CONTRACT)
+    p.publish(torch.randn(1, 32, 96), torch.zeros(1, 32, dtype=torch.long))
+    src = SpoolSource.from_env(CONTRACT, "d:0")
+    sample = next(iter(src))
+    sample["ack"]()  # a drafter capped by --steps stops here, before the producer's marker
+    assert not src.manifest_written and not (tmp_path / "spool.json").exists()
+    p.finish()
+    assert json.loads((tmp_path / "spool.json").read_text())["exactly_once"]
+
+
 def test_python_producer_resumes_and_checks_its_own_output(tmp_path):
     root = tmp_path / "s"
     p = SpoolProducer(root, "t:0", CONTRACT)

@@ -271,6 +271,29 @@ def manifest(root, producers):
             "producers": per}, final
 
 
+def write_manifest_if_final(root, producers, path):
+    """Writes the manifest to `path` if the spool is final; True if it did.
+    Called by a consumer after each ack and by a producer after its end
+    marker: whoever makes the state final sees it (they all write the same)."""
+    p = Paths(root)
+    try:
+        finished = sum(f.endswith(".done") for f in os.listdir(p.producers))
+    except FileNotFoundError:
+        return False
+    if producers <= 0 or finished < producers or _frames(p.ready):
+        return False
+    m, final = manifest(root, producers)
+    if final:
+        _atomic_write(path, json.dumps(m, indent=2) + "\n")
+    return final
+
+
+def _manifest_path(root, env=None):
+    env = os.environ if env is None else env
+    run_dir = env.get("DFLASH_RUN_DIR")
+    return os.path.join(run_dir, "spool.json") if run_dir else os.path.join(str(root), "spool.json")
+
+
 class _Claimed:
     __slots__ = ("file", "path", "producer", "seq", "taken_back")
 
@@ -305,9 +328,7 @@ class SpoolSource:
         if not root:
             raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames come through "
                              "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
-        run_dir = env.get("DFLASH_RUN_DIR")
-        return cls(root, name, contract, int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0),
-                   os.path.join(run_dir, "spool.json") if run_dir else None)
+        return cls(root, name, contract, int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), _manifest_path(root, env))
 
     def shared_weights(self, say=print):
         """The target's embedding and LM head ({"embed.weight", "lm_head.weight"},
@@ -395,13 +416,10 @@ class SpoolSource:
     def write_manifest_if_final(self):
         """Whoever acknowledges the last frame writes the manifest (every
         consumer that sees the final state writes the same content)."""
-        if not self._producers_done() or _frames(self.paths.ready):
-            return False
-        m, final = manifest(self.paths.root, self.producers)
-        if final:
-            _atomic_write(self.manifest_path, json.dumps(m, indent=2) + "\n")
+        if write_manifest_if_final(self.paths.root, self.producers, self.manifest_path):
             self.manifest_written = True
-        return final
+            return True
+        return False
 
     def __iter__(self):
         import torch
@@ -514,6 +532,10 @@ class SpoolProducer:
             return False
 
     def finish(self):
+        """The end marker; then, if the drafters already acknowledged every
+        frame, the manifest (DFLASH_SPOOL_PRODUCERS producers are expected)."""
         _atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
                       json.dumps({"producer": self.name, "frames": self.next_seq}) + "\n")
         self.finished = True
+        producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0)
+        write_manifest_if_final(self.paths.root, producers, _manifest_path(self.paths.root))

@@ -1,5 +1,6 @@
 #include "worker/builtin/frame_contract.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 

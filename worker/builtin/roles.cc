@@ -131,8 +131,11 @@ int RunTarget(const BuiltinOptions& o) {
     Complain(r.name, err);
     return exit_code::kFailure;
   }
+  const int producers = std::atoi(Env("DFLASH_SPOOL_PRODUCERS", "0").c_str());
+  bool manifest = false;
   if (producer.finished()) {
     Say(r.name, "already finished (%lld frames): nothing left to publish", static_cast<long long>(producer.next_seq()));
+    if (!spool::WriteManifestIfFinal(root, producers, ManifestPath(root), &manifest, &err)) Complain(r.name, err);
     return exit_code::kOk;
   }
   const int64_t resumed_at = producer.next_seq();
@@ -188,6 +191,9 @@ int RunTarget(const BuiltinOptions& o) {
     Complain(r.name, err);
     return exit_code::kFailure;
   }
+  // The drafters may have acknowledged our last frame before the marker was
+  // there: then the spool becomes final now, and we write its manifest.
+  if (!spool::WriteManifestIfFinal(root, producers, ManifestPath(root), &manifest, &err)) Complain(r.name, err);
   double wall = Since(t_start);
   json m = {{"process", r.name},
             {"role", "target"},
@@ -198,6 +204,7 @@ int RunTarget(const BuiltinOptions& o) {
             {"resumed_at", resumed_at},
             {"removed_tmp", producer.removed_tmp()},
             {"weights_published", won},
+            {"manifest_written", manifest},
             {"forward_s", Round(forward_s, 3)},
             {"backpressure_wait_s", Round(producer.waited_s(), 3)},
             {"wall_s", Round(wall, 3)},

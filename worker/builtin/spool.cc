@@ -340,17 +340,26 @@ bool SpoolConsumer::Reject(const ClaimedFrame& frame, const std::string& reason,
 }
 
 bool SpoolConsumer::WriteManifestIfFinal(const std::string& path, bool* written, std::string* err) {
+  return spool::WriteManifestIfFinal(paths_.root, producers_, path, written, err);
+}
+
+bool WriteManifestIfFinal(const std::string& root, int producers, const std::string& path, bool* written,
+                          std::string* err) {
   *written = false;
-  // Cheap looks first (a few entries each): most acks end here.
-  bool all = false;
-  std::vector<std::string> ready;
-  if (!ProducersDone(&all, err)) return false;
-  if (!all) return true;
-  if (!ListFrames(paths_.Ready(), &ready, err)) return false;
-  if (!ready.empty()) return true;
+  if (producers <= 0) return true;
+  // Cheap looks first (a few entries each): most calls end here.
+  SpoolPaths paths{root};
+  std::vector<std::string> names;
+  if (!ListDir(paths.Producers(), &names, err)) return false;
+  int finished = 0;
+  for (const std::string& f : names)
+    if (f.size() > 5 && f.substr(f.size() - 5) == ".done") ++finished;
+  if (finished < producers) return true;
+  if (!ListFrames(paths.Ready(), &names, err)) return false;
+  if (!names.empty()) return true;
   nlohmann::ordered_json j;
   bool final = false;
-  if (!Manifest(paths_.root, producers_, &j, &final, err)) return false;
+  if (!Manifest(root, producers, &j, &final, err)) return false;
   if (!final) return true;
   if (!WriteFileAtomic(path, j.dump(2) + "\n", err)) return false;
   *written = true;

@@ -133,9 +133,7 @@ class SpoolConsumer {
   /// Into rejected/, with <file>.reason; never acknowledged.
   bool Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err);
 
-  /// If the spool is final (every producer done; nothing ready or claimed by
-  /// anyone), writes the manifest to `path` and sets `*written`. Every
-  /// consumer that sees the final state writes the same content.
+  /// spool::WriteManifestIfFinal for this consumer's spool.
   bool WriteManifestIfFinal(const std::string& path, bool* written, std::string* err);
 
   int taken_back() const { return taken_back_; }
@@ -153,6 +151,13 @@ class SpoolConsumer {
   int taken_back_ = 0, acked_ = 0;
   double waited_s_ = 0;
 };
+
+/// If the spool is final (every one of `producers` finished; nothing ready or
+/// claimed), writes its manifest to `path` and sets `*written`. Called by a
+/// consumer after each ack and by a producer after its end marker: whoever
+/// makes the state final sees it, and everyone who sees it writes the same.
+bool WriteManifestIfFinal(const std::string& root, int producers, const std::string& path, bool* written,
+                          std::string* err);
 
 /// What the spool holds now: per producer its end marker's count and the
 /// sequence numbers acknowledged in done/, missing or unexpected; what is

@@ -115,6 +115,28 @@ TEST(Spool, NotFinalWhileAFrameIsClaimed) {
   EXPECT_TRUE(end);
 }
 
+TEST(Spool, TheProducerWritesTheManifestWhenTheLastAckCameBeforeItsMarker) {
+  // Drafters that stop after --steps may acknowledge a producer's last frame
+  // before its end marker exists: then the producer makes the spool final.
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path(), "t:0", 8);
+  ASSERT_TRUE(p.Open(&err));
+  std::vector<float> v = {1};
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  SpoolConsumer c(d.path(), "d:0", 1);
+  ASSERT_TRUE(c.Open(&err));
+  ClaimedFrame f;
+  bool end, written = true;
+  ASSERT_TRUE(c.Next(&f, &end, &err));
+  ASSERT_TRUE(c.Ack(f, &err));
+  ASSERT_TRUE(c.WriteManifestIfFinal(d.path() + "/m.json", &written, &err));
+  EXPECT_FALSE(written);  // the marker is not there yet
+  ASSERT_TRUE(p.Finish(&err));
+  ASSERT_TRUE(WriteManifestIfFinal(d.path(), 1, d.path() + "/m.json", &written, &err)) << err;
+  EXPECT_TRUE(written);
+}
+
 TEST(Spool, ARestartedConsumerTakesBackWhatItClaimed) {
   TempDir d;
   std::string err;
