@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build test demo bench fuzz clean
+.PHONY: setup build test demo demo-builtin bench fuzz clean
 
 setup:
 	@scripts/setup
@@ -21,8 +21,19 @@ test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q tests
 
+# The embedded default pipeline, end to end: 5 builtin LibTorch targets -> spool in /dev/shm -> 3 Python
+# reference drafters (torch.compile, gated); then the report and runs/<run_id>/loss.png.
+# `make demo-builtin`: the same with the builtin C++ drafters. DEMO=<config> runs another config.
+DEMO ?= configs/demo.toml
 demo: build
-	$(BUILD)/bin/dflash-launch check configs/demo.toml
+	@run_id=$$(basename $(DEMO) .toml)-$$(date +%Y%m%d-%H%M%S); \
+	export PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)/python$${PYTHONPATH:+:$$PYTHONPATH}"; \
+	$(BUILD)/bin/dflash-launch run $(DEMO) --run-id $$run_id; rc=$$?; \
+	$(PY) -m dflash_launch.demo_report runs/$$run_id || rc=$${rc/#0/1}; \
+	exit $$rc
+
+demo-builtin:
+	@$(MAKE) --no-print-directory demo DEMO=configs/demo-builtin.toml
 
 bench: build
 	@echo "bench: see docs/benchmarks.md"

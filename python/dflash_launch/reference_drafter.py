@@ -26,7 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dflash_launch import check_hidden_states, contract_from_env, gate_role, notify_ready, notify_status
+from dflash_launch import (HiddenStateContractError, check_hidden_states, contract_from_env, gate_role, notify_ready,
+                           notify_status)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -205,6 +206,12 @@ def write_metrics(path, metrics):
     os.replace(tmp, path)
 
 
+def _contract_exit(name, error):
+    """Says what violates the contract and returns the exit code (65, EX_DATAERR)."""
+    print(f"{name}: {error}", file=sys.stderr, flush=True)
+    return getattr(error, "exit_code", 65)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=int(os.environ.get("DFLASH_STEPS", "20")))
@@ -223,6 +230,8 @@ def main(argv=None):
         sys.exit("reference_drafter: run me under dflash-launch (or set DFLASH_HIDDEN_SHAPE & co.)")
     warmup = os.environ.get("DFLASH_WARMUP") == "1"
     steps = 1 if warmup else args.steps
+    if warmup:
+        args.source = "synthetic"  # no targets run during a warm-up; same shapes, same compiled graphs
     torch.set_num_threads(args.threads)
     name = os.environ.get("DFLASH_PROCESS", "drafter")
     rank = int(os.environ.get("ROLE_RANK", "0"))
@@ -232,11 +241,16 @@ def main(argv=None):
     model = build(contract, dtype)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     step_loss = model.loss if args.no_compile else torch.compile(model.loss)
-    # A warm-up (dflash-launch seed) compiles the same graphs on synthetic data
-    # of the contract's shapes: it needs no target running.
-    if args.source == "spool" and not warmup:
-        from dflash_launch.spool import SpoolSource
+    if args.source == "spool":
+        from dflash_launch.spool import FrameContractError, SpoolSource
         source = SpoolSource.from_env(contract, name)
+        try:
+            shared = source.shared_weights()  # the target's embedding and LM head, frozen (DFlash shares them)
+        except FrameContractError as e:
+            sys.exit(_contract_exit(name, e))
+        with torch.no_grad():
+            for key, value in shared.items():
+                model.get_parameter(key).copy_(value)
     else:
         source = SyntheticSource(contract, rank, dtype)
 
@@ -244,7 +258,13 @@ def main(argv=None):
     losses, metrics = [], {"process": name, "gate_role": gate_role(), "torch_version": torch.__version__}
     it = iter(source)
     for step in range(steps):
-        sample = next(it, None)
+        try:
+            sample = next(it, None)
+        except HiddenStateContractError as e:  # a spool frame that violates [model]: rejected, never consumed
+            metrics.update(steps=len(losses), losses=losses, rejected=getattr(e, "frame", None))
+            metrics.update(source.stats() if hasattr(source, "stats") else {})
+            write_metrics(args.metrics, metrics)
+            sys.exit(_contract_exit(name, e))
         if sample is None:
             break
         check_hidden_states(sample["hidden"], n_taps, hidden, contract["batch"], contract["seq_len"])
@@ -277,6 +297,8 @@ def main(argv=None):
     metrics.update(steps=len(losses), losses=losses, first_loss=losses[0] if losses else None,
                    last_loss=losses[-1] if losses else None, wall_s=round(time.perf_counter() - t_start, 3),
                    samples=len(losses) * contract["batch"], source=args.source)
+    if hasattr(source, "stats"):
+        metrics.update(source.stats())
     write_metrics(args.metrics, metrics)
     if losses:
         print(f"{name}: {len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)

@@ -1,0 +1,169 @@
+// Samples/s through the hidden-state spool, producer processes to consumer
+// processes, against a plain copy of the same bytes through the same
+// filesystem (write a file, read it back) measured in the same run.
+//
+//   spool_bench [--dir /dev/shm] [--mb 1] [--frames 2000] [--producers 1] [--consumers 1]
+//               [--max-ready 16] [--repeat 3]
+//
+// One JSON object per line on stdout (docs/benchmarks.md reads them).
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "worker/builtin/spool.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using dflash::safetensors::TensorRef;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Args {
+  std::string dir = "/dev/shm";
+  double mb = 1;
+  int frames = 2000, producers = 1, consumers = 1, max_ready = 16, repeat = 3;
+};
+
+/// The frame a producer publishes: "hidden" F32 of ~mb MiB and "tokens" I64, like a real frame.
+struct Frame {
+  std::vector<float> hidden;
+  std::vector<int64_t> tokens;
+  std::vector<TensorRef> refs;
+  explicit Frame(double mb) {
+    const int64_t seq = 512, width = std::max<int64_t>(1, static_cast<int64_t>(mb * (1 << 20)) / 4 / seq);
+    hidden.assign(static_cast<size_t>(seq * width), 0.5f);
+    tokens.assign(static_cast<size_t>(seq), 7);
+    refs = {{"hidden", "F32", {1, seq, width}, hidden.data(), hidden.size() * 4},
+            {"tokens", "I64", {1, seq}, tokens.data(), tokens.size() * 8}};
+  }
+  size_t FileBytes() const {
+    std::string head, err;
+    dflash::safetensors::EncodeHeader({{"producer", "target:0"}, {"seq", "0000000000"}}, refs, &head, &err);
+    return head.size() + hidden.size() * 4 + tokens.size() * 8;
+  }
+};
+
+void Fail(const std::string& what) {
+  std::fprintf(stderr, "spool_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+/// The peer: write the same bytes to a file in `dir` and read them back, one
+/// after the other in one process (what the spool's two processes do between them).
+double PlainCopy(const Args& a, const Frame& f) {
+  std::string path = a.dir + "/spool_bench_copy." + std::to_string(::getpid());
+  std::vector<char> in(f.FileBytes());
+  std::string head, err;
+  dflash::safetensors::EncodeHeader({}, f.refs, &head, &err);
+  auto t0 = Clock::now();
+  for (int i = 0; i < a.frames; ++i) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || !dflash::safetensors::WriteFd(fd, {}, f.refs, &err)) Fail("copy write: " + err);
+    ::close(fd);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    size_t got = 0;
+    while (true) {
+      ssize_t n = ::read(fd, in.data() + got, in.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  }
+  double s = Since(t0);
+  ::unlink(path.c_str());
+  return s;
+}
+
+double Spool(const Args& a, const Frame& f) {
+  std::string root = a.dir + "/spool_bench." + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  std::vector<pid_t> kids;
+  auto t0 = Clock::now();
+  for (int p = 0; p < a.producers; ++p) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string err;
+      dflash::spool::SpoolProducer prod(root, "target:" + std::to_string(p), a.max_ready);
+      int n = a.frames / a.producers + (p < a.frames % a.producers);
+      if (!prod.Open(&err)) Fail(err);
+      for (int i = 0; i < n; ++i)
+        if (!prod.Publish({}, f.refs, nullptr, &err)) Fail(err);
+      _exit(prod.Finish(&err) ? 0 : 1);
+    }
+    kids.push_back(pid);
+  }
+  for (int c = 0; c < a.consumers; ++c) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string err;
+      dflash::spool::SpoolConsumer con(root, "drafter:" + std::to_string(c), a.producers);
+      if (!con.Open(&err)) Fail(err);
+      while (true) {
+        dflash::spool::ClaimedFrame fr;
+        bool end = false;
+        if (!con.Next(&fr, &end, &err)) Fail(err);
+        if (end) break;
+        dflash::safetensors::File file;  // the consumer reads every byte, as a drafter does
+        if (!file.Read(fr.path, &err) || !con.Ack(fr, &err)) Fail(err);
+      }
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) Fail("a bench process failed");
+  }
+  double s = Since(t0);
+  nlohmann::ordered_json m;
+  bool final = false;
+  std::string err;
+  if (!dflash::spool::Manifest(root, a.producers, &m, &final, &err) || !m["exactly_once"].get<bool>())
+    Fail("the spool lost or duplicated frames: " + m.dump());
+  std::filesystem::remove_all(root);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--dir") a.dir = v;
+    else if (k == "--mb") a.mb = std::atof(v.c_str());
+    else if (k == "--frames") a.frames = std::atoi(v.c_str());
+    else if (k == "--producers") a.producers = std::atoi(v.c_str());
+    else if (k == "--consumers") a.consumers = std::atoi(v.c_str());
+    else if (k == "--max-ready") a.max_ready = std::atoi(v.c_str());
+    else if (k == "--repeat") a.repeat = std::atoi(v.c_str());
+    else Fail("unknown option " + k);
+  }
+  Frame f(a.mb);
+  const double bytes = static_cast<double>(f.FileBytes());
+  for (int r = 0; r < a.repeat; ++r) {
+    // Interleaved, so both see the same machine (2 shared cores: the load moves).
+    double copy_s = PlainCopy(a, f);
+    double spool_s = Spool(a, f);
+    double copy_gbs = bytes * a.frames / copy_s / 1e9, spool_gbs = bytes * a.frames / spool_s / 1e9;
+    std::printf(
+        "{\"frame_bytes\": %.0f, \"frames\": %d, \"producers\": %d, \"consumers\": %d, \"max_ready\": %d, "
+        "\"copy_s\": %.4f, \"copy_GBps\": %.3f, \"spool_s\": %.4f, \"spool_frames_per_s\": %.1f, "
+        "\"spool_GBps\": %.3f, \"ratio\": %.3f}\n",
+        bytes, a.frames, a.producers, a.consumers, a.max_ready, copy_s, copy_gbs, spool_s, a.frames / spool_s,
+        spool_gbs, spool_gbs / copy_gbs);
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,541 @@
+"""The hidden-state spool, Python side: the same protocol as the builtin roles
+(worker/builtin/spool.h; docs/builtin.md), on a plain directory (default under
+/dev/shm) and atomic renames.
+
+    tmp/        a producer writes a frame here first
+    ready/      published: <producer>-<seq:010d>.safetensors (rename, never replacing)
+    claimed/<consumer>/   claimed by exactly one consumer (rename from ready/)
+    done/       acknowledged after the step (then truncated to 0 bytes)
+    rejected/   violated the [model] contract (+ <frame>.reason); never acknowledged
+    producers/<producer>.done   {"frames": n}: no more frames from it
+    weights.safetensors         the target's embedding and LM head (first publisher wins)
+
+SpoolSource is the consumer the reference drafter uses (`--source spool`);
+SpoolProducer lets a Python target publish frames the builtin drafter reads.
+Frames are safetensors files; their metadata carries the contract (format,
+layer_ids, hidden, layout, dtype, target_layers, vocab, producer, seq), and a
+consumer checks it, with the tensors' dtypes and shapes, before any compute.
+"""
+
+import ctypes
+import errno
+import json
+import os
+import struct
+import time
+
+from dflash_launch import HiddenStateContractError
+
+FORMAT = "dflash-frame/1"
+WEIGHTS_FORMAT = "dflash-weights/1"
+EXT = ".safetensors"
+#: A consumer that meets a frame violating the contract exits with this (EX_DATAERR).
+EXIT_FRAME_CONTRACT = 65
+
+_ST_DTYPES = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
+
+
+class SpoolError(RuntimeError):
+    """The spool itself is broken (I/O, a frame acknowledged twice)."""
+
+
+class FrameContractError(HiddenStateContractError):
+    """A frame that does not match [model]. `str(e)` names the frame, its
+    producer, what was expected, what was found and the fix; the same text
+    the builtin C++ consumer prints."""
+
+    exit_code = EXIT_FRAME_CONTRACT
+
+    def __init__(self, frame, producer, what, expected, found, fix):
+        self.frame, self.producer, self.what = frame, producer, what
+        self.expected, self.found, self.fix = expected, found, fix
+        super().__init__(f"frame {frame} from producer {producer} does not match [model]: {what}\n"
+                         f"  expected: {expected}\n  found:    {found}\n  fix (in producer {producer}): {fix}")
+
+
+def frame_file(producer, seq):
+    return f"{producer}-{int(seq):010d}{EXT}"
+
+
+def parse_frame_file(name):
+    """(producer, seq) of a frame file name, or None for anything else."""
+    if not name.endswith(EXT):
+        return None
+    stem = name[:-len(EXT)]
+    producer, dash, seq = stem.rpartition("-")
+    if not dash or not producer or not seq.isdigit():
+        return None
+    return producer, int(seq)
+
+
+# --- the contract check (the words of common/shape_contract.cc and frame_contract.cc) ---
+
+def shape_string(shape):
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
+
+
+def check_hidden_shape(batch, seq_len, n_taps, hidden, shape):
+    """None if `shape` is [batch, seq_len, n_taps*hidden]; else (message,
+    expected, found, fix) exactly as C++ CheckHiddenShape words them."""
+    shape = [int(d) for d in shape]
+    width = n_taps * hidden
+    want = [batch, seq_len, width]
+    if shape == want:
+        return None
+    expected = (f"{shape_string(want)} = [batch, seq_len, n_taps*hidden]: {n_taps} taps of hidden {hidden} "
+                f"concatenated on the feature axis")
+    fix = (f"concatenate the taps: torch.cat(taps, dim=-1); a stacked x of shape "
+           f"{shape_string([batch, seq_len, n_taps, hidden])} becomes x.reshape({batch}, {seq_len}, {width})")
+    if len(shape) == 4 and shape[2] == n_taps and shape[3] == hidden:
+        if shape[0] != batch or shape[1] != seq_len:
+            fix = "concatenate the taps: torch.cat(taps, dim=-1) or x.flatten(-2) on the stacked tensor"
+        return ("taps stacked on a new axis: the drafter's fc reads them concatenated", expected,
+                "stacked " + shape_string(shape), fix)
+    if len(shape) != 3:
+        return "hidden states must be rank 3", expected, f"{shape_string(shape)} (rank {len(shape)})", fix
+    if shape[2] != width:
+        hint = (f"only one tap's width: concatenate all {n_taps} tapped layers with torch.cat(taps, dim=-1)"
+                if shape[2] == hidden else
+                f"the feature axis must be n_taps*hidden = {n_taps}*{hidden} = {width}; "
+                f"check tapped_layers and hidden in [model]")
+        return "feature width does not match the tapped layers", expected, shape_string(shape), hint
+    return ("batch or sequence length differs from [model]", expected, shape_string(shape),
+            "set [model] batch and seq_len to what the target produces, or pad/crop the samples")
+
+
+def _ints(text):
+    try:
+        return [int(x) for x in text.split(",")] if text else []
+    except ValueError:
+        return None
+
+
+def check_frame(contract, metadata, tensors, frame):
+    """Raises FrameContractError unless a frame's metadata and tensors (name ->
+    (safetensors dtype, shape)) match the contract (contract_from_env())."""
+    c, m = contract, metadata or {}
+    producer = m.get("producer") or "(unnamed)"
+    taps, hidden = list(c["tapped_layers"]), c["hidden"]
+    b, s, n = c["batch"], c["seq_len"], len(taps)
+
+    def fail(*args):
+        raise FrameContractError(frame, producer, *args)
+
+    if m.get("format") != FORMAT:
+        fail("not a dflash hidden-state frame", f'metadata format = "{FORMAT}"', f'format = "{m.get("format", "")}"',
+             "publish with dflash_launch.spool.SpoolProducer or the builtin target")
+    if _ints(m.get("layer_ids", "")) != taps:
+        want = shape_string(taps)
+        fail("tapped layers differ from [model] tapped_layers",
+             f"layer ids {want} (id i = output of layer i = HF hidden_states[i+1])",
+             f"layer ids [{m.get('layer_ids', '')}]",
+             f"tap exactly {want}, concatenated in that order; or, if the producer is right, set "
+             f"[model] tapped_layers to its list (every drafter must read the same taps)")
+    if m.get("hidden") != str(hidden):
+        fail("hidden size differs from [model] hidden", f"hidden = {hidden}", f"hidden = {m.get('hidden', '')}",
+             "publish the hidden states of the target [model] describes")
+    if "hidden" not in tensors:
+        fail('no "hidden" tensor', f'tensors "hidden" {shape_string([b, s, n * hidden])} and "tokens"',
+             'no "hidden"', 'publish the concatenated taps as "hidden"')
+    h_dtype, h_shape = tensors["hidden"]
+    if m.get("layout") != "concat":
+        _, expected, _, fix = check_hidden_shape(b, s, n, hidden, [b, s, n, hidden])
+        fail("taps stacked on a new axis: the drafter's fc reads them concatenated", expected,
+             f'layout = "{m.get("layout", "")}", shape {shape_string(h_shape)}', fix)
+    v = check_hidden_shape(b, s, n, hidden, h_shape)
+    if v:
+        fail(*v)
+    want_dtype = _ST_DTYPES.get(c["dtype"], "F32")
+    if h_dtype != want_dtype or m.get("dtype") != c["dtype"]:
+        fail("dtype differs from [model] dtype", f'{want_dtype} (dtype = "{c["dtype"]}")',
+             f'{h_dtype} (metadata dtype = "{m.get("dtype", "")}")',
+             f"cast the hidden states to {c['dtype']} before publishing, or set [model] dtype")
+    tok = tensors.get("tokens")
+    if tok is None or tok[0] != "I64" or list(tok[1]) != [b, s]:
+        fail("token ids missing or misshapen", f'"tokens" I64 {shape_string([b, s])}',
+             f'"tokens" {tok[0]} {shape_string(tok[1])}' if tok else 'no "tokens"',
+             "publish the token ids of each sample with its hidden states, as int64 [batch, seq_len]")
+
+
+def parse_header(data):
+    """(metadata, {name: (dtype, shape)}) of safetensors bytes."""
+    if len(data) < 8:
+        raise ValueError("not a safetensors file: shorter than 8 bytes")
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise ValueError(f"not a safetensors file: header length {n} does not fit in {len(data)} bytes")
+    header = json.loads(bytes(data[8:8 + n]))
+    meta = header.pop("__metadata__", {}) or {}
+    return meta, {k: (v["dtype"], v["shape"]) for k, v in header.items()}
+
+
+# --- the directories ------------------------------------------------------------
+
+def _rename_noreplace(src, dst):
+    """rename(2) with RENAME_NOREPLACE (glibc renameat2); link+unlink where unsupported."""
+    libc = _libc()
+    if libc is not None:
+        r = libc.renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), 1)  # AT_FDCWD, RENAME_NOREPLACE
+        if r == 0:
+            return
+        e = ctypes.get_errno()
+        if e not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(e, os.strerror(e), dst)
+    os.link(src, dst)
+    os.unlink(src)
+
+
+_LIBC = []
+
+
+def _libc():
+    if not _LIBC:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.renameat2  # noqa: B018 (absent before glibc 2.28)
+            _LIBC.append(libc)
+        except (OSError, AttributeError):
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
+class Paths:
+    def __init__(self, root):
+        self.root = str(root)
+        for d in ("tmp", "ready", "claimed", "done", "rejected", "producers"):
+            setattr(self, d, os.path.join(self.root, d))
+        self.weights = os.path.join(self.root, "weights.safetensors")
+
+    def claimed_by(self, consumer):
+        return os.path.join(self.claimed, consumer)
+
+    def create(self):
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        for d in (self.tmp, self.ready, self.claimed, self.done, self.rejected, self.producers):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+
+
+def _frames(d):
+    try:
+        return [f for f in os.listdir(d) if parse_frame_file(f)]
+    except FileNotFoundError:
+        return []
+
+
+def _atomic_write(path, text):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def manifest(root, producers):
+    """(manifest dict, final): what the spool holds, as C++ spool::Manifest
+    reports it. Final when every one of `producers` finished and nothing is
+    ready or claimed."""
+    p = Paths(root)
+    published = {}
+    for f in (os.listdir(p.producers) if os.path.isdir(p.producers) else []):
+        if f.endswith(".done"):
+            try:
+                published[f[:-5]] = int(json.load(open(os.path.join(p.producers, f)))["frames"])
+            except (OSError, ValueError, KeyError):
+                published[f[:-5]] = -1
+    ready = _frames(p.ready)
+    claimed = sum(len(_frames(p.claimed_by(c))) for c in (os.listdir(p.claimed) if os.path.isdir(p.claimed) else []))
+    done = {}
+    for f in _frames(p.done):
+        prod, seq = parse_frame_file(f)
+        done.setdefault(prod, set()).add(seq)
+        published.setdefault(prod, -1)
+    rejected = sorted(_frames(p.rejected))
+    per, tot_pub, tot_done, miss_tot, unexp_tot = {}, 0, 0, 0, 0
+    for prod in sorted(published):
+        n, seqs = published[prod], done.get(prod, set())
+        missing = [s for s in range(n) if s not in seqs] if n >= 0 else []
+        unexpected = [s for s in sorted(seqs) if s >= n] if n >= 0 else []
+        per[prod] = {"published": n if n >= 0 else None, "consumed": len(seqs),
+                     "first_seq": min(seqs) if seqs else None, "last_seq": max(seqs) if seqs else None,
+                     "missing": len(missing), "missing_seqs": missing[:20],
+                     "unexpected": len(unexpected), "unexpected_seqs": unexpected[:20]}
+        tot_pub += max(0, n)
+        tot_done += len(seqs)
+        miss_tot += len(missing)
+        unexp_tot += len(unexpected)
+    finished = sum(1 for n in published.values() if n >= 0)
+    final = producers > 0 and finished >= producers and not ready and claimed == 0
+    return {"format": "dflash-spool/1", "final": final, "producers_expected": producers,
+            "producers_finished": finished, "frames_published": tot_pub, "frames_consumed": tot_done,
+            "ready": len(ready), "claimed": claimed, "rejected": rejected,
+            "exactly_once": final and tot_pub == tot_done and miss_tot == 0 and unexp_tot == 0 and not rejected,
+            "producers": per}, final
+
+
+def write_manifest_if_final(root, producers, path):
+    """Writes the manifest to `path` if the spool is final; True if it did.
+    Called by a consumer after each ack and by a producer after its end
+    marker: whoever makes the state final sees it (they all write the same)."""
+    p = Paths(root)
+    try:
+        finished = sum(f.endswith(".done") for f in os.listdir(p.producers))
+    except FileNotFoundError:
+        return False
+    if producers <= 0 or finished < producers or _frames(p.ready):
+        return False
+    m, final = manifest(root, producers)
+    if final:
+        _atomic_write(path, json.dumps(m, indent=2) + "\n")
+    return final
+
+
+def _manifest_path(root, env=None):
+    env = os.environ if env is None else env
+    run_dir = env.get("DFLASH_RUN_DIR")
+    return os.path.join(run_dir, "spool.json") if run_dir else os.path.join(str(root), "spool.json")
+
+
+class _Claimed:
+    __slots__ = ("file", "path", "producer", "seq", "taken_back")
+
+    def __init__(self, file, path, taken_back):
+        self.file, self.path, self.taken_back = file, path, taken_back
+        self.producer, self.seq = parse_frame_file(file)
+
+
+class SpoolSource:
+    """A consumer of the spool: yields {"hidden", "tokens", "seq", "producer",
+    "frame", "taken_back", "ack"} per frame; call sample["ack"]() after the
+    step. It first takes back what an earlier attempt of this consumer (same
+    name) claimed and never acknowledged; it ends when every producer has
+    finished and nothing is left to claim. A frame that violates the contract
+    goes to rejected/ and raises FrameContractError (exit 65 in the drafter)."""
+
+    def __init__(self, root, name, contract, producers=0, manifest_path=None):
+        self.paths, self.name, self.contract, self.producers = Paths(root), name, contract, int(producers)
+        self.manifest_path = manifest_path or os.path.join(self.paths.root, "spool.json")
+        self.paths.create()
+        self.mine = self.paths.claimed_by(name)
+        os.makedirs(self.mine, mode=0o700, exist_ok=True)
+        self._take_back = sorted(_frames(self.mine), key=lambda f: parse_frame_file(f)[::-1])
+        self.taken_back = self.acked = 0
+        self.waited_s = 0.0
+        self.manifest_written = False
+
+    @classmethod
+    def from_env(cls, contract, name, env=None):
+        env = os.environ if env is None else env
+        root = env.get("DFLASH_SPOOL_DIR")
+        if not root:
+            raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames come through "
+                             "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
+        return cls(root, name, contract, int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), _manifest_path(root, env))
+
+    def shared_weights(self, say=print):
+        """The target's embedding and LM head ({"embed.weight", "lm_head.weight"},
+        float32), waiting for the first target to publish them."""
+        from safetensors.torch import load
+
+        t0, next_say, delay = time.monotonic(), time.monotonic() + 5, 1e-3
+        while not os.path.exists(self.paths.weights):
+            if time.monotonic() >= next_say:
+                say(f"{self.name}: waiting for {self.paths.weights} from the targets ({time.monotonic() - t0:.0f}s)")
+                next_say += 60
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        with open(self.paths.weights, "rb") as f:
+            data = f.read()
+        meta, _ = parse_header(data)
+        w = load(data)
+        vocab, hidden = self.contract["vocab"], self.contract["hidden"]
+        for k in ("embed.weight", "lm_head.weight"):
+            got = list(w[k].shape) if k in w else None
+            if got != [vocab, hidden]:
+                raise FrameContractError(
+                    "weights.safetensors", meta.get("producer", "(unnamed)"), f"{k} does not fit [model]",
+                    f"{k} [{vocab}, {hidden}] (vocab x hidden)", f"{k} {got}",
+                    "publish the embedding and LM head of the target [model] describes")
+        return {k: w[k] for k in ("embed.weight", "lm_head.weight")}
+
+    def stats(self):
+        return {"taken_back": self.taken_back, "frames_acked": self.acked, "spool_wait_s": round(self.waited_s, 3),
+                "manifest_written": self.manifest_written}
+
+    # The protocol ------------------------------------------------------------
+
+    def _producers_done(self):
+        if self.producers <= 0:
+            return False
+        try:
+            return sum(f.endswith(".done") for f in os.listdir(self.paths.producers)) >= self.producers
+        except FileNotFoundError:
+            return False
+
+    def _next(self):
+        if self._take_back:
+            self.taken_back += 1
+            f = self._take_back.pop(0)
+            return _Claimed(f, os.path.join(self.mine, f), True)
+        t0, delay, waited = time.monotonic(), 1e-4, False
+        while True:
+            cands = sorted((parse_frame_file(f)[::-1], f) for f in _frames(self.paths.ready))
+            for _, f in cands:
+                dst = os.path.join(self.mine, f)
+                try:
+                    os.rename(os.path.join(self.paths.ready, f), dst)  # the claim: one rename wins
+                except FileNotFoundError:
+                    continue
+                if waited:
+                    self.waited_s += time.monotonic() - t0
+                return _Claimed(f, dst, False)
+            if cands:
+                continue
+            if self._producers_done() and not _frames(self.paths.ready):
+                if waited:
+                    self.waited_s += time.monotonic() - t0
+                return None
+            waited = True
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
+    def reject(self, claimed, reason):
+        dst = os.path.join(self.paths.rejected, claimed.file)
+        _atomic_write(dst + ".reason", reason + "\n")
+        os.rename(claimed.path, dst)
+
+    def ack(self, claimed):
+        dst = os.path.join(self.paths.done, claimed.file)
+        try:
+            _rename_noreplace(claimed.path, dst)
+        except FileExistsError:
+            raise SpoolError(f"frame {claimed.file} was acknowledged before (done/ has it): producer "
+                             f"{claimed.producer} published sequence number {claimed.seq} twice") from None
+        os.truncate(dst, 0)  # the name is the record; the bytes can go
+        self.acked += 1
+        self.write_manifest_if_final()
+
+    def write_manifest_if_final(self):
+        """Whoever acknowledges the last frame writes the manifest (every
+        consumer that sees the final state writes the same content)."""
+        if write_manifest_if_final(self.paths.root, self.producers, self.manifest_path):
+            self.manifest_written = True
+            return True
+        return False
+
+    def __iter__(self):
+        import torch
+        from safetensors.torch import load
+
+        while True:
+            c = self._next()
+            if c is None:
+                self.write_manifest_if_final()
+                return
+            with open(c.path, "rb") as f:
+                data = f.read()
+            try:
+                try:
+                    meta, tensors = parse_header(data)
+                except (ValueError, KeyError) as e:
+                    raise FrameContractError(c.file, c.producer, "not a safetensors frame", "a safetensors file",
+                                             str(e), "publish with SpoolProducer or the builtin target") from None
+                # The contract, before any compute.
+                check_frame(self.contract, meta, tensors, c.file)
+                t = load(data)
+                tokens, hidden = t["tokens"], t["hidden"]
+                bad = (tokens < 0) | (tokens >= self.contract["vocab"])
+                if bool(bad.any()):
+                    i = int(bad.flatten().nonzero()[0])
+                    raise FrameContractError(c.file, meta.get("producer") or "(unnamed)", "token id out of range",
+                                             f"ids in [0, {self.contract['vocab']})",
+                                             f"id {int(tokens.flatten()[i])} at position {i}",
+                                             "publish ids of the target's vocabulary, or set [model] vocab")
+            except FrameContractError as e:
+                self.reject(c, str(e))
+                raise
+            yield {"hidden": hidden, "tokens": tokens.to(torch.long), "seq": c.seq, "producer": c.producer,
+                   "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
+
+
+def frame_bytes(hidden, tokens, metadata):
+    """A frame as safetensors bytes (no checks: see SpoolProducer.publish)."""
+    from safetensors.torch import save
+
+    return save({"hidden": hidden.contiguous(), "tokens": tokens.contiguous()},
+                metadata={k: str(v) for k, v in metadata.items()})
+
+
+def frame_metadata(contract):
+    """The contract part of a frame's metadata (producer and seq are added at publish)."""
+    c = contract
+    return {"format": FORMAT, "layer_ids": ",".join(str(i) for i in c["tapped_layers"]), "hidden": str(c["hidden"]),
+            "layout": "concat", "dtype": c["dtype"], "target_layers": str(c["target_layers"]),
+            "vocab": str(c["vocab"])}
+
+
+class SpoolProducer:
+    """Publishes frames for the drafters (a Python target). Resumes after its
+    highest sequence number in the spool and removes its half-written temp
+    files; waits while ready/ holds `max_ready` frames."""
+
+    def __init__(self, root, name, contract, max_ready=16):
+        self.paths, self.name, self.contract, self.max_ready = Paths(root), name, contract, max(1, int(max_ready))
+        self.paths.create()
+        for f in os.listdir(self.paths.tmp):
+            pf = parse_frame_file(f[:-4]) if f.endswith(".tmp") else None
+            if (pf and pf[0] == name) or f.endswith(f"@{name}.tmp"):
+                os.unlink(os.path.join(self.paths.tmp, f))
+        dirs = [self.paths.ready] + [self.paths.claimed_by(c) for c in os.listdir(self.paths.claimed)]
+        dirs += [self.paths.done, self.paths.rejected]
+        seqs = [s for d in dirs for p, s in map(parse_frame_file, _frames(d)) if p == name]
+        self.next_seq = max(seqs, default=-1) + 1
+        self.finished = os.path.exists(os.path.join(self.paths.producers, f"{name}.done"))
+
+    def publish(self, hidden, tokens, metadata=None, check=True):
+        """Publishes one sample; returns its sequence number. Checks the
+        contract first (the producer's end of it) unless check=False."""
+        c = self.contract
+        if check:
+            from dflash_launch import check_hidden_states
+            check_hidden_states(hidden, len(c["tapped_layers"]), c["hidden"], c["batch"], c["seq_len"])
+        delay = 1e-4
+        while len(_frames(self.paths.ready)) >= self.max_ready:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        seq = self.next_seq
+        meta = dict(frame_metadata(c), **(metadata or {}), producer=self.name, seq=str(seq))
+        f = frame_file(self.name, seq)
+        tmp = os.path.join(self.paths.tmp, f + ".tmp")
+        with open(tmp, "wb") as out:
+            out.write(frame_bytes(hidden, tokens, meta))
+        _rename_noreplace(tmp, os.path.join(self.paths.ready, f))
+        self.next_seq = seq + 1
+        return seq
+
+    def publish_weights(self, embed, lm_head):
+        """Publishes the target's embedding and LM head ([vocab, hidden] each) for
+        the drafters, once per spool: the first publisher wins. True if we did."""
+        from safetensors.torch import save
+
+        if os.path.exists(self.paths.weights):
+            return False
+        data = save({"embed.weight": embed.detach().float().contiguous(),
+                     "lm_head.weight": lm_head.detach().float().contiguous()},
+                    metadata={"format": WEIGHTS_FORMAT, "producer": self.name})
+        tmp = os.path.join(self.paths.tmp, f"weights.safetensors@{self.name}.tmp")
+        with open(tmp, "wb") as out:
+            out.write(data)
+        try:
+            _rename_noreplace(tmp, self.paths.weights)
+            return True
+        except FileExistsError:
+            os.unlink(tmp)
+            return False
+
+    def finish(self):
+        """The end marker; then, if the drafters already acknowledged every
+        frame, the manifest (DFLASH_SPOOL_PRODUCERS producers are expected)."""
+        _atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
+                      json.dumps({"producer": self.name, "frames": self.next_seq}) + "\n")
+        self.finished = True
+        producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0)
+        write_manifest_if_final(self.paths.root, producers, _manifest_path(self.paths.root))

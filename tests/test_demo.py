@@ -1,0 +1,100 @@
+"""The embedded default pipeline (configs/demo.toml, configs/demo-builtin.toml) runs
+to completion, shortened: builtin targets -> spool -> drafters; the loss falls,
+every frame is consumed exactly once, exit 0, and the report draws loss.png."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BIN, ROOT, run
+
+VENV_BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}",
+           PYTHONPATH=f"{ROOT / 'python'}:{os.environ.get('PYTHONPATH', '')}")
+needs_builtin = pytest.mark.skipif(not (BIN / "dflash-builtin").exists(), reason="dflash-builtin not built")
+
+
+def shortened(config, tmp_path, samples, steps):
+    """The config with its cache, logs and spool in tmp_path and fewer frames:
+    5 targets x `samples` = 3 drafters x `steps`."""
+    text = (ROOT / "configs" / config).read_text()
+    (tmp_path / "cache").mkdir(mode=0o700)
+    text, n = re.subn(r'(?m)^cache_dir = .*$', f'cache_dir = "{tmp_path}/cache"\nspool_dir = "{tmp_path}/spool"', text)
+    text, m = re.subn(r'(?m)^log_dir = .*$', f'log_dir = "{tmp_path}/runs"', text)
+    text, k = re.subn(r'DFLASH_SAMPLES = "\d+"', f'DFLASH_SAMPLES = "{samples}"', text)
+    text, j = re.subn(r'DFLASH_STEPS = "\d+"', f'DFLASH_STEPS = "{steps}"', text)
+    assert n == m == k == j == 1, "the demo config changed shape: update this test"
+    path = tmp_path / config
+    path.write_text(text)
+    return path
+
+
+def run_demo(launch, path, timeout):
+    r = launch(path, env=ENV, run_id="demo")
+    assert r.wait(timeout=timeout) == 0, r.out[-3000:] + r.err
+    report = subprocess.run([sys.executable, "-m", "dflash_launch.demo_report", str(r.run_dir)], env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    print(report.stdout)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert (r.run_dir / "loss.png").stat().st_size > 10_000
+    return r, report.stdout
+
+
+def check_training(r, steps, samples_total):
+    procs = {p["name"]: p for p in r.summary()["processes"]}
+    drafters = [p for p in procs.values() if p["role"] == "drafter"]
+    for p in drafters:
+        m = p["metrics"]
+        assert m["steps"] == steps and m["samples"] == steps, p["name"]
+        first, last = sum(m["losses"][:10]) / 10, sum(m["losses"][-10:]) / 10
+        assert last < first - 0.3, (p["name"], first, last)  # the loss falls
+    spool = json.loads((r.run_dir / "spool.json").read_text())
+    assert spool["exactly_once"] and spool["frames_published"] == spool["frames_consumed"] == samples_total
+    return procs
+
+
+@needs_builtin
+def test_demo_runs_shortened(launch, tmp_path):
+    """configs/demo.toml: 5 builtin targets, 3 gated Python reference drafters
+    with torch.compile (one compiles ~30 s, two reuse)."""
+    r, report = run_demo(launch, shortened("demo.toml", tmp_path, samples=90, steps=150), timeout=900)
+    procs = check_training(r, 150, 450)
+    roles = sorted(p["gate"]["role"] for p in procs.values() if p["role"] == "drafter")
+    assert roles == ["lead", "reuse", "reuse"]
+    for p in procs.values():
+        if p["role"] == "drafter" and p["gate"]["role"] == "reuse":
+            assert p["metrics"]["fxgraph_cache_miss"] == 0 and p["metrics"]["fxgraph_cache_hit"] > 0
+    assert "every frame consumed exactly once" in report and "compile gate: drafter:" in report
+    assert "450 frames produced, 450 consumed" in report
+
+
+@needs_builtin
+def test_demo_builtin_runs_shortened(launch, tmp_path):
+    """configs/demo-builtin.toml: the same with the C++ drafters."""
+    r, report = run_demo(launch, shortened("demo-builtin.toml", tmp_path, samples=90, steps=150), timeout=300)
+    procs = check_training(r, 150, 450)
+    assert all(p["metrics"]["impl"] == "builtin" for p in procs.values())
+    assert "C++ eager" in report
+
+
+@pytest.mark.parametrize("config", ["demo.toml", "demo-builtin.toml"])
+def test_demo_configs_pass_check(bin_dir, config):
+    r = run([bin_dir / "dflash-launch", "check", ROOT / "configs" / config], env=ENV)
+    assert r.returncode == 0, r.stderr
+    assert "[1, 64, 320]" in r.stdout
+
+
+def test_check_rejects_a_stacked_layout_in_the_consumers_words(bin_dir, tmp_path):
+    """`dflash-launch check` runs the contract check the consumers run, on the config."""
+    text = (ROOT / "configs" / "demo-builtin.toml").read_text().replace('dtype = "fp32"',
+                                                                        'dtype = "fp32"\ninput_layout = "stacked"')
+    (tmp_path / "cache").mkdir(mode=0o700)
+    path = tmp_path / "stacked.toml"
+    path.write_text(re.sub(r'(?m)^cache_dir = .*$', f'cache_dir = "{tmp_path}/cache"', text))
+    r = run([bin_dir / "dflash-launch", "check", path])
+    assert r.returncode == 2
+    assert "taps stacked on a new axis: the drafter's fc reads them concatenated" in r.stderr + r.stdout
+    assert "x.reshape(1, 64, 320)" in r.stderr + r.stdout

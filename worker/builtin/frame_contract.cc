@@ -1,0 +1,184 @@
+#include "worker/builtin/frame_contract.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+namespace dflash {
+namespace {
+
+constexpr const char* kFormat = "dflash-frame/1";
+
+std::string Get(const safetensors::Metadata& m, const std::string& k) {
+  auto it = m.find(k);
+  return it == m.end() ? "" : it->second;
+}
+
+bool ParseInts(const std::string& s, std::vector<int64_t>* out) {
+  out->clear();
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    char* end = nullptr;
+    long long v = std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || *end) return false;
+    out->push_back(v);
+  }
+  return true;
+}
+
+bool EnvInt(const char* name, int64_t* out, bool required, std::string* err) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    if (required) *err = name;
+    return !required;
+  }
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (*end) {
+    *err = std::string(name) + "=" + v + " (not an integer)";
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+/// One message shape for every violation, the same text as the Python
+/// consumer (dflash_launch.spool.check_frame) prints.
+std::string Violation(const std::string& frame, const std::string& producer, const std::string& what,
+                      const std::string& expected, const std::string& found, const std::string& fix) {
+  return "frame " + frame + " from producer " + producer + " does not match [model]: " + what +
+         "\n  expected: " + expected + "\n  found:    " + found + "\n  fix (in producer " + producer + "): " + fix;
+}
+
+}  // namespace
+
+std::string FrameContract::TensorDType() const {
+  if (dtype == "bf16") return "BF16";
+  if (dtype == "fp16") return "F16";
+  return "F32";
+}
+
+std::string FrameContract::TapsString() const {
+  std::string s;
+  for (size_t i = 0; i < taps.size(); ++i) s += (i ? "," : "") + std::to_string(taps[i]);
+  return s;
+}
+
+bool ModelFromEnv(ModelEnv* out, std::string* err) {
+  ModelEnv m;
+  std::string bad;
+  auto fail = [&](const std::string& what) {
+    *err = "missing or malformed " + what +
+           ": the builtin roles read the [model] contract from DFLASH_* variables; run under `dflash-launch run`, "
+           "or set DFLASH_HIDDEN_SHAPE, DFLASH_TAPPED_LAYERS, DFLASH_TARGET_LAYERS, DFLASH_HIDDEN, "
+           "DFLASH_DRAFT_LAYERS, DFLASH_BLOCK_SIZE, DFLASH_SEQ_LEN, DFLASH_BATCH, DFLASH_DTYPE, DFLASH_VOCAB, "
+           "DFLASH_SEED (and DFLASH_HEADS, DFLASH_KV_HEADS)";
+    return false;
+  };
+  const char* taps = std::getenv("DFLASH_TAPPED_LAYERS");
+  if (!taps || !ParseInts(taps, &m.frame.taps) || m.frame.taps.empty()) return fail("DFLASH_TAPPED_LAYERS");
+  int64_t batch = 1, seq = 0;
+  if (!EnvInt("DFLASH_HIDDEN", &m.hidden, true, &bad) || !EnvInt("DFLASH_SEQ_LEN", &seq, true, &bad) ||
+      !EnvInt("DFLASH_TARGET_LAYERS", &m.frame.target_layers, true, &bad) ||
+      !EnvInt("DFLASH_BATCH", &batch, false, &bad) || !EnvInt("DFLASH_VOCAB", &m.frame.vocab, true, &bad) ||
+      !EnvInt("DFLASH_DRAFT_LAYERS", &m.draft_layers, true, &bad) ||
+      !EnvInt("DFLASH_BLOCK_SIZE", &m.block_size, true, &bad) || !EnvInt("DFLASH_SEED", &m.seed, false, &bad) ||
+      !EnvInt("DFLASH_HEADS", &m.heads, false, &bad) || !EnvInt("DFLASH_KV_HEADS", &m.kv_heads, false, &bad))
+    return fail(bad);
+  const char* dtype = std::getenv("DFLASH_DTYPE");
+  m.frame.dtype = dtype && *dtype ? dtype : "fp32";
+  if (m.frame.dtype != "fp32" && m.frame.dtype != "bf16" && m.frame.dtype != "fp16")
+    return fail("DFLASH_DTYPE=" + m.frame.dtype + " (fp32, bf16 or fp16)");
+  if (m.hidden <= 0 || seq <= 0 || batch <= 0 || m.frame.vocab < 2 || m.block_size <= 0)
+    return fail("[model] sizes (hidden, seq_len, batch, vocab, block_size must be positive)");
+  if (m.heads <= 0) m.heads = std::max<int64_t>(1, m.hidden / 64);  // as the Python reference picks
+  if (m.kv_heads <= 0) m.kv_heads = m.heads;
+  if (m.hidden % m.heads || m.heads % m.kv_heads || (m.hidden / m.heads) % 2)
+    return fail("DFLASH_HEADS/DFLASH_KV_HEADS (hidden % heads, heads % kv_heads and an even head_dim)");
+  for (int64_t id : m.frame.taps)
+    if (id < 0 || id >= m.frame.target_layers) return fail("DFLASH_TAPPED_LAYERS (ids must be < target_layers)");
+  m.frame.shape = {batch, seq, static_cast<int64_t>(m.frame.taps.size()), m.hidden};
+  if (const char* hs = std::getenv("DFLASH_HIDDEN_SHAPE")) {
+    std::vector<int64_t> shape;
+    if (!ParseInts(hs, &shape) || shape != m.frame.shape.Shape())
+      return fail(std::string("DFLASH_HIDDEN_SHAPE=") + hs + " (must be batch,seq_len,n_taps*hidden = " +
+                  ShapeString(m.frame.shape.Shape()) + ")");
+  }
+  *out = std::move(m);
+  return true;
+}
+
+safetensors::Metadata FrameMetadata(const FrameContract& c) {
+  return {{"format", kFormat},
+          {"layer_ids", c.TapsString()},
+          {"hidden", std::to_string(c.shape.hidden)},
+          {"layout", "concat"},
+          {"dtype", c.dtype},
+          {"target_layers", std::to_string(c.target_layers)},
+          {"vocab", std::to_string(c.vocab)}};
+}
+
+bool CheckFrame(const FrameContract& c, const safetensors::Header& h, const std::string& frame,
+                std::string* message) {
+  const safetensors::Metadata& m = h.metadata;
+  std::string producer = Get(m, "producer");
+  if (producer.empty()) producer = "(unnamed)";
+  auto fail = [&](const std::string& what, const std::string& expected, const std::string& found,
+                  const std::string& fix) {
+    *message = Violation(frame, producer, what, expected, found, fix);
+    return false;
+  };
+  if (Get(m, "format") != kFormat)
+    return fail("not a dflash hidden-state frame", std::string("metadata format = \"") + kFormat + "\"",
+                "format = \"" + Get(m, "format") + "\"",
+                "publish with dflash_launch.spool.SpoolProducer or the builtin target");
+  std::vector<int64_t> taps;
+  if (!ParseInts(Get(m, "layer_ids"), &taps) || taps != c.taps) {
+    std::string want = ShapeString(c.taps);
+    return fail("tapped layers differ from [model] tapped_layers",
+                "layer ids " + want + " (id i = output of layer i = HF hidden_states[i+1])",
+                "layer ids [" + Get(m, "layer_ids") + "]",
+                "tap exactly " + want + ", concatenated in that order; or, if the producer is right, set "
+                "[model] tapped_layers to its list (every drafter must read the same taps)");
+  }
+  if (Get(m, "hidden") != std::to_string(c.shape.hidden))
+    return fail("hidden size differs from [model] hidden", "hidden = " + std::to_string(c.shape.hidden),
+                "hidden = " + Get(m, "hidden"), "publish the hidden states of the target [model] describes");
+  const safetensors::TensorEntry* hid = h.Find("hidden");
+  if (!hid)
+    return fail("no \"hidden\" tensor", "tensors \"hidden\" " + ShapeString(c.shape.Shape()) + " and \"tokens\"",
+                "no \"hidden\"", "publish the concatenated taps as \"hidden\"");
+  if (Get(m, "layout") != "concat") {
+    ContractViolation v = StackedLayoutViolation(c.shape);
+    v.found = "layout = \"" + Get(m, "layout") + "\", shape " + ShapeString(hid->shape);
+    return fail(v.message, v.expected, v.found, v.hint);
+  }
+  ContractViolation v;
+  if (!CheckHiddenShape(c.shape, hid->shape, &v)) return fail(v.message, v.expected, v.found, v.hint);
+  if (hid->dtype != c.TensorDType() || Get(m, "dtype") != c.dtype)
+    return fail("dtype differs from [model] dtype", c.TensorDType() + " (dtype = \"" + c.dtype + "\")",
+                hid->dtype + " (metadata dtype = \"" + Get(m, "dtype") + "\")",
+                "cast the hidden states to " + c.dtype + " before publishing, or set [model] dtype");
+  const safetensors::TensorEntry* tok = h.Find("tokens");
+  std::vector<int64_t> want_tok = {c.shape.batch, c.shape.seq_len};
+  if (!tok || tok->dtype != "I64" || tok->shape != want_tok)
+    return fail("token ids missing or misshapen", "\"tokens\" I64 " + ShapeString(want_tok),
+                tok ? "\"tokens\" " + tok->dtype + " " + ShapeString(tok->shape) : "no \"tokens\"",
+                "publish the token ids of each sample with its hidden states, as int64 [batch, seq_len]");
+  return true;
+}
+
+bool CheckTokenRange(const FrameContract& c, const int64_t* tokens, size_t n, const std::string& frame,
+                     const std::string& producer, std::string* message) {
+  for (size_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= c.vocab) {
+      *message = Violation(frame, producer, "token id out of range", "ids in [0, " + std::to_string(c.vocab) + ")",
+                           "id " + std::to_string(tokens[i]) + " at position " + std::to_string(i),
+                           "publish ids of the target's vocabulary, or set [model] vocab");
+      return false;
+    }
+  return true;
+}
+
+}  // namespace dflash

@@ -1,0 +1,448 @@
+#include "worker/builtin/spool.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "common/fd.h"
+
+namespace dflash::spool {
+namespace {
+
+constexpr std::string_view kExt = ".safetensors";
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// rename(2) that never replaces: a frame name seen twice is a bug to report,
+/// not a file to overwrite. tmpfs and every local fs we care about support
+/// RENAME_NOREPLACE; elsewhere link+unlink gives the same answer.
+int RenameNoReplace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS) return errno;
+  if (::link(from.c_str(), to.c_str()) != 0) return errno;
+  ::unlink(from.c_str());
+  return 0;
+}
+
+bool ListDir(const std::string& dir, std::vector<std::string>* names, std::string* err, bool dirs_only = false) {
+  names->clear();
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) {
+    if (errno == ENOENT) return true;
+    *err = ErrnoMessage("opendir(" + dir + ")", errno);
+    return false;
+  }
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    if (dirs_only && e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+    names->push_back(std::move(n));
+  }
+  ::closedir(d);
+  return true;
+}
+
+bool MakeDir(const std::string& dir, std::string* err) {
+  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) return true;
+  *err = ErrnoMessage("mkdir(" + dir + ")", errno);
+  return false;
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+struct Candidate {
+  int64_t seq;
+  std::string producer, file;
+  bool operator<(const Candidate& o) const { return seq != o.seq ? seq < o.seq : producer < o.producer; }
+};
+
+}  // namespace
+
+std::string FrameFile(const std::string& producer, int64_t seq) {
+  char num[32];
+  std::snprintf(num, sizeof num, "%010lld", static_cast<long long>(seq));
+  return producer + "-" + num + std::string(kExt);
+}
+
+bool ParseFrameFile(std::string_view file, std::string* producer, int64_t* seq) {
+  if (file.size() <= kExt.size() || file.substr(file.size() - kExt.size()) != kExt) return false;
+  std::string_view stem = file.substr(0, file.size() - kExt.size());
+  size_t dash = stem.rfind('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == stem.size()) return false;
+  int64_t v = 0;
+  for (char c : stem.substr(dash + 1)) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *producer = std::string(stem.substr(0, dash));
+  *seq = v;
+  return true;
+}
+
+bool SpoolPaths::Create(std::string* err) const {
+  // mkdir -p of the root: its parent (/dev/shm/dflash-<uid>-<name>) may not exist yet.
+  std::string cur;
+  for (size_t i = 1; i <= root.size(); ++i) {
+    if (i == root.size() || root[i] == '/') {
+      cur = root.substr(0, i);
+      if (!MakeDir(cur, err)) return false;
+    }
+  }
+  for (const std::string& d : {Tmp(), Ready(), Claimed(), Done(), Rejected(), Producers()})
+    if (!MakeDir(d, err)) return false;
+  return true;
+}
+
+bool ListFrames(const std::string& dir, std::vector<std::string>* files, std::string* err) {
+  std::vector<std::string> all;
+  if (!ListDir(dir, &all, err)) return false;
+  files->clear();
+  std::string p;
+  int64_t s;
+  for (std::string& f : all)
+    if (ParseFrameFile(f, &p, &s)) files->push_back(std::move(f));
+  return true;
+}
+
+void Backoff::Sleep() {
+  std::this_thread::sleep_for(std::chrono::microseconds(us_));
+  us_ = std::min(max_us_, us_ * 2);
+}
+
+// ---------------------------------------------------------------------------
+
+SpoolProducer::SpoolProducer(std::string root, std::string name, int max_ready)
+    : paths_{std::move(root)}, name_(std::move(name)), max_ready_(std::max(1, max_ready)) {}
+
+bool SpoolProducer::Open(std::string* err) {
+  if (!paths_.Create(err)) return false;
+  std::vector<std::string> names;
+  if (!ListDir(paths_.Tmp(), &names, err)) return false;
+  for (const std::string& n : names) {
+    std::string p;
+    int64_t s;
+    bool mine = (n.size() > 4 && n.substr(n.size() - 4) == ".tmp" &&
+                 ParseFrameFile(std::string_view(n).substr(0, n.size() - 4), &p, &s) && p == name_) ||
+                n.find("@" + name_ + ".tmp") != std::string::npos;
+    if (mine && ::unlink((paths_.Tmp() + "/" + n).c_str()) == 0) ++removed_tmp_;
+  }
+  finished_ = FileExists(paths_.Producers() + "/" + name_ + ".done");
+  // Resume after the highest sequence number this producer has anywhere. The
+  // scan follows the frames' own direction (ready -> claimed -> done/rejected),
+  // so a frame moving while we look is seen in the later directory.
+  std::vector<std::string> dirs = {paths_.Ready()};
+  std::vector<std::string> consumers;
+  if (!ListDir(paths_.Claimed(), &consumers, err, true)) return false;
+  for (const std::string& c : consumers) dirs.push_back(paths_.ClaimedBy(c));
+  dirs.push_back(paths_.Done());
+  dirs.push_back(paths_.Rejected());
+  int64_t max_seq = -1;
+  for (const std::string& d : dirs) {
+    if (!ListFrames(d, &names, err)) return false;
+    for (const std::string& f : names) {
+      std::string p;
+      int64_t s;
+      if (ParseFrameFile(f, &p, &s) && p == name_) max_seq = std::max(max_seq, s);
+    }
+  }
+  next_seq_ = max_seq + 1;
+  return true;
+}
+
+bool SpoolProducer::WaitForRoom(std::string* err) {
+  Backoff backoff(20'000);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> ready;
+  bool waited = false;
+  while (true) {
+    if (!ListFrames(paths_.Ready(), &ready, err)) return false;
+    if (static_cast<int>(ready.size()) < max_ready_) break;
+    waited = true;
+    backoff.Sleep();
+  }
+  if (waited) waited_s_ += Since(t0);
+  return true;
+}
+
+bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<safetensors::TensorRef>& tensors,
+                            int64_t* seq, std::string* err) {
+  if (!WaitForRoom(err)) return false;
+  const int64_t s = next_seq_;
+  const std::string file = FrameFile(name_, s);
+  const std::string tmp = paths_.Tmp() + "/" + file + ".tmp";
+  metadata["producer"] = name_;
+  metadata["seq"] = std::to_string(s);
+  if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false)) return false;
+  // No fsync: the spool lives in RAM (/dev/shm) and only has to survive the
+  // death of a process, which rename-after-write already covers.
+  if (int e = RenameNoReplace(tmp, paths_.Ready() + "/" + file)) {
+    ::unlink(tmp.c_str());
+    *err = e == EEXIST ? "frame " + file + " is already published: sequence number clash (two producers named " +
+                             name_ + "?)"
+                       : ErrnoMessage("rename(" + tmp + ", ready/" + file + ")", e);
+    return false;
+  }
+  next_seq_ = s + 1;
+  if (seq) *seq = s;
+  return true;
+}
+
+bool SpoolProducer::Finish(std::string* err) {
+  nlohmann::ordered_json j = {{"producer", name_}, {"frames", next_seq_}};
+  if (!WriteFileAtomic(paths_.Producers() + "/" + name_ + ".done", j.dump() + "\n", err)) return false;
+  finished_ = true;
+  return true;
+}
+
+bool SpoolProducer::PublishShared(const std::string& file, const safetensors::Metadata& metadata,
+                                  const std::vector<safetensors::TensorRef>& tensors, bool* won, std::string* err) {
+  *won = false;
+  const std::string dest = paths_.root + "/" + file;
+  if (FileExists(dest)) return true;
+  const std::string tmp = paths_.Tmp() + "/" + file + "@" + name_ + ".tmp";
+  if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false)) return false;
+  int e = RenameNoReplace(tmp, dest);
+  if (e == 0) {
+    *won = true;
+    return true;
+  }
+  ::unlink(tmp.c_str());
+  if (e == EEXIST) return true;  // another replica was first: same bytes
+  *err = ErrnoMessage("rename(" + tmp + ", " + dest + ")", e);
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+
+SpoolConsumer::SpoolConsumer(std::string root, std::string name, int producers)
+    : paths_{std::move(root)}, name_(std::move(name)), producers_(producers) {}
+
+bool SpoolConsumer::Open(std::string* err) {
+  if (!paths_.Create(err) || !MakeDir(paths_.ClaimedBy(name_), err)) return false;
+  if (!ListFrames(paths_.ClaimedBy(name_), &take_back_, err)) return false;
+  std::vector<Candidate> c;
+  for (const std::string& f : take_back_) {
+    Candidate k{0, "", f};
+    ParseFrameFile(f, &k.producer, &k.seq);
+    c.push_back(k);
+  }
+  std::sort(c.begin(), c.end());
+  take_back_.clear();
+  for (const Candidate& k : c) take_back_.push_back(k.file);
+  return true;
+}
+
+bool SpoolConsumer::ProducersDone(bool* all, std::string* err) {
+  *all = false;
+  if (producers_ <= 0) return true;
+  std::vector<std::string> names;
+  if (!ListDir(paths_.Producers(), &names, err)) return false;
+  int n = 0;
+  for (const std::string& f : names)
+    if (f.size() > 5 && f.substr(f.size() - 5) == ".done") ++n;
+  *all = n >= producers_;
+  return true;
+}
+
+bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err) {
+  *end = false;
+  const std::string mine = paths_.ClaimedBy(name_);
+  if (!take_back_.empty()) {
+    ClaimedFrame f;
+    f.file = take_back_.front();
+    take_back_.erase(take_back_.begin());
+    f.path = mine + "/" + f.file;
+    ParseFrameFile(f.file, &f.producer, &f.seq);
+    f.taken_back = true;
+    ++taken_back_;
+    *frame = std::move(f);
+    return true;
+  }
+  Backoff backoff;
+  auto t0 = std::chrono::steady_clock::now();
+  bool waited = false;
+  std::vector<std::string> files;
+  while (true) {
+    if (!ListFrames(paths_.Ready(), &files, err)) return false;
+    std::vector<Candidate> c;
+    for (std::string& f : files) {
+      Candidate k{0, "", std::move(f)};
+      ParseFrameFile(k.file, &k.producer, &k.seq);
+      c.push_back(std::move(k));
+    }
+    std::sort(c.begin(), c.end());
+    for (const Candidate& k : c) {
+      // The claim: whoever renames first owns it; the others get ENOENT.
+      std::string to = mine + "/" + k.file;
+      if (::rename((paths_.Ready() + "/" + k.file).c_str(), to.c_str()) == 0) {
+        if (waited) waited_s_ += Since(t0);
+        *frame = {k.file, to, k.producer, k.seq, false};
+        return true;
+      }
+      if (errno != ENOENT) {
+        *err = ErrnoMessage("rename(ready/" + k.file + ", " + to + ")", errno);
+        return false;
+      }
+    }
+    if (!c.empty()) continue;  // lost every race: look again at once
+    bool all = false;
+    if (!ProducersDone(&all, err)) return false;
+    if (all) {
+      // Markers first, then ready/: a producer publishes its last frame before its marker.
+      if (!ListFrames(paths_.Ready(), &files, err)) return false;
+      if (files.empty()) {
+        if (waited) waited_s_ += Since(t0);
+        *end = true;
+        return true;
+      }
+      continue;
+    }
+    waited = true;
+    backoff.Sleep();
+  }
+}
+
+bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
+  const std::string to = paths_.Done() + "/" + frame.file;
+  if (int e = RenameNoReplace(frame.path, to)) {
+    *err = e == EEXIST ? "frame " + frame.file + " was acknowledged before (done/ has it): producer " +
+                             frame.producer + " published sequence number " + std::to_string(frame.seq) + " twice"
+                       : ErrnoMessage("rename(" + frame.path + ", done/)", e);
+    return false;
+  }
+  ::truncate(to.c_str(), 0);  // the name is the record; the bytes can go
+  ++acked_;
+  return true;
+}
+
+bool SpoolConsumer::Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err) {
+  const std::string to = paths_.Rejected() + "/" + frame.file;
+  if (!WriteFileAtomic(to + ".reason", reason + "\n", err)) return false;
+  if (::rename(frame.path.c_str(), to.c_str()) != 0) {
+    *err = ErrnoMessage("rename(" + frame.path + ", rejected/)", errno);
+    return false;
+  }
+  return true;
+}
+
+bool SpoolConsumer::WriteManifestIfFinal(const std::string& path, bool* written, std::string* err) {
+  return spool::WriteManifestIfFinal(paths_.root, producers_, path, written, err);
+}
+
+bool WriteManifestIfFinal(const std::string& root, int producers, const std::string& path, bool* written,
+                          std::string* err) {
+  *written = false;
+  if (producers <= 0) return true;
+  // Cheap looks first (a few entries each): most calls end here.
+  SpoolPaths paths{root};
+  std::vector<std::string> names;
+  if (!ListDir(paths.Producers(), &names, err)) return false;
+  int finished = 0;
+  for (const std::string& f : names)
+    if (f.size() > 5 && f.substr(f.size() - 5) == ".done") ++finished;
+  if (finished < producers) return true;
+  if (!ListFrames(paths.Ready(), &names, err)) return false;
+  if (!names.empty()) return true;
+  nlohmann::ordered_json j;
+  bool final = false;
+  if (!Manifest(root, producers, &j, &final, err)) return false;
+  if (!final) return true;
+  if (!WriteFileAtomic(path, j.dump(2) + "\n", err)) return false;
+  *written = true;
+  return true;
+}
+
+bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* out, bool* final, std::string* err) {
+  SpoolPaths paths{root};
+  std::vector<std::string> names;
+  // Producers that finished, and how many frames each published.
+  std::map<std::string, int64_t> published;
+  if (!ListDir(paths.Producers(), &names, err)) return false;
+  for (const std::string& f : names) {
+    if (f.size() <= 5 || f.substr(f.size() - 5) != ".done") continue;
+    std::string text;
+    if (!ReadFile(paths.Producers() + "/" + f, &text, err)) return false;
+    nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
+    published[f.substr(0, f.size() - 5)] = m.is_object() && m["frames"].is_number() ? m["frames"].get<int64_t>() : -1;
+  }
+  // In flow order (see SpoolProducer::Open).
+  std::vector<std::string> ready, rejected;
+  if (!ListFrames(paths.Ready(), &ready, err)) return false;
+  int64_t claimed = 0;
+  std::vector<std::string> consumers;
+  if (!ListDir(paths.Claimed(), &consumers, err, true)) return false;
+  for (const std::string& c : consumers) {
+    if (!ListFrames(paths.ClaimedBy(c), &names, err)) return false;
+    claimed += static_cast<int64_t>(names.size());
+  }
+  std::map<std::string, std::set<int64_t>> done;
+  if (!ListFrames(paths.Done(), &names, err)) return false;
+  for (const std::string& f : names) {
+    std::string p;
+    int64_t s;
+    ParseFrameFile(f, &p, &s);
+    done[p].insert(s);
+    published.emplace(p, -1);  // frames from a producer that has not finished
+  }
+  if (!ListFrames(paths.Rejected(), &rejected, err)) return false;
+
+  nlohmann::ordered_json per = nlohmann::ordered_json::object();
+  int64_t total_pub = 0, total_done = 0, missing_total = 0, unexpected_total = 0;
+  for (const auto& [p, n] : published) {
+    const std::set<int64_t>& seqs = done[p];
+    nlohmann::ordered_json missing = nlohmann::ordered_json::array(), unexpected = nlohmann::ordered_json::array();
+    int64_t n_missing = 0, n_unexpected = 0;
+    if (n >= 0) {
+      for (int64_t s = 0; s < n; ++s)
+        if (!seqs.count(s) && ++n_missing <= 20) missing.push_back(s);
+      for (int64_t s : seqs)
+        if (s >= n && ++n_unexpected <= 20) unexpected.push_back(s);
+    }
+    per[p] = {{"published", n >= 0 ? nlohmann::ordered_json(n) : nlohmann::ordered_json()},
+              {"consumed", seqs.size()},
+              {"first_seq", seqs.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(*seqs.begin())},
+              {"last_seq", seqs.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(*seqs.rbegin())},
+              {"missing", n_missing},
+              {"missing_seqs", missing},
+              {"unexpected", n_unexpected},
+              {"unexpected_seqs", unexpected}};
+    total_pub += std::max<int64_t>(0, n);
+    total_done += static_cast<int64_t>(seqs.size());
+    missing_total += n_missing;
+    unexpected_total += n_unexpected;
+  }
+  int64_t finished = 0;
+  for (const auto& [p, n] : published) finished += n >= 0;
+  *final = producers > 0 && finished >= producers && ready.empty() && claimed == 0;
+  nlohmann::ordered_json rej = nlohmann::ordered_json::array();
+  for (const std::string& f : rejected) rej.push_back(f);
+  *out = {{"format", "dflash-spool/1"},
+          {"final", *final},
+          {"producers_expected", producers},
+          {"producers_finished", finished},
+          {"frames_published", total_pub},
+          {"frames_consumed", total_done},
+          {"ready", ready.size()},
+          {"claimed", claimed},
+          {"rejected", rej},
+          {"exactly_once", *final && total_pub == total_done && missing_total == 0 && unexpected_total == 0 &&
+                               rejected.empty()},
+          {"producers", per}};
+  return true;
+}
+
+}  // namespace dflash::spool

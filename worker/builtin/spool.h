@@ -1,0 +1,168 @@
+// The hidden-state spool: frames from target processes to drafter processes
+// on one host, through a plain directory (default under /dev/shm) and atomic
+// rename(2). No daemon, no locks, no shared memory segment: every state of a
+// frame is the directory it is in, so whatever process dies, the spool says
+// exactly what was published, claimed and acknowledged. docs/builtin.md has
+// the protocol; dflash_launch/spool.py speaks it too.
+//
+//   <root>/tmp/                      a producer writes a frame here first
+//   <root>/ready/<p>-<seq>.safetensors   published (rename from tmp/, never replaces)
+//   <root>/claimed/<consumer>/...    claimed by exactly one consumer (rename from ready/)
+//   <root>/done/...                  acknowledged after the training step (truncated to 0 bytes)
+//   <root>/rejected/... (+ .reason)  violated the contract; never acknowledged
+//   <root>/producers/<p>.done        a producer's end: {"frames": n}
+//   <root>/weights.safetensors       the target's embedding and LM head (first publisher wins)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/builtin/safetensors.h"
+
+namespace dflash::spool {
+
+/// "<producer>-<seq as 10 digits>.safetensors". Names sort by producer, then seq.
+std::string FrameFile(const std::string& producer, int64_t seq);
+/// Inverse of FrameFile; false for any other name (temp files, .reason files).
+bool ParseFrameFile(std::string_view file, std::string* producer, int64_t* seq);
+
+/// The directories of one spool.
+struct SpoolPaths {
+  std::string root;
+  std::string Tmp() const { return root + "/tmp"; }
+  std::string Ready() const { return root + "/ready"; }
+  std::string Claimed() const { return root + "/claimed"; }
+  std::string ClaimedBy(const std::string& consumer) const { return Claimed() + "/" + consumer; }
+  std::string Done() const { return root + "/done"; }
+  std::string Rejected() const { return root + "/rejected"; }
+  std::string Producers() const { return root + "/producers"; }
+  std::string Weights() const { return root + "/weights.safetensors"; }
+  /// mkdir -p of the root (0700) and every subdirectory.
+  bool Create(std::string* err) const;
+};
+
+/// The names of the frame files in `dir` (other entries are ignored).
+bool ListFrames(const std::string& dir, std::vector<std::string>* files, std::string* err);
+
+/// Sleeps 100 µs, doubling up to `max_us`, until Reset(): a poll that costs
+/// nothing when frames flow and little when they do not.
+class Backoff {
+ public:
+  explicit Backoff(int64_t max_us = 10'000) : max_us_(max_us) {}
+  void Sleep();
+  void Reset() { us_ = 100; }
+
+ private:
+  int64_t us_ = 100, max_us_;
+};
+
+class SpoolProducer {
+ public:
+  /// `max_ready`: Publish waits while ready/ holds this many unconsumed frames.
+  SpoolProducer(std::string root, std::string name, int max_ready);
+
+  /// Creates the layout, removes this producer's leftovers in tmp/ (a frame
+  /// half-written when it died), and resumes after the highest sequence number
+  /// it has anywhere in the spool. finished() if its end marker is there.
+  bool Open(std::string* err);
+  bool finished() const { return finished_; }
+  int64_t next_seq() const { return next_seq_; }
+  int removed_tmp() const { return removed_tmp_; }
+
+  /// Writes the frame to tmp/, then renames it into ready/ under the next
+  /// sequence number (RENAME_NOREPLACE: a clash is an error, never an
+  /// overwrite). First waits while ready/ holds max_ready frames; the wait is
+  /// added to waited_s(). `metadata` gets "producer" and "seq".
+  bool Publish(safetensors::Metadata metadata, const std::vector<safetensors::TensorRef>& tensors, int64_t* seq,
+               std::string* err);
+  double waited_s() const { return waited_s_; }
+
+  /// producers/<name>.done: no more frames from this producer.
+  bool Finish(std::string* err);
+
+  /// Publishes <root>/<file> once for the whole spool: the first publisher
+  /// wins, later ones (identical replicas) leave it. `*won` if we wrote it.
+  bool PublishShared(const std::string& file, const safetensors::Metadata& metadata,
+                     const std::vector<safetensors::TensorRef>& tensors, bool* won, std::string* err);
+
+ private:
+  bool WaitForRoom(std::string* err);
+
+  SpoolPaths paths_;
+  std::string name_;
+  int max_ready_;
+  int64_t next_seq_ = 0;
+  int removed_tmp_ = 0;
+  bool finished_ = false;
+  double waited_s_ = 0;
+};
+
+/// A frame this consumer holds: claimed/<consumer>/<file>.
+struct ClaimedFrame {
+  std::string file;
+  std::string path;
+  std::string producer;
+  int64_t seq = -1;
+  bool taken_back = false;  // claimed by an earlier attempt of this consumer
+};
+
+class SpoolConsumer {
+ public:
+  /// `producers`: how many producers will mark their end (DFLASH_SPOOL_PRODUCERS);
+  /// 0 means unknown: the consumer never decides on its own that the spool ended.
+  SpoolConsumer(std::string root, std::string name, int producers);
+
+  /// Creates the layout and takes back the frames an earlier attempt of this
+  /// consumer (same name) claimed and never acknowledged.
+  bool Open(std::string* err);
+
+  /// The next frame: first those taken back, then the oldest in ready/ (lowest
+  /// seq, then producer name), claimed by rename: exactly one consumer wins.
+  /// Polls with back-off while nothing is ready. `*end` when every producer
+  /// has finished and nothing is left to claim.
+  bool Next(ClaimedFrame* frame, bool* end, std::string* err);
+
+  /// After the step: into done/ (RENAME_NOREPLACE: acknowledging a frame twice
+  /// is an error), then truncated to free the memory.
+  bool Ack(const ClaimedFrame& frame, std::string* err);
+
+  /// Into rejected/, with <file>.reason; never acknowledged.
+  bool Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err);
+
+  /// spool::WriteManifestIfFinal for this consumer's spool.
+  bool WriteManifestIfFinal(const std::string& path, bool* written, std::string* err);
+
+  int taken_back() const { return taken_back_; }
+  int acked() const { return acked_; }
+  double waited_s() const { return waited_s_; }
+  const SpoolPaths& paths() const { return paths_; }
+
+ private:
+  bool ProducersDone(bool* all, std::string* err);
+
+  SpoolPaths paths_;
+  std::string name_;
+  int producers_;
+  std::vector<std::string> take_back_;
+  int taken_back_ = 0, acked_ = 0;
+  double waited_s_ = 0;
+};
+
+/// If the spool is final (every one of `producers` finished; nothing ready or
+/// claimed), writes its manifest to `path` and sets `*written`. Called by a
+/// consumer after each ack and by a producer after its end marker: whoever
+/// makes the state final sees it, and everyone who sees it writes the same.
+bool WriteManifestIfFinal(const std::string& root, int producers, const std::string& path, bool* written,
+                          std::string* err);
+
+/// What the spool holds now: per producer its end marker's count and the
+/// sequence numbers acknowledged in done/, missing or unexpected; what is
+/// still ready, claimed or rejected. `*final` if every one of `producers`
+/// finished and nothing is ready or claimed.
+bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* out, bool* final, std::string* err);
+
+}  // namespace dflash::spool

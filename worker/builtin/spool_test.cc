@@ -1,0 +1,330 @@
+// The spool protocol against the real kernel (a temp dir), including
+// processes that race for frames and die mid-way.
+#include "worker/builtin/spool.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <set>
+
+#include "common/fd.h"
+
+namespace dflash::spool {
+namespace {
+
+namespace fs = std::filesystem;
+using safetensors::TensorRef;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/spool_test.XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<TensorRef> OneTensor(const std::vector<float>& v) {
+  return {{"x", "F32", {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(float)}};
+}
+
+TEST(FrameFile, NamesCarryProducerAndSequence) {
+  EXPECT_EQ(FrameFile("target:3", 12), "target:3-0000000012.safetensors");
+  std::string p;
+  int64_t s;
+  ASSERT_TRUE(ParseFrameFile("my-target:3-0000000012.safetensors", &p, &s));
+  EXPECT_EQ(p, "my-target:3");
+  EXPECT_EQ(s, 12);
+  EXPECT_FALSE(ParseFrameFile("target:3-0000000012.safetensors.tmp", &p, &s));
+  EXPECT_FALSE(ParseFrameFile("target:3-12a.safetensors", &p, &s));
+  EXPECT_FALSE(ParseFrameFile("weights.safetensors", &p, &s));
+}
+
+TEST(Spool, PublishClaimAckAndEnd) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path() + "/s", "target:0", 8);
+  ASSERT_TRUE(p.Open(&err)) << err;
+  std::vector<float> v = {1, 2, 3};
+  for (int i = 0; i < 3; ++i) {
+    int64_t seq = -1;
+    ASSERT_TRUE(p.Publish({}, OneTensor(v), &seq, &err)) << err;
+    EXPECT_EQ(seq, i);
+  }
+  ASSERT_TRUE(p.Finish(&err)) << err;
+  SpoolConsumer c(d.path() + "/s", "drafter:0", 1);
+  ASSERT_TRUE(c.Open(&err)) << err;
+  std::vector<int64_t> got;
+  while (true) {
+    ClaimedFrame f;
+    bool end = false;
+    ASSERT_TRUE(c.Next(&f, &end, &err)) << err;
+    if (end) break;
+    safetensors::File file;
+    ASSERT_TRUE(file.Read(f.path, &err)) << err;
+    EXPECT_EQ(file.header().metadata.at("seq"), std::to_string(f.seq));
+    EXPECT_EQ(file.header().metadata.at("producer"), "target:0");
+    ASSERT_TRUE(c.Ack(f, &err)) << err;
+    got.push_back(f.seq);
+  }
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(fs::file_size(d.path() + "/s/done/" + FrameFile("target:0", 1)), 0u);  // truncated after the ack
+  bool written = false;
+  ASSERT_TRUE(c.WriteManifestIfFinal(d.path() + "/m.json", &written, &err)) << err;
+  ASSERT_TRUE(written);
+  std::string text;
+  ASSERT_TRUE(ReadFile(d.path() + "/m.json", &text, &err));
+  auto m = nlohmann::json::parse(text);
+  EXPECT_TRUE(m["exactly_once"].get<bool>());
+  EXPECT_EQ(m["frames_published"], 3);
+  EXPECT_EQ(m["producers"]["target:0"]["consumed"], 3);
+}
+
+TEST(Spool, NotFinalWhileAFrameIsClaimed) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path(), "t:0", 8);
+  ASSERT_TRUE(p.Open(&err));
+  std::vector<float> v = {1};
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  ASSERT_TRUE(p.Finish(&err));
+  SpoolConsumer c(d.path(), "d:0", 1);
+  ASSERT_TRUE(c.Open(&err));
+  ClaimedFrame f;
+  bool end = false;
+  ASSERT_TRUE(c.Next(&f, &end, &err));
+  bool written = true;
+  ASSERT_TRUE(c.WriteManifestIfFinal(d.path() + "/m.json", &written, &err));
+  EXPECT_FALSE(written);
+  // Another consumer sees nothing to claim and the producers done: it ends,
+  // although d:0 still holds a frame.
+  SpoolConsumer other(d.path(), "d:1", 1);
+  ASSERT_TRUE(other.Open(&err));
+  ClaimedFrame g;
+  ASSERT_TRUE(other.Next(&g, &end, &err));
+  EXPECT_TRUE(end);
+}
+
+TEST(Spool, TheProducerWritesTheManifestWhenTheLastAckCameBeforeItsMarker) {
+  // Drafters that stop after --steps may acknowledge a producer's last frame
+  // before its end marker exists: then the producer makes the spool final.
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path(), "t:0", 8);
+  ASSERT_TRUE(p.Open(&err));
+  std::vector<float> v = {1};
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  SpoolConsumer c(d.path(), "d:0", 1);
+  ASSERT_TRUE(c.Open(&err));
+  ClaimedFrame f;
+  bool end, written = true;
+  ASSERT_TRUE(c.Next(&f, &end, &err));
+  ASSERT_TRUE(c.Ack(f, &err));
+  ASSERT_TRUE(c.WriteManifestIfFinal(d.path() + "/m.json", &written, &err));
+  EXPECT_FALSE(written);  // the marker is not there yet
+  ASSERT_TRUE(p.Finish(&err));
+  ASSERT_TRUE(WriteManifestIfFinal(d.path(), 1, d.path() + "/m.json", &written, &err)) << err;
+  EXPECT_TRUE(written);
+}
+
+TEST(Spool, ARestartedConsumerTakesBackWhatItClaimed) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path(), "t:0", 8);
+  ASSERT_TRUE(p.Open(&err));
+  std::vector<float> v = {1};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  {
+    SpoolConsumer first(d.path(), "d:0", 1);
+    ASSERT_TRUE(first.Open(&err));
+    ClaimedFrame a, b;
+    bool end;
+    ASSERT_TRUE(first.Next(&a, &end, &err));
+    ASSERT_TRUE(first.Next(&b, &end, &err));
+    // ... and "dies" holding seqs 0 and 1.
+  }
+  SpoolConsumer again(d.path(), "d:0", 1);
+  ASSERT_TRUE(again.Open(&err));
+  std::vector<std::pair<int64_t, bool>> got;
+  ASSERT_TRUE(p.Finish(&err));
+  while (true) {
+    ClaimedFrame f;
+    bool end;
+    ASSERT_TRUE(again.Next(&f, &end, &err)) << err;
+    if (end) break;
+    got.push_back({f.seq, f.taken_back});
+    ASSERT_TRUE(again.Ack(f, &err)) << err;
+  }
+  EXPECT_EQ(got, (std::vector<std::pair<int64_t, bool>>{{0, true}, {1, true}, {2, false}}));
+  EXPECT_EQ(again.taken_back(), 2);
+}
+
+TEST(Spool, ARestartedProducerResumesAfterItsLastFrameAndCleansItsTmp) {
+  TempDir d;
+  std::string err;
+  std::vector<float> v = {1};
+  {
+    SpoolProducer p(d.path(), "t:0", 8);
+    ASSERT_TRUE(p.Open(&err));
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  }
+  // One frame consumed, one claimed, two ready; a half-written frame in tmp/,
+  // and another producer's temp file that must stay.
+  SpoolConsumer c(d.path(), "d:0", 1);
+  ASSERT_TRUE(c.Open(&err));
+  ClaimedFrame f;
+  bool end;
+  ASSERT_TRUE(c.Next(&f, &end, &err));
+  ASSERT_TRUE(c.Ack(f, &err));
+  ASSERT_TRUE(c.Next(&f, &end, &err));
+  std::ofstream(d.path() + "/tmp/" + FrameFile("t:0", 4) + ".tmp") << "half";
+  std::ofstream(d.path() + "/tmp/" + FrameFile("t:1", 9) + ".tmp") << "other";
+  SpoolProducer again(d.path(), "t:0", 8);
+  ASSERT_TRUE(again.Open(&err)) << err;
+  EXPECT_EQ(again.next_seq(), 4);
+  EXPECT_EQ(again.removed_tmp(), 1);
+  EXPECT_TRUE(fs::exists(d.path() + "/tmp/" + FrameFile("t:1", 9) + ".tmp"));
+  EXPECT_FALSE(again.finished());
+}
+
+TEST(Spool, BackpressureHoldsTheProducerAtMaxReady) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path(), "t:0", 2);
+  ASSERT_TRUE(p.Open(&err));
+  std::vector<float> v = {1};
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  pid_t child = ::fork();
+  if (child == 0) {  // a consumer that takes one frame after 300 ms
+    ::usleep(300'000);
+    SpoolConsumer c(d.path(), "d:0", 1);
+    std::string e;
+    ClaimedFrame f;
+    bool end;
+    _exit(c.Open(&e) && c.Next(&f, &end, &e) && c.Ack(f, &e) ? 0 : 1);
+  }
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));  // waits for the consumer
+  EXPECT_GE(p.waited_s(), 0.2);
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+}
+
+TEST(Spool, SharedFileFirstPublisherWins) {
+  TempDir d;
+  std::string err;
+  std::vector<float> a = {1}, b = {2};
+  SpoolProducer p0(d.path(), "t:0", 2), p1(d.path(), "t:1", 2);
+  ASSERT_TRUE(p0.Open(&err) && p1.Open(&err));
+  bool won0 = false, won1 = true;
+  ASSERT_TRUE(p0.PublishShared("weights.safetensors", {}, OneTensor(a), &won0, &err));
+  ASSERT_TRUE(p1.PublishShared("weights.safetensors", {}, OneTensor(b), &won1, &err));
+  EXPECT_TRUE(won0);
+  EXPECT_FALSE(won1);
+  safetensors::File f;
+  ASSERT_TRUE(f.Read(d.path() + "/weights.safetensors", &err));
+  EXPECT_EQ(reinterpret_cast<const float*>(f.Data(*f.header().Find("x")))[0], 1.0f);
+}
+
+TEST(Spool, AckingTheSameFrameTwiceIsAnError) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path(), "t:0", 8);
+  ASSERT_TRUE(p.Open(&err));
+  std::vector<float> v = {1};
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  SpoolConsumer c(d.path(), "d:0", 1);
+  ASSERT_TRUE(c.Open(&err));
+  ClaimedFrame f;
+  bool end;
+  ASSERT_TRUE(c.Next(&f, &end, &err));
+  ASSERT_TRUE(c.Ack(f, &err));
+  // A producer that reused sequence number 0 (what RENAME_NOREPLACE guards).
+  std::ofstream(f.path) << "again";
+  EXPECT_FALSE(c.Ack(f, &err));
+  EXPECT_NE(err.find("acknowledged before"), std::string::npos) << err;
+}
+
+// Many processes race: 2 producers x 3 consumers; one consumer and one
+// producer are SIGKILLed mid-way and started again under the same name.
+// Every published frame ends in done/ exactly once.
+TEST(Spool, ExactlyOnceWhenProcessesDie) {
+  TempDir d;
+  const std::string root = d.path() + "/s";
+  constexpr int kFrames = 300;
+  auto producer = [&](const std::string& name) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string e;
+      SpoolProducer p(root, name, 4);
+      if (!p.Open(&e)) _exit(2);
+      std::vector<float> v(256, 1.0f);
+      while (p.next_seq() < kFrames)
+        if (!p.Publish({}, OneTensor(v), nullptr, &e)) _exit(3);
+      _exit(p.Finish(&e) ? 0 : 4);
+    }
+    return pid;
+  };
+  auto consumer = [&](const std::string& name) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string e;
+      SpoolConsumer c(root, name, 2);
+      if (!c.Open(&e)) _exit(2);
+      while (true) {
+        ClaimedFrame f;
+        bool end = false;
+        if (!c.Next(&f, &end, &e)) _exit(3);
+        if (end) break;
+        safetensors::File file;
+        if (!file.Read(f.path, &e)) _exit(5);
+        ::usleep(200);  // a "step"
+        if (!c.Ack(f, &e)) _exit(4);
+      }
+      bool written;
+      _exit(c.WriteManifestIfFinal(root + "/manifest.json", &written, &e) ? 0 : 6);
+    }
+    return pid;
+  };
+  std::vector<pid_t> pids = {producer("t:0"), producer("t:1"), consumer("d:0"), consumer("d:1"), consumer("d:2")};
+  // Kill d:1 and t:1 once about a third of the frames are done.
+  std::string err;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<std::string> done;
+    ASSERT_TRUE(ListFrames(root + "/done", &done, &err));
+    if (done.size() >= kFrames * 2 / 3) break;
+    ::usleep(2000);
+  }
+  ::kill(pids[3], SIGKILL);
+  ::kill(pids[1], SIGKILL);
+  ::waitpid(pids[3], nullptr, 0);
+  ::waitpid(pids[1], nullptr, 0);
+  pids[3] = consumer("d:1");
+  pids[1] = producer("t:1");
+  for (pid_t pid : pids) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << pid << " status " << st;
+  }
+  nlohmann::ordered_json m;
+  bool final = false;
+  ASSERT_TRUE(Manifest(root, 2, &m, &final, &err)) << err;
+  EXPECT_TRUE(final) << m.dump(2);
+  EXPECT_TRUE(m["exactly_once"].get<bool>()) << m.dump(2);
+  EXPECT_EQ(m["frames_consumed"], 2 * kFrames);
+  EXPECT_EQ(m["producers"]["t:1"]["published"], kFrames);
+}
+
+}  // namespace
+}  // namespace dflash::spool
