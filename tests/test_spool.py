@@ -52,11 +52,15 @@ def config(tmp_path, roles):
 
 
 def payload_of(run, name, marker="dflash-builtin"):
-    """The pid of `name`'s payload (the worker's child), from the supervisor's log."""
+    """The pid of `name`'s payload, from the supervisor's log: the process it
+    started (executed directly), or that process's child (behind a dflash-worker)."""
     log = (run.run_dir / "supervisor.log").read_text()
-    worker = int(log.split(f"{name} STARTING (pid ")[-1].split(",")[0].split(")")[0])
-    for pid, (ppid, state, cmd) in proc_table().items():
-        if ppid == worker and marker in cmd and state != "Z":
+    started = int(log.split(f"{name} STARTING (pid ")[-1].split(",")[0].split(")")[0])
+    table = proc_table()
+    if started in table and marker in table[started][2] and "dflash-worker" not in table[started][2]:
+        return started
+    for pid, (ppid, state, cmd) in table.items():
+        if ppid == started and marker in cmd and state != "Z":
             return pid
     return None
 
