@@ -35,8 +35,13 @@ demo: build
 demo-builtin:
 	@$(MAKE) --no-print-directory demo DEMO=configs/demo-builtin.toml
 
+# Every benchmark, each against its named peer in the same run; results into docs/benchmarks.md.
+# Run it on a quiet machine (it takes ~10 minutes here; the compile section alone ~5).
 bench: build
-	@echo "bench: see docs/benchmarks.md"
+	python3 bench/cachelock/run_bench.py --python $(PY) --n 1000
+	python3 bench/supervisor/run_bench.py --out docs/benchmarks.md
+	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
+	$(BUILD)/bin/spool_bench --mb 1 --frames 2000 --repeat 5
 
 fuzz: setup
 	scripts/fuzz
