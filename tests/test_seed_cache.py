@@ -10,6 +10,7 @@ import time
 from conftest import run
 from supervise import write_config
 from test_compile_gate import ENV, drafters
+from test_demo import ENV as DEMO_ENV, needs_builtin, shortened
 
 
 def launch_cmd(bin_dir, *args, **kw):
@@ -18,21 +19,27 @@ def launch_cmd(bin_dir, *args, **kw):
     return run([bin_dir / "dflash-launch", *args], **kw)
 
 
-def test_seed_verify_then_every_drafter_reuses(bin_dir, launch, tmp_path):
-    cfg = write_config(tmp_path, drafters())
-    r = launch_cmd(bin_dir, "seed", cfg, "--verify")
+@needs_builtin
+def test_seed_verify_on_the_demo_then_every_drafter_reuses(bin_dir, launch, tmp_path):
+    # The embedded default config, shortened: the warm-up that ships with the
+    # reference drafter needs no target running (same shapes, synthetic data).
+    cfg = shortened("demo.toml", tmp_path, samples=30, steps=50)
+    r = launch_cmd(bin_dir, "seed", cfg, "--verify", env=DEMO_ENV)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "compiling," in r.stdout  # progress while it compiled
     assert "READY(drafter-" in r.stdout and "published" in r.stdout
     assert "verify drafter: 0 FX-graph misses" in r.stdout and "the cache is warm" in r.stdout
     assert "cache +" in r.stdout  # before/after
     # Seeding again does nothing.
-    again = launch_cmd(bin_dir, "seed", cfg)
+    assert "seeding drafter" in r.stdout and "seeding target" not in r.stdout  # only gated roles
+    again = launch_cmd(bin_dir, "seed", cfg, env=DEMO_ENV)
     assert again.returncode == 0 and "already seeded" in again.stdout and "compiling," not in again.stdout
     # The real run: nobody compiles.
-    run_ = launch(cfg, env=ENV)
+    run_ = launch(cfg, env=DEMO_ENV)
     assert run_.wait(timeout=600) == 0, run_.err
-    for p in run_.summary()["processes"]:
+    drafters = [p for p in run_.summary()["processes"] if p["role"] == "drafter"]
+    assert len(drafters) == 3
+    for p in drafters:
         assert p["gate"]["role"] == "reuse", p["name"]
         assert p["metrics"]["fxgraph_cache_miss"] == 0 and p["metrics"]["fxgraph_cache_hit"] > 0
 
