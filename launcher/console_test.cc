@@ -13,45 +13,14 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "launcher/log_test_util.h"
 
 namespace dflash {
 namespace {
 
 using namespace std::chrono_literals;
-
-struct Pipe {
-  UniqueFd r, w;
-  Pipe() {
-    int p[2];
-    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
-    r.reset(p[0]);
-    w.reset(p[1]);
-  }
-};
-
-/// Reads `fd` to EOF on a thread: the console side of a test, started only
-/// when the test wants the console to move.
-class Drainer {
- public:
-  explicit Drainer(int fd) : t_([this, fd] {
-    char buf[65536];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      out_.append(buf, static_cast<size_t>(n));
-    }
-  }) {}
-  /// REQUIRES: every write end is closed, or this never returns.
-  std::string Join() {
-    t_.join();
-    return out_;
-  }
-
- private:
-  std::string out_;
-  std::thread t_;
-};
+using logtest::Drainer;
+using logtest::Pipe;
 
 /// Sets or unsets an environment variable for one scope.
 class ScopedEnv {

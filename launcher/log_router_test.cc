@@ -26,6 +26,8 @@ namespace dflash {
 namespace {
 
 using namespace std::chrono_literals;
+using logtest::Drainer;
+using logtest::Pipe;
 using logtest::Child;
 using logtest::MakeLines;
 
@@ -42,37 +44,6 @@ std::string Slurp(const std::string& path) {
   EXPECT_TRUE(ReadFile(path, &s, &err)) << err;
   return s;
 }
-
-struct Pipe {
-  UniqueFd r, w;
-  explicit Pipe(int flags = O_CLOEXEC) {
-    int p[2];
-    EXPECT_EQ(::pipe2(p, flags), 0);
-    r.reset(p[0]);
-    w.reset(p[1]);
-  }
-};
-
-class Drainer {
- public:
-  explicit Drainer(int fd) : t_([this, fd] {
-    char buf[65536];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      out_.append(buf, static_cast<size_t>(n));
-    }
-  }) {}
-  std::string Join() {
-    t_.join();
-    return out_;
-  }
-
- private:
-  std::string out_;
-  std::thread t_;
-};
 
 /// Lines of `s` as views; a last line without '\n' counts.
 std::vector<std::string_view> SplitViews(std::string_view s) {

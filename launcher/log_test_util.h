@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/fd.h"
@@ -18,6 +19,42 @@
 extern char** environ;
 
 namespace dflash::logtest {
+
+/// A pipe for a test: r and w, O_CLOEXEC unless asked otherwise.
+struct Pipe {
+  UniqueFd r, w;
+  explicit Pipe(int flags = O_CLOEXEC) {
+    int p[2];
+    if (::pipe2(p, flags) == 0) {
+      r.reset(p[0]);
+      w.reset(p[1]);
+    }
+  }
+};
+
+/// Reads `fd` to EOF on a thread: the console side of a test, started only
+/// when the test wants the console to move.
+class Drainer {
+ public:
+  explicit Drainer(int fd) : t_([this, fd] {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      out_.append(buf, static_cast<size_t>(n));
+    }
+  }) {}
+  /// REQUIRES: every write end is closed, or this never returns.
+  std::string Join() {
+    t_.join();
+    return out_;
+  }
+
+ private:
+  std::string out_;
+  std::thread t_;
+};
 
 struct Child {
   pid_t pid = -1;

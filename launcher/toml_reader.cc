@@ -96,32 +96,28 @@ void TableReader::TypeError(std::string_view key, const toml::node& n) {
   Error(key, PosOf(n.source()), "wrong type", DescribeType(k), DescribeNode(n), hint);
 }
 
-bool TableReader::String(std::string_view key, std::string* out) {
+template <typename T, typename Fallback>
+bool TableReader::Exact(std::string_view key, T* out, Fallback fallback) {
   const toml::node* n = Get(key);
   if (!n) {
-    *out = std::string(Spec(key).default_value);
+    *out = fallback();
     return true;
   }
-  if (!n->is_string()) {
-    TypeError(key, *n);
-    return false;
+  // value_exact: the TOML type must be T itself (an integer is not a string, "3" is not 3).
+  if (std::optional<T> v = n->value_exact<T>()) {
+    *out = *v;
+    return true;
   }
-  *out = n->as_string()->get();
-  return true;
+  TypeError(key, *n);
+  return false;
+}
+
+bool TableReader::String(std::string_view key, std::string* out) {
+  return Exact(key, out, [&] { return std::string(Spec(key).default_value); });
 }
 
 bool TableReader::Int64(std::string_view key, int64_t* out) {
-  const toml::node* n = Get(key);
-  if (!n) {
-    *out = std::strtoll(std::string(Spec(key).default_value).c_str(), nullptr, 10);
-    return true;
-  }
-  if (!n->is_integer()) {
-    TypeError(key, *n);
-    return false;
-  }
-  *out = n->as_integer()->get();
-  return true;
+  return Exact(key, out, [&] { return std::strtoll(std::string(Spec(key).default_value).c_str(), nullptr, 10); });
 }
 
 bool TableReader::Int(std::string_view key, int* out, long long min, long long max) {
@@ -145,17 +141,7 @@ bool TableReader::Int(std::string_view key, int* out, long long min, long long m
 }
 
 bool TableReader::Bool(std::string_view key, bool* out) {
-  const toml::node* n = Get(key);
-  if (!n) {
-    *out = Spec(key).default_value == "true";
-    return true;
-  }
-  if (!n->is_boolean()) {
-    TypeError(key, *n);
-    return false;
-  }
-  *out = n->as_boolean()->get();
-  return true;
+  return Exact(key, out, [&] { return Spec(key).default_value == "true"; });
 }
 
 bool TableReader::ParseDurationValue(std::string_view key, const toml::node& n, std::string_view text,

@@ -25,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from benchmarks_md import write_section  # noqa: E402
+
 MODEL = """
 [model]
 target_layers = 64
@@ -136,14 +139,7 @@ Must: (a) <= 1.8x one compile, each follower <= 40% of the leader. Goal: (a) <= 
 """
     print(md)
     if args.out:
-        text = args.out.read_text() if args.out.exists() else "# Benchmarks\n"
-        start = text.find("## compile gate")
-        if start >= 0:
-            end = text.find("\n## ", start + 1)
-            text = text[:start] + md.strip() + "\n" + (text[end:] if end >= 0 else "")
-        else:
-            text = text.rstrip() + "\n\n" + md.strip() + "\n"
-        args.out.write_text(text)
+        write_section(args.out, "## compile gate", md)
 
 
 if __name__ == "__main__":

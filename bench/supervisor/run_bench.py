@@ -20,6 +20,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from benchmarks_md import write_section  # noqa: E402
 import time
 
 N = 8
@@ -214,14 +217,7 @@ Log files are on `{args.tmp}`; console to /dev/null (dflash-launch still splits 
 """
     print(md)
     if args.out:
-        text = args.out.read_text() if args.out.exists() else "# Benchmarks\n"
-        start = text.find("## supervisor")
-        if start >= 0:
-            end = text.find("\n## ", start + 1)
-            text = text[:start] + md.strip() + "\n" + (text[end:] if end >= 0 else "")
-        else:
-            text = text.rstrip() + "\n\n" + md.strip() + "\n"
-        args.out.write_text(text)
+        write_section(args.out, "## supervisor", md)
 
 
 if __name__ == "__main__":
