@@ -148,7 +148,11 @@ void CloseOtherFds(const ChildPlan& p) {
   sigemptyset(&sa.sa_mask);
   for (int s = 1; s < NSIG; ++s) {
     if (s == SIGKILL || s == SIGSTOP) continue;
-    ::sigaction(s, &sa, nullptr);  // fails harmlessly for glibc's reserved ones
+    if (::sigaction(s, &sa, nullptr) == 0) continue;
+    // glibc refuses its reserved signals (SIGCANCEL 32, SIGSETXID 33); the kernel
+    // does not. If our own parent left them ignored, exec would pass that on.
+    struct { void (*handler)(int); unsigned long flags; void (*restorer)(); unsigned long mask; } k{SIG_DFL, 0, nullptr, 0};
+    ::syscall(SYS_rt_sigaction, s, &k, nullptr, sizeof k.mask);
   }
   sigset_t none;
   sigemptyset(&none);
