@@ -180,6 +180,14 @@ std::vector<std::string_view> KnownSignalNames() {
   for (const char* const* p = SignalNames(); *p; ++p) v.push_back(*p);
   return v;
 }
+
+/// The known signal closest to a misspelt one ("sigtrem" -> "SIGTERM"), or "".
+std::string ClosestSignal(std::string_view name) {
+  std::string upper;
+  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
+  return ClosestName(upper, KnownSignalNames());
+}
 }  // namespace
 
 bool TableReader::Signal(std::string_view key, int* out) {
@@ -195,10 +203,7 @@ bool TableReader::Signal(std::string_view key, int* out) {
   std::string name(n->as_string()->get());
   *out = SignalFromName(name);
   if (*out == 0) {
-    std::string upper;
-    for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
-    std::string close = ClosestName(upper, KnownSignalNames());
+    std::string close = ClosestSignal(name);
     Error(key, PosOf(n->source()), "unknown signal name", "a signal name like \"SIGTERM\"", "\"" + name + "\"",
           close.empty() ? "e.g. \"SIGTERM\", \"SIGINT\", \"SIGUSR1\"" : "did you mean \"" + close + "\"?");
     return false;
@@ -313,13 +318,7 @@ bool TableReader::SignalArray(std::string_view key, std::vector<int>* out) {
     int sig = e.is_string() ? SignalFromName(e.as_string()->get()) : 0;
     if (sig == 0) {
       std::string close;
-      if (e.is_string()) {
-        std::string upper;
-        for (char c : std::string(e.as_string()->get()))
-          upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
-        close = ClosestName(upper, KnownSignalNames());
-      }
+      if (e.is_string()) close = ClosestSignal(e.as_string()->get());
       Error(key, PosOf(e.source()), e.is_string() ? "unknown signal name" : "wrong element type",
             "signal names like \"SIGUSR1\"", DescribeNode(e),
             close.empty() ? "e.g. " + std::string(key) + " = [\"SIGUSR1\"]" : "did you mean \"" + close + "\"?");
