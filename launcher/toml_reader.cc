@@ -1,5 +1,6 @@
 #include "launcher/toml_reader.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -144,34 +145,23 @@ bool TableReader::Bool(std::string_view key, bool* out) {
   return Exact(key, out, [&] { return Spec(key).default_value == "true"; });
 }
 
-bool TableReader::ParseDurationValue(std::string_view key, const toml::node& n, std::string_view text,
-                                     Millis* out, bool allow_zero) {
-  std::string err;
+// Duration, Signal and Enum read a string (the schema's default when absent,
+// which is always valid), then check what it says.
+
+bool TableReader::Duration(std::string_view key, Millis* out, bool allow_zero) {
+  std::string text, err;
+  if (!String(key, &text)) return false;
   if (!ParseDuration(text, out, &err)) {
-    Error(key, PosOf(n.source()), "bad duration: " + err, DescribeType(Spec(key)),
-          "\"" + std::string(text) + "\"", "e.g. " + std::string(key) + " = " + std::string(Spec(key).example));
+    Error(key, ValuePos(key), "bad duration: " + err, DescribeType(Spec(key)), "\"" + text + "\"",
+          "e.g. " + std::string(key) + " = " + std::string(Spec(key).example));
     return false;
   }
   if (!allow_zero && out->count() == 0) {
-    Error(key, PosOf(n.source()), "must be longer than zero", "a duration > 0", "\"" + std::string(text) + "\"",
+    Error(key, ValuePos(key), "must be longer than zero", "a duration > 0", "\"" + text + "\"",
           "e.g. " + std::string(key) + " = " + std::string(Spec(key).example));
     return false;
   }
   return true;
-}
-
-bool TableReader::Duration(std::string_view key, Millis* out, bool allow_zero) {
-  const toml::node* n = Get(key);
-  if (!n) {
-    std::string err;
-    ParseDuration(Spec(key).default_value, out, &err);
-    return true;
-  }
-  if (!n->is_string()) {
-    TypeError(key, *n);
-    return false;
-  }
-  return ParseDurationValue(key, *n, n->as_string()->get(), out, allow_zero);
 }
 
 namespace {
@@ -191,47 +181,23 @@ std::string ClosestSignal(std::string_view name) {
 }  // namespace
 
 bool TableReader::Signal(std::string_view key, int* out) {
-  const toml::node* n = Get(key);
-  if (!n) {
-    *out = SignalFromName(Spec(key).default_value);
-    return true;
-  }
-  if (!n->is_string()) {
-    TypeError(key, *n);
-    return false;
-  }
-  std::string name(n->as_string()->get());
+  std::string name;
+  if (!String(key, &name)) return false;
   *out = SignalFromName(name);
-  if (*out == 0) {
-    std::string close = ClosestSignal(name);
-    Error(key, PosOf(n->source()), "unknown signal name", "a signal name like \"SIGTERM\"", "\"" + name + "\"",
-          close.empty() ? "e.g. \"SIGTERM\", \"SIGINT\", \"SIGUSR1\"" : "did you mean \"" + close + "\"?");
-    return false;
-  }
-  return true;
+  if (*out != 0) return true;
+  std::string close = ClosestSignal(name);
+  Error(key, ValuePos(key), "unknown signal name", "a signal name like \"SIGTERM\"", "\"" + name + "\"",
+        close.empty() ? "e.g. \"SIGTERM\", \"SIGINT\", \"SIGUSR1\"" : "did you mean \"" + close + "\"?");
+  return false;
 }
 
 bool TableReader::Enum(std::string_view key, std::string* out) {
-  const toml::node* n = Get(key);
+  if (!String(key, out)) return false;
   const KeySpec& k = Spec(key);
-  if (!n) {
-    *out = std::string(k.default_value);
-    return true;
-  }
-  if (!n->is_string()) {
-    TypeError(key, *n);
-    return false;
-  }
-  std::string v(n->as_string()->get());
-  for (std::string_view c : k.choices)
-    if (c == v) {
-      *out = v;
-      return true;
-    }
-  std::string close = ClosestName(v, k.choices);
-  Error(key, PosOf(n->source()), "unknown value", DescribeType(k), "\"" + v + "\"",
-        close.empty() ? "e.g. " + std::string(key) + " = " + std::string(k.example)
-                      : "did you mean \"" + close + "\"?");
+  if (!Has(key) || std::find(k.choices.begin(), k.choices.end(), *out) != k.choices.end()) return true;
+  std::string close = ClosestName(*out, k.choices);
+  Error(key, ValuePos(key), "unknown value", DescribeType(k), "\"" + *out + "\"",
+        close.empty() ? "e.g. " + std::string(key) + " = " + std::string(k.example) : "did you mean \"" + close + "\"?");
   return false;
 }
 

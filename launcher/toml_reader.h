@@ -64,8 +64,6 @@ class TableReader {
   /// Absent: fallback(); present with exactly TOML type T: its value; else a TypeError.
   template <typename T, typename Fallback>
   bool Exact(std::string_view key, T* out, Fallback fallback);
-  bool ParseDurationValue(std::string_view key, const toml::node& n, std::string_view text,
-                          Millis* out, bool allow_zero);
 
   const toml::table& table_;
   std::string_view section_;
