@@ -35,7 +35,7 @@ void Say(const std::string& line) { std::fprintf(stderr, "dflash-cachelock: %s\n
 
 
 struct RunArgs {
-  std::string dir, key, ready = "exit", ready_timeout = "0", timeout = "20m", progress = "5s", who, torch_version;
+  std::string dir, key, ready = "exit", ready_timeout = "0", timeout = FormatDuration(kDefaultGateTimeout), progress = "5s", who, torch_version;
   std::vector<std::string> cmd;
 };
 
@@ -144,7 +144,7 @@ int CachelockMain(int argc, char** argv) {
   run->add_option("--key", ra.key, "Gate key: [A-Za-z0-9._-]{1,128}")->required();
   run->add_option("--ready", ra.ready, "When a leader's CMD is ready: exit (default), notify, file:PATH, log:REGEX");
   run->add_option("--ready-timeout", ra.ready_timeout, "Longest wait for CMD to be ready (default 0: no limit)");
-  run->add_option("--timeout", ra.timeout, "Longest wait for the gate (default 20m)");
+  run->add_option("--timeout", ra.timeout, "Longest wait for the gate (default " + FormatDuration(kDefaultGateTimeout) + ")");
   run->add_option("--progress", ra.progress, "Progress line cadence while waiting (default 5s; 0 = none)");
   run->add_option("--who", ra.who, "Name in records and messages (default $ROLE_NAME:$ROLE_RANK or CMD)");
   run->add_option("--torch-version", ra.torch_version, "Recorded in READY (default $DFLASH_TORCH_VERSION)");
@@ -156,11 +156,11 @@ int CachelockMain(int argc, char** argv) {
   status->add_option("dir", status_dir, "The cache dir")->required();
   status->add_flag("--json", as_json, "Machine-readable output");
 
-  std::string forget_dir, forget_key, forget_timeout = "20m";
+  std::string forget_dir, forget_key, forget_timeout = FormatDuration(kDefaultGateTimeout);
   CLI::App* forget = app.add_subcommand("forget", "Remove READY(K) under the gate, to force a recompile");
   forget->add_option("dir", forget_dir, "The cache dir")->required();
   forget->add_option("--key", forget_key, "Gate key")->required();
-  forget->add_option("--timeout", forget_timeout, "Longest wait for the gate (default 20m)");
+  forget->add_option("--timeout", forget_timeout, "Longest wait for the gate (default " + FormatDuration(kDefaultGateTimeout) + ")");
 
   try {
     app.parse(argc, argv);

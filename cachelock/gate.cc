@@ -93,7 +93,7 @@ GateError CompileGate::Acquire(const std::string& key, AcquireResult* result, st
     return GateError::kOk;
   }
   Wait w(key, clock_->Now(), options_);
-  GateError e = LockBoth(w, &result->recovered, err);
+  GateError e = LockBoth(w, &result->recovered, err, &result->dead_holder);
   result->waited_seconds = Seconds(clock_->Now() - w.start);
   if (e != GateError::kOk) {
     busy_ = false;
@@ -118,7 +118,7 @@ GateError CompileGate::Acquire(const std::string& key, AcquireResult* result, st
 // Lock order is always (a) then (b), except for a recoverer, which takes (b)
 // while (a) is stuck with a dead owner; it then decides at once and never
 // waits for (a) while holding (b), so the two orders cannot deadlock.
-GateError CompileGate::LockBoth(Wait& w, bool* recovered, std::string* err) {
+GateError CompileGate::LockBoth(Wait& w, bool* recovered, std::string* err, OwnerRecord* dead_holder) {
   bool local = false, file = false;
   while (!local) {
     auto left = duration_cast<milliseconds>(w.deadline - clock_->Now());
@@ -166,11 +166,22 @@ GateError CompileGate::LockBoth(Wait& w, bool* recovered, std::string* err) {
       return e;
     }
   }
+  // We hold (b): a record still there names a holder that died holding it
+  // (a clean release clears it first).
+  // Another host's holder cannot be judged or reached from here (OwnerAlive
+  // says true for it): only a local one is reported.
+  if (OwnerRecord prev; dead_holder && backend_->ReadHolder(&prev) == RecordState::kValid && !SameOwner(prev, me) &&
+                        !backend_->OwnerAlive(prev))
+    *dead_holder = prev;
   if (!backend_->WriteHolder(me, err)) {
     ReleaseLevels();
     return GateError::kIo;
   }
   return GateError::kOk;
+}
+
+bool CompileGate::CurrentHolder(OwnerRecord* out) {
+  return backend_->ReadHolder(out) == RecordState::kValid && backend_->OwnerAlive(*out);
 }
 
 GateError CompileGate::LockFileLevel(Wait& w, std::string* err) {

@@ -32,11 +32,17 @@ int GateExitCode(GateError e);
 enum class GateDecision { kLead, kReuse };
 const char* GateDecisionName(GateDecision d);  ///< "lead" / "reuse", as in DFLASH_GATE_ROLE
 
+/// The one default for how long anyone waits for the gate (the schema's
+/// role.gate.timeout, dflash-worker, dflash-cachelock, `cache` commands): long
+/// enough for a large model's compile; a leader that is blocked rather than
+/// compiling is reported long before (role.gate.idle_hint).
+inline constexpr std::chrono::minutes kDefaultGateTimeout{30};
+
 struct GateOptions {
   std::string dir;                 ///< the cache dir the gate protects
   std::string role = "dflash";     ///< who we are, in records and messages: "drafter:0"
   std::string torch_version;       ///< goes into READY markers; empty if unknown
-  std::chrono::milliseconds timeout = std::chrono::minutes(20);  ///< bound on any wait
+  std::chrono::milliseconds timeout = kDefaultGateTimeout;  ///< bound on any wait
   std::chrono::milliseconds progress_every = std::chrono::seconds(5);
   /// Called every `progress_every` while waiting with a ready-made line:
   /// "waiting for gate K: held by drafter:0 (pid 1234) for 42 s".
@@ -59,6 +65,11 @@ struct AcquireResult {
   ReadyRecord marker;        ///< kReuse: the marker that was found
   bool took_lock = false;    ///< kReuse found only after locking (the double check)
   bool recovered = false;    ///< level (a) was taken over from a dead owner
+  /// kLead: the holder record of (b) that a holder left behind when it died
+  /// holding the gate (the kernel dropped its lock, nobody cleared the
+  /// record); pid 0 if the last holder let go cleanly. Its process tree may
+  /// still run: see holder_tree.h.
+  OwnerRecord dead_holder;
   double waited_seconds = 0;
 };
 
@@ -99,13 +110,19 @@ class CompileGate {
   /// Removes READY(key) under the gate, to force a recompile.
   GateError Forget(const std::string& key, bool* existed, std::string* err);
 
+  /// This process as the gate records it (pid, start time, host).
+  OwnerRecord Self() { return backend_->Self(); }
+
+  /// Who holds (b) now, if anyone alive does (for a waiter's diagnostics).
+  bool CurrentHolder(OwnerRecord* out);
+
   bool holding() const { return holding_; }
   const GateOptions& options() const { return options_; }
 
  private:
   struct Wait;
   GateError Enter(std::string* err);
-  GateError LockBoth(Wait& w, bool* recovered, std::string* err);
+  GateError LockBoth(Wait& w, bool* recovered, std::string* err, OwnerRecord* dead_holder = nullptr);
   GateError LockFileLevel(Wait& w, std::string* err);
   GateError Tick(Wait& w, std::string* err);
   bool ShouldRecover(Wait& w, OwnerRecord* judged, bool* judged_empty);

@@ -40,6 +40,26 @@ bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
   return true;
 }
 
+const char* ReadyStreamName(ReadySpec::Stream s) {
+  switch (s) {
+    case ReadySpec::Stream::kStdout: return "stdout";
+    case ReadySpec::Stream::kStderr: return "stderr";
+    case ReadySpec::Stream::kBoth: return "both";
+  }
+  return "?";
+}
+
+bool ParseReadyStream(std::string_view text, ReadySpec::Stream* out, std::string* err) {
+  for (auto s : {ReadySpec::Stream::kStdout, ReadySpec::Stream::kStderr, ReadySpec::Stream::kBoth}) {
+    if (text == ReadyStreamName(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  *err = "unknown output stream '" + std::string(text) + "': stdout, stderr or both";
+  return false;
+}
+
 const char* ReadyModeName(ReadyMode m) {
   switch (m) {
     case ReadyMode::kNone: return "none";

@@ -30,7 +30,17 @@ struct ReadySpec {
   std::string arg;
   /// How long to wait for readiness; zero waits forever.
   Millis timeout{0};
+  /// kLog: which output is matched (stdout unless asked: a traceback on
+  /// stderr echoes source lines, pattern included).
+  enum class Stream { kStdout, kStderr, kBoth } stream = Stream::kStdout;
+  bool Matches(int fd_index) const {  // 0: stdout, 1: stderr
+    return stream == Stream::kBoth || (fd_index == 0) == (stream == Stream::kStdout);
+  }
 };
+
+/// "stdout", "stderr", "both" <-> ReadySpec::Stream.
+const char* ReadyStreamName(ReadySpec::Stream s);
+bool ParseReadyStream(std::string_view text, ReadySpec::Stream* out, std::string* err);
 
 /// "none", "exit", "notify", "file:<path>", "log:<regex>" -> spec (the
 /// timeout is left as it was). False with a reason in `err` otherwise.

@@ -36,7 +36,7 @@ struct CacheOptions {
   std::string key;     // clear --key
   bool json = false;   // status --json
   bool force = false;  // import --force
-  Millis timeout{std::chrono::hours(1)};  // longest wait for the gate
+  Millis timeout{std::chrono::minutes(30)};  // longest wait for the gate (main sets kDefaultGateTimeout)
   std::string bin_dir;
 };
 

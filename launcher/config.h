@@ -21,11 +21,22 @@ enum class RestartScope { kProcess, kRole, kAll };
 const char* RestartPolicyName(RestartPolicy p);
 const char* RestartScopeName(RestartScope s);
 
+/// How a gated role's processes meet the gate (docs/cachelock.md, "Gate modes").
+enum class GateMode {
+  kAuto,    ///< serial for a role of one process, warmup otherwise
+  kWarmup,  ///< one warm-up compiles in a world of one; then the whole role starts together
+  kSerial,  ///< each process takes the gate as it starts (independent processes only)
+};
+const char* GateModeName(GateMode m);
+
 /// The compile gate: one process per key compiles, the others wait and reuse.
 struct GateSpec {
   bool enabled = false;
-  std::string key;      // empty: derived from role, [model], torch version, command, env
+  GateMode mode = GateMode::kAuto;
+  std::string key;      // empty: derived from role, [model], torch version, command, script, env
+  std::vector<std::string> key_files;  // glob patterns (role cwd) whose files go into the derived key
   Millis timeout{};     // how long a follower waits for the gate
+  Millis idle_hint{};   // a leader idle this long while we wait: say why (0: never)
 };
 
 struct RestartSpec {
@@ -84,6 +95,12 @@ struct RoleSpec {
 
   bool is_cpu() const { return devices.empty(); }
   int process_count() const { return is_cpu() ? cpu : static_cast<int>(devices.size()); }
+  /// The gate mode in force: kAuto resolved by the number of processes.
+  GateMode gate_mode() const {
+    if (gate.mode != GateMode::kAuto) return gate.mode;
+    return process_count() > 1 ? GateMode::kWarmup : GateMode::kSerial;
+  }
+  bool warmup_gated() const { return gate.enabled && gate_mode() == GateMode::kWarmup; }
 };
 
 struct RunSpec {

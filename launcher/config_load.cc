@@ -133,6 +133,7 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
     g->enabled = n->as_boolean()->get();
     TableReader r(empty, "role.gate", prefix + ".gate", errors);
     r.Duration("timeout", &g->timeout);
+    r.Duration("idle_hint", &g->idle_hint, true);
     return;
   }
   if (!n->is_table()) {
@@ -146,7 +147,19 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
     r.Error("key", r.ValuePos("key"), "not a valid gate key", "letters, digits, '.', '_' or '-' (1 to 128)",
             "\"" + g->key + "\"", "e.g. key = \"drafter\"; or remove it to derive one from the role and [model]");
   if (!r.Has("key")) g->key.clear();
+  std::string mode;
+  if (r.Enum("mode", &mode)) g->mode = mode == "warmup" ? GateMode::kWarmup : mode == "serial" ? GateMode::kSerial
+                                                                                                : GateMode::kAuto;
+  r.StringArray("key_files", &g->key_files);
+  if (r.Has("key_files") && r.Has("key"))
+    r.Error("key_files", r.ValuePos("key_files"), "key_files only go into a derived key", "no explicit key",
+            "key = \"" + g->key + "\"", "remove key to derive one (it then covers these files), or remove key_files");
+  for (const std::string& f : g->key_files)
+    if (f.empty())
+      r.Error("key_files", r.ValuePos("key_files"), "an empty pattern", "glob(7) patterns", "\"\"",
+              "e.g. key_files = [\"model/*.py\"]");
   r.Duration("timeout", &g->timeout);
+  r.Duration("idle_hint", &g->idle_hint, true);
   if (const toml::node* ready = n->as_table()->get("ready")) {
     // The architecture sketch put ready inside gate; it is a role key of its own.
     errors->push_back({PosOf(n->as_table()->find("ready")->first.source()), prefix + ".gate.ready",
@@ -194,6 +207,14 @@ void ReadReady(const toml::node* n, const std::string& prefix, ReadySpec* rs, st
   std::string pattern, path;
   r.String("pattern", &pattern);
   r.String("path", &path);
+  std::string stream;
+  if (r.Enum("stream", &stream)) {
+    std::string ignored;
+    ParseReadyStream(stream, &rs->stream, &ignored);
+  }
+  if (r.Has("stream") && rs->mode != ReadyMode::kLog && mode_ok)
+    r.Error("stream", r.ValuePos("stream"), "stream only applies to mode = \"log\"", "mode = \"log\"",
+            "mode = \"" + mode + "\"", "set mode = \"log\" or remove stream");
   rs->arg = rs->mode == ReadyMode::kLog ? pattern : rs->mode == ReadyMode::kFile ? path : "";
   r.Duration("timeout", &rs->timeout);
   if (!mode_ok) return;
@@ -383,6 +404,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
     static const toml::table empty;
     TableReader g(empty, "role.gate", name_for_path + ".gate", errors);
     g.Duration("timeout", &role->gate.timeout);
+    g.Duration("idle_hint", &role->gate.idle_hint, true);
   }
   bool ready_given = false;
   ReadReady(r.Get("ready"), name_for_path, &role->ready, errors, r, &ready_given);

@@ -337,6 +337,15 @@ const char* RestartPolicyName(RestartPolicy p) {
   return "?";
 }
 
+const char* GateModeName(GateMode m) {
+  switch (m) {
+    case GateMode::kAuto: return "auto";
+    case GateMode::kWarmup: return "warmup";
+    case GateMode::kSerial: return "serial";
+  }
+  return "?";
+}
+
 const char* RestartScopeName(RestartScope s) {
   switch (s) {
     case RestartScope::kProcess: return "process";

@@ -10,6 +10,7 @@
 
 #include "common/duration.h"
 #include "common/exit_codes.h"
+#include "cachelock/gate.h"
 #include "launcher/commands.h"
 #include "launcher/schema.h"
 
@@ -56,7 +57,7 @@ int Main(int argc, char** argv) {
   seed_cmd->add_flag("--force", seed.force, "Seed again even if READY already exists for the key");
 
   CacheOptions cache;
-  std::string cache_timeout = "1h";
+  std::string cache_timeout = FormatDuration(kDefaultGateTimeout);
   CLI::App* cache_cmd = app.add_subcommand("cache", "The config's compile cache: status, export, import, clear.");
   cache_cmd->require_subcommand(1);
   CLI::App* c_status = cache_cmd->add_subcommand("status", "Size, entries per kind, READY keys, gate holder, torch version");
@@ -73,7 +74,7 @@ int Main(int argc, char** argv) {
   c_clear->add_option("config", cache.config, "run.toml")->required();
   c_clear->add_option("--key", cache.key, "Only forget READY(KEY): the next run of that key compiles");
   for (CLI::App* sub : {c_export, c_import, c_clear})
-    sub->add_option("--timeout", cache_timeout, "Longest wait for the gate (default 1h)");
+    sub->add_option("--timeout", cache_timeout, "Longest wait for the gate (default " + FormatDuration(kDefaultGateTimeout) + ")");
 
   bool markdown = false;
   CLI::App* schema_cmd = app.add_subcommand("schema", "Print every run.toml key with type, default and meaning.");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "launcher/config.h"
+#include "launcher/gate_key_files.h"
 
 namespace dflash {
 
@@ -23,6 +24,9 @@ struct ProcessPlan {
   int gpu = -1;                      // the one GPU it sees as cuda:0; -1 for CPU processes
   std::vector<std::string> command;  // the payload (for a builtin: dflash-builtin <role>)
   std::string gate_key;              // empty if ungated
+  /// The warm-up of a role in gate mode "warmup" ("drafter:warmup"): compiles
+  /// under the gate in a world of one before the role's processes start.
+  bool warmup = false;
 };
 
 struct PlanOptions {
@@ -40,7 +44,11 @@ struct Plan {
   std::string run_dir;  // <log_dir>/<run_id>
   std::string bin_dir;
   std::vector<std::string> role_torch_version;  // per role
+  std::vector<std::vector<KeyFile>> role_key_files;  // per role: the files in its derived gate key
   std::vector<ProcessPlan> processes;
+  /// One per role in gate mode "warmup" (RoleSpec::warmup_gated), run before
+  /// that role's processes start. Not part of the world: no rank of its own.
+  std::vector<ProcessPlan> warmups;
 
   const RoleSpec& RoleOf(const ProcessPlan& p) const { return config.roles[p.role_index]; }
   /// <run_dir>/attempt_<k>/<role>-<rank>.<suffix>
@@ -65,10 +73,11 @@ struct Plan {
 Plan BuildPlan(const RunConfig& config, const PlanOptions& options);
 
 /// The default gate key: "<role>-<16 hex>" over the role name, the [model]
-/// contract, torch's version, the command and every TORCHINDUCTOR_*,
+/// contract, torch's version, the command, the content of the files it runs
+/// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
 /// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
-                          const EnvList& launcher_env);
+                          const EnvList& launcher_env, const std::vector<KeyFile>& files = {});
 
 /// "1,2000,25600"
 std::string JoinInts(const std::vector<int64_t>& v, const char* sep = ",");

@@ -93,10 +93,21 @@ std::string PlanText(const Plan& plan) {
     for (const ProcessPlan& p : plan.processes)
       if (p.role_index == i) key = p.gate_key;
     o += "  " + Pad("", 10) + "gate     " +
-         (r.gate.enabled ? key + (r.gate.key.empty() ? " (derived)" : "") + ", wait up to " +
+         (r.gate.enabled ? key + (r.gate.key.empty() ? " (derived)" : "") + ", mode " + GateModeName(r.gate_mode()) +
+                               (r.gate.mode == GateMode::kAuto ? " (auto)" : "") + ", wait up to " +
                                FormatDuration(r.gate.timeout)
                          : std::string("off")) +
          "\n";
+    for (const KeyFile& f : plan.role_key_files[i])
+      o += "  " + Pad("", 10) + "  key file " + f.why + ": " +
+           (f.sha256.empty() ? (f.path.empty() ? "" : f.path + " ") + "(" + f.note + ")" : f.path + " sha256 " + f.sha256.substr(0, 16)) +
+           "\n";
+    if (r.warmup_gated())
+      o += "  " + Pad("", 10) + "warm-up  " + r.name + ":warmup compiles first, in a world of one (RANK=0 WORLD_SIZE=1 "
+           "ROLE_WORLD_SIZE=1 DFLASH_WARMUP=1, its own MASTER_PORT): " +
+           Join(r.warmup.empty() ? (r.builtin.empty() ? r.command : std::vector<std::string>{"dflash-builtin", r.builtin})
+                                 : r.warmup) +
+           "; stopped once ready; then the role's " + std::to_string(r.process_count()) + " processes start together\n";
     o += "  " + Pad("", 10) + "ready    " + DescribeReady(r.ready) + "\n";
     o += "  " + Pad("", 10) + "restart  " + DescribeRestart(r.restart) + "\n";
     o += "  " + Pad("", 10) + "stop     " + SignalName(r.stop.signal) + ", then SIGKILL after " +
@@ -118,6 +129,13 @@ std::string PlanText(const Plan& plan) {
   if (!envs.empty())
     for (const auto& [k, v] : envs[0])
       if (shared(k)) o += "  " + k + "=" + v + "\n";
+  for (const ProcessPlan& w : plan.warmups) {
+    o += "\nwarm-up " + w.name + " (" + (w.gpu >= 0 ? "GPU " + std::to_string(w.gpu) : std::string("cpu")) +
+         ", before " + w.role + "'s processes)\n     ";
+    for (const auto& [k, v] : plan.ProcessEnv(w, 0))
+      if (!shared(k) || *values[k].begin() != v) o += " " + k + "=" + (v.empty() ? "\"\"" : v);
+    o += "\n";
+  }
   o += "\nprocesses (world size " + std::to_string(c.world_size()) + ")\n";
   for (size_t i = 0; i < plan.processes.size(); ++i) {
     const ProcessPlan& p = plan.processes[i];
@@ -130,6 +148,16 @@ std::string PlanText(const Plan& plan) {
   }
   return o;
 }
+
+namespace {
+ojson KeyFilesJson(const std::vector<KeyFile>& files) {
+  ojson a = ojson::array();
+  for (const KeyFile& f : files)
+    a.push_back({{"why", f.why}, {"path", f.path.empty() ? ojson() : ojson(f.path)},
+                 {"sha256", f.sha256.empty() ? ojson() : ojson(f.sha256)}, {"note", f.note.empty() ? ojson() : ojson(f.note)}});
+  return a;
+}
+}  // namespace
 
 std::string PlanJson(const Plan& plan) {
   const RunConfig& c = plan.config;
@@ -171,7 +199,9 @@ std::string PlanJson(const Plan& plan) {
         {"builtin", r.builtin.empty() ? ojson() : ojson(r.builtin)},
         {"torch_version", plan.role_torch_version[i].empty() ? ojson() : ojson(plan.role_torch_version[i])},
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
-                  {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()}}},
+                  {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
+                  {"mode", GateModeName(r.gate_mode())}, {"idle_hint_ms", r.gate.idle_hint.count()},
+                  {"key_files", KeyFilesJson(plan.role_key_files[i])}}},
         {"ready", {{"mode", ReadyModeName(r.ready.mode)},
                    {"pattern", r.ready.mode == ReadyMode::kLog ? ojson(r.ready.arg) : ojson()},
                    {"path", r.ready.mode == ReadyMode::kFile ? ojson(r.ready.arg) : ojson()},
@@ -185,6 +215,14 @@ std::string PlanJson(const Plan& plan) {
   }
   j["world_size"] = c.world_size();
   j["processes"] = ojson::array();
+  j["warmups"] = ojson::array();
+  for (const ProcessPlan& w : plan.warmups) {
+    ojson env = ojson::object();
+    for (const auto& [k, v] : plan.ProcessEnv(w, 0)) env[k] = v;
+    j["warmups"].push_back({{"name", w.name}, {"role", w.role},
+                            {"device", w.gpu >= 0 ? "cuda:" + std::to_string(w.gpu) : "cpu"},
+                            {"command", w.command}, {"argv", plan.ExecArgv(w)}, {"gate_key", w.gate_key}, {"env", env}});
+  }
   for (const ProcessPlan& p : plan.processes) {
     ojson env = ojson::object();
     for (const auto& [k, v] : plan.ProcessEnv(p, 0)) env[k] = v;

@@ -8,8 +8,9 @@
 namespace dflash {
 namespace {
 
+/// Left-aligned in `n` columns, and always at least one space after it.
 std::string Pad(std::string s, size_t n) {
-  if (s.size() < n) s.append(n - s.size(), ' ');
+  s.append(s.size() < n ? n - s.size() : 1, ' ');
   return s;
 }
 

@@ -101,7 +101,23 @@ std::vector<SectionSpec> MakeSchema() {
             "contract, torch's version, the command and every TORCHINDUCTOR_*/TORCH_COMPILE_*/"
             "TORCHDYNAMO_*/TRITON_* variable, so a change of any of them never reuses a stale READY.",
             "\"drafter\""},
-           {"timeout", K::kDuration, "1h", "How long a process waits for the gate before it fails.", "\"20m\""},
+           {"mode", K::kEnum, "auto",
+            "warmup: before the role starts, one warm-up process (the `warmup` command, or the command with "
+            "DFLASH_WARMUP=1, in a world of one) compiles under the gate and publishes READY; then every process "
+            "of the role starts together on the warm cache -- the mode for processes that form a process group "
+            "(DDP/FSDP), which cannot be held back one by one. serial: each process takes the gate as it starts; "
+            "the first compiles and keeps running, the others wait -- for independent processes only. auto: "
+            "serial for a role of one process, warmup otherwise.",
+            "\"warmup\"", {"auto", "warmup", "serial"}},
+           {"key_files", K::kStringArray, "[]",
+            "Extra files whose content goes into the derived key (glob(7) patterns, relative to the role's cwd), "
+            "beside the script the command runs, which is always in it.",
+            "[\"model/*.py\", \"conf.yaml\"]"},
+           {"timeout", K::kDuration, "30m", "How long a process waits for the gate before it fails.", "\"20m\""},
+           {"idle_hint", K::kDuration, "60s",
+            "A waiter whose leader's processes used almost no CPU for this long says so, with the likely cause "
+            "(a leader blocked on its peers) and the fix; \"0s\" turns the hint off.",
+            "\"2m\""},
            {"enabled", K::kBool, "true", "Set false to keep the table but run ungated.", "true"},
        }},
       {"role.ready", "Readiness (`ready = \"notify\"` is short for `ready = { mode = \"notify\" }`).",
@@ -112,6 +128,10 @@ std::vector<SectionSpec> MakeSchema() {
             "\"notify\"", {"none", "notify", "log", "file", "exit"}},
            {"pattern", K::kString, "", "mode = \"log\": POSIX extended regex matched against each line.",
             "\"compiled in [0-9.]+s\""},
+           {"stream", K::kEnum, "stdout",
+            "mode = \"log\": which output is matched. stdout by default, so a traceback on stderr that echoes "
+            "the source line holding the pattern never counts as ready.",
+            "\"both\"", {"stdout", "stderr", "both"}},
            {"path", K::kPath, "", "mode = \"file\": the file whose appearance means ready.",
             "\"/tmp/ready\""},
            {"timeout", K::kDuration, "30m", "Not ready by then: the process fails (exit 75).", "\"20m\""},

@@ -23,10 +23,19 @@ uint64_t Tag(uint64_t kind, uint64_t id) { return kind << 32 | id; }
 
 double Seconds(SteadyTime a, SteadyTime b) { return std::chrono::duration<double>(b - a).count(); }
 
+// The worker's X_DFLASH_GATE_* facts; a process that never took the gate has none (null).
+std::string GateText(const nlohmann::json& gate, const char* k) {
+  return gate.is_object() && gate.contains(k) && gate[k].is_string() ? gate[k].get<std::string>() : "";
+}
+double GateNumber(const nlohmann::json& gate, const char* k) {
+  return gate.is_object() && gate.contains(k) && gate[k].is_number() ? gate[k].get<double>() : 0.0;
+}
+
 }  // namespace
 
 const char* ProcStateName(ProcState s) {
   switch (s) {
+    case ProcState::kWaiting: return "WAITING";
     case ProcState::kStarting: return "STARTING";
     case ProcState::kRunning: return "RUNNING";
     case ProcState::kBackoff: return "BACKOFF";
@@ -47,9 +56,14 @@ std::vector<int> Supervisor::HandledSignals(const Plan& plan) {
 Supervisor::Supervisor(const Plan& plan, SupervisorOptions options, Console* console,
                        std::shared_ptr<spdlog::logger> log)
     : plan_(plan), options_(std::move(options)), console_(console), log_(std::move(log)), router_(console) {
-  procs_.resize(plan_.processes.size());
-  for (size_t i = 0; i < procs_.size(); ++i) procs_[i].plan = &plan_.processes[i];
+  // The role processes, then the warm-ups of roles in gate mode "warmup".
+  procs_.resize(plan_.processes.size() + plan_.warmups.size());
+  for (size_t i = 0; i < plan_.processes.size(); ++i) procs_[i].plan = &plan_.processes[i];
+  for (size_t i = 0; i < plan_.warmups.size(); ++i) procs_[plan_.processes.size() + i].plan = &plan_.warmups[i];
   trackers_.resize(procs_.size() + plan_.config.roles.size());
+  role_warm_.assign(plan_.config.roles.size(), true);
+  warmup_published_.assign(plan_.config.roles.size(), false);
+  for (const ProcessPlan& w : plan_.warmups) role_warm_[w.role_index] = false;
 }
 
 Supervisor::~Supervisor() = default;
@@ -119,6 +133,10 @@ void Supervisor::Spawn(Proc& p) {
   p.payload_exit.clear();
   p.payload_signal = 0;
   p.gate = nlohmann::json();
+  if (!p.plan->warmup && !pp.gate_key.empty() && role.warmup_gated())
+    // No gate of its own: it starts after the warm-up, on the cache that one filled.
+    p.gate = {{"key", pp.gate_key}, {"mode", "warmup"},
+              {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
   p.ready_s = 0;
   p.timed_out = false;
   p.ready_deadline = SteadyTime::max();
@@ -199,8 +217,9 @@ void Supervisor::MarkReady(Proc& p, const std::string& why) {
                          [](const Proc& q) { return q.state == ProcState::kRunning || q.state == ProcState::kExited; });
   if (all && !told_ready_) {
     told_ready_ = true;
-    TellSystemd("READY=1\nSTATUS=all " + std::to_string(procs_.size()) + " processes running");
-    Info("all " + std::to_string(procs_.size()) + " processes are running");
+    std::string n = std::to_string(plan_.processes.size());
+    TellSystemd("READY=1\nSTATUS=all " + n + " processes running");
+    Info("all " + n + " processes are running");
   }
 }
 
@@ -221,9 +240,19 @@ int Supervisor::Run() {
   ev.data.u64 = Tag(kTagNotify, 0);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, notify_.fd(), &ev);
 
-  Info("run " + plan_.run_id + ": " + std::to_string(procs_.size()) + " processes, logs in " + plan_.run_dir);
+  Info("run " + plan_.run_id + ": " + std::to_string(plan_.processes.size()) + " processes" +
+       (plan_.warmups.empty() ? "" : " and " + std::to_string(plan_.warmups.size()) + " warm-up(s)") +
+       ", logs in " + plan_.run_dir);
+  // Warm-ups first: their compile is the long pole. Roles that wait for one
+  // are held; every other role starts at once (a target loading a large model
+  // never waits for a drafter's compile).
   for (Proc& p : procs_)
-    if (!stopping_) Spawn(p);
+    if (!stopping_ && p.plan->warmup) Spawn(p);
+  for (Proc& p : procs_) {
+    if (stopping_ || p.plan->warmup) continue;
+    if (HeldForWarmup(p)) SetState(p, ProcState::kWaiting, "until " + p.plan->role + ":warmup has compiled");
+    else Spawn(p);
+  }
 
   epoll_event events[64];
   while (!Done()) {
@@ -349,6 +378,10 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
   KillOrphans();
 
   if (p.direct && p.exit_code == 0 && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kExit) p.ready_once = true;
+  if (p.plan->warmup && !stopping_ && !p.stop_sent) {
+    OnWarmupExit(p, how);
+    return;
+  }
   if (p.restart_pending && !stopping_) {  // stopped because its role (or the run) restarts
     SetState(p, ProcState::kBackoff, "stopped for a restart; " + how);
     return;
@@ -370,7 +403,9 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
       for (Proc& q : procs_) {
         bool member = role.restart.scope == RestartScope::kAll ||
                       (role.restart.scope == RestartScope::kRole && q.plan->role_index == p.plan->role_index);
-        if (&q == &p || !member) continue;
+        // A warm-up is not restarted with its role; a process still held for
+        // its warm-up starts when that is done, not at the restart.
+        if (&q == &p || !member || q.plan->warmup || q.state == ProcState::kWaiting) continue;
         q.restart_pending = true;
         q.restart_at = std::max(q.restart_at, at);
         if (Alive(q))
@@ -393,6 +428,28 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
       Fail(p, how + "; " + d.reason, true);
       return;
   }
+}
+
+bool Supervisor::HeldForWarmup(const Proc& p) const {
+  return !p.plan->warmup && !role_warm_[p.plan->role_index];
+}
+
+void Supervisor::OnWarmupExit(Proc& p, const std::string& how) {
+  size_t ri = p.plan->role_index;
+  if (p.exit_code != 0) {
+    Fail(p, "warm-up failed: " + how + " (its log: " + plan_.AttemptPath(*p.plan, p.attempt, "stderr.log") + ")",
+         true);
+    return;
+  }
+  role_warm_[ri] = true;
+  std::string state = GateText(p.gate, "state"), decision = GateText(p.gate, "role");
+  warmup_published_[ri] = state == "ready" || decision == "reuse";
+  SetState(p, ProcState::kExited,
+           decision == "reuse" ? "READY was there: nothing to compile"
+           : warmup_published_[ri] ? "compiled in " + FormatSeconds(GateNumber(p.gate, "compile_s")) + ", READY published"
+                                   : "ended without publishing READY: the role's processes compile on their own");
+  for (Proc& q : procs_)
+    if (q.state == ProcState::kWaiting && q.plan->role_index == ri && !stopping_) Spawn(q);
 }
 
 void Supervisor::Fail(Proc& p, const std::string& reason, bool fatal) {
@@ -424,6 +481,10 @@ void Supervisor::BeginStop(const std::string& reason) {
     p.restart_pending = false;
     if (Alive(p)) StopProc(p, "stopping the run");
     else if (p.state == ProcState::kBackoff) SetState(p, ProcState::kExited, "not restarted: the run is stopping");
+    else if (p.state == ProcState::kWaiting) {
+      p.reason = "never started: the run stopped before its warm-up had compiled";
+      SetState(p, ProcState::kExited, p.reason);
+    }
   }
 }
 
@@ -486,6 +547,12 @@ void Supervisor::OnNotify() {
       else if (k == "X_DFLASH_SIGNAL") p.payload_signal = std::atoi(v.c_str());
       else if (k == "STATUS") Info(p.plan->name + ": " + v);
       else if (k == "X_DFLASH_READY_S") p.ready_s = std::atof(v.c_str());
+      else if (k == "X_DFLASH_GATE_WARNING") {
+        if (std::find(warnings_.begin(), warnings_.end(), v) == warnings_.end()) {
+          warnings_.push_back(v);
+          Warn(v);
+        }
+      }
       else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
         std::string field = k.substr(std::string("X_DFLASH_GATE_").size());
         for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -503,15 +570,6 @@ void Supervisor::OnNotify() {
   }
 }
 
-namespace {
-// The worker's X_DFLASH_GATE_* facts; a process that never took the gate has none (null).
-std::string GateText(const nlohmann::json& gate, const char* k) {
-  return gate.is_object() && gate.contains(k) && gate[k].is_string() ? gate[k].get<std::string>() : "";
-}
-double GateNumber(const nlohmann::json& gate, const char* k) {
-  return gate.is_object() && gate.contains(k) && gate[k].is_number() ? gate[k].get<double>() : 0.0;
-}
-}  // namespace
 
 void Supervisor::ReportGate(const Proc& p, const std::string& state) {
   auto num = [&](const char* k) { return GateNumber(p.gate, k); };

@@ -23,7 +23,8 @@
 
 namespace dflash {
 
-enum class ProcState { kStarting, kRunning, kBackoff, kStopping, kExited, kFatal };
+/// kWaiting: not started yet, held until its role's warm-up has compiled.
+enum class ProcState { kWaiting, kStarting, kRunning, kBackoff, kStopping, kExited, kFatal };
 const char* ProcStateName(ProcState s);
 
 struct SupervisorOptions {
@@ -86,6 +87,10 @@ class Supervisor {
   };
 
   void Spawn(Proc& p);
+  /// A role's warm-up ended: start the role on the warm cache, or fail the run.
+  void OnWarmupExit(Proc& p, const std::string& how);
+  /// Whether the role's processes must wait for its warm-up (not yet done).
+  bool HeldForWarmup(const Proc& p) const;
   void OnSignal(int sig);
   void Reap();
   void OnExit(Proc& p, const ExitStatus& st);
@@ -130,6 +135,8 @@ class Supervisor {
   int culprit_ = -1;
   bool told_ready_ = false;
   std::vector<std::string> warnings_;
+  std::vector<bool> role_warm_;        // by role index: its warm-up succeeded (or it has none)
+  std::vector<bool> warmup_published_; // by role index: its warm-up published READY or found it
   SteadyTime t0_{};
 };
 

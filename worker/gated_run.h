@@ -24,9 +24,19 @@ struct GatedRunOptions {
   /// The gate; an empty dir runs the payload ungated.
   std::string gate_dir;
   std::string gate_key;
-  Millis gate_timeout{std::chrono::minutes(60)};
+  Millis gate_timeout{std::chrono::minutes(30)};  // = kDefaultGateTimeout (cachelock/gate.h)
   Millis progress_every{std::chrono::seconds(5)};
+  /// While waiting: a leader whose processes used almost no CPU for this long
+  /// is reported with the likely cause (blocked on its peers); 0: never.
+  Millis idle_hint{std::chrono::seconds(60)};
   std::string torch_version;  ///< recorded in READY
+  /// A warm-up (gate mode "warmup", `seed`): on reuse run nothing; as the
+  /// leader, stop the payload once it is ready (or take its exit 0), publish,
+  /// and exit 0 -- the role's real processes start after us, on a warm cache.
+  bool warmup = false;
+  /// The payload's DFLASH_METRICS_FILE: Inductor's hit counters there count
+  /// as a leader's honest readiness when the cache did not change.
+  std::string metrics_file;
 
   /// Lines for people (gate decisions, progress, failures); stderr by default.
   std::function<void(const std::string& line)> say;
@@ -41,6 +51,13 @@ struct GatedRunOptions {
 /// Runs the payload to its end; returns the exit code to exit with: the
 /// payload's (128+N for signal N), 127/126 if it could not be executed, 75 on
 /// a gate or readiness timeout, 73 if the gate dir is unusable, 64 for a bad key.
+///
+/// READY is a promise, so the leader publishes it only when its payload was
+/// ready while alive (or, as a warm-up, exited 0) AND the cache shows it: new
+/// entries, or Inductor hits in its metrics file. Otherwise nothing is
+/// published and a warning (X_DFLASH_GATE_WARNING=) says why. Before a leader
+/// runs its payload, whatever is left of a dead leader's tree is killed; a
+/// leader whose payload ends unready kills its own leftovers before letting go.
 int RunGated(const GatedRunOptions& options);
 
 }  // namespace dflash

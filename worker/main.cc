@@ -13,6 +13,7 @@
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "common/signal_fd.h"
+#include "cachelock/gate.h"
 #include "worker/gated_run.h"
 #include "worker/payload_host.h"
 
@@ -24,7 +25,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Host one command as a supervised payload: the compile gate, readiness, signal forwarding, exit status."};
   app.set_version_flag("--version", DFLASH_VERSION);
-  std::string ready = "none", timeout = "0", grace = "10s", gate_timeout = "1h", progress = "5s";
+  std::string ready = "none", timeout = "0", grace = "10s", gate_timeout = FormatDuration(kDefaultGateTimeout), progress = "5s", idle_hint = "60s";
+  std::string ready_stream = "stdout";
   GatedRunOptions o;
   bool verbose = false;
   app.add_option("--ready", ready, "readiness: none, exit, notify, file:<path> or log:<regex> (POSIX ERE on whole lines)")
@@ -37,6 +39,13 @@ int main(int argc, char** argv) {
   app.add_option("--gate-key", o.gate_key, "the gate key ([A-Za-z0-9._-], at most 128)");
   app.add_option("--gate-timeout", gate_timeout, "longest wait for the gate")->capture_default_str();
   app.add_option("--progress", progress, "how often to say who holds the gate while waiting")->capture_default_str();
+  app.add_option("--ready-stream", ready_stream, "ready = log: match stdout, stderr or both")->capture_default_str();
+  app.add_option("--gate-idle-hint", idle_hint,
+                 "while waiting, say so when the leader used ~no CPU for this long (0 = never)")
+      ->capture_default_str();
+  app.add_flag("--warmup", o.warmup,
+               "a warm-up: on reuse run nothing; as leader stop the payload once ready (or take its exit 0), "
+               "publish READY, exit 0");
   app.add_option("--torch-version", o.torch_version, "recorded in READY (default $DFLASH_TORCH_VERSION)");
   app.add_flag("-v,--verbose", verbose, "say readiness and STATUS= lines on stderr");
   app.footer("Usage: dflash-worker [OPTIONS] -- COMMAND [ARGS...]\n"
@@ -62,12 +71,14 @@ int main(int argc, char** argv) {
   std::string err;
   if (!ParseReadySpec(ready, &o.ready, &err) || !ParseDuration(timeout, &o.ready.timeout, &err) ||
       !ParseDuration(grace, &o.stop_grace, &err) || !ParseDuration(gate_timeout, &o.gate_timeout, &err) ||
-      !ParseDuration(progress, &o.progress_every, &err)) {
+      !ParseDuration(progress, &o.progress_every, &err) || !ParseDuration(idle_hint, &o.idle_hint, &err) ||
+      !ParseReadyStream(ready_stream, &o.ready.stream, &err)) {
     std::fprintf(stderr, "dflash-worker: %s\n", err.c_str());
     return exit_code::kUsage;
   }
   if (o.name.empty())
     if (const char* p = std::getenv("DFLASH_PROCESS")) o.name = p;
+  if (const char* m = std::getenv("DFLASH_METRICS_FILE")) o.metrics_file = m;
   if (o.torch_version.empty())
     if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) o.torch_version = v;
   o.verbose = verbose;

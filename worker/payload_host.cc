@@ -58,6 +58,7 @@ class Host {
   std::string Label() const { return name_ + " (pid " + std::to_string(pid_) + ")"; }
 
   void Ready();
+  bool PayloadIsZombie() const;
   void OnNotify();
   /// Reads pipe `i`; `budget` bytes at most (SIZE_MAX: until EAGAIN or EOF).
   void OnPipe(int i, size_t budget);
@@ -93,6 +94,7 @@ class Host {
   bool stopping_ = false;
   bool kill_sent_ = false;
   bool done_ = false;
+  bool stopped_when_ready_ = false;
   ExitStatus status_;
   std::string message_;
 
@@ -140,8 +142,9 @@ bool Host::Setup(std::vector<std::string>* env, std::string* err) {
       return false;
     }
     for (int i = 0; i < 2; ++i) {
-      auto on_line = [this](std::string_view line) {
-        if (waiting_ready_ && matcher_.Matches(line)) Ready();
+      bool matched = o_.ready.Matches(i);
+      auto on_line = [this, matched](std::string_view line) {
+        if (matched && waiting_ready_ && matcher_.Matches(line)) Ready();
       };
       relays_[i] = std::make_unique<OutputRelay>(i == 0 ? o_.stdout_fd : o_.stderr_fd, on_line);
     }
@@ -239,6 +242,9 @@ PayloadResult Host::Run() {
   r.parent_died = parent_died_;
   r.status = status_;
   r.exit_code = timed_out_ ? exit_code::kTimeout : status_.ExitCode();
+  // Stopped by us because it was ready (a warm-up): that is its success.
+  if (stopped_when_ready_ && !parent_died_) r.exit_code = exit_code::kOk;
+  r.stopped_when_ready = stopped_when_ready_;
   r.message = message_;
   return r;
 }
@@ -284,6 +290,19 @@ void Host::Loop() {
 
 void Host::Ready() {
   if (ready_ || timed_out_) return;
+  // Evidence counts only from a payload that is alive or ended well: the last
+  // words of a crashing one (a traceback echoing the pattern) do not. A dead
+  // but unreaped payload is judged by its exit status, which reaping brings.
+  bool judged = o_.ready.mode != ReadyMode::kNone;  // "none" is ready at exec, whatever follows
+  if (judged && !exited_ && PayloadIsZombie()) {
+    Reap();  // PayloadExited drains the evidence again and comes back here
+    return;
+  }
+  if (judged && exited_ && !(status_.exited && status_.code == 0)) {
+    if (message_.empty())
+      message_ = Label() + ": readiness evidence from a payload that " + status_.Describe() + " does not count";
+    return;
+  }
   ready_ = true;
   waiting_ready_ = false;
   ready_deadline_.reset();
@@ -291,6 +310,15 @@ void Host::Ready() {
   for (auto& r : relays_)
     if (r) r->StopLines();
   if (o_.on_ready) o_.on_ready();
+  if (o_.stop_when_ready && !exited_) {
+    stopped_when_ready_ = true;
+    StartStop();
+  }
+}
+
+bool Host::PayloadIsZombie() const {
+  siginfo_t si{};
+  return ::waitid(P_PID, static_cast<id_t>(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid_;
 }
 
 void Host::OnNotify() {

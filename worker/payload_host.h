@@ -48,10 +48,17 @@ struct PayloadHostOptions {
   int stop_signal = SIGTERM;
   Millis stop_grace{10'000};
 
+  /// Stop the payload's group (stop signal, grace, SIGKILL) once it is ready
+  /// and on_ready has run; the host then returns 0: a warm-up's job is done
+  /// when it has compiled.
+  bool stop_when_ready = false;
+
   /// Called once, after exec succeeded and before readiness is awaited.
   std::function<void(pid_t pid)> on_spawned;
   /// Called exactly once when the payload is ready, synchronously: nothing
   /// else (no signal forwarding, no exit handling) happens until it returns.
+  /// Never for evidence (a READY=1, a matching line) that only a payload
+  /// which then failed left behind: that one is judged by its exit status.
   std::function<void()> on_ready;
   /// Each STATUS= line the payload (or its process group) sends in notify mode.
   std::function<void(std::string_view status)> on_status;
@@ -70,6 +77,8 @@ struct PayloadResult {
   bool timed_out = false;
   /// The host's parent died (its PDEATHSIG arrived): the payload was killed.
   bool parent_died = false;
+  /// stop_when_ready did stop it (exit_code is then 0).
+  bool stopped_when_ready = false;
   /// How the payload ended, when it ran.
   std::optional<ExitStatus> status;
   /// Why it failed or was stopped, for people; empty on a plain exit.

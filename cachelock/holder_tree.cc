@@ -1,0 +1,121 @@
+#include "cachelock/holder_tree.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "common/fd.h"
+
+namespace dflash {
+namespace {
+
+/// Whether /proc/<pid>/environ holds exactly `entry` ("NAME=value\0").
+bool EnvironHas(pid_t pid, const std::string& entry) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/environ", static_cast<int>(pid));
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  std::string env;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    env.append(buf, static_cast<size_t>(n));
+    if (env.size() > (8u << 20)) break;  // far beyond any real environment
+  }
+  for (size_t at = 0; at < env.size();) {
+    size_t end = env.find('\0', at);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(at, end - at, entry) == 0) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+/// utime + stime of /proc/<pid>/stat in seconds; 0 if it is gone.
+double CpuSeconds(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
+  if (!fd) return 0;
+  char buf[1024];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command may hold spaces and parens
+  if (!p) return 0;
+  // Fields after ") ": 3 state ... 14 utime, 15 stime.
+  unsigned long long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) return 0;
+  static const long ticks = ::sysconf(_SC_CLK_TCK);
+  return static_cast<double>(utime + stime) / static_cast<double>(ticks > 0 ? ticks : 100);
+}
+
+}  // namespace
+
+std::string HolderToken(const OwnerRecord& holder) {
+  return std::to_string(holder.pid) + "." + std::to_string(holder.start_time);
+}
+
+std::vector<pid_t> HolderTreePids(const std::string& token) {
+  std::vector<pid_t> out;
+  if (token.empty()) return out;
+  const std::string entry = std::string(kHolderEnvVar) + "=" + token;
+  const uid_t me = ::getuid();
+  const pid_t self = ::getpid();
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (!end || *end != '\0' || pid <= 0 || pid == self) continue;
+    struct stat st;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%ld", pid);
+    // Only our own processes: another user's are not ours to judge or kill.
+    if (::stat(path, &st) != 0 || st.st_uid != me) continue;
+    if (EnvironHas(static_cast<pid_t>(pid), entry)) out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+bool KillHolderTree(const std::string& token, std::chrono::milliseconds wait, int* killed, std::string* err) {
+  *killed = 0;
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<pid_t> left;
+  std::set<pid_t> seen;
+  for (;;) {
+    left.clear();
+    // A zombie's environ reads empty: it is dead already and not listed.
+    for (pid_t pid : HolderTreePids(token)) {
+      if (::kill(pid, SIGKILL) == 0 && seen.insert(pid).second) ++*killed;
+      left.push_back(pid);
+    }
+    if (left.empty()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    // Killed processes vanish from /proc once reaped by their parent (or init).
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::string pids;
+  for (pid_t p : left) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+  *err = "still running after SIGKILL: pid " + pids + " (uninterruptible?)";
+  return false;
+}
+
+double HolderTreeCpuSeconds(const std::string& token) {
+  double total = 0;
+  for (pid_t pid : HolderTreePids(token)) total += CpuSeconds(pid);
+  return total;
+}
+
+}  // namespace dflash
