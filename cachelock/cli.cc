@@ -83,6 +83,7 @@ int Run(const RunArgs& a) {
   o.torch_version = a.torch_version;
   o.say = Say;
   o.report = false;  // our caller is a person or a script, not the supervisor
+  o.require_cache_change = false;  // any script's output: it need not land in the gate dir
   return RunGated(o);
 }
 

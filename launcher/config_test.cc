@@ -1,5 +1,6 @@
 // The config module against tests/configs/bad (each file says which errors it
 // must produce, at which line:col) and tests/configs/good (asserted field by field).
+#include "cachelock/gate.h"
 #include "launcher/config.h"
 
 #include <gtest/gtest.h>
@@ -200,7 +201,11 @@ TEST(GoodConfig, FullResolvesEveryKey) {
   EXPECT_EQ(e.builtin, "drafter");
   EXPECT_TRUE(e.gate.enabled);
   EXPECT_TRUE(e.gate.key.empty());                       // derived by the plan
-  EXPECT_EQ(e.gate.timeout, std::chrono::hours(1));      // the default
+  EXPECT_EQ(e.gate.timeout, kDefaultGateTimeout);       // the default, one source for every tool
+  EXPECT_EQ(FormatDuration(e.gate.timeout), FindKey("role.gate", "timeout")->default_value);
+  EXPECT_EQ(e.gate.mode, GateMode::kAuto);
+  EXPECT_EQ(e.gate_mode(), GateMode::kWarmup);           // auto: 2 processes may form a process group
+  EXPECT_TRUE(e.warmup_gated());
   EXPECT_EQ(e.ready.mode, ReadyMode::kNotify);           // gated roles default to notify
   EXPECT_EQ(e.ready.timeout, std::chrono::minutes(30));
   EXPECT_EQ(c.world_size(), 7);

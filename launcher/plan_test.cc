@@ -68,11 +68,38 @@ TEST(Plan, FullConfigProcessByProcess) {
   EXPECT_EQ(t0.count("DFLASH_GATE_KEY"), 0u);
   // Builtin roles run dflash-builtin; gated processes run under dflash-worker.
   EXPECT_EQ(plan.processes[5].command, (std::vector<std::string>{"/opt/dflash/bin/dflash-builtin", "drafter"}));
+  // The drafters (3 processes, gate mode auto = warmup) take no gate themselves:
+  // their warm-up does, before they start; they still need the worker for log readiness.
   EXPECT_EQ(plan.ExecArgv(plan.processes[2]),
-            (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "drafter:0", "--gate-dir",
+            (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "drafter:0", "--ready",
+                                      "log:compiled in [0-9.]+s", "--ready-timeout", "10m", "--", "python3",
+                                      "drafter.py"}));
+  ASSERT_EQ(plan.warmups.size(), 2u);
+  const ProcessPlan& w = plan.warmups[0];
+  EXPECT_EQ(w.name, "drafter:warmup");
+  EXPECT_TRUE(w.warmup);
+  EXPECT_EQ(plan.ExecArgv(w),
+            (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "drafter:warmup", "--gate-dir",
                                       kSource + "/tests/configs/good/cache", "--gate-key", "drafter-v1",
-                                      "--gate-timeout", "20m", "--ready", "log:compiled in [0-9.]+s",
-                                      "--ready-timeout", "10m", "--", "python3", "drafter.py"}));
+                                      "--gate-timeout", "20m", "--gate-idle-hint", "1m", "--warmup", "--ready",
+                                      "log:compiled in [0-9.]+s", "--ready-timeout", "10m", "--", "python3",
+                                      "warm.py"}));  // the role's `warmup` command
+  // A world of one, on a port no process of the run uses.
+  auto we = EnvMap(plan.ProcessEnv(w, 0));
+  EXPECT_EQ(we["WORLD_SIZE"], "1");
+  EXPECT_EQ(we["RANK"], "0");
+  EXPECT_EQ(we["ROLE_WORLD_SIZE"], "1");
+  EXPECT_EQ(we["DFLASH_WARMUP"], "1");
+  EXPECT_EQ(we["MASTER_PORT"], we["ROLE_MASTER_PORT"]);
+  for (const ProcessPlan& p : plan.processes) {
+    auto pe = EnvMap(plan.ProcessEnv(p, 0));
+    EXPECT_NE(pe["MASTER_PORT"], we["MASTER_PORT"]);
+    EXPECT_NE(pe["ROLE_MASTER_PORT"], we["ROLE_MASTER_PORT"]);
+    EXPECT_EQ(pe.count("DFLASH_WARMUP"), 0u);
+  }
+  EXPECT_EQ(plan.AttemptPath(w, 0, "stderr.log"),
+            "/tmp/dflash-full-logs/full-20261129-120000/attempt_0/drafter-warmup.stderr.log");
+  EXPECT_EQ(plan.warmups[1].command, (std::vector<std::string>{"/opt/dflash/bin/dflash-builtin", "drafter"}));
   // Ungated, ready = none: nothing for a worker to do, the supervisor executes the payload itself.
   EXPECT_FALSE(plan.NeedsWorker(plan.processes[0]));
   EXPECT_EQ(plan.ExecArgv(plan.processes[0]), (std::vector<std::string>{"python3", "target.py", "--fast"}));

@@ -155,7 +155,7 @@ int RunGated(const GatedRunOptions& o) {
       }
       token = HolderToken(gate->Self());
       h.extra_env.emplace_back(kHolderEnvVar, token);
-      before = SnapshotCache(o.gate_dir);
+      if (o.require_cache_change) before = SnapshotCache(o.gate_dir);
     } else {
       say("gate " + o.gate_key + ": reuse (READY by " + got.marker.role + ", compiled in " +
           FormatSeconds(got.marker.compile_seconds) + ")");
@@ -173,9 +173,9 @@ int RunGated(const GatedRunOptions& o) {
   Clock::time_point spawned{};
   auto publish = [&](double ready_s) {
     std::string facts;
-    CacheSnapshot after = SnapshotCache(o.gate_dir);
+    CacheSnapshot after = o.require_cache_change ? SnapshotCache(o.gate_dir) : CacheSnapshot{};
     int hits = MetricsHits(o.metrics_file);
-    if (after == before && hits == 0) {
+    if (o.require_cache_change && after == before && hits == 0) {
       warn(o.name + " was ready but left the cache as it was (no new entries, no cache hits reported): READY(" +
            o.gate_key + ") not published, so nobody is promised a warm cache. Does it signal ready before its "
            "first compiled step?");

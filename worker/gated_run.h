@@ -37,6 +37,10 @@ struct GatedRunOptions {
   /// The payload's DFLASH_METRICS_FILE: Inductor's hit counters there count
   /// as a leader's honest readiness when the cache did not change.
   std::string metrics_file;
+  /// Publish only when the cache shows the compile (see RunGated). On for the
+  /// Inductor caches dflash-worker fronts; `dflash-cachelock run` guards any
+  /// script's output, which need not land in the gate's dir, so it is off there.
+  bool require_cache_change = true;
 
   /// Lines for people (gate decisions, progress, failures); stderr by default.
   std::function<void(const std::string& line)> say;

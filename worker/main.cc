@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   app.add_flag("--warmup", o.warmup,
                "a warm-up: on reuse run nothing; as leader stop the payload once ready (or take its exit 0), "
                "publish READY, exit 0");
+  bool publish_unchanged = false;
+  app.add_flag("--publish-unchanged", publish_unchanged,
+               "publish READY even if the leader left the gate dir as it was (a payload whose output is not an "
+               "Inductor cache in the gate dir)");
   app.add_option("--torch-version", o.torch_version, "recorded in READY (default $DFLASH_TORCH_VERSION)");
   app.add_flag("-v,--verbose", verbose, "say readiness and STATUS= lines on stderr");
   app.footer("Usage: dflash-worker [OPTIONS] -- COMMAND [ARGS...]\n"
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   if (o.torch_version.empty())
     if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) o.torch_version = v;
   o.verbose = verbose;
+  o.require_cache_change = !publish_unchanged;
   o.say = [](const std::string& line) { std::fprintf(stderr, "dflash-worker: %s\n", line.c_str()); };
   return RunGated(o);
 }
