@@ -29,9 +29,13 @@ std::string SummaryTable(const RunSummary& s, bool color) {
   const char* off = color ? "\033[0m" : "";
   std::string o = Pad("process", 14) + Pad("rank", 6) + Pad("device", 8) + Pad("pid", 9) + Pad("state", 9) +
                   Pad("exit", 12) + Pad("restarts", 10) + "runtime\n";
-  for (const ProcessSummary& p : s.processes) {
+  std::vector<const ProcessSummary*> all;
+  for (const ProcessSummary& p : s.processes) all.push_back(&p);
+  for (const ProcessSummary& p : s.warmups) all.push_back(&p);
+  for (const ProcessSummary* pp : all) {
+    const ProcessSummary& p = *pp;
     std::string exit = p.exit_code < 0 ? "-" : p.signal ? SignalName(p.signal) : std::to_string(p.exit_code);
-    std::string row = Pad(p.name, 14) + Pad(std::to_string(p.rank), 6) + Pad(p.device, 8) +
+    std::string row = Pad(p.name, 14) + Pad(p.rank >= 0 ? std::to_string(p.rank) : "-", 6) + Pad(p.device, 8) +
                       Pad(p.pid > 0 ? std::to_string(p.pid) : "-", 9) + Pad(p.state, 9) + Pad(exit, 12) +
                       Pad(std::to_string(p.restarts), 10) + Seconds(p.runtime_s);
     if (p.culprit) row = std::string(red) + row + "   <- culprit: " + p.reason + off;
@@ -40,11 +44,12 @@ std::string SummaryTable(const RunSummary& s, bool color) {
   }
   // The compile gate, per gated process: who compiled, who waited, what the cache gave.
   bool gated = false;
-  for (const ProcessSummary& p : s.processes) gated |= p.gate.is_object();
+  for (const ProcessSummary* p : all) gated |= p->gate.is_object();
   if (gated) {
     o += "\n" + Pad("compile gate", 14) + Pad("role", 7) + Pad("waited", 9) + Pad("ready", 9) +
          Pad("fxgraph hit/miss", 18) + "autograd hit/miss\n";
-    for (const ProcessSummary& p : s.processes) {
+    for (const ProcessSummary* pp : all) {
+      const ProcessSummary& p = *pp;
       if (!p.gate.is_object()) continue;
       auto num = [](const nlohmann::json& j, const char* k) {
         return j.is_object() && j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0;
@@ -77,13 +82,12 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
   j["reason"] = s.reason;
   j["wall_s"] = s.wall_s;
   j["warnings"] = s.warnings;
-  j["processes"] = ojson::array();
-  for (const ProcessSummary& p : s.processes) {
+  auto entry = [](const ProcessSummary& p) {
     ojson e;
     e["name"] = p.name;
     e["role"] = p.role;
     e["role_rank"] = p.role_rank;
-    e["rank"] = p.rank;
+    e["rank"] = p.rank >= 0 ? ojson(p.rank) : ojson();
     e["device"] = p.device;
     e["pid"] = p.pid;
     e["state"] = p.state;
@@ -99,8 +103,12 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["error_file"] = p.error_file.is_null() ? ojson() : ojson::parse(p.error_file.dump());
     e["gate"] = p.gate.is_null() ? ojson() : ojson::parse(p.gate.dump());
     e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
-    j["processes"].push_back(std::move(e));
-  }
+    return e;
+  };
+  j["processes"] = ojson::array();
+  for (const ProcessSummary& p : s.processes) j["processes"].push_back(entry(p));
+  j["warmups"] = ojson::array();
+  for (const ProcessSummary& p : s.warmups) j["warmups"].push_back(entry(p));
   return j;
 }
 

@@ -41,6 +41,9 @@ struct RunSummary {
   double wall_s = 0;
   std::vector<std::string> warnings;  // e.g. a gate reuse that still missed the cache
   std::vector<ProcessSummary> processes;
+  /// The warm-ups of roles in gate mode "warmup" ("drafter:warmup"): they ran
+  /// before their role, in a world of one; not ranks of the run.
+  std::vector<ProcessSummary> warmups;
 };
 
 /// "role rank pid state exit/signal restarts runtime" rows, culprit marked.

@@ -635,7 +635,8 @@ RunSummary Supervisor::Summary() const {
     e.gate = p.gate.empty() ? nlohmann::json() : p.gate;
     e.ready_s = p.ready_s;
     e.metrics = ReadErrorFile(plan_.AttemptPath(pp, attempt, "metrics.json"), nullptr);
-    s.processes.push_back(std::move(e));
+    if (pp.warmup) e.rank = -1;  // a world of one of its own, not a rank of the run
+    (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
   }
   s.warnings = warnings_;
   if (culprit_ >= 0) {

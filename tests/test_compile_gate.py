@@ -28,14 +28,16 @@ vocab = 256
 """
 
 
-def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }'):
+def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }', mode="serial"):
+    """Independent drafters; mode "serial" (each takes the gate as it starts) is
+    what these tests are about, "warmup" is the default for several processes."""
     return MODEL + f"""
 [[role]]
 name = "drafter"
 cpu = {n}
 command = ["python", "-m", "dflash_launch.reference_drafter"]
 env = {{ DFLASH_STEPS = "{steps}", TORCHINDUCTOR_COMPILE_THREADS = "1" }}
-{'gate = { timeout = "10m" }' if gate else ''}
+{f'gate = {{ timeout = "10m", mode = "{mode}" }}' if gate else ''}
 ready = {ready}
 {extra}
 """
@@ -113,8 +115,13 @@ def test_sigkill_of_the_leaders_payload_mid_compile(launch, tmp_path):
     assert len(new_leads) == 1 and new_leads[0]["name"] == marker["role"]
     for p in s.values():
         assert p["metrics"]["steps"] == 3
-    assert "the payload ended before it was ready; READY not published" in \
+    assert "ended before it was ready (killed by SIGKILL): READY not published" in \
         (r.run_dir / f"attempt_0/drafter-{leader}.stderr.log").read_text()
+
+
+# A stand-in compiler: what it "compiles" lands in the cache, as Inductor's
+# entries would (a leader that leaves the cache as it was publishes nothing).
+COMPILE = "echo kernel > $TORCHINDUCTOR_CACHE_DIR/kernel.$DFLASH_PROCESS"
 
 
 def shell_roles(command, ready, n=2, extra=""):
@@ -124,7 +131,7 @@ name = "p"
 cpu = {n}
 command = {json.dumps(command)}
 cwd = "."
-gate = {{ key = "k" }}
+gate = {{ key = "k", mode = "serial" }}
 ready = {ready}
 {extra}
 """
@@ -132,7 +139,8 @@ ready = {ready}
 
 def test_ready_log_with_an_unmodified_payload(launch, tmp_path):
     # The payload knows nothing of us: it just prints.
-    cmd = ["sh", "-c", "echo $DFLASH_GATE_ROLE > role.$DFLASH_PROCESS; sleep 0.3; echo 'compiled in 0.3s'; sleep 0.5"]
+    cmd = ["sh", "-c", f"echo $DFLASH_GATE_ROLE > role.$DFLASH_PROCESS; sleep 0.3; {COMPILE}; "
+           "echo 'compiled in 0.3s'; sleep 0.5"]
     r = launch(write_config(tmp_path, shell_roles(cmd, '{ mode = "log", pattern = "compiled in [0-9.]+s" }')))
     assert r.wait() == 0, r.err
     roles = sorted((tmp_path / f"role.p:{i}").read_text().strip() for i in range(2))
@@ -147,7 +155,7 @@ def test_ready_notify(launch, tmp_path, sender):
         pytest.skip("no systemd-notify")
     say = (f"{sys.executable} -c 'from dflash_launch import notify_ready; notify_ready(\"warm\")'"
            if sender == "raw" else "systemd-notify --ready --status=warm")
-    cmd = ["sh", "-c", f"echo $DFLASH_GATE_ROLE > role.$DFLASH_PROCESS; sleep 0.2; {say}; sleep 0.3"]
+    cmd = ["sh", "-c", f"echo $DFLASH_GATE_ROLE > role.$DFLASH_PROCESS; sleep 0.2; {COMPILE}; {say}; sleep 0.3"]
     t = time.time()
     r = launch(write_config(tmp_path, shell_roles(cmd, '"notify"')), env=ENV)
     assert r.wait() == 0, r.err
@@ -180,7 +188,8 @@ def test_standalone_worker_under_torchrun(bin_dir, tmp_path):
     (tmp_path / "cache").mkdir(mode=0o700)
     cmd = [torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", str(bin_dir / "dflash-worker"),
            "--gate-dir", str(tmp_path / "cache"), "--gate-key", "k", "--ready", "exit", "--",
-           "sh", "-c", f"echo $DFLASH_GATE_ROLE $LOCAL_RANK >> {tmp_path}/roles; sleep 0.5"]
+           "sh", "-c", f"echo $DFLASH_GATE_ROLE $LOCAL_RANK >> {tmp_path}/roles; "
+           f"echo k > {tmp_path}/cache/kernel.$LOCAL_RANK; sleep 0.5"]
     r = run(cmd, env=ENV, timeout=120)
     assert r.returncode == 0, r.stderr
     roles = sorted(line.split()[0] for line in (tmp_path / "roles").read_text().splitlines())

@@ -62,8 +62,12 @@ def test_demo_runs_shortened(launch, tmp_path):
     with torch.compile (one compiles ~30 s, two reuse)."""
     r, report = run_demo(launch, shortened("demo.toml", tmp_path, samples=90, steps=150), timeout=900)
     procs = check_training(r, 150, 450)
+    # Gate mode warmup (auto for 3 drafters): the warm-up compiled, then all three reused.
     roles = sorted(p["gate"]["role"] for p in procs.values() if p["role"] == "drafter")
-    assert roles == ["lead", "reuse", "reuse"]
+    assert roles == ["reuse", "reuse", "reuse"]
+    (warmup,) = r.summary()["warmups"]
+    assert warmup["name"] == "drafter:warmup" and warmup["gate"]["role"] == "lead" and warmup["exit_code"] == 0
+    assert warmup["metrics"]["fxgraph_cache_miss"] > 0
     for p in procs.values():
         if p["role"] == "drafter" and p["gate"]["role"] == "reuse":
             assert p["metrics"]["fxgraph_cache_miss"] == 0 and p["metrics"]["fxgraph_cache_hit"] > 0

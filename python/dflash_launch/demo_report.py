@@ -121,13 +121,18 @@ def report(run_dir, out=sys.stdout):
           f"{r['samples']:>8}  {loss:<20}{avg:<13}{'yes' if r['fell'] else 'NO':<8}{extra}\n")
     gated = [r for r in drafters if r["gate"] in ("lead", "reuse")]
     leads = [r for r in gated if r["gate"] == "lead"]
+    # Gate mode "warmup": one warm-up compiled before the drafters started.
+    warm = [p for p in summary.get("warmups", []) if (p.get("gate") or {}).get("role") == "lead"]
     if gated:
+        others = [r for r in gated if r["gate"] == "reuse" and r["compile"]]
+        reused = (f"{len(others)} reused its kernels from the cache"
+                  + (f" in {_seconds(_mean([r['compile'] for r in others]))} each" if others else "") + ".\n")
         if leads:
             lead = leads[0]
-            others = [r for r in gated if r["gate"] == "reuse" and r["compile"]]
-            w(f"\ncompile gate: {lead['name']} compiled in {_seconds(lead['compile'])}; "
-              f"{len(others)} reused its kernels from the cache"
-              + (f" in {_seconds(_mean([r['compile'] for r in others]))} each" if others else "") + ".\n")
+            w(f"\ncompile gate: {lead['name']} compiled in {_seconds(lead['compile'])}; " + reused)
+        elif warm:
+            w(f"\ncompile gate: {warm[0]['name']} compiled in {_seconds(warm[0]['gate'].get('compile_s'))} "
+              f"before the drafters started; " + reused)
         else:
             w("\ncompile gate: the cache was already warm (an earlier run compiled): every drafter reused it.\n")
     if targets:

@@ -1,0 +1,257 @@
+"""The compile gate for roles whose processes train together (issue #10), on
+real torch.compile and real torch.distributed (gloo): gate mode "warmup", the
+honest READY, the key that follows the code, one compile at a time."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, run
+from supervise import write_config
+
+VENV_BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "python"))
+DDP = ROOT / "tests" / "payloads" / "ddp_step.py"
+PY = sys.executable
+
+
+def ddp_role(n=3, gate="true", port=0, extra=""):
+    return f"""
+[[role]]
+name = "drafter"
+cpu = {n}
+command = ["{PY}", "{DDP}"]
+env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1", DDP_STEPS = "2" }}
+gate = {gate}
+ready = {{ mode = "notify", timeout = "10m" }}
+{extra}
+"""
+
+
+def port_of(tmp_path):
+    # Distinct per test and per worker: pytest's tmp dirs are unique; a hash keeps ports apart.
+    return 20000 + (hash(str(tmp_path)) % 20000)
+
+
+def header(tmp_path):
+    return f"master_port = {port_of(tmp_path)}\n"
+
+
+def test_ddp_role_gated_compiles_once_and_targets_do_not_wait(launch, tmp_path):
+    """An unmodified DDP script, `gate = true`: no deadlock; the warm-up is the
+    only compile of the run; every rank hits the cache; the all_reduce spans 3."""
+    target = """
+[[role]]
+name = "target"
+cpu = 1
+command = ["sh", "-c", "echo loading; sleep 2"]
+"""
+    cfg = write_config(tmp_path, header(tmp_path) + target + ddp_role())
+    r = launch(cfg, env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    s = r.summary()
+    (warm,) = s["warmups"]
+    assert warm["name"] == "drafter:warmup" and warm["gate"]["role"] == "lead" and warm["gate"]["state"] == "ready"
+    assert warm["metrics"]["fxgraph_cache_miss"] > 0 and warm["metrics"]["world"] == 1
+    ranks = [p for p in s["processes"] if p["role"] == "drafter"]
+    assert len(ranks) == 3
+    for p in ranks:
+        m = p["metrics"]
+        assert m["fxgraph_cache_miss"] == 0 and m["fxgraph_cache_hit"] > 0, (p["name"], m)
+        assert m["world"] == 3 and m["all_reduce_sum"] == 6.0  # 1 + 2 + 3: one world of three
+        assert p["gate"]["role"] == "reuse" and p["gate"]["mode"] == "warmup"
+    assert s["warnings"] == []
+    # The target started at once, while the warm-up compiled.
+    log = (r.run_dir / "supervisor.log").read_text()
+    assert log.index("target:0 STARTING") < log.index("drafter:warmup RUNNING -> EXITED")
+    assert log.index("drafter:warmup RUNNING -> EXITED") < log.index("drafter:0 STARTING")
+    assert "drafter:warmup" in r.out  # in the console's table
+
+
+def test_ddp_role_ungated_every_rank_compiles(launch, tmp_path):
+    cfg = write_config(tmp_path, header(tmp_path) + ddp_role(gate="false"))
+    r = launch(cfg, env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    s = r.summary()
+    assert s["warmups"] == []
+    for p in s["processes"]:
+        assert p["metrics"]["fxgraph_cache_miss"] > 0 and p["metrics"]["all_reduce_sum"] == 6.0, p["name"]
+
+
+def test_serial_mode_on_a_process_group_is_caught_by_the_idle_hint(launch, tmp_path):
+    """The old deadlock, asked for on purpose (mode = "serial"): the leader blocks
+    in init_process_group; the waiter says why long before its timeout."""
+    role = ddp_role(n=2, gate='{ mode = "serial", timeout = "20s", idle_hint = "2s" }')
+    r = launch(write_config(tmp_path, header(tmp_path) + role), env=ENV)
+    assert r.wait(timeout=120) == 75, r.out + r.err
+    s = r.summary()
+    hints = [w for w in s["warnings"] if "it is not compiling, it is blocked" in w]
+    assert hints and 'use gate mode "warmup"' in hints[0], s["warnings"]
+    assert "timed out after 20s waiting for gate" in s["reason"]
+
+
+def shell_role(cmd, ready, n=1, gate='{ key = "k", mode = "serial" }'):
+    return f"""
+[[role]]
+name = "p"
+cpu = {n}
+command = {json.dumps(cmd)}
+cwd = "."
+gate = {gate}
+ready = {ready}
+"""
+
+
+def markers(tmp_path):
+    d = tmp_path / "cache" / ".dflash" / "ready"
+    return sorted(p.name for p in d.glob("*.json")) if d.exists() else []
+
+
+@pytest.mark.parametrize("stream", ["stdout", "both"])
+def test_log_readiness_a_crashing_leader_never_publishes(launch, tmp_path, stream):
+    # Python echoes the offending source line -- pattern included -- in the
+    # SyntaxError traceback on stderr, then exits 1.
+    (tmp_path / "broken.py").write_text('print("compiled ok") )\n')
+    ready = f'{{ mode = "log", pattern = "compiled ok", stream = "{stream}", timeout = "1m" }}'
+    r = launch(write_config(tmp_path, shell_role([PY, "broken.py"], ready)), env=ENV)
+    assert r.wait(timeout=60) == 1
+    assert markers(tmp_path) == []
+    s = r.summary()
+    assert 'compiled ok' in (r.run_dir / "attempt_0/p-0.stderr.log").read_text()  # the echo was there
+    if stream == "stdout":
+        # stderr is not watched: never ready.
+        assert any("ended before it was ready (exited with code 1)" in w for w in s["warnings"]), s["warnings"]
+    else:
+        # Asked to watch stderr too, the echo counts as ready -- and the
+        # cache, untouched, does not back it: still no READY.
+        assert any("left the cache as it was" in w or "ended before it was ready" in w for w in s["warnings"])
+
+
+def test_log_readiness_sees_an_unflushed_print_at_once(launch, tmp_path):
+    # print() without flush=True on a pipe: seen only because gated processes get PYTHONUNBUFFERED=1.
+    code = ("import os, time; open(os.environ['TORCHINDUCTOR_CACHE_DIR'] + '/kernel', 'w').write('k'); "
+            "print('compiled ok'); time.sleep(60)")
+    ready = '{ mode = "log", pattern = "compiled ok", timeout = "1m" }'
+    r = launch(write_config(tmp_path, shell_role([PY, "-c", code], ready)), env=ENV)
+    r.wait_for_log("p:0 STARTING -> RUNNING", timeout=40)  # long before the payload's 60 s end
+    assert markers(tmp_path) == ["k.json"]
+    r.signal(signal.SIGTERM)
+    r.wait(timeout=60)
+
+
+def test_a_leader_that_never_says_ready_is_a_warning(launch, tmp_path):
+    cmd = ["sh", "-c", "echo k > $TORCHINDUCTOR_CACHE_DIR/kernel.$DFLASH_PROCESS"]
+    r = launch(write_config(tmp_path, shell_role(cmd, '"notify"', n=2)), env=ENV)
+    assert r.wait(timeout=60) == 0
+    s = r.summary()
+    assert len([w for w in s["warnings"] if "ended before it was ready (exited with code 0)" in w]) == 2
+    assert "warning:" in r.out
+    assert markers(tmp_path) == []
+
+
+def test_a_ready_leader_that_wrote_nothing_publishes_nothing(launch, tmp_path):
+    cmd = ["sh", "-c", f"{PY} -c 'from dflash_launch import notify_ready; notify_ready()'; sleep 0.5"]
+    r = launch(write_config(tmp_path, shell_role(cmd, '"notify"')), env=ENV)
+    assert r.wait(timeout=60) == 0
+    assert markers(tmp_path) == []
+    assert any("left the cache as it was" in w for w in r.summary()["warnings"])
+
+
+def check_key(bin_dir, cfg):
+    r = run([bin_dir / "dflash-launch", "check", cfg, "--json"], env=ENV)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    return plan["processes"][0]["gate_key"], plan["roles"][0]["gate"]
+
+
+def test_editing_the_script_or_a_key_file_changes_the_key(bin_dir, tmp_path):
+    (tmp_path / "train.py").write_text("print('v1')\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "layers.py").write_text("A = 1\n")
+    role = f"""
+[[role]]
+name = "drafter"
+cpu = 2
+command = ["{PY}", "-u", "train.py", "--lr", "1e-4"]
+cwd = "."
+gate = {{ key_files = ["model/*.py", "missing/*.cfg"] }}
+"""
+    cfg = write_config(tmp_path, role)
+    k1, gate = check_key(bin_dir, cfg)
+    files = {f["why"]: f for f in gate["key_files"]}
+    assert files["script train.py"]["path"] == str(tmp_path / "train.py")
+    assert files["key_files model/*.py"]["path"] == str(tmp_path / "model" / "layers.py")
+    assert files["key_files missing/*.cfg"]["note"] == "matches no file"
+    (tmp_path / "train.py").write_text("print('v2')\n")
+    k2, _ = check_key(bin_dir, cfg)
+    (tmp_path / "model" / "layers.py").write_text("A = 2\n")
+    k3, _ = check_key(bin_dir, cfg)
+    assert len({k1, k2, k3}) == 3
+    text = run([bin_dir / "dflash-launch", "check", cfg], env=ENV).stdout
+    assert "key file script train.py" in text and "(matches no file)" in text
+
+
+def test_a_module_run_with_dash_m_is_in_the_key(bin_dir, tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("print('v1')\n")
+    role = f"""
+[[role]]
+name = "drafter"
+cpu = 1
+command = ["{PY}", "-m", "mypkg.train"]
+cwd = "."
+gate = true
+"""
+    cfg = write_config(tmp_path, role)
+    k1, gate = check_key(bin_dir, cfg)
+    assert gate["key_files"][0]["path"] == str(pkg / "train.py")
+    (pkg / "train.py").write_text("print('v2')\n")
+    assert check_key(bin_dir, cfg)[0] != k1
+    # An installed module is found the way Python finds it.
+    role2 = role.replace("mypkg.train", "dflash_launch.reference_drafter")
+    _, gate2 = check_key(bin_dir, write_config(tmp_path, role2))
+    assert gate2["key_files"][0]["path"].endswith("dflash_launch/reference_drafter.py")
+
+
+def test_sigkill_of_a_leader_kills_its_whole_tree_before_the_next_leads(bin_dir, tmp_path):
+    """Its payload's children -- one in its group, one that called setsid --
+    would keep compiling; none may run when the next leader starts."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    leader_cmd = ("setsid sh -c 'echo $$ > esc.pid; exec sleep 1000' & "
+                  "sh -c 'echo $$ > grp.pid; exec sleep 1000' & "
+                  "wait")
+    w1 = subprocess.Popen([bin_dir / "dflash-worker", "--name", "first", "--gate-dir", cache, "--gate-key", "k",
+                           "--ready", "notify", "--", "sh", "-c", leader_cmd], cwd=tmp_path, env=ENV,
+                          stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while not ((tmp_path / "esc.pid").exists() and (tmp_path / "grp.pid").exists()) and time.time() < deadline:
+        time.sleep(0.02)
+    pids = [int((tmp_path / f).read_text()) for f in ("esc.pid", "grp.pid")]
+    w1.kill()
+    w1.wait()
+    # The next leader's payload looks, first thing, at what still runs.
+    probe = ("import json, sys\n"
+             "def alive(p):\n"
+             "    try: return open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'\n"
+             "    except OSError: return False\n"
+             f"json.dump([p for p in {pids} if alive(p)], open('seen.json', 'w'))\n"
+             "open(__import__('os').environ['TORCHINDUCTOR_CACHE_DIR'] + '/kernel', 'w').write('k')\n")
+    env = dict(ENV, TORCHINDUCTOR_CACHE_DIR=str(cache))
+    r = run([bin_dir / "dflash-worker", "--name", "second", "--gate-dir", cache, "--gate-key", "k", "--ready", "exit",
+             "--", PY, "-c", probe], cwd=tmp_path, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "lead, compiling" in r.stderr
+    assert json.loads((tmp_path / "seen.json").read_text()) == []
+    assert "killed 2 leftover process(es) of the dead leader first" in r.stderr
+    for p in pids:  # and they stay gone
+        with pytest.raises(OSError):
+            st = open(f"/proc/{p}/stat").read()
+            if st.rsplit(")", 1)[1].split()[0] == "Z":
+                raise OSError("zombie")
