@@ -104,6 +104,22 @@ TEST_F(GateTest, LeaderThatReleasesWithoutPublishingMakesTheNextWaiterLead) {
   EXPECT_TRUE(w_.ready.empty());
 }
 
+TEST_F(GateTest, ANewLeaderLearnsOfTheHolderThatDiedHoldingTheGate) {
+  auto first = Gate(1, "drafter:0");
+  ASSERT_EQ(MustAcquire(*first, "k"), GateDecision::kLead);
+  w_.Kill(1);  // SIGKILL mid-compile: its records stay, its file lock goes
+  auto next = Gate(2, "drafter:1");
+  AcquireResult got;
+  EXPECT_EQ(MustAcquire(*next, "k", &got), GateDecision::kLead);
+  EXPECT_EQ(got.dead_holder.pid, 1);  // whose leftovers (holder_tree.h) must go first
+  EXPECT_EQ(got.dead_holder.role, "drafter:0");
+  next->Release();
+  // A clean release leaves no record: the next leader learns of nobody.
+  auto third = Gate(3, "drafter:2");
+  EXPECT_EQ(MustAcquire(*third, "k", &got), GateDecision::kLead);
+  EXPECT_EQ(got.dead_holder.pid, 0);
+}
+
 TEST_F(GateTest, ProgressEveryFiveSecondsThenATimeoutThatNamesTheHolder) {
   auto lead = Gate(1234, "drafter:0");
   auto waiter = Gate(2, "drafter:1", seconds(17));

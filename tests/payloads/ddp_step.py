@@ -38,17 +38,25 @@ def step():
     return loss.item()
 
 
+def write_metrics(**extra):
+    from torch._dynamo.utils import counters
+    metrics = {k: int(counters["inductor"][k]) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
+    metrics.update(world=world, warmup=os.environ.get("DFLASH_WARMUP") == "1", **extra)
+    if os.environ.get("DFLASH_METRICS_FILE"):
+        with open(os.environ["DFLASH_METRICS_FILE"] + ".tmp", "w") as f:
+            json.dump(metrics, f)
+        os.replace(os.environ["DFLASH_METRICS_FILE"] + ".tmp", os.environ["DFLASH_METRICS_FILE"])
+    return metrics
+
+
 step()
+write_metrics()  # a warm-up is stopped once ready: its counters are on disk by then
 notify_ready(f"rank {rank}: first compiled step done")
 for _ in range(int(os.environ.get("DDP_STEPS", "3"))):
     step()
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
-from torch._dynamo.utils import counters
-metrics = {k: int(counters["inductor"][k]) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
-metrics.update(all_reduce_sum=float(total.item()), world=world, warmup=os.environ.get("DFLASH_WARMUP") == "1")
-if os.environ.get("DFLASH_METRICS_FILE"):
-    with open(os.environ["DFLASH_METRICS_FILE"], "w") as f:
-        json.dump(metrics, f)
+metrics = write_metrics(all_reduce_sum=float(total.item()))
 print(f"rank {rank}/{world}: {metrics}", flush=True)
+dist.barrier()  # nobody tears gloo's pairs down under a peer still using them
 dist.destroy_process_group()
