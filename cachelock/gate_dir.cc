@@ -12,6 +12,7 @@
 
 #include "common/fd.h"
 #include "common/hash.h"
+#include "cachelock/inductor_layout.h"
 #include "common/secure_path.h"
 
 namespace dflash {
@@ -125,7 +126,7 @@ bool PrepareGateDir(const std::string& dir, GateLayout* out, std::string* err) {
   if (!CheckPrivateDir(out->dir, err)) return false;
   if (!MakePrivateSubdir(out->meta_dir, err)) return false;
   if (!MakePrivateSubdir(out->ready_dir, err)) return false;
-  return CheckPrivateTree(out->dir, err);
+  return CheckPrivateTree(out->dir, InductorReads, err);
 }
 
 bool ReadTrustedMarker(const std::string& path, std::string* text, std::string* err) {

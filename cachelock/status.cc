@@ -19,6 +19,7 @@
 #include "common/duration.h"
 #include "common/fd.h"
 #include "common/proc_info.h"
+#include "cachelock/inductor_layout.h"
 #include "common/secure_path.h"
 
 namespace dflash {
@@ -103,7 +104,7 @@ bool ReadGateStatus(const std::string& dir, GateStatusReport* out, std::string* 
     return true;
   }
   if (!CheckSecurePath(dir, err) || !CheckPrivateDir(l.dir, err) || !CheckPrivateDir(l.meta_dir, err) ||
-      !CheckPrivateTree(l.dir, err))
+      !CheckPrivateTree(l.dir, InductorReads, err))
     return false;
   std::string here = HostName();
 

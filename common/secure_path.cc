@@ -206,7 +206,8 @@ bool WalkTree(const std::string& dir, const std::function<bool(const std::string
   return walk(root.get(), "");
 }
 
-bool CheckPrivateTree(const std::string& dir, std::string* err) {
+bool CheckPrivateTree(const std::string& dir, const std::function<bool(const std::string&)>& covers,
+                      std::string* err) {
   const uid_t me = ::geteuid();
   std::string first, fix;
   uint64_t bad = 0;
@@ -217,6 +218,7 @@ bool CheckPrivateTree(const std::string& dir, std::string* err) {
     }
   };
   bool ok = WalkTree(dir, [&](const std::string& rel, const struct stat& st) {
+    if (!covers(rel)) return false;
     std::string path = dir + "/" + rel;
     if (S_ISLNK(st.st_mode)) {
       char target[PATH_MAX];

@@ -29,7 +29,9 @@ bool CheckSecurePath(const std::string& path, std::string* err);
 /// writable by others (or by a group that is not our private group: a umask of
 /// 002 is fine). The error names the first offender, how many more there are,
 /// and the `chmod`/`chown`/`rm` that fixes them.
-bool CheckPrivateTree(const std::string& dir, std::string* err);
+/// Only entries for which `covers(rel)` is true are checked (and descended into).
+bool CheckPrivateTree(const std::string& dir, const std::function<bool(const std::string& rel)>& covers,
+                      std::string* err);
 
 /// True if a group-write bit on a file with group `gid` gives nobody but us
 /// write access (a user private group: its only member is us). As OpenSSH.

@@ -35,6 +35,8 @@ class TempDir {
 
 void Touch(const std::string& path, const std::string& text = "x") { std::ofstream(path) << text; }
 
+bool All(const std::string&) { return true; }
+
 bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(SecurePath, OwnPrivateDirPassesAndAMissingTailIsFine) {
@@ -107,9 +109,9 @@ TEST(PrivateTree, RefusesAWorldWritableSubdirWithTheChmodThatFixesIt) {
   fs::create_directories(t / "fxgraph/ab");
   Touch(t / "fxgraph/ab/entry");
   std::string err;
-  EXPECT_TRUE(CheckPrivateTree(t.path(), &err)) << err;
+  EXPECT_TRUE(CheckPrivateTree(t.path(), All, &err)) << err;
   ASSERT_EQ(::chmod((t / "fxgraph").c_str(), 0777), 0);
-  EXPECT_FALSE(CheckPrivateTree(t.path(), &err));
+  EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
   EXPECT_TRUE(Has(err, (t / "fxgraph") + " is writable by group and others (mode 0777)")) << err;
   EXPECT_TRUE(Has(err, "fix: chmod -R go-w " + t.path())) << err;
 }
@@ -119,13 +121,15 @@ TEST(PrivateTree, RefusesASymlinkAndAFifoInside) {
   fs::create_directories(t / "fxgraph");
   fs::create_symlink("/etc/passwd", t / "fxgraph/planted");
   std::string err;
-  EXPECT_FALSE(CheckPrivateTree(t.path(), &err));
+  EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
   EXPECT_TRUE(Has(err, "is a symlink (to /etc/passwd)")) << err;
   EXPECT_TRUE(Has(err, "fix: rm " + (t / "fxgraph/planted"))) << err;
   fs::remove(t / "fxgraph/planted");
   ASSERT_EQ(::mkfifo((t / "fxgraph/pipe").c_str(), 0600), 0);
-  EXPECT_FALSE(CheckPrivateTree(t.path(), &err));
+  EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
   EXPECT_TRUE(Has(err, "neither a file nor a directory")) << err;
+  // What the filter leaves out is neither checked nor descended into.
+  EXPECT_TRUE(CheckPrivateTree(t.path(), [](const std::string& rel) { return rel != "fxgraph"; }, &err)) << err;
 }
 
 TEST(PrivateTree, RefusesAFileOwnedByAnotherUserAndCountsTheRest) {
@@ -137,7 +141,7 @@ TEST(PrivateTree, RefusesAFileOwnedByAnotherUserAndCountsTheRest) {
     ASSERT_EQ(::chown((t / ("aotautograd/" + std::string(f))).c_str(), 65534, 65534), 0);
   }
   std::string err;
-  EXPECT_FALSE(CheckPrivateTree(t.path(), &err));
+  EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
   EXPECT_TRUE(Has(err, "uid 65534")) << err;
   EXPECT_TRUE(Has(err, "and 2 more")) << err;
   EXPECT_TRUE(Has(err, "fix: chown -R 0 ")) << err;
