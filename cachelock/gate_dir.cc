@@ -12,7 +12,7 @@
 
 #include "common/fd.h"
 #include "common/hash.h"
-#include "cachelock/inductor_layout.h"
+#include "common/inductor_layout.h"
 #include "common/secure_path.h"
 
 namespace dflash {

@@ -19,7 +19,7 @@
 #include "common/duration.h"
 #include "common/fd.h"
 #include "common/proc_info.h"
-#include "cachelock/inductor_layout.h"
+#include "common/inductor_layout.h"
 #include "common/secure_path.h"
 
 namespace dflash {

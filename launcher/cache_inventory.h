@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cachelock/inductor_layout.h"
+#include "common/inductor_layout.h"
 
 namespace dflash {
 

@@ -1,4 +1,4 @@
-#include "cachelock/inductor_layout.h"
+#include "common/inductor_layout.h"
 
 #include <algorithm>
 #include <vector>
