@@ -410,9 +410,9 @@ def test_a_failed_rename_in_is_rolled_back_and_the_message_is_true(bin_dir, tmp_
                  [(n, len(d), io.BytesIO(d)) for n, d in files.items()])
     r = launch(bin_dir, "cache", "import", config(tmp_path, cache), archive, "--force")
     assert r.returncode == 1
+    assert tree(cache) == before  # the replaced entry is back, the new one gone, its dirs gone
     assert f"{cache}/zz/czzblock.so is in the way" in r.stderr, r.stderr
     assert "taken out again: the cache is as it was" in r.stderr, r.stderr
-    assert tree(cache) == before  # the replaced entry is back, the new one gone, its dirs gone
     assert not (cache / ".dflash/ready/drafter.json").exists()
     assert not list((cache / ".dflash").glob("import-*"))
 
