@@ -438,3 +438,27 @@ def test_import_refuses_links_and_traversal_in_the_archive(bin_dir, tmp_path):
         r = launch(bin_dir, "cache", "import", config(tmp_path, cache), archive, "--force")
         assert r.returncode == 1 and "untouched" in r.stderr, r.stderr
         assert not (tmp_path / "escape").exists() and not (cache / "fxgraph").exists()
+
+
+@pytest.mark.skipif(not LONG, reason="DFLASH_LONG_TESTS=1: a real torch.compile (minutes on 2 cores)")
+def test_a_real_torch_compile_writes_only_what_the_cache_tools_know(bin_dir, tmp_path):
+    """The layout in common/inductor_layout.h is what torch 2.13 writes: after a real forward+backward compile
+    into an empty dir, status sees no foreign file and clear removes every file and leaves nothing listed."""
+    import sys
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    code = textwrap.dedent("""\
+        import torch
+        f = torch.compile(lambda x, y: (x.sin() + y.cos()).relu().sum(dim=1))
+        x = torch.randn(8, 16, requires_grad=True)
+        f(x, torch.randn(8, 16)).sum().backward()
+        """)
+    r = run([sys.executable, "-c", code], env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache)), timeout=900)
+    assert r.returncode == 0, r.stderr
+    files = [rel for rel, v in tree(cache).items() if v != "dir"]
+    assert any(f.startswith("fxgraph/") for f in files) and any(f.endswith(".so") for f in files), files
+    status = json.loads(launch(bin_dir, "cache", "status", config(tmp_path, cache), "--json").stdout)
+    assert status["inventory"]["foreign_files"] == 0, files
+    r = launch(bin_dir, "cache", "clear", config(tmp_path, cache))
+    assert r.returncode == 0 and f"removed {len(files)} files" in r.stdout and "left" not in r.stdout, r.stdout
+    assert [p.name for p in cache.iterdir()] == [".dflash"]
