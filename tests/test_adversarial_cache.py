@@ -43,16 +43,29 @@ def launch(bin_dir, *args, **kw):
     return run([bin_dir / "dflash-launch", *args], **kw)
 
 
+# Forks and waits for CMD, then writes "exit-code maxrss-KiB" to a file. It runs in a fresh, small interpreter
+# because a child's ru_maxrss starts at its parent's RSS at fork (the kernel keeps the old mm's high-water mark
+# across exec): forked from this pytest process (torch loaded by other tests: ~235 MiB) every child would
+# "peak" at 235 MiB whatever it did.
+MEASURE = ("import os, subprocess, sys\n"
+           "p = subprocess.Popen(sys.argv[2:])\n"
+           "_, status, usage = os.wait4(p.pid, 0)\n"
+           "p.returncode = 0\n"
+           "open(sys.argv[1], 'w').write(f'{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}')\n")
+
+
 def run_measured(args, cwd=None):
-    """Runs a command; returns (exit code, stdout, stderr, peak RSS in MiB) of that process alone (wait4)."""
+    """Runs a command; returns (exit code, stdout, stderr, peak RSS in MiB) of that process alone."""
+    import sys
     import tempfile
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([str(a) for a in args], stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd)
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(mode="r") as result:
+        subprocess.run([sys.executable, "-S", "-c", MEASURE, result.name, *[str(a) for a in args]],
+                       stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd, timeout=600, check=True)
+        code, rss_kib = (int(x) for x in open(result.name).read().split())
         out.seek(0)
         err.seek(0)
-        return p.returncode, out.read().decode(), err.read().decode(), usage.ru_maxrss / 1024
+        return code, out.read().decode(), err.read().decode(), rss_kib / 1024
 
 
 def tree(root):
