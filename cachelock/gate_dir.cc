@@ -1,5 +1,6 @@
 #include "cachelock/gate_dir.h"
 
+#include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 
 #include "common/fd.h"
 #include "common/hash.h"
+#include "common/inductor_layout.h"
+#include "common/secure_path.h"
 
 namespace dflash {
 namespace {
@@ -117,11 +120,56 @@ bool PrepareGateDir(const std::string& dir, GateLayout* out, std::string* err) {
     *err = "gate dir is empty";
     return false;
   }
+  if (!CheckSecurePath(dir, err)) return false;
   if (!MakeDirs(std::filesystem::path(dir), err)) return false;
   if (!LocateGate(dir, out, err)) return false;
   if (!CheckPrivateDir(out->dir, err)) return false;
   if (!MakePrivateSubdir(out->meta_dir, err)) return false;
-  return MakePrivateSubdir(out->ready_dir, err);
+  if (!MakePrivateSubdir(out->ready_dir, err)) return false;
+  return CheckPrivateTree(out->dir, InductorReads, err);
+}
+
+bool ReadTrustedMarker(const std::string& path, std::string* text, std::string* err) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) {
+    int e = errno;
+    *err = e == ENOENT ? "absent"
+           : e == ELOOP ? fmt::format("{} is a symlink: not trusted (a marker is a file written by the gate); "
+                                      "fix: rm {}", path, path)
+                        : ErrnoMessage("open(" + path + ")", e);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    *err = fmt::format("{} is not a regular file: not trusted; fix: rm {}", path, path);
+    return false;
+  }
+  if (st.st_uid != ::geteuid()) {
+    *err = fmt::format("{} is owned by {} (uid {}), not by you: not trusted (anyone could promise a warm cache); "
+                       "fix: rm {}", path, UserName(st.st_uid), st.st_uid, path);
+    return false;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    *err = fmt::format("{} is writable by others (mode {:04o}): not trusted; fix: chmod go-w {}", path,
+                       st.st_mode & 07777, path);
+    return false;
+  }
+  text->clear();
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *err = ErrnoMessage("read(" + path + ")", errno);
+      return false;
+    }
+    if (n == 0) return true;
+    text->append(buf, static_cast<size_t>(n));
+    if (text->size() > (1u << 20)) {
+      *err = path + " is larger than 1 MiB: not a READY marker";
+      return false;
+    }
+  }
 }
 
 }  // namespace dflash

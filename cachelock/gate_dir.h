@@ -25,14 +25,23 @@ struct GateLayout {
 /// Fills `out` for `dir` (which must exist) without creating anything.
 bool LocateGate(const std::string& dir, GateLayout* out, std::string* err);
 
-/// Creates the cache dir, `.dflash/` and `.dflash/ready/` where missing (0700),
-/// then refuses any of them that another user could write to or that belongs
-/// to another user: whoever can write there can forge READY markers and make
-/// every drafter trust a cache it never compiled. The error names the reason
-/// and the exact `chmod`/`chown` that fixes it.
+/// Refuses a cache dir reached through another user's symlink or below a
+/// directory others could swap it in (CheckSecurePath); creates the cache dir,
+/// `.dflash/` and `.dflash/ready/` where missing (0700); then refuses any of
+/// them that another user could write to or that belongs to another user, and
+/// any entry of the tree Inductor reads (sub-dirs, kernels, READY markers) that
+/// is a symlink, another user's, or writable by others (CheckPrivateTree):
+/// whoever can write there can plant pickles and .so files, or forge READY
+/// markers and make every drafter trust a cache it never compiled. The error
+/// names the reason and the exact `chmod`/`chown`/`rm` that fixes it.
 bool PrepareGateDir(const std::string& dir, GateLayout* out, std::string* err);
 
 /// The ownership/mode check alone, for one existing directory.
 bool CheckPrivateDir(const std::string& path, std::string* err);
+
+/// Reads a READY marker only if it can be trusted: a regular file (never a
+/// symlink: opened O_NOFOLLOW), ours, not writable by others. False with the
+/// reason otherwise ("absent" for ENOENT); an untrusted marker counts as absent.
+bool ReadTrustedMarker(const std::string& path, std::string* text, std::string* err);
 
 }  // namespace dflash

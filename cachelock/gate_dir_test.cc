@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "cachelock/test_util.h"
 
@@ -89,6 +90,72 @@ TEST(GateDir, RefusesADirOwnedBySomeoneElseAndSaysWhichChownFixesIt) {
   EXPECT_FALSE(PrepareGateDir(tmp.path(), &l, &err));
   EXPECT_NE(err.find("uid 65534"), std::string::npos) << err;
   EXPECT_NE(err.find("fix: chown 0 " + tmp.path()), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace dflash
+
+namespace dflash {
+namespace {
+
+using testing::TempGateDir;
+
+TEST(GateDir, RefusesAWorldWritableSubdirOfTheCacheWithTheChmodThatFixesIt) {
+  TempGateDir tmp;
+  std::filesystem::create_directories(tmp.path() + "/fxgraph/ab");
+  ASSERT_EQ(::chmod((tmp.path() + "/fxgraph/ab").c_str(), 0777), 0);
+  GateLayout l;
+  std::string err;
+  EXPECT_FALSE(PrepareGateDir(tmp.path(), &l, &err));
+  EXPECT_NE(err.find(tmp.path() + "/fxgraph/ab is writable by group and others (mode 0777)"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("fix: chmod -R go-w " + tmp.path()), std::string::npos) << err;
+}
+
+TEST(GateDir, RefusesASymlinkedReadyMarker) {
+  TempGateDir tmp;
+  GateLayout l;
+  std::string err;
+  ASSERT_TRUE(PrepareGateDir(tmp.path(), &l, &err)) << err;
+  std::string other = tmp.path() + "/elsewhere.json";
+  { std::ofstream(other) << "{}"; }
+  std::filesystem::create_symlink(other, l.ReadyPath("drafter"));
+  EXPECT_FALSE(PrepareGateDir(tmp.path(), &l, &err));
+  EXPECT_NE(err.find("is a symlink"), std::string::npos) << err;
+  EXPECT_NE(err.find("rm " + l.ReadyPath("drafter")), std::string::npos) << err;
+  std::string text;
+  EXPECT_FALSE(ReadTrustedMarker(l.ReadyPath("drafter"), &text, &err));
+  EXPECT_NE(err.find("symlink: not trusted"), std::string::npos) << err;
+}
+
+TEST(GateDir, DoesNotTrustAReadyMarkerOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a file away";
+  TempGateDir tmp;
+  GateLayout l;
+  std::string err;
+  ASSERT_TRUE(PrepareGateDir(tmp.path(), &l, &err)) << err;
+  { std::ofstream(l.ReadyPath("drafter")) << "{}"; }
+  std::string text;
+  EXPECT_TRUE(ReadTrustedMarker(l.ReadyPath("drafter"), &text, &err)) << err;
+  ASSERT_EQ(::chown(l.ReadyPath("drafter").c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(ReadTrustedMarker(l.ReadyPath("drafter"), &text, &err));
+  EXPECT_NE(err.find("uid 65534"), std::string::npos) << err;
+  EXPECT_FALSE(PrepareGateDir(tmp.path(), &l, &err));
+  EXPECT_NE(err.find("uid 65534"), std::string::npos) << err;
+}
+
+TEST(GateDir, RefusesACacheDirThatIsAnotherUsersSymlink) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a link away";
+  TempGateDir tmp;
+  std::filesystem::create_directory(tmp.path() + "/target");
+  ::chmod((tmp.path() + "/target").c_str(), 0700);
+  std::filesystem::create_directory_symlink(tmp.path() + "/target", tmp.path() + "/cache");
+  ASSERT_EQ(::lchown((tmp.path() + "/cache").c_str(), 65534, 65534), 0);
+  GateLayout l;
+  std::string err;
+  EXPECT_FALSE(PrepareGateDir(tmp.path() + "/cache", &l, &err));
+  EXPECT_NE(err.find("symlink " + tmp.path() + "/cache owned by nobody (uid 65534)"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/target/.dflash"));  // nothing created through it
 }
 
 }  // namespace

@@ -123,8 +123,9 @@ class OsGateBackend final : public GateBackend {
   void ClearHolder() override { holder_.Clear(); }
 
   bool ReadReady(const std::string& key, ReadyRecord* out) override {
+    // An untrusted marker (a symlink, another user's) promises nothing: absent.
     std::string text, err;
-    if (!ReadFile(layout_.ReadyPath(key), &text, &err)) return false;
+    if (!ReadTrustedMarker(layout_.ReadyPath(key), &text, &err)) return false;
     return DecodeReady(text, out, &err);
   }
 

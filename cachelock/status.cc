@@ -19,6 +19,8 @@
 #include "common/duration.h"
 #include "common/fd.h"
 #include "common/proc_info.h"
+#include "common/inductor_layout.h"
+#include "common/secure_path.h"
 
 namespace dflash {
 namespace {
@@ -54,7 +56,9 @@ void ReadMarkers(const GateLayout& l, GateStatusReport* s) {
     if (name[0] == '.' && name.find(".json.tmp.") != std::string::npos) continue;
     std::string text, err;
     ReadyRecord r;
-    if (ReadFile(l.ready_dir + "/" + name, &text, &err) && DecodeReady(text, &r, &err))
+    if (!ReadTrustedMarker(l.ready_dir + "/" + name, &text, &err))
+      s->unreadable.push_back(name + " (" + err + ")");  // a symlink or another user's: never trusted
+    else if (DecodeReady(text, &r, &err))
       s->ready.push_back(std::move(r));
     else
       s->unreadable.push_back(name);
@@ -99,7 +103,9 @@ bool ReadGateStatus(const std::string& dir, GateStatusReport* out, std::string* 
     *out = std::move(s);
     return true;
   }
-  if (!CheckPrivateDir(l.dir, err) || !CheckPrivateDir(l.meta_dir, err)) return false;
+  if (!CheckSecurePath(dir, err) || !CheckPrivateDir(l.dir, err) || !CheckPrivateDir(l.meta_dir, err) ||
+      !CheckPrivateTree(l.dir, InductorReads, err))
+    return false;
   std::string here = HostName();
 
   UniqueFd lock_fd(::open(l.lock_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));

@@ -1,257 +1,273 @@
+// `cache export` and the manifest reader shared with import (cache_import.cc).
 #include "launcher/cache_archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <ctime>
-#include <filesystem>
-#include <map>
 #include <memory>
 
+#include "cachelock/gate_dir.h"
 #include "common/fd.h"
 #include "common/hash.h"
 #include "common/proc_info.h"
+#include "common/secure_path.h"
+#include "launcher/cache_archive_io.h"
 #include "launcher/cache_inventory.h"
 
 namespace dflash {
-namespace fs = std::filesystem;
 namespace {
-
-constexpr const char* kManifestName = "manifest.json";
-constexpr const char* kFormat = "dflash-cache/1";
-
-using ArchivePtr = std::unique_ptr<archive, int (*)(archive*)>;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-/// A path inside the archive we are willing to create: relative, no "..",
-/// and a cache file or a READY marker.
-bool SafeEntryPath(const std::string& p) {
-  if (p.empty() || p[0] == '/' || p.find('\0') != std::string::npos) return false;
-  for (const auto& part : fs::path(p))
-    if (part == ".." || part == ".") return false;
-  return !CacheKindOf(p).empty() || p.rfind(".dflash/ready/", 0) == 0;
+/// "write /x/c.tar.zst: No space left on device": errno's text when libarchive has one.
+std::string WriteError(archive* a, const std::string& file) {
+  int e = archive_errno(a);
+  const char* what = archive_error_string(a);
+  return "write " + file + ": " + (e > 0 ? std::strerror(e) : what ? what : "unknown error");
 }
 
-bool AddFile(archive* a, const std::string& name, const std::string& data, std::string* err) {
-  archive_entry* e = archive_entry_new();
-  archive_entry_set_pathname(e, name.c_str());
-  archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
-  archive_entry_set_filetype(e, AE_IFREG);
-  archive_entry_set_perm(e, 0600);
-  archive_entry_set_mtime(e, std::time(nullptr), 0);
-  bool ok = archive_write_header(a, e) == ARCHIVE_OK &&
-            archive_write_data(a, data.data(), data.size()) == static_cast<la_ssize_t>(data.size());
-  if (!ok) *err = std::string("writing ") + name + ": " + archive_error_string(a);
-  archive_entry_free(e);
-  return ok;
-}
-
-std::vector<std::string> ReadyMarkers(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(dir) / ".dflash/ready", ec))
-    if (e.path().extension() == ".json") out.push_back(".dflash/ready/" + e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-ArchivePtr OpenRead(const std::string& file, std::string* err) {
-  ArchivePtr a(archive_read_new(), archive_read_free);
-  archive_read_support_filter_all(a.get());
-  archive_read_support_format_tar(a.get());
-  if (archive_read_open_filename(a.get(), file.c_str(), 1 << 16) != ARCHIVE_OK) {
-    *err = "cannot open " + file + ": " + archive_error_string(a.get());
-    return ArchivePtr(nullptr, archive_read_free);
-  }
-  return a;
-}
-
-bool ReadEntryData(archive* a, std::string* out, std::string* err) {
-  out->clear();
-  char buf[1 << 16];
+/// The SHA-256 and length of an open file, read through one buffer.
+bool HashFd(int fd, const std::string& path, uint64_t* size, std::string* hex, std::string* err) {
+  Sha256Stream sha;
+  std::unique_ptr<char[]> buf(new char[kArchiveChunk]);
+  *size = 0;
   for (;;) {
-    la_ssize_t n = archive_read_data(a, buf, sizeof buf);
+    ssize_t n = ::read(fd, buf.get(), kArchiveChunk);
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      *err = archive_error_string(a);
+      *err = ErrnoMessage("read " + path, errno);
       return false;
     }
-    if (n == 0) return true;
-    out->append(buf, static_cast<size_t>(n));
+    if (n == 0) break;
+    sha.Update(buf.get(), static_cast<size_t>(n));
+    *size += static_cast<uint64_t>(n);
   }
+  *hex = sha.Hex();
+  return true;
+}
+
+/// Opens a cache file for reading without following a link anywhere on its path.
+UniqueFd OpenCacheFile(int dirfd, const std::string& dir, const std::string& rel, std::string* err) {
+  UniqueFd fd(OpenBeneath(dirfd, rel, O_RDONLY | O_NONBLOCK));
+  struct stat st {};
+  if (!fd) {
+    *err = ErrnoMessage("open " + dir + "/" + rel, errno) + (errno == ELOOP ? " (a symlink: never followed)" : "");
+  } else if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    *err = dir + "/" + rel + " is not a regular file";
+    fd.reset();
+  }
+  return fd;
+}
+
+/// The READY markers worth exporting: plain files of ours (ReadTrustedMarker).
+void ReadyMarkers(const std::string& dir, CacheManifest* m, std::vector<std::string>* rels, ExportReport* report) {
+  std::string ready = dir + "/.dflash/ready";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(ready.c_str()), ::closedir);
+  if (!d) return;
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d.get())) {
+    std::string n = e->d_name;
+    if (n.size() > 5 && n[0] != '.' && EndsWith(n, ".json")) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    std::string text, err;
+    if (!ReadTrustedMarker(ready + "/" + n, &text, &err)) {
+      report->skipped.push_back(".dflash/ready/" + n + " (" + err + ")");
+      continue;
+    }
+    nlohmann::json rec = nlohmann::json::parse(text, nullptr, false);
+    m->keys.push_back(rec.is_discarded() ? nlohmann::json(n) : rec);
+    rels->push_back(".dflash/ready/" + n);
+  }
+}
+
+bool AddEntryHeader(archive* a, const std::string& name, uint64_t size, const std::string& file, std::string* err) {
+  std::unique_ptr<archive_entry, void (*)(archive_entry*)> e(archive_entry_new(), archive_entry_free);
+  archive_entry_set_pathname(e.get(), name.c_str());
+  archive_entry_set_size(e.get(), static_cast<la_int64_t>(size));
+  archive_entry_set_filetype(e.get(), AE_IFREG);
+  archive_entry_set_perm(e.get(), 0600);
+  archive_entry_set_mtime(e.get(), std::time(nullptr), 0);
+  if (archive_write_header(a, e.get()) != ARCHIVE_OK) {
+    *err = WriteError(a, file);
+    return false;
+  }
+  return true;
+}
+
+/// Streams one cache file into the archive, checking it is still what pass one hashed.
+bool AddCacheFile(archive* a, int dirfd, const std::string& dir, const ManifestFile& f, const std::string& file,
+                  char* buf, std::string* err) {
+  UniqueFd fd = OpenCacheFile(dirfd, dir, f.path, err);
+  if (!fd || !AddEntryHeader(a, f.path, f.size, file, err)) return false;
+  Sha256Stream sha;
+  uint64_t done = 0;
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, kArchiveChunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *err = ErrnoMessage("read " + dir + "/" + f.path, errno);
+      return false;
+    }
+    if (n == 0) break;
+    if (done + static_cast<uint64_t>(n) > f.size) break;  // grew: caught below
+    sha.Update(buf, static_cast<size_t>(n));
+    if (archive_write_data(a, buf, static_cast<size_t>(n)) != n) {
+      *err = WriteError(a, file);
+      return false;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  if (done != f.size || sha.Hex() != f.sha256) {
+    *err = dir + "/" + f.path + " changed while it was being exported (is something writing the cache without the gate?)";
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
 
-bool ExportCache(const std::string& dir, const std::string& file, const ArchiveFacts& facts,
-                 nlohmann::json* manifest, std::string* err) {
-  std::vector<std::string> files = CacheContentFiles(dir);
-  std::vector<std::string> markers = ReadyMarkers(dir);
-  nlohmann::json m = {{"format", kFormat}, {"torch_version", facts.torch_version}, {"device", facts.device},
-                      {"created", static_cast<int64_t>(std::time(nullptr))}, {"host", HostName()},
-                      {"keys", nlohmann::json::array()}, {"files", nlohmann::json::array()}};
-  // First pass: hashes, so the manifest can be the archive's first entry.
-  std::map<std::string, std::string> contents;
-  for (const std::string& rel : files) {
-    std::string data;
-    if (!ReadFile((fs::path(dir) / rel).string(), &data, err)) return false;
-    m["files"].push_back({{"path", rel}, {"size", data.size()}, {"sha256", Sha256Hex(data)}});
-    contents[rel] = std::move(data);
+ArchiveReader OpenArchiveForRead(const std::string& file, std::string* err) {
+  ArchiveReader a(archive_read_new(), archive_read_free);
+  archive_read_support_filter_all(a.get());
+  archive_read_support_format_tar(a.get());
+  if (archive_read_open_filename(a.get(), file.c_str(), kArchiveChunk) != ARCHIVE_OK) {
+    *err = "cannot open " + file + ": " + archive_error_string(a.get());
+    return ArchiveReader(nullptr, archive_read_free);
   }
-  for (const std::string& rel : markers) {
-    std::string data;
-    if (!ReadFile((fs::path(dir) / rel).string(), &data, err)) return false;
-    nlohmann::json rec = nlohmann::json::parse(data, nullptr, false);
-    m["keys"].push_back(rec.is_discarded() ? nlohmann::json(rel) : rec);
-    m["files"].push_back({{"path", rel}, {"size", data.size()}, {"sha256", Sha256Hex(data)}});
-    contents[rel] = std::move(data);
-  }
-  std::string tmp = file + ".tmp." + std::to_string(::getpid());
-  ArchivePtr a(archive_write_new(), archive_write_free);
-  bool gz = EndsWith(file, ".tar.gz") || EndsWith(file, ".tgz");
-  if ((gz ? archive_write_add_filter_gzip(a.get()) : archive_write_add_filter_zstd(a.get())) != ARCHIVE_OK ||
-      archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
-      archive_write_open_filename(a.get(), tmp.c_str()) != ARCHIVE_OK) {
-    *err = "cannot write " + tmp + ": " + archive_error_string(a.get());
-    return false;
-  }
-  bool ok = AddFile(a.get(), kManifestName, m.dump(2), err);
-  for (const auto& f : m["files"]) {
-    if (!ok) break;
-    ok = AddFile(a.get(), f["path"].get<std::string>(), contents[f["path"].get<std::string>()], err);
-  }
-  if (ok && archive_write_close(a.get()) != ARCHIVE_OK) {
-    *err = std::string("closing the archive: ") + archive_error_string(a.get());
-    ok = false;
-  }
-  if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0) {
-    if (ok) *err = ErrnoMessage("rename(" + file + ")", errno);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  *manifest = std::move(m);
-  return true;
+  return a;
 }
 
-bool ReadArchiveManifest(const std::string& file, nlohmann::json* manifest, std::string* err) {
-  ArchivePtr a = OpenRead(file, err);
-  if (!a) return false;
+bool ReadManifestEntry(archive* a, const std::string& file, CacheManifest* manifest, std::string* err) {
   archive_entry* e = nullptr;
-  if (archive_read_next_header(a.get(), &e) != ARCHIVE_OK) {
-    *err = file + " is not a dflash cache archive: " + archive_error_string(a.get());
+  if (archive_read_next_header(a, &e) != ARCHIVE_OK) {
+    *err = file + " is not a dflash cache archive: " + archive_error_string(a);
     return false;
   }
-  std::string text;
-  if (std::string(archive_entry_pathname(e)) != kManifestName || !ReadEntryData(a.get(), &text, err)) {
+  if (std::string(archive_entry_pathname(e)) != kManifestName || archive_entry_filetype(e) != AE_IFREG) {
     *err = file + " is not a dflash cache archive: its first entry is not " + kManifestName;
     return false;
   }
-  *manifest = nlohmann::json::parse(text, nullptr, false);
-  if (manifest->is_discarded() || !manifest->is_object() || manifest->value("format", "") != kFormat ||
-      !(*manifest)["files"].is_array()) {
-    *err = file + ": unreadable manifest (expected format " + kFormat + ")";
+  if (archive_entry_size_is_set(e) && archive_entry_size(e) > static_cast<la_int64_t>(CacheManifest::kMaxBytes)) {
+    *err = file + ": its manifest is larger than 64 MiB";
+    return false;
+  }
+  std::string text;
+  std::unique_ptr<char[]> buf(new char[kArchiveChunk]);
+  for (;;) {
+    la_ssize_t n = archive_read_data(a, buf.get(), kArchiveChunk);
+    if (n < 0) {
+      *err = file + " is corrupted at " + kManifestName + ": " + archive_error_string(a);
+      return false;
+    }
+    if (n == 0) break;
+    if (text.size() + static_cast<size_t>(n) > CacheManifest::kMaxBytes) {
+      *err = file + ": its manifest is larger than 64 MiB";
+      return false;
+    }
+    text.append(buf.get(), static_cast<size_t>(n));
+  }
+  if (!ParseManifest(text, manifest, err)) {
+    *err = file + ": bad manifest: " + *err;
     return false;
   }
   return true;
 }
 
-ImportResult ImportCache(const std::string& file, const std::string& dir, const ArchiveFacts& here, bool force,
-                         nlohmann::json* manifest, std::string* err) {
-  if (!ReadArchiveManifest(file, manifest, err)) return ImportResult::kCorrupt;
-  const nlohmann::json& m = *manifest;
-  std::string torch = m.value("torch_version", ""), device = m.value("device", "");
-  if (!force && torch != here.torch_version) {
-    *err = "the archive was built with torch " + torch + ", this machine has " + here.torch_version +
-           ": Inductor would miss every entry (torch's version is in its cache key). Use --force to import anyway";
-    return ImportResult::kMismatch;
-  }
-  if (!force && device != here.device) {
-    *err = "the archive holds " + device + " kernels, this run uses " + here.device + ". Use --force to import anyway";
-    return ImportResult::kMismatch;
-  }
-  std::map<std::string, std::pair<uint64_t, std::string>> want;
-  for (const auto& f : m["files"]) {
-    std::string p = f.value("path", "");
-    if (!SafeEntryPath(p)) {
-      *err = file + ": refusing the unsafe path '" + p + "'";
-      return ImportResult::kCorrupt;
-    }
-    want[p] = {f.value("size", uint64_t{0}), f.value("sha256", "")};
-  }
+bool ReadArchiveManifest(const std::string& file, CacheManifest* manifest, std::string* err) {
+  ArchiveReader a = OpenArchiveForRead(file, err);
+  return a && ReadManifestEntry(a.get(), file, manifest, err);
+}
 
-  // Unpack beside the cache (same filesystem: renames are atomic), verifying as we go.
-  fs::path cache(dir);
-  std::string staging = (cache.parent_path() / ("." + cache.filename().string() + ".import-" +
-                                                std::to_string(::getpid()))).string();
-  std::error_code ec;
-  fs::remove_all(staging, ec);
-  if (::mkdir(staging.c_str(), 0700) != 0) {
-    *err = ErrnoMessage("mkdir(" + staging + ")", errno);
-    return ImportResult::kIo;
+bool ExportCache(const std::string& dir, const std::string& file, const ArchiveFacts& facts, ExportReport* report,
+                 std::string* err) {
+  UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dirfd) {
+    *err = ErrnoMessage("open " + dir, errno);
+    return false;
   }
-  auto fail = [&](ImportResult r, std::string why) {
-    *err = std::move(why);
-    fs::remove_all(staging, ec);
-    return r;
-  };
-  ArchivePtr a = OpenRead(file, err);
-  if (!a) return fail(ImportResult::kCorrupt, *err);
-  archive_entry* e = nullptr;
-  size_t seen = 0;
-  bool first = true;
-  for (;;) {
-    int rc = archive_read_next_header(a.get(), &e);
-    if (rc == ARCHIVE_EOF) break;
-    if (rc != ARCHIVE_OK)
-      return fail(ImportResult::kCorrupt, file + " is corrupted: " + archive_error_string(a.get()));
-    std::string path = archive_entry_pathname(e);
-    std::string data, rerr;
-    if (!ReadEntryData(a.get(), &data, &rerr))
-      return fail(ImportResult::kCorrupt, file + " is corrupted at " + path + ": " + rerr);
-    if (first) {  // the manifest, read above
-      first = false;
-      continue;
+  CacheManifest& m = report->manifest;
+  m = CacheManifest{};
+  m.torch_version = facts.torch_version;
+  m.device = facts.device;
+  m.host = HostName();
+  m.created = static_cast<int64_t>(std::time(nullptr));
+  std::vector<CacheFile> files;
+  if (!ListCache(dir, &files, err)) return false;
+  // Pass one: every content file's size and hash (the manifest comes first in the archive).
+  std::vector<std::string> rels;
+  for (const CacheFile& f : files) {
+    if (f.type == S_IFLNK) report->skipped.push_back(f.rel + " (a symlink: never followed)");
+    else if (f.kind.empty()) report->skipped.push_back(f.rel + " (not written by Inductor)");
+    else if (IsContentKind(f.kind)) rels.push_back(f.rel);
+  }
+  ReadyMarkers(dir, &m, &rels, report);
+  for (const std::string& rel : rels) {
+    UniqueFd fd = OpenCacheFile(dirfd.get(), dir, rel, err);
+    ManifestFile mf{rel, 0, ""};
+    if (!fd || !HashFd(fd.get(), dir + "/" + rel, &mf.size, &mf.sha256, err)) return false;
+    m.files.push_back(std::move(mf));
+  }
+  // Pass two: the archive, into a temp file only we can read, streamed.
+  std::string tmp = file + ".tmp." + std::to_string(::getpid());
+  UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out) {
+    *err = ErrnoMessage("create " + tmp, errno);
+    return false;
+  }
+  ::fchmod(out.get(), 0600);
+  bool ok = false;
+  {
+    ArchivePtrW a(archive_write_new(), archive_write_free);
+    bool gz = EndsWith(file, ".tar.gz") || EndsWith(file, ".tgz");
+    int frc = EndsWith(file, ".tar") ? ARCHIVE_OK
+              : gz                   ? archive_write_add_filter_gzip(a.get())
+                                     : archive_write_add_filter_zstd(a.get());
+    if (frc != ARCHIVE_OK || archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
+        archive_write_open_fd(a.get(), out.get()) != ARCHIVE_OK) {
+      *err = WriteError(a.get(), file);
+    } else {
+      std::string text = m.Encode();
+      ok = AddEntryHeader(a.get(), kManifestName, text.size(), file, err);
+      if (ok && archive_write_data(a.get(), text.data(), text.size()) != static_cast<la_ssize_t>(text.size())) {
+        *err = WriteError(a.get(), file);
+        ok = false;
+      }
+      std::unique_ptr<char[]> buf(new char[kArchiveChunk]);
+      for (size_t i = 0; ok && i < m.files.size(); ++i)
+        ok = AddCacheFile(a.get(), dirfd.get(), dir, m.files[i], file, buf.get(), err);
+      if (ok && archive_write_close(a.get()) != ARCHIVE_OK) {
+        *err = WriteError(a.get(), file);
+        ok = false;
+      }
     }
-    auto it = want.find(path);
-    if (it == want.end() || archive_entry_filetype(e) != AE_IFREG)
-      return fail(ImportResult::kCorrupt, file + ": '" + path + "' is not in its manifest");
-    if (data.size() != it->second.first || Sha256Hex(data) != it->second.second)
-      return fail(ImportResult::kCorrupt, file + " is corrupted: " + path + " does not match its SHA-256");
-    fs::path out = fs::path(staging) / path;
-    if (std::string merr; !MakeDirs(out.parent_path().string(), 0700, &merr)) return fail(ImportResult::kIo, merr);
-    UniqueFd fd(::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    std::string werr;
-    if (!fd || !WriteAll(fd.get(), data, &werr))
-      return fail(ImportResult::kIo, fd ? werr : ErrnoMessage("open(" + out.string() + ")", errno));
-    ++seen;
   }
-  if (seen != want.size())
-    return fail(ImportResult::kCorrupt, file + " is truncated: " + std::to_string(seen) + " of " +
-                                            std::to_string(want.size()) + " files");
-
-  // Rename in: cache files first, READY markers last, so no reader is promised
-  // a warm cache before its files are there. Each file appears whole or not at all.
-  std::vector<std::string> order;
-  for (const auto& [p, _] : want)
-    if (p.rfind(".dflash/", 0) != 0) order.push_back(p);
-  for (const auto& [p, _] : want)
-    if (p.rfind(".dflash/", 0) == 0) order.push_back(p);
-  for (const std::string& p : order) {
-    fs::path dst = cache / p;
-    std::string merr;
-    if (!MakeDirs(dst.parent_path().string(), 0700, &merr)) return fail(ImportResult::kIo, merr);
-    if (::rename((fs::path(staging) / p).c_str(), dst.c_str()) != 0)
-      return fail(ImportResult::kIo, ErrnoMessage("rename into " + dst.string(), errno));
+  if (ok && ::fsync(out.get()) != 0) {
+    *err = ErrnoMessage("write " + file, errno);
+    ok = false;
   }
-  fs::remove_all(staging, ec);
-  return ImportResult::kOk;
+  struct stat st {};
+  if (ok && ::fstat(out.get(), &st) == 0) report->archive_bytes = static_cast<uint64_t>(st.st_size);
+  out.reset();
+  if (ok && ::rename(tmp.c_str(), file.c_str()) != 0) {
+    *err = ErrnoMessage("rename " + tmp + " to " + file, errno);
+    ok = false;
+  }
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    *err += " (the partial archive was removed)";
+  }
+  return ok;
 }
 
 }  // namespace dflash

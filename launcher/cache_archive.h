@@ -1,14 +1,19 @@
 // Portable compile-cache archives (`dflash-launch cache export|import`): a tar
-// (zstd, or gzip for .tar.gz/.tgz) written with libarchive, its first entry a
-// manifest naming the torch version, the device kind, the READY keys and every
-// file's size and SHA-256. Import checks the manifest against this machine,
-// unpacks beside the cache, verifies every hash, and only then renames the
-// files in, READY markers last.
+// (zstd; gzip for .tar.gz/.tgz; none for .tar) written with libarchive, its
+// first entry a manifest (launcher/cache_manifest.h) naming the torch version,
+// the device kind, the READY keys and every file's size and SHA-256.
+//
+// Both directions stream: a file's bytes pass through one fixed buffer, so
+// memory does not grow with a file, the cache or the archive (a 36 KB archive
+// that inflates to gigabytes costs what a small one costs). Neither ever
+// follows a symlink: export skips links (and files Inductor did not write) and
+// says so; import writes only plain files at checked relative paths.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <string>
+#include <vector>
+
+#include "launcher/cache_manifest.h"
 
 namespace dflash {
 
@@ -17,20 +22,40 @@ struct ArchiveFacts {
   std::string device;         // "cpu" or "cuda"
 };
 
-/// Writes `file` (atomically: temp + rename) from the cache in `dir`.
+struct ExportReport {
+  CacheManifest manifest;
+  uint64_t archive_bytes = 0;
+  std::vector<std::string> skipped;  // "fxgraph/x (a symlink: never followed)", ...
+};
+
+/// Writes `file` from the cache in `dir`: a temp file beside it created 0600
+/// with O_EXCL, renamed over `file` once complete. On failure the temp file is
+/// removed and `err` says what failed, on which path, with errno's text
+/// ("write /x/c.tar.zst: No space left on device").
 /// REQUIRES: the caller holds the cache's gate (no leader is writing).
-bool ExportCache(const std::string& dir, const std::string& file, const ArchiveFacts& facts,
-                 nlohmann::json* manifest, std::string* err);
+bool ExportCache(const std::string& dir, const std::string& file, const ArchiveFacts& facts, ExportReport* report,
+                 std::string* err);
 
 enum class ImportResult { kOk, kMismatch, kCorrupt, kIo };
 
-/// Reads the manifest of `file` only (no unpacking).
-bool ReadArchiveManifest(const std::string& file, nlohmann::json* manifest, std::string* err);
+struct ImportReport {
+  CacheManifest manifest;
+  bool cache_changed = false;   // true only if a failure could not be rolled back
+  bool rolled_back = false;     // files were installed, then taken out again: the cache is as it was
+  std::string rollback_error;   // why the roll-back was incomplete
+};
 
-/// Unpacks `file` into `dir`. The manifest must match `here` (torch version,
-/// device) unless `force`; a mismatch or a corrupted archive leaves the cache
-/// untouched. REQUIRES: the caller holds the cache's gate.
+/// Reads and type-checks the manifest of `file` only (no unpacking).
+bool ReadArchiveManifest(const std::string& file, CacheManifest* manifest, std::string* err);
+
+/// Unpacks `file` into `dir`, all or nothing: every entry is streamed into a
+/// staging dir inside `dir/.dflash/` with its size bounded by the manifest and
+/// its SHA-256 checked; then the files are renamed in, READY markers last. A
+/// failure at any step takes back what was renamed in (restoring files it
+/// replaced) and removes the staging dir; `report` says whether that worked.
+/// The manifest must match `here` (torch version, device) unless `force`.
+/// REQUIRES: the caller holds the cache's gate.
 ImportResult ImportCache(const std::string& file, const std::string& dir, const ArchiveFacts& here, bool force,
-                         nlohmann::json* manifest, std::string* err);
+                         ImportReport* report, std::string* err);
 
 }  // namespace dflash

@@ -14,7 +14,9 @@
 #include "cachelock/status.h"
 #include "common/exit_codes.h"
 #include "common/fd.h"
+#include "common/secure_path.h"
 #include "launcher/cache_archive.h"
+#include "launcher/cache_clear.h"
 #include "launcher/cache_inventory.h"
 #include "launcher/commands.h"
 #include "launcher/torch_version.h"
@@ -24,13 +26,6 @@ namespace fs = std::filesystem;
 namespace {
 
 void Say(const std::string& line) { std::fprintf(stderr, "dflash-launch: %s\n", line.c_str()); }
-
-std::string Stamp() {
-  char buf[32];
-  std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
-  return buf;
-}
 
 int Status(const Plan& plan, bool json) {
   const std::string& dir = plan.config.run.cache_dir;
@@ -103,34 +98,47 @@ int TakeGate(const std::string& dir, const std::string& purpose, Millis timeout,
   return exit_code::kOk;
 }
 
+/// The cache dir must be ours, reached only through links and parents that nobody else
+/// controls (exit 73 otherwise, with the fix). An absent dir passes: nothing to act on.
+int CheckCacheDir(const std::string& dir) {
+  std::string err;
+  if (!CheckSecurePath(dir, &err)) {
+    Say(err);
+    return exit_code::kCannotCreate;
+  }
+  return exit_code::kOk;
+}
+
 int Export(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
+  if (int rc = CheckCacheDir(dir)) return rc;
   if (!ScanCache(dir).exists) {
     Say("cache " + dir + " does not exist: nothing to export");
     return exit_code::kFailure;
   }
   HeldGate held;  // nobody compiles into it while we read it
   if (int rc = TakeGate(dir, "cache-export", o.timeout, &held)) return rc;
-  nlohmann::json manifest;
+  ExportReport report;
   std::string err;
-  if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config)}, &manifest, &err)) {
-    Say(err);
+  if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config)}, &report, &err)) {
+    Say("export failed: " + err);
     return exit_code::kFailure;
   }
-  struct stat st {};
-  ::stat(o.file.c_str(), &st);
-  std::cout << "exported " << manifest["files"].size() << " files and " << manifest["keys"].size()
-            << " READY key(s) of " << dir << " to " << o.file << " (" << HumanBytes(static_cast<uint64_t>(st.st_size))
-            << ", torch " << manifest["torch_version"].get<std::string>() << ", " << manifest["device"].get<std::string>()
-            << ")\n";
+  for (size_t i = 0; i < report.skipped.size() && i < 20; ++i) Say("skipped " + report.skipped[i]);
+  if (report.skipped.size() > 20) Say("skipped " + std::to_string(report.skipped.size() - 20) + " more");
+  const CacheManifest& m = report.manifest;
+  std::cout << "exported " << m.files.size() << " files and " << m.keys.size() << " READY key(s) of " << dir
+            << " to " << o.file << " (" << HumanBytes(report.archive_bytes) << ", torch " << m.torch_version << ", "
+            << m.device << ")\n";
   return exit_code::kOk;
 }
 
 int Import(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
+  if (int rc = CheckCacheDir(dir)) return rc;
   ArchiveFacts here{CacheTorchVersion(plan), DeviceKind(plan.config)};
   // Check before waiting for the gate: a wrong archive is refused at once.
-  nlohmann::json manifest;
+  CacheManifest manifest;
   std::string err;
   if (!ReadArchiveManifest(o.file, &manifest, &err)) {
     Say("refused: " + err + "; the cache is untouched");
@@ -138,18 +146,25 @@ int Import(const Plan& plan, const CacheOptions& o) {
   }
   HeldGate held;  // a running compile finishes first; nobody reads a half-imported cache
   if (int rc = TakeGate(dir, "cache-import", o.timeout, &held)) return rc;
-  ImportResult r = ImportCache(o.file, dir, here, o.force, &manifest, &err);
-  if (r != ImportResult::kOk) {
-    Say("refused: " + err + "; the cache is untouched");
+  ImportReport r;
+  if (ImportCache(o.file, dir, here, o.force, &r, &err) != ImportResult::kOk) {
+    if (r.cache_changed)
+      Say("import failed: " + err + "; rolling back also failed (" + r.rollback_error +
+          "): some imported files remain in " + dir + ", but no READY marker was installed");
+    else if (r.rolled_back)
+      Say("import failed: " + err + "; the files already renamed in were taken out again: the cache is as it was");
+    else
+      Say("refused: " + err + "; the cache is untouched");
     return exit_code::kFailure;
   }
-  std::cout << "imported " << manifest["files"].size() << " files and " << manifest["keys"].size()
-            << " READY key(s) into " << dir << " (torch " << manifest.value("torch_version", "?") << ")\n";
+  std::cout << "imported " << r.manifest.files.size() << " files and " << r.manifest.keys.size()
+            << " READY key(s) into " << dir << " (torch " << r.manifest.torch_version << ")\n";
   return exit_code::kOk;
 }
 
 int Clear(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
+  if (int rc = CheckCacheDir(dir)) return rc;
   if (!ScanCache(dir).exists) {
     std::cout << "cache " << dir << " does not exist: nothing to clear\n";
     return exit_code::kOk;
@@ -182,34 +197,24 @@ int Clear(const Plan& plan, const CacheOptions& o) {
   }
   HeldGate held;  // never under a running compile
   if (int rc = TakeGate(dir, "cache-clear", o.timeout, &held)) return rc;
-  // Promises first: with no READY left, nobody trusts what remains. Then each
-  // top-level entry is renamed aside in one step (a reader sees it whole or
-  // not at all) and deleted there, out of every reader's path.
-  fs::path trash = fs::path(dir) / ".dflash" / ("trash-" + Stamp() + "-" + std::to_string(::getpid()));
-  std::error_code ec;
-  if (!MakeDirs(trash.string(), 0700, &err)) {
-    Say(err);
-    return exit_code::kCannotCreate;
+  ClearReport report;
+  bool ok = ClearCache(dir, &report, &err);
+  std::cout << (ok ? "cleared " : "clear stopped in ") << dir << ": " << report.Describe() << "\n";
+  if (!report.left.empty()) {
+    std::cout << "left " << report.left.size() << " entr" << (report.left.size() == 1 ? "y" : "ies")
+              << " that Inductor, Triton and the gate did not write (not touched):";
+    for (size_t i = 0; i < report.left.size() && i < 20; ++i) {
+      const auto& [path, files] = report.left[i];
+      std::cout << (i ? ", " : " ") << path;
+      if (path.back() == '/') std::cout << " (" << files << " file" << (files == 1 ? "" : "s") << ")";
+    }
+    if (report.left.size() > 20) std::cout << " and " << report.left.size() - 20 << " more";
+    std::cout << "\n";
   }
-  if (fs::exists(fs::path(dir) / ".dflash/ready", ec) &&
-      ::rename((fs::path(dir) / ".dflash/ready").c_str(), (trash / "ready").c_str()) != 0) {
-    Say(ErrnoMessage("rename(READY markers)", errno));
+  if (!ok) {
+    Say("clear failed: " + err);
     return exit_code::kFailure;
   }
-  if (!MakeDirs((fs::path(dir) / ".dflash/ready").string(), 0700, &err)) {
-    Say(err);
-    return exit_code::kCannotCreate;
-  }
-  CacheInventory before = ScanCache(dir);
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().filename() == ".dflash") continue;
-    if (::rename(e.path().c_str(), (trash / e.path().filename()).c_str()) != 0) {
-      Say(ErrnoMessage("rename(" + e.path().string() + ")", errno));
-      return exit_code::kFailure;
-    }
-  }
-  fs::remove_all(trash, ec);
-  std::cout << "cleared " << dir << ": " << before.Describe() << "\n";
   return exit_code::kOk;
 }
 

@@ -1,11 +1,13 @@
 #include "launcher/cache_inventory.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
+
+#include "common/secure_path.h"
 
 namespace dflash {
-namespace fs = std::filesystem;
 
 std::string HumanBytes(uint64_t b) {
   char buf[32];
@@ -16,44 +18,49 @@ std::string HumanBytes(uint64_t b) {
   return buf;
 }
 
-std::string CacheKindOf(const std::string& rel) {
-  std::string top = rel.substr(0, rel.find('/'));
-  std::string name = fs::path(rel).filename().string();
-  if (top == ".dflash" || top == "locks" || rel == top) return "";  // the gate, build locks, stray root files
-  if (name.find(".tmp") != std::string::npos || name.rfind(".", 0) == 0) return "";  // writes in flight
-  if (top == "fxgraph" || top == "aotautograd" || top == "triton") return top;
-  if (top.size() == 2) return "kernels";
-  return "other";
+bool ListCache(const std::string& dir, std::vector<CacheFile>* out, std::string* err) {
+  out->clear();
+  bool ok = WalkTree(dir, [&](const std::string& rel, const struct stat& st) {
+    if (rel == ".dflash") return false;
+    if (S_ISDIR(st.st_mode)) return true;
+    CacheFile f;
+    f.rel = rel;
+    f.type = st.st_mode & S_IFMT;
+    f.bytes = static_cast<uint64_t>(st.st_size);
+    f.kind = S_ISREG(st.st_mode) ? CacheKindOf(rel) : "";
+    out->push_back(std::move(f));
+    return true;
+  }, err);
+  std::sort(out->begin(), out->end(), [](const CacheFile& a, const CacheFile& b) { return a.rel < b.rel; });
+  return ok;
 }
 
 std::vector<std::string> CacheContentFiles(const std::string& dir) {
+  std::vector<CacheFile> files;
+  std::string err;
   std::vector<std::string> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
-       it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) break;
-    if (!it->is_regular_file(ec)) continue;
-    std::string rel = fs::relative(it->path(), dir, ec).string();
-    if (!CacheKindOf(rel).empty()) out.push_back(rel);
-  }
-  std::sort(out.begin(), out.end());
+  if (!ListCache(dir, &files, &err)) return out;
+  for (const CacheFile& f : files)
+    if (IsContentKind(f.kind)) out.push_back(f.rel);
   return out;
 }
 
 CacheInventory ScanCache(const std::string& dir) {
   CacheInventory inv;
-  std::error_code ec;
-  inv.exists = fs::is_directory(dir, ec);
-  for (const char* k : {"fxgraph", "aotautograd", "kernels", "triton", "other"}) inv.kinds[k];
-  for (const std::string& rel : CacheContentFiles(dir)) {
-    uint64_t size = fs::file_size(fs::path(dir) / rel, ec);
-    if (ec) continue;
-    KindStats& k = inv.kinds[CacheKindOf(rel)];
+  struct stat st {};
+  inv.exists = ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  for (const char* k : {"fxgraph", "aotautograd", "kernels", "triton"}) inv.kinds[k];
+  std::vector<CacheFile> files;
+  std::string err;
+  if (!inv.exists || !ListCache(dir, &files, &err)) return inv;
+  for (const CacheFile& f : files) {
+    if (f.kind.empty()) ++inv.foreign_files;
+    if (!IsContentKind(f.kind)) continue;
+    KindStats& k = inv.kinds[f.kind];
     ++k.files;
-    k.bytes += size;
+    k.bytes += f.bytes;
     ++inv.total_files;
-    inv.total_bytes += size;
+    inv.total_bytes += f.bytes;
   }
   return inv;
 }
@@ -65,11 +72,14 @@ std::string CacheInventory::Describe() const {
     if (!s.empty()) s += ", ";
     s += name + " " + std::to_string(k.files) + " (" + HumanBytes(k.bytes) + ")";
   }
-  return s.empty() ? "empty" : s + "; total " + HumanBytes(total_bytes);
+  s = s.empty() ? "empty" : s + "; total " + HumanBytes(total_bytes);
+  if (foreign_files) s += "; and " + std::to_string(foreign_files) + " files Inductor did not write";
+  return s;
 }
 
 nlohmann::json CacheInventory::ToJson() const {
-  nlohmann::json j = {{"exists", exists}, {"files", total_files}, {"bytes", total_bytes}};
+  nlohmann::json j = {{"exists", exists}, {"files", total_files}, {"bytes", total_bytes},
+                      {"foreign_files", foreign_files}};
   for (const auto& [name, k] : kinds) j["kinds"][name] = {{"files", k.files}, {"bytes", k.bytes}};
   return j;
 }

@@ -11,6 +11,8 @@
 
 #include "common/duration.h"
 #include "common/shape_contract.h"
+#include "common/inductor_layout.h"
+#include "common/secure_path.h"
 #include "launcher/config_internal.h"
 
 namespace dflash {
@@ -195,8 +197,14 @@ void CheckModel(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
 void CheckCacheDir(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
   const std::string& dir = cfg->run.cache_dir;
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) return;  // created 0700 at run time
   SourcePos pos = PosIn(root, {"run", "cache_dir"}, cfg->path);
+  if (::stat(dir.c_str(), &st) != 0) {  // created 0700 at run time, if the way there is safe
+    std::string why;
+    if (!dir.empty() && !CheckSecurePath(dir, &why))
+      errors->push_back({pos, "run.cache_dir", "cache_dir is not safe to create", "a path only you (or root) control",
+                         why, "use a directory of your own"});
+    return;
+  }
   if (!S_ISDIR(st.st_mode)) {
     errors->push_back({pos, "run.cache_dir", "cache_dir is not a directory", "a directory (or a path to create)",
                        dir + " is a file", "point cache_dir at a directory, or move the file away"});
@@ -208,12 +216,25 @@ void CheckCacheDir(const toml::table& root, RunConfig* cfg, std::vector<ConfigEr
                        "a directory owned by uid " + std::to_string(::geteuid()),
                        dir + " owned by uid " + std::to_string(st.st_uid),
                        "Inductor loads code from it: use your own directory, or sudo chown $(id -u) " + dir});
-  } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    return;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%o", st.st_mode & 0777);
     errors->push_back({pos, "run.cache_dir", "cache_dir is writable by group or others",
                        "no group/other write permission", dir + " has mode " + mode,
                        "Inductor loads code from it, so others could run code in your training: chmod go-w " + dir});
+    return;
+  }
+  // The way there (links, parents) and the tree Inductor reads (sub-dirs, kernels, READY markers).
+  std::string why;
+  if (!CheckSecurePath(dir, &why) || !CheckPrivateTree(dir, InductorReads, &why)) {
+    size_t fix = why.rfind("; fix: ");
+    std::string found = fix == std::string::npos ? why : why.substr(0, fix);
+    std::string hint = fix == std::string::npos ? "use a directory of your own" : why.substr(fix + 7);
+    errors->push_back({pos, "run.cache_dir", "cache_dir is not safe to load code from",
+                       "a path only you (or root) control, and a cache tree that is yours alone, with no symlinks",
+                       found, hint});
   }
 }
 

@@ -117,14 +117,15 @@ def test_export_clear_import_verify(bin_dir, tmp_path):
 
 
 def fake_cache(cache, dirs=60):
-    """A cache-shaped tree: two-letter kernel dirs with a .cpp and a .so each."""
+    """A cache-shaped tree as Inductor names it: two-letter kernel dirs <2>/c<2><hash> with a .cpp, a .so
+    and a .py each, and an FX graph entry fxgraph/<2>/f<2><hash>/<entry>."""
     for i in range(dirs):
         d = cache / f"{i:02x}"
         d.mkdir(parents=True)
         for ext in (".cpp", ".so", ".py"):
-            (d / f"k{i}{ext}").write_bytes(os.urandom(4096))
-    (cache / "fxgraph").mkdir()
-    (cache / "fxgraph" / "entry").write_bytes(b"x" * 100)
+            (d / f"c{i:02x}k{i}{ext}").write_bytes(os.urandom(4096))
+    (cache / "fxgraph" / "ab" / "fabentry").mkdir(parents=True)
+    (cache / "fxgraph" / "ab" / "fabentry" / "e1").write_bytes(b"x" * 100)
 
 
 def test_clear_waits_for_the_gate_and_no_reader_sees_half_a_cache(bin_dir, tmp_path):

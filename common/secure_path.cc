@@ -1,0 +1,353 @@
+#include "common/secure_path.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <deque>
+#include <memory>
+
+#include "common/fd.h"
+
+namespace dflash {
+namespace {
+
+std::string Octal(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+std::string Who(const struct stat& st) {
+  return UserNameOf(st.st_uid) + " (uid " + std::to_string(st.st_uid) + ")";
+}
+
+std::string Me() {
+  uid_t me = ::geteuid();
+  return UserNameOf(me) + ", uid " + std::to_string(me);
+}
+
+const char* Writers(mode_t m) {
+  return (m & S_IWGRP) && (m & S_IWOTH) ? "group and others" : (m & S_IWGRP) ? "its group" : "others";
+}
+
+/// Write bits that let someone else in: others always; the group unless it is our private group.
+bool OthersCanWrite(const struct stat& st) {
+  if (st.st_mode & S_IWOTH) return true;
+  return (st.st_mode & S_IWGRP) && !GroupIsOnlyMe(st.st_gid);
+}
+
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+std::string Parent(const std::string& p) {
+  size_t slash = p.find_last_of('/');
+  return slash == 0 || slash == std::string::npos ? "/" : p.substr(0, slash);
+}
+
+std::string Join(const std::string& dir, const std::string& name) { return dir == "/" ? "/" + name : dir + "/" + name; }
+
+}  // namespace
+
+std::string UserNameOf(uid_t uid) {
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  char buf[1024];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) return found->pw_name;
+  return std::to_string(uid);
+}
+
+bool GroupIsOnlyMe(gid_t gid) {
+  struct passwd pw {};
+  struct passwd* me = nullptr;
+  char pbuf[1024];
+  if (::getpwuid_r(::geteuid(), &pw, pbuf, sizeof pbuf, &me) != 0 || !me) return false;
+  struct group gr {};
+  struct group* g = nullptr;
+  std::vector<char> gbuf(16384);
+  if (::getgrgid_r(gid, &gr, gbuf.data(), gbuf.size(), &g) != 0 || !g) return false;
+  size_t members = 0;
+  bool only_me = true;
+  for (char** m = g->gr_mem; m && *m; ++m, ++members) only_me = only_me && std::string(*m) == me->pw_name;
+  if (members > 0) return only_me;
+  // No listed members: only those whose primary group it is. A user private group is named after its user.
+  return gid == me->pw_gid && std::string(g->gr_name) == me->pw_name;
+}
+
+bool CheckSecurePath(const std::string& path, std::string* err) {
+  if (path.empty()) {
+    *err = "the cache dir is empty";
+    return false;
+  }
+  std::string abs = path;
+  if (abs[0] != '/') {
+    char cwd[PATH_MAX];
+    if (!::getcwd(cwd, sizeof cwd)) {
+      *err = ErrnoMessage("getcwd", errno);
+      return false;
+    }
+    abs = std::string(cwd) + "/" + path;
+  }
+  const uid_t me = ::geteuid();
+  std::deque<std::string> todo;
+  for (auto& p : Split(abs)) todo.push_back(std::move(p));
+  std::string cur = "/";
+  int links = 0;
+  auto refuse = [&](const std::string& why) {
+    *err = "refusing cache dir " + path + ": " + why;
+    return false;
+  };
+  struct stat st {};
+  if (::lstat("/", &st) != 0) return refuse(ErrnoMessage("lstat(/)", errno));
+  while (!todo.empty()) {
+    std::string comp = todo.front();
+    todo.pop_front();
+    if (comp == ".") continue;
+    if (comp == "..") {
+      cur = Parent(cur);
+      continue;
+    }
+    // `cur` is a real directory that passed; before descending, its writers must be only us or root.
+    if (::lstat(cur.c_str(), &st) != 0) return refuse(ErrnoMessage("lstat(" + cur + ")", errno));
+    if (st.st_uid != me && st.st_uid != 0)
+      return refuse(cur + " is owned by " + Who(st) + ", who could replace " + comp +
+                    " with a link of their own; fix: use a directory whose every parent is yours or root's (or chown " +
+                    std::to_string(me) + " " + cur + ")");
+    if (OthersCanWrite(st) && !(st.st_mode & S_ISVTX))
+      return refuse(cur + " is writable by " + Writers(st.st_mode) + " (mode " + Octal(st.st_mode) +
+                    ", not sticky), who could swap " + comp + " for a link of their own; fix: chmod go-w " + cur);
+    std::string next = Join(cur, comp);
+    if (::lstat(next.c_str(), &st) != 0) {
+      if (errno == ENOENT) return true;  // the rest is created by us, 0700, under a parent only we can write
+      return refuse(ErrnoMessage("lstat(" + next + ")", errno));
+    }
+    if (S_ISLNK(st.st_mode)) {
+      if (st.st_uid != me && st.st_uid != 0)
+        return refuse("it is reached through the symlink " + next + " owned by " + Who(st) +
+                      ", not by you or root: its owner decides where it leads; fix: use the real path, or remove the "
+                      "link (rm " + next + ")");
+      if (++links > 40) return refuse("too many levels of symbolic links at " + next);
+      char target[PATH_MAX];
+      ssize_t n = ::readlink(next.c_str(), target, sizeof target - 1);
+      if (n < 0) return refuse(ErrnoMessage("readlink(" + next + ")", errno));
+      target[n] = '\0';
+      std::vector<std::string> parts = Split(target);
+      for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.push_front(*it);
+      if (target[0] == '/') cur = "/";
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode)) return refuse(next + " is not a directory");
+    cur = next;
+  }
+  // The cache dir itself: ours, and nobody else's to write.
+  if (::lstat(cur.c_str(), &st) != 0) return refuse(ErrnoMessage("lstat(" + cur + ")", errno));
+  if (st.st_uid != me)
+    return refuse("it is owned by " + Who(st) + ", not by you (" + Me() +
+                  "); whoever owns it can plant code Inductor loads and forge READY markers; fix: chown " +
+                  std::to_string(me) + " " + cur + " (or use a directory of your own)");
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return refuse("it is writable by " + std::string(Writers(st.st_mode)) + " (mode " + Octal(st.st_mode) +
+                  "), who could plant code Inductor loads and forge READY markers; fix: chmod go-w " + cur);
+  return true;
+}
+
+bool WalkTree(const std::string& dir, const std::function<bool(const std::string&, const struct stat&)>& visit,
+              std::string* err) {
+  UniqueFd root(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!root) {
+    *err = ErrnoMessage("open(" + dir + ")", errno);
+    return false;
+  }
+  // One open directory per level: a deep tree costs fds only as deep as it is.
+  std::function<bool(int, const std::string&)> walk = [&](int dfd, const std::string& prefix) -> bool {
+    int fd = ::dup(dfd);
+    if (fd < 0) {
+      *err = ErrnoMessage("dup", errno);
+      return false;
+    }
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(fd), ::closedir);
+    if (!d) {
+      ::close(fd);
+      *err = ErrnoMessage("opendir(" + dir + "/" + prefix + ")", errno);
+      return false;
+    }
+    while (struct dirent* e = ::readdir(d.get())) {
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st {};
+      if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+      std::string rel = prefix.empty() ? name : prefix + "/" + name;
+      if (!visit(rel, st) || !S_ISDIR(st.st_mode)) continue;
+      UniqueFd sub(::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+      if (!sub) {
+        if (errno == ENOENT) continue;
+        *err = ErrnoMessage("open(" + dir + "/" + rel + ")", errno);
+        return false;
+      }
+      if (!walk(sub.get(), rel)) return false;
+    }
+    return true;
+  };
+  return walk(root.get(), "");
+}
+
+bool CheckPrivateTree(const std::string& dir, const std::function<bool(const std::string&)>& covers,
+                      std::string* err) {
+  const uid_t me = ::geteuid();
+  std::string first, fix;
+  uint64_t bad = 0;
+  auto flag = [&](const std::string& rel, std::string why, std::string how) {
+    if (bad++ == 0) {
+      first = dir + "/" + rel + " " + why;
+      fix = std::move(how);
+    }
+  };
+  bool ok = WalkTree(dir, [&](const std::string& rel, const struct stat& st) {
+    if (!covers(rel)) return false;
+    std::string path = dir + "/" + rel;
+    if (S_ISLNK(st.st_mode)) {
+      char target[PATH_MAX];
+      ssize_t n = ::readlinkat(AT_FDCWD, path.c_str(), target, sizeof target - 1);
+      std::string to = n >= 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+      flag(rel, "is a symlink (to " + to + "): Inductor would follow it out of the cache", "rm " + path);
+      return false;
+    }
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+      flag(rel, "is neither a file nor a directory", "rm " + path);
+      return false;
+    }
+    if (st.st_uid != me) {
+      flag(rel, "is owned by " + Who(st) + ", not by you (" + Me() + "): Inductor would load what they wrote",
+           "chown -R " + std::to_string(me) + " " + path + " (or rm -r it)");
+      return S_ISDIR(st.st_mode);
+    }
+    if (OthersCanWrite(st)) {
+      flag(rel, std::string("is writable by ") + Writers(st.st_mode) + " (mode " + Octal(st.st_mode) +
+                    "): they could plant code Inductor loads",
+           "chmod -R go-w " + dir);
+    }
+    return true;
+  }, err);
+  if (!ok) return false;
+  if (bad == 0) return true;
+  *err = "refusing cache dir " + dir + ": " + first +
+         (bad > 1 ? " (and " + std::to_string(bad - 1) + " more entries like it)" : "") + "; fix: " + fix;
+  return false;
+}
+
+int OpenBeneath(int dirfd, const std::string& rel, int flags, mode_t mode) {
+  std::vector<std::string> parts = Split(rel);
+  if (parts.empty() || rel[0] == '/') {
+    errno = EINVAL;
+    return -1;
+  }
+  for (const std::string& p : parts)
+    if (p == "." || p == "..") {
+      errno = EINVAL;
+      return -1;
+    }
+  UniqueFd cur;
+  int at = dirfd;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    int fd = ::openat(at, parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    cur.reset(fd);
+    at = cur.get();
+  }
+  return ::openat(at, parts.back().c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode);
+}
+
+bool MakeDirsBeneath(int dirfd, const std::string& rel, std::vector<std::string>* created, std::string* err) {
+  std::string sofar;
+  for (const std::string& p : Split(rel)) {
+    if (p == "." || p == "..") {
+      *err = "refusing the path " + rel;
+      return false;
+    }
+    sofar = sofar.empty() ? p : sofar + "/" + p;
+    int rc = -1;
+    {
+      // mkdirat through a parent opened without following links.
+      size_t slash = sofar.find_last_of('/');
+      UniqueFd parent(slash == std::string::npos ? ::dup(dirfd)
+                                                  : OpenBeneath(dirfd, sofar.substr(0, slash), O_RDONLY | O_DIRECTORY));
+      if (!parent) {
+        *err = ErrnoMessage("open(" + sofar.substr(0, slash) + ")", errno);
+        return false;
+      }
+      std::string leaf = slash == std::string::npos ? sofar : sofar.substr(slash + 1);
+      rc = ::mkdirat(parent.get(), leaf.c_str(), 0700);
+      if (rc != 0 && errno != EEXIST) {
+        *err = ErrnoMessage("mkdir(" + sofar + ")", errno);
+        return false;
+      }
+      struct stat st {};
+      if (::fstatat(parent.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
+        *err = sofar + " is not a directory (a symlink?)";
+        return false;
+      }
+    }
+    if (rc == 0 && created) created->push_back(sofar);
+  }
+  return true;
+}
+
+bool RemoveTreeAt(int dirfd, const std::string& name, uint64_t* files, std::string* err) {
+  struct stat st {};
+  if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return true;
+    *err = ErrnoMessage("lstat(" + name + ")", errno);
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlinkat(dirfd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      *err = ErrnoMessage("unlink(" + name + ")", errno);
+      return false;
+    }
+    ++*files;
+    return true;
+  }
+  UniqueFd sub(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!sub) {
+    *err = ErrnoMessage("open(" + name + ")", errno);
+    return false;
+  }
+  std::vector<std::string> names;
+  {
+    int fd = ::dup(sub.get());
+    std::unique_ptr<DIR, int (*)(DIR*)> d(fd >= 0 ? ::fdopendir(fd) : nullptr, ::closedir);
+    if (!d) {
+      if (fd >= 0) ::close(fd);
+      *err = ErrnoMessage("opendir(" + name + ")", errno);
+      return false;
+    }
+    while (struct dirent* e = ::readdir(d.get())) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+  }
+  for (const std::string& n : names)
+    if (!RemoveTreeAt(sub.get(), n, files, err)) return false;
+  if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    *err = ErrnoMessage("rmdir(" + name + ")", errno);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace dflash

@@ -1,0 +1,62 @@
+// Who could change what a cache path means: the checks that keep another user
+// from steering a root (or any) `cache clear/import/export`, or Inductor's
+// loads, somewhere else. Modelled on OpenSSH's secure-path check (misc.c,
+// safe_path): every component is lstat'ed, nothing is taken on a resolved path.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dflash {
+
+/// Refuses `path` if anyone but us or root could make it lead somewhere else:
+/// walking from `/`, every symlink on the way must be owned by us or root (its
+/// owner decides where it points), every directory above the last must be owned
+/// by us or root and not writable by group/others unless sticky (else its
+/// writers could swap the next component), and the last directory must be ours
+/// and not group/other-writable. Components that do not exist yet are fine (we
+/// create them 0700). The error names the component and the fix.
+bool CheckSecurePath(const std::string& path, std::string* err);
+
+/// Refuses a tree (under `dir`, never following a link) that holds anything
+/// another user could have written and Inductor would load: a symlink, an entry
+/// that is neither a file nor a directory, an entry owned by someone else, or one
+/// writable by others (or by a group that is not our private group: a umask of
+/// 002 is fine). The error names the first offender, how many more there are,
+/// and the `chmod`/`chown`/`rm` that fixes them.
+/// Only entries for which `covers(rel)` is true are checked (and descended into).
+bool CheckPrivateTree(const std::string& dir, const std::function<bool(const std::string& rel)>& covers,
+                      std::string* err);
+
+/// True if a group-write bit on a file with group `gid` gives nobody but us
+/// write access (a user private group: its only member is us). As OpenSSH.
+bool GroupIsOnlyMe(gid_t gid);
+
+/// Opens `rel` (relative, no "." or ".." parts) beneath `dirfd`, refusing to
+/// follow a symlink anywhere on the way (ELOOP/ENOTDIR). -1 with errno set.
+/// `flags` gets O_NOFOLLOW | O_CLOEXEC added.
+int OpenBeneath(int dirfd, const std::string& rel, int flags, mode_t mode = 0);
+
+/// Creates the missing directories of `rel` beneath `dirfd` (0700), never
+/// through a symlink. `created` (if given) gets each one made, outermost first.
+bool MakeDirsBeneath(int dirfd, const std::string& rel, std::vector<std::string>* created, std::string* err);
+
+/// Every entry under `dir` (lstat: links are reported, never followed), depth
+/// first, directories before their contents. `visit(rel, st)` returns false to
+/// skip a directory's contents. Entries that vanish mid-walk are skipped.
+bool WalkTree(const std::string& dir, const std::function<bool(const std::string& rel, const struct stat& st)>& visit,
+              std::string* err);
+
+/// Removes `name` in `dirfd` and everything under it without following a link;
+/// adds the number of non-directories removed to `*files`.
+bool RemoveTreeAt(int dirfd, const std::string& name, uint64_t* files, std::string* err);
+
+/// The user name of `uid` ("65534" if it has none).
+std::string UserNameOf(uid_t uid);
+
+}  // namespace dflash
