@@ -51,7 +51,12 @@ void ReadMasterPort(TableReader& r, RunSpec* run) {
   run->master_port_pos = r.ValuePos("master_port");
   if (!n) return;
   if (n->is_string()) {
-    if (n->as_string()->get() != "auto")
+    const std::string& text = n->as_string()->get();
+    bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    if (digits)
+      r.Error("master_port", r.ValuePos("master_port"), "wrong type", DescribeType(*FindKey("run", "master_port")),
+              DescribeNode(*n), "remove the quotes: master_port = " + text);
+    else if (text != "auto")
       r.Error("master_port", r.ValuePos("master_port"), "not a port", DescribeType(*FindKey("run", "master_port")),
               DescribeNode(*n), "write master_port = \"auto\" (a free port per run) or a number like 29500");
     return;
