@@ -28,7 +28,7 @@ std::string Devices(const RoleSpec& r) {
 }
 
 std::string Pad(std::string s, size_t n) {
-  if (s.size() < n) s.append(n - s.size(), ' ');
+  s.append(s.size() < n ? n - s.size() : 1, ' ');  // a long name still gets its separating space
   return s;
 }
 

@@ -391,3 +391,15 @@ def test_kubernetes_indexed_job_env(bin_dir, tmp_path):
     env.update(PET_NNODES="1:4")
     r = run([bin_dir / "dflash-launch", "check", config], env=env)
     assert r.returncode == 64 and "elastic ranges" in r.stderr
+
+
+def test_the_slurm_example_config_places_two_nodes(bin_dir):
+    config = ROOT / "examples/slurm/run.toml"
+    nodes = [check_json(bin_dir, config, "--nnodes", "2", "--node-rank", str(n), "--run-id", "ex") for n in (0, 1)]
+    assert [len(n["processes"]) for n in nodes] == [8, 8]
+    assert [p["rank"] for p in nodes[1]["processes"]] == list(range(8, 16))
+    assert {p["role"] for p in nodes[1]["processes"]} == {"drafter-remote"}
+    assert nodes[0]["run"]["master_port"] == nodes[1]["run"]["master_port"]
+    # Both drafter roles share one gate key: one compile for the whole run on a shared cache.
+    keys = {p["gate_key"] for n in nodes for p in n["processes"] if p["role"].startswith("drafter")}
+    assert keys == {"drafter"}
