@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <random>
+
+#include "common/exit_codes.h"
 
 #include "launcher/holder_lock.h"
 
@@ -149,6 +152,29 @@ ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortRese
     if (ReserveResult r = one(&plan->role_master_ports[i], what); r != ReserveResult::kReserved) return r;
   }
   return ReserveResult::kReserved;
+}
+
+int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
+  std::string lock_dir, warning, err;
+  if (!PortLockDir(&lock_dir, &warning, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  if (!warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", warning.c_str());
+  switch (ReservePlanPorts(plan, lock_dir, held, &err)) {
+    case ReserveResult::kReserved:
+      return exit_code::kOk;
+    case ReserveResult::kInUse:
+      std::fprintf(stderr,
+                   "dflash-launch: %s; nothing was started. Use master_port = \"auto\" (the default) for a free "
+                   "port, or another port%s\n",
+                   err.c_str(), plan->nnodes > 1 ? " (several nodes: or another run id, from which auto derives it)" : "");
+      return exit_code::kInUse;
+    case ReserveResult::kFailed:
+      break;
+  }
+  std::fprintf(stderr, "dflash-launch: cannot reserve ports: %s\n", err.c_str());
+  return exit_code::kCannotCreate;
 }
 
 }  // namespace dflash

@@ -51,4 +51,8 @@ ReserveResult ReserveFreePort(const std::string& lock_dir, const std::string& re
 /// ROLE_MASTER_PORT whose role rank 0 is here). kInUse: exit 69, nothing spawned.
 ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err);
 
+/// ReservePlanPorts in the default lock dir, errors and warnings on stderr.
+/// Returns 0, 69 (a port is taken: nothing may be spawned) or 73.
+int ReservePlanPortsOrReport(Plan* plan, PortReservations* held);
+
 }  // namespace dflash

@@ -58,26 +58,8 @@ int RunRun(const RunOptions& opts, char** env) {
       return exit_code::kCannotCreate;
   }
   // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
-  std::string lock_dir, warning;
-  if (!PortLockDir(&lock_dir, &warning, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
-  if (!warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", warning.c_str());
   PortReservations ports;
-  switch (ReservePlanPorts(&plan, lock_dir, &ports, &err)) {
-    case ReserveResult::kReserved:
-      break;
-    case ReserveResult::kInUse:
-      std::fprintf(stderr,
-                   "dflash-launch: %s; nothing was started. Use master_port = \"auto\" (the default) for a free "
-                   "port, or another port%s\n",
-                   err.c_str(), plan.nnodes > 1 ? " (several nodes: or another run id, from which auto derives it)" : "");
-      return exit_code::kInUse;
-    case ReserveResult::kFailed:
-      std::fprintf(stderr, "dflash-launch: cannot reserve ports: %s\n", err.c_str());
-      return exit_code::kCannotCreate;
-  }
+  if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
   auto log = OpenSupervisorLog(plan.run_dir + "/supervisor.log", &err);
   if (!log) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
