@@ -65,7 +65,9 @@ int PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::str
   }
   PlanOptions po;
   po.run_id = run_id;
-  if (po.run_id.empty() && !setup.run_id.empty()) po.run_id = config.run.name + "-" + setup.run_id;
+  // The scheduler's job id only where the nodes must agree: one node keeps a fresh id per
+  // launch, so two runs in one batch script never share a run dir.
+  if (po.run_id.empty() && !setup.run_id.empty() && setup.nnodes > 1) po.run_id = config.run.name + "-" + setup.run_id;
   // `check` shows the placeholder for any number of nodes; a run of several needs a shared id.
   if (po.run_id.empty() && (setup.nnodes == 1 || fallback_run_id == "<run_id>")) po.run_id = fallback_run_id;
   if (po.run_id.empty()) {

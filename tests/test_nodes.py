@@ -403,3 +403,11 @@ def test_the_slurm_example_config_places_two_nodes(bin_dir):
     # Both drafter roles share one gate key: one compile for the whole run on a shared cache.
     keys = {p["gate_key"] for n in nodes for p in n["processes"] if p["role"].startswith("drafter")}
     assert keys == {"drafter"}
+
+
+def test_one_slurm_node_keeps_a_fresh_run_id_per_launch(bin_dir, tmp_path):
+    # Two runs one after the other in one batch script must not share a run dir.
+    config = write_config(tmp_path, gloo_roles(tmp_path))
+    env = slurm_env(tmp_path, SLURM_NNODES="1", SLURM_NODEID="0", SLURM_STEP_NUM_NODES="1", SLURM_STEP_NUM_TASKS="1")
+    plan = check_json(bin_dir, config, env=env)
+    assert plan["run"]["nnodes"] == 1 and plan["run"]["run_id"] == "<run_id>"
