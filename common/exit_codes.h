@@ -7,6 +7,7 @@ constexpr int kOk = 0;
 constexpr int kFailure = 1;         // a generic runtime failure, explained on stderr
 constexpr int kConfig = 2;          // run.toml is invalid; nothing was spawned
 constexpr int kUsage = 64;          // EX_USAGE: bad command line
+constexpr int kInUse = 69;          // EX_UNAVAILABLE: the run id or a port is held by another run; nothing spawned
 constexpr int kCannotCreate = 73;   // EX_CANTCREAT: the gate/cache dir cannot be created or is insecure
 constexpr int kTimeout = 75;        // EX_TEMPFAIL: waited for the gate or for readiness too long
 constexpr int kNotExecutable = 126; // the command exists but cannot be executed

@@ -6,6 +6,7 @@
 #include "common/duration.h"
 #include "launcher/config.h"
 #include "launcher/console.h"
+#include "launcher/node_env.h"
 #include "launcher/plan.h"
 
 namespace dflash {
@@ -14,14 +15,27 @@ struct CheckOptions {
   std::string config;
   bool json = false;
   std::string bin_dir;
+  NodeFlags nodes;
+  std::string run_id;  // empty: the scheduler's, else the placeholder <run_id>
 };
 
 struct RunOptions {
   std::string config;
-  std::string run_id;  // empty: <name>-<date>-<time>-<pid>
+  std::string run_id;  // empty: the scheduler's job id (several nodes), else <name>-<date>-<time>-<pid>
   std::string bin_dir;
   ColorMode color = ColorMode::kAuto;
+  NodeFlags nodes;
 };
+
+/// Places this launcher among the nodes (flags, scheduler env, [run]) and
+/// builds its plan. `run_id`: the flag; empty: the scheduler's job id, else
+/// `fallback_run_id` (which may be empty: then several nodes need --run-id).
+/// Errors go to stderr; returns 0, or the exit code (64: flags/env, 2: config).
+int PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::string& run_id,
+                 const std::string& fallback_run_id, const std::string& bin_dir, char** env, Plan* plan);
+
+/// A run id is a directory name: [A-Za-z0-9._-], 1 to 128, not "." or "..".
+bool ValidRunId(const std::string& id);
 
 /// Runs the plan under the supervisor; returns the run's exit code.
 int RunRun(const RunOptions& opts, char** env);

@@ -82,6 +82,8 @@ struct RoleSpec {
   SourcePos name_pos;                    // where its name is written
   std::vector<int> devices;              // GPU indices; empty for a cpu role
   std::vector<SourcePos> device_pos;     // where each device index is written
+  std::vector<int> nodes;                // node ranks this role runs on; empty: every node
+  SourcePos nodes_pos;                   // where nodes is written
   int cpu = 0;                           // number of CPU-only processes
   std::vector<std::string> command;      // the payload, or empty for a builtin
   std::string builtin;                   // "target" | "drafter" | empty
@@ -94,6 +96,7 @@ struct RoleSpec {
   StopSpec stop;
 
   bool is_cpu() const { return devices.empty(); }
+  /// Processes of this role on each node it runs on.
   int process_count() const { return is_cpu() ? cpu : static_cast<int>(devices.size()); }
   /// The gate mode in force: kAuto resolved by the number of processes.
   GateMode gate_mode() const {
@@ -101,6 +104,8 @@ struct RoleSpec {
     return process_count() > 1 ? GateMode::kWarmup : GateMode::kSerial;
   }
   bool warmup_gated() const { return gate.enabled && gate_mode() == GateMode::kWarmup; }
+  /// Whether the role runs on node `rank` (of any number of nodes).
+  bool RunsOnNode(int rank) const;
 };
 
 struct RunSpec {
@@ -109,7 +114,10 @@ struct RunSpec {
   std::string log_dir;     // absolute
   std::string spool_dir;   // absolute; hidden-state frames between target and drafters
   std::string master_addr;
-  int master_port = 0;
+  bool master_addr_given = false;  // written in the file (else the default or the scheduler's)
+  int master_port = 0;             // 0: "auto" (a free port per run, see port_reservation.h)
+  SourcePos master_port_pos;
+  int nnodes = 0;                  // 0: not written (flags, the scheduler's env, else 1)
   std::vector<int> forward_signals;
 };
 
@@ -119,6 +127,7 @@ struct RunConfig {
   ModelSpec model;
   std::vector<RoleSpec> roles;
 
+  /// Processes of one node (nnodes = 1: of the run).
   int world_size() const;
   const RoleSpec* FindRole(const std::string& name) const;
 };

@@ -44,6 +44,36 @@ std::string ResolvePath(const std::string& p, const std::string& base_dir) {
   return out;
 }
 
+/// master_port: "auto" (0) or a port. Both spellings in one key, so no schema default can be a wrong type.
+void ReadMasterPort(TableReader& r, RunSpec* run) {
+  const toml::node* n = r.Get("master_port");
+  run->master_port = 0;
+  run->master_port_pos = r.ValuePos("master_port");
+  if (!n) return;
+  if (n->is_string()) {
+    const std::string& text = n->as_string()->get();
+    bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    if (digits)
+      r.Error("master_port", r.ValuePos("master_port"), "wrong type", DescribeType(*FindKey("run", "master_port")),
+              DescribeNode(*n), "remove the quotes: master_port = " + text);
+    else if (text != "auto")
+      r.Error("master_port", r.ValuePos("master_port"), "not a port", DescribeType(*FindKey("run", "master_port")),
+              DescribeNode(*n), "write master_port = \"auto\" (a free port per run) or a number like 29500");
+    return;
+  }
+  if (!n->is_integer()) {
+    r.TypeError("master_port", *n);
+    return;
+  }
+  int64_t v = n->as_integer()->get();
+  if (v < 1 || v > 65535) {
+    r.Error("master_port", r.ValuePos("master_port"), "out of range", "a port from 1 to 65535", std::to_string(v),
+            "e.g. master_port = 29500, or \"auto\"");
+    return;
+  }
+  run->master_port = static_cast<int>(v);
+}
+
 void ReadRun(const toml::table* t, const std::string& file, const std::string& base_dir, RunSpec* run,
              std::vector<ConfigError>* errors) {
   static const toml::table empty;
@@ -70,7 +100,9 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   run->log_dir = ResolvePath(log, base_dir);
   run->spool_dir = ResolvePath(spool, base_dir);
   r.String("master_addr", &run->master_addr);
-  r.Int("master_port", &run->master_port, 1, 65535);
+  run->master_addr_given = r.Has("master_addr");
+  ReadMasterPort(r, run);
+  if (r.Has("nnodes")) r.Int("nnodes", &run->nnodes, 1, 65536); else r.Get("nnodes");
   r.SignalArray("forward_signals", &run->forward_signals);
   if (const toml::node* n = t ? t->get("forward_signals") : nullptr; n && n->is_array()) {
     for (const toml::node& e : *n->as_array()) {
@@ -359,6 +391,24 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   bool has_dev = r.Has("devices"), has_cpu = r.Has("cpu");
   r.IntArray("devices", &role->devices, 0, 1023, &role->device_pos);
   if (has_cpu) r.Int("cpu", &role->cpu, 1, 4096); else r.Get("cpu");
+  if (r.Has("nodes")) {
+    role->nodes_pos = r.ValuePos("nodes");
+    std::vector<SourcePos> node_pos;
+    r.IntArray("nodes", &role->nodes, 0, 65535, &node_pos);
+    if (const toml::node* n = t.get("nodes"); n && n->is_array() && n->as_array()->empty())
+      r.Error("nodes", r.ValuePos("nodes"), "no nodes", "at least one node rank", "[]",
+              "remove nodes to run the role on every node, or list ranks like [0, 1]");
+    for (size_t i = 1; i < role->nodes.size(); ++i)
+      if (role->nodes[i] <= role->nodes[i - 1]) {
+        r.Error("nodes", i < node_pos.size() ? node_pos[i] : r.ValuePos("nodes"), "node ranks out of order",
+                "strictly ascending node ranks", std::to_string(role->nodes[i]) + " after " +
+                    std::to_string(role->nodes[i - 1]),
+                "sort them and drop duplicates");
+        break;
+      }
+  } else {
+    r.Get("nodes");
+  }
   if (has_dev && has_cpu) {
     r.Error("cpu", r.ValuePos("cpu"), "both devices and cpu are set", "exactly one of devices and cpu",
             "devices at " + r.ValuePos("devices").ToString() + " and cpu here",

@@ -220,7 +220,8 @@ TEST(GoodConfig, DefaultsForAMinimalConfig) {
   EXPECT_EQ(c.run.log_dir, "/x/runs");
   EXPECT_EQ(c.run.cache_dir, std::string(std::getenv("HOME")) + "/.cache/dflash/min");
   EXPECT_EQ(c.run.master_addr, "127.0.0.1");
-  EXPECT_EQ(c.run.master_port, 29500);
+  EXPECT_EQ(c.run.master_port, 0);  // "auto"
+  EXPECT_EQ(c.run.nnodes, 0);       // not written: flags, the scheduler, else 1
   EXPECT_FALSE(c.model.present);
   EXPECT_EQ(c.roles[0].restart.policy, RestartPolicy::kNever);
   EXPECT_EQ(c.roles[0].stop.grace, std::chrono::seconds(30));
@@ -248,6 +249,48 @@ TEST(Schema, DidYouMean) {
   EXPECT_EQ(ClosestName("devcies", {"devices", "cpu"}), "devices");
   EXPECT_EQ(ClosestName("zzzzzz", {"devices", "cpu"}), "");
   EXPECT_EQ(EditDistance("ab", "ba"), 1u);
+}
+
+bool LoadText(const std::string& text, RunConfig* c, std::string* errors_text) {
+  std::vector<ConfigError> errors;
+  bool ok = LoadConfigFromString(text, "/x/n.toml", c, &errors);
+  *errors_text = FormatErrors(errors);
+  return ok;
+}
+
+TEST(NodesConfig, MasterPortAutoOrANumber) {
+  RunConfig c;
+  std::string e;
+  const std::string roles = "[[role]]\nname = \"a\"\ncpu = 1\ncommand = [\"true\"]\n";
+  ASSERT_TRUE(LoadText("[run]\nmaster_port = \"auto\"\n" + roles, &c, &e)) << e;
+  EXPECT_EQ(c.run.master_port, 0);
+  ASSERT_TRUE(LoadText("[run]\nmaster_port = 29600\n" + roles, &c, &e)) << e;
+  EXPECT_EQ(c.run.master_port, 29600);
+  EXPECT_FALSE(LoadText("[run]\nmaster_port = \"any\"\n" + roles, &c, &e));
+  EXPECT_NE(e.find("2:15: error: run.master_port: not a port"), std::string::npos) << e;
+  EXPECT_FALSE(LoadText("[run]\nmaster_port = 65535\n" + roles, &c, &e));  // no room for ROLE_MASTER_PORT
+  EXPECT_NE(e.find("no room for the role ports"), std::string::npos) << e;
+}
+
+TEST(NodesConfig, RoleNodesAreCheckedAndFreeTheGpusOfOtherNodes) {
+  RunConfig c;
+  std::string e;
+  auto role = [](const std::string& name, const std::string& nodes) {
+    return "[[role]]\nname = \"" + name + "\"\ndevices = [0, 1]\n" + nodes + "command = [\"true\"]\n";
+  };
+  // The same GPU index on disjoint nodes is two GPUs.
+  ASSERT_TRUE(LoadText(role("t", "nodes = [0]\n") + role("d", "nodes = [1, 2]\n"), &c, &e)) << e;
+  EXPECT_EQ(c.roles[1].nodes, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(c.roles[1].RunsOnNode(2));
+  EXPECT_FALSE(c.roles[1].RunsOnNode(0));
+  EXPECT_FALSE(LoadText(role("t", "") + role("d", "nodes = [1]\n"), &c, &e));  // t runs on every node
+  EXPECT_NE(e.find("GPU 0 is used by two roles"), std::string::npos) << e;
+  EXPECT_FALSE(LoadText(role("t", "nodes = [1, 0]\n"), &c, &e));
+  EXPECT_NE(e.find("node ranks out of order"), std::string::npos) << e;
+  EXPECT_FALSE(LoadText("[run]\nnnodes = 2\n" + role("t", "nodes = [0, 2]\n"), &c, &e));
+  EXPECT_NE(e.find("role[t].nodes: node 2 does not exist"), std::string::npos) << e;
+  EXPECT_FALSE(LoadText(role("t", "nodes = []\n"), &c, &e));
+  EXPECT_NE(e.find("no nodes"), std::string::npos) << e;
 }
 
 TEST(Schema, DocsCarryTheGeneratedReference) {

@@ -21,6 +21,7 @@ namespace {
 const char* const kReserved[] = {
     "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "MASTER_ADDR", "MASTER_PORT", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_MASTER_PORT",
+    "ROLE_MASTER_ADDR", "GROUP_WORLD_SIZE",
     "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT",
     "NOTIFY_SOCKET",
     // DFLASH_* that dflash-launch and dflash-worker set (others are the payload's own knobs).
@@ -28,7 +29,7 @@ const char* const kReserved[] = {
     "DFLASH_SPOOL_DIR", "DFLASH_GATE_KEY", "DFLASH_GATE_ROLE", "DFLASH_WARMUP", "DFLASH_HIDDEN_SHAPE",
     "DFLASH_TAPPED_LAYERS", "DFLASH_TARGET_LAYERS", "DFLASH_HIDDEN", "DFLASH_DRAFT_LAYERS", "DFLASH_BLOCK_SIZE",
     "DFLASH_SEQ_LEN", "DFLASH_BATCH", "DFLASH_DTYPE", "DFLASH_VOCAB", "DFLASH_SEED", "DFLASH_HEADS",
-    "DFLASH_KV_HEADS", "DFLASH_TORCH_VERSION", "DFLASH_SPOOL_PRODUCERS",
+    "DFLASH_KV_HEADS", "DFLASH_TORCH_VERSION", "DFLASH_SPOOL_PRODUCERS", "DFLASH_NODE_RANK", "DFLASH_NNODES",
 };
 
 const toml::node* At(const toml::table& root, std::initializer_list<std::string_view> path) {
@@ -49,6 +50,36 @@ SourcePos PosIn(const toml::table& root, std::initializer_list<std::string_view>
   return {file, 1, 1};
 }
 
+bool SharesANode(const RoleSpec& a, const RoleSpec& b) {
+  if (a.nodes.empty() || b.nodes.empty()) return true;
+  for (int n : a.nodes)
+    if (b.RunsOnNode(n)) return true;
+  return false;
+}
+
+/// [run] nnodes against the roles' `nodes`, and the explicit ports' room: what the file alone can tell.
+/// (With nnodes from flags or the scheduler, BuildPlanForNode checks the rest.)
+void CheckNodesAndPorts(RunConfig* cfg, std::vector<ConfigError>* errors) {
+  const RunSpec& run = cfg->run;
+  if (run.nnodes > 0)
+    for (const RoleSpec& r : cfg->roles)
+      for (int n : r.nodes)
+        if (n >= run.nnodes) {
+          errors->push_back({r.nodes_pos, "role[" + r.name + "].nodes", "node " + std::to_string(n) +
+                                 " does not exist", "node ranks from 0 to " + std::to_string(run.nnodes - 1),
+                             std::to_string(n), "[run] nnodes = " + std::to_string(run.nnodes) +
+                                 ": raise it or drop the node from the list"});
+          break;
+        }
+  if (run.master_port > 0) {
+    long long last = run.master_port + static_cast<long long>(cfg->roles.size());
+    if (last > 65535)
+      errors->push_back({run.master_port_pos, "run.master_port", "no room for the role ports",
+                         "master_port + 1 + role index <= 65535 (one ROLE_MASTER_PORT per role)",
+                         std::to_string(run.master_port), "pick a lower port, or \"auto\""});
+  }
+}
+
 void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
   if (cfg->roles.empty() && !root.contains("role")) {  // a malformed `role` is reported already
     errors->push_back({{cfg->path, 1, 1}, "role", "no roles", "at least one [[role]]", "none",
@@ -57,7 +88,7 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
   }
   std::map<std::string, const RoleSpec*> names;
   struct GpuUse { const RoleSpec* role; SourcePos pos; };
-  std::map<int, GpuUse> gpus;
+  std::multimap<int, GpuUse> gpus;
   for (const RoleSpec& r : cfg->roles) {
     if (!r.name.empty()) {
       auto [it, inserted] = names.emplace(r.name, &r);
@@ -69,8 +100,15 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
     for (size_t i = 0; i < r.devices.size(); ++i) {
       int gpu = r.devices[i];
       SourcePos pos = i < r.device_pos.size() ? r.device_pos[i] : r.pos;
-      auto [it, inserted] = gpus.emplace(gpu, GpuUse{&r, pos});
-      if (inserted) continue;
+      // Roles on disjoint nodes may use the same GPU index: each node has its own GPU 0.
+      auto it = gpus.lower_bound(gpu);
+      for (; it != gpus.end() && it->first == gpu; ++it)
+        if (it->second.role == &r || SharesANode(*it->second.role, r)) break;
+      bool clash = it != gpus.end() && it->first == gpu;
+      if (!clash) {
+        gpus.emplace(gpu, GpuUse{&r, pos});
+        continue;
+      }
       bool same = it->second.role == &r;
       errors->push_back({pos, "role[" + r.name + "].devices",
                          "GPU " + std::to_string(gpu) + (same ? " is listed twice" : " is used by two roles"),
@@ -317,6 +355,7 @@ void CheckRestartBudget(TableReader& r, const std::string& policy, const Restart
 
 void ValidateConfig(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
   CheckRoles(root, cfg, errors);
+  CheckNodesAndPorts(cfg, errors);
   CheckModel(root, cfg, errors);
   CheckCacheDir(root, cfg, errors);
   CheckCwd(cfg, root, errors);
@@ -332,6 +371,10 @@ int RunConfig::world_size() const {
   int n = 0;
   for (const RoleSpec& r : roles) n += r.process_count();
   return n;
+}
+
+bool RoleSpec::RunsOnNode(int rank) const {
+  return nodes.empty() || std::find(nodes.begin(), nodes.end(), rank) != nodes.end();
 }
 
 const RoleSpec* RunConfig::FindRole(const std::string& name) const {

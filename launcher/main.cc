@@ -39,6 +39,7 @@ int Main(int argc, char** argv) {
   CLI::App* check_cmd = app.add_subcommand("check", "Validate the config and print the resolved plan; spawn nothing.");
   check_cmd->add_option("config", check.config, "run.toml")->required();
   check_cmd->add_flag("--json", check.json, "Machine-readable plan (format dflash-plan/1, see docs/check-json.md)");
+  check_cmd->add_option("--run-id", check.run_id, "Show the plan for this run id (ports derived from it)");
 
   RunOptions run;
   std::string color = "auto";
@@ -47,6 +48,14 @@ int Main(int argc, char** argv) {
   run_cmd->add_option("--run-id", run.run_id, "Name of this run's log directory (default: <name>-<date>-<time>-<pid>)");
   run_cmd->add_option("--color", color, "Colour on the console: auto (a TTY without NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
+
+  // torchrun's names; without them, the scheduler's env (Slurm, Kubernetes) or [run] decide (docs/multinode.md).
+  for (auto [cmd, nodes] : {std::pair{check_cmd, &check.nodes}, {run_cmd, &run.nodes}}) {
+    cmd->add_option("--nnodes", nodes->nnodes, "Nodes of the run, one dflash-launch each")
+        ->check(CLI::Range(1, 65536));
+    cmd->add_option("--node-rank", nodes->node_rank, "This node's rank, 0..nnodes-1")->check(CLI::Range(0, 65535));
+    cmd->add_option("--master-addr", nodes->master_addr, "MASTER_ADDR: the address of node 0");
+  }
 
   SeedOptions seed;
   CLI::App* seed_cmd = app.add_subcommand(

@@ -51,18 +51,77 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   return role.name + "-" + Sha256Hex(text).substr(0, 16);
 }
 
+bool CheckPlacement(const RunConfig& config, int nnodes, int node_rank, std::string* err) {
+  if (nnodes < 1) {
+    *err = "nnodes must be at least 1 (got " + std::to_string(nnodes) + ")";
+    return false;
+  }
+  if (node_rank < 0 || node_rank >= nnodes) {
+    *err = "node rank " + std::to_string(node_rank) + " is not one of the " + std::to_string(nnodes) +
+           " nodes (0.." + std::to_string(nnodes - 1) + ")";
+    return false;
+  }
+  if (config.run.nnodes > 0 && config.run.nnodes != nnodes) {
+    *err = "[run] nnodes = " + std::to_string(config.run.nnodes) + " but this launcher is one of " +
+           std::to_string(nnodes) + " nodes (from the flags or the scheduler); make them agree or remove the key";
+    return false;
+  }
+  bool node0 = false, here = false;
+  for (const RoleSpec& r : config.roles) {
+    for (int n : r.nodes)
+      if (n >= nnodes) {
+        *err = "role " + r.name + " is pinned to node " + std::to_string(n) + " but the run has " +
+               std::to_string(nnodes) + " node" + (nnodes == 1 ? "" : "s") + " (ranks 0.." +
+               std::to_string(nnodes - 1) + "): fix nodes = [...] or --nnodes";
+        return false;
+      }
+    node0 |= r.RunsOnNode(0);
+    here |= r.RunsOnNode(node_rank);
+  }
+  if (!node0) {
+    *err = "no role runs on node 0, which hosts rank 0 and MASTER_ADDR: pin a role to node 0";
+    return false;
+  }
+  if (!here) {
+    *err = "no role runs on node " + std::to_string(node_rank) +
+           ": this launcher would start nothing (check the roles' nodes = [...] and --nnodes)";
+    return false;
+  }
+  return true;
+}
+
+int DerivedMasterPort(const std::string& run_id, size_t roles) {
+  constexpr int kLow = 20000, kHigh = 32767;  // [kLow, kHigh): below ip_local_port_range's default 32768
+  int span = kHigh - kLow - static_cast<int>(roles);
+  unsigned long long h = std::stoull(Sha256Hex("dflash-master-port/1\n" + run_id).substr(0, 12), nullptr, 16);
+  return kLow + static_cast<int>(h % static_cast<unsigned long long>(span > 1 ? span : 1));
+}
+
 Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   Plan plan;
   plan.config = config;
   plan.run_id = options.run_id;
-  plan.run_dir = config.run.log_dir + "/" + options.run_id;
+  plan.nnodes = options.nnodes;
+  plan.node_rank = options.node_rank;
+  // Nodes of one run may share a filesystem: each writes its own node_<r>/.
+  std::string node_dir = options.nnodes > 1 ? "/node_" + std::to_string(options.node_rank) : "";
+  plan.run_dir = config.run.log_dir + "/" + options.run_id + node_dir;
   plan.bin_dir = options.bin_dir;
-  int rank = 0;
+  plan.master_addr = options.master_addr.empty() ? config.run.master_addr : options.master_addr;
+  plan.master_port = options.master_port >= 0 ? options.master_port : config.run.master_port;
+  if (plan.master_port == 0 && options.nnodes > 1 && options.run_id != "<run_id>")
+    plan.master_port = DerivedMasterPort(options.run_id, config.roles.size());
+  for (size_t ri = 0; ri < config.roles.size(); ++ri)
+    plan.role_master_ports.push_back(plan.master_port ? plan.master_port + 1 + static_cast<int>(ri) : 0);
+
+  std::vector<std::string> keys;
   for (size_t ri = 0; ri < config.roles.size(); ++ri) {
     const RoleSpec& role = config.roles[ri];
     // Only gated roles need torch's version (their key, their READY record);
     // asking a Python costs ~50 ms, which a plain start should not pay.
-    std::string torch = role.gate.enabled && options.torch_version ? options.torch_version(role) : "";
+    std::string torch = role.gate.enabled && options.torch_version && role.RunsOnNode(options.node_rank)
+                            ? options.torch_version(role)
+                            : "";
     plan.role_torch_version.push_back(torch);
     std::string key;
     std::vector<KeyFile> files;
@@ -73,33 +132,69 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
       key = role.gate.key;
     }
     plan.role_key_files.push_back(files);
-    for (int i = 0; i < role.process_count(); ++i) {
-      ProcessPlan p;
-      p.name = role.name + ":" + std::to_string(i);
-      p.role = role.name;
-      p.role_index = ri;
-      p.role_rank = i;
-      p.role_world_size = role.process_count();
-      p.rank = rank++;
-      p.gpu = role.is_cpu() ? -1 : role.devices[static_cast<size_t>(i)];
-      p.command = role.builtin.empty() ? role.command
-                                       : std::vector<std::string>{options.bin_dir + "/dflash-builtin", role.builtin};
-      p.gate_key = key;
-      plan.processes.push_back(std::move(p));
-    }
-    if (role.warmup_gated() && role.process_count() > 0) {
-      ProcessPlan w = plan.processes.back();
-      w.name = role.name + ":warmup";
-      w.role_rank = 0;
-      w.role_world_size = 1;
-      w.rank = 0;
-      w.gpu = role.is_cpu() ? -1 : role.devices.front();
-      if (!role.warmup.empty()) w.command = role.warmup;
-      w.warmup = true;
-      plan.warmups.push_back(std::move(w));
+    keys.push_back(key);
+  }
+  // Global ranks: node by node (torchrun's order), then role by role, then device by device.
+  plan.role_world_size.assign(config.roles.size(), 0);
+  plan.role_first_node.assign(config.roles.size(), -1);
+  int rank = 0;
+  for (int node = 0; node < options.nnodes; ++node) {
+    for (size_t ri = 0; ri < config.roles.size(); ++ri) {
+      const RoleSpec& role = config.roles[ri];
+      if (!role.RunsOnNode(node)) continue;
+      if (plan.role_first_node[ri] < 0) plan.role_first_node[ri] = node;
+      for (int i = 0; i < role.process_count(); ++i) {
+        int role_rank = plan.role_world_size[ri]++;
+        int r = rank++;
+        if (node != options.node_rank) continue;
+        ProcessPlan p;
+        p.name = role.name + ":" + std::to_string(role_rank);
+        p.role = role.name;
+        p.role_index = ri;
+        p.role_rank = role_rank;
+        p.rank = r;
+        p.gpu = role.is_cpu() ? -1 : role.devices[static_cast<size_t>(i)];
+        p.command = role.builtin.empty()
+                        ? role.command
+                        : std::vector<std::string>{options.bin_dir + "/dflash-builtin", role.builtin};
+        p.gate_key = keys[ri];
+        plan.processes.push_back(std::move(p));
+      }
     }
   }
+  plan.world_size = rank;
+  plan.local_world_size = static_cast<int>(plan.processes.size());
+  for (ProcessPlan& p : plan.processes) p.role_world_size = plan.role_world_size[p.role_index];
+  // Each node warms up the gated roles it runs, as their first process here would run.
+  plan.warmup_master_ports.assign(config.roles.size(), 0);
+  for (size_t ri = 0; ri < config.roles.size(); ++ri) {
+    const RoleSpec& role = config.roles[ri];
+    auto first = std::find_if(plan.processes.begin(), plan.processes.end(),
+                              [&](const ProcessPlan& p) { return p.role_index == ri; });
+    if (!role.warmup_gated() || first == plan.processes.end()) continue;
+    ProcessPlan w = *first;
+    w.name = role.name + ":warmup";
+    w.role_rank = 0;
+    w.role_world_size = 1;
+    w.rank = 0;
+    if (!role.warmup.empty()) w.command = role.warmup;
+    w.warmup = true;
+    plan.warmups.push_back(std::move(w));
+    // An explicit port: the warm-ups' follow the roles'; "auto": reserved at run time.
+    if (plan.master_port)
+      plan.warmup_master_ports[ri] = plan.master_port + 1 + static_cast<int>(config.roles.size() + ri);
+  }
+  bool launcher_sets_omp = false;
+  for (const auto& [k, v] : options.launcher_env) launcher_sets_omp |= k == "OMP_NUM_THREADS";
+  plan.default_omp_threads = plan.local_world_size > 1 && !launcher_sets_omp;
   return plan;
+}
+
+int Plan::FirstNode() const {
+  int first = -1;
+  for (int n : role_first_node)
+    if (n >= 0 && (first < 0 || n < first)) first = n;
+  return first;
 }
 
 std::string Plan::AttemptPath(const ProcessPlan& p, int attempt, const std::string& suffix) const {
@@ -110,23 +205,29 @@ std::string Plan::AttemptPath(const ProcessPlan& p, int attempt, const std::stri
 EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
   const RunSpec& run = config.run;
   const ModelSpec& m = config.model;
-  // A warm-up is a world of one with a port of its own: it needs no peer, and
-  // no peer of the run can meet it by accident.
-  const std::string world = p.warmup ? "1" : std::to_string(config.world_size());
-  const int role_port = p.warmup ? run.master_port + 1 + static_cast<int>(config.roles.size() + p.role_index)
-                                 : run.master_port + 1 + static_cast<int>(p.role_index);
+  auto port = [](int port) { return port > 0 ? std::to_string(port) : std::string("<auto>"); };
+  // Its role world's store runs beside the role's rank 0: on node 0 that is
+  // MASTER_ADDR; elsewhere the static mode does not know the address (docs/multinode.md).
+  int role_node = role_first_node[p.role_index];
+  // A warm-up is a world of one on this host, with a port of its own: it
+  // needs no peer, and no peer of the run can meet it by accident.
+  const bool w = p.warmup;
   EnvList env = {
       {"CUDA_VISIBLE_DEVICES", p.gpu >= 0 ? std::to_string(p.gpu) : ""},
+      // One GPU per process, seen as cuda:0: LOCAL_RANK is the device index inside the process.
       {"LOCAL_RANK", "0"},
       {"RANK", std::to_string(p.rank)},
-      {"WORLD_SIZE", world},
-      {"LOCAL_WORLD_SIZE", world},
-      {"MASTER_ADDR", run.master_addr},
-      {"MASTER_PORT", std::to_string(p.warmup ? role_port : run.master_port)},
+      {"WORLD_SIZE", w ? "1" : std::to_string(world_size)},
+      {"LOCAL_WORLD_SIZE", w ? "1" : std::to_string(local_world_size)},
+      {"GROUP_RANK", w ? "0" : std::to_string(node_rank)},
+      {"GROUP_WORLD_SIZE", w ? "1" : std::to_string(nnodes)},
+      {"MASTER_ADDR", w ? "127.0.0.1" : master_addr},
+      {"MASTER_PORT", port(w ? warmup_master_ports[p.role_index] : master_port)},
       {"ROLE_NAME", p.role},
       {"ROLE_RANK", std::to_string(p.role_rank)},
       {"ROLE_WORLD_SIZE", std::to_string(p.role_world_size)},
-      {"ROLE_MASTER_PORT", std::to_string(role_port)},
+      {"ROLE_MASTER_ADDR", w ? "127.0.0.1" : role_node == 0 || nnodes == 1 ? master_addr : std::string()},
+      {"ROLE_MASTER_PORT", port(w ? warmup_master_ports[p.role_index] : role_master_ports[p.role_index])},
       {"TORCHINDUCTOR_CACHE_DIR", run.cache_dir},
       {"TRITON_CACHE_DIR", run.cache_dir + "/triton"},
       {"TORCHELASTIC_ERROR_FILE", AttemptPath(p, attempt, "error.json")},
@@ -138,6 +239,8 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
       {"DFLASH_METRICS_FILE", AttemptPath(p, attempt, "metrics.json")},
       {"DFLASH_SPOOL_DIR", SpoolDir()},
       {"DFLASH_SPOOL_PRODUCERS", std::to_string(SpoolProducers())},
+      {"DFLASH_NODE_RANK", std::to_string(node_rank)},
+      {"DFLASH_NNODES", std::to_string(nnodes)},
   };
   if (p.warmup) env.emplace_back("DFLASH_WARMUP", "1");
   if (!p.gate_key.empty()) env.emplace_back("DFLASH_GATE_KEY", p.gate_key);
@@ -164,16 +267,23 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
     if (m.kv_heads > 0) env.emplace_back("DFLASH_KV_HEADS", std::to_string(m.kv_heads));
   }
   const RoleSpec& role = RoleOf(p);
+  bool role_sets_omp = false;
+  for (const auto& [k, v] : role.env) role_sets_omp |= k == "OMP_NUM_THREADS";
+  // torchrun's default: processes sharing a host would each start one OpenMP thread per core.
+  if (default_omp_threads && !role_sets_omp) env.emplace_back("OMP_NUM_THREADS", "1");
   env.insert(env.end(), role.env.begin(), role.env.end());
   return env;
 }
 
-std::string Plan::SpoolDir() const { return config.run.spool_dir + "/" + run_id; }
+std::string Plan::SpoolDir() const {
+  // /dev/shm is per host, and two node launchers may share one (tests, a fat node).
+  return config.run.spool_dir + "/" + run_id + (nnodes > 1 ? "/node_" + std::to_string(node_rank) : "");
+}
 
 int Plan::SpoolProducers() const {
-  int n = 0;
-  for (const RoleSpec& r : config.roles)
-    if (r.builtin == "target") n += r.process_count();
+  int n = 0;  // the spool is node-local: only this node's targets feed it
+  for (const ProcessPlan& p : processes)
+    if (RoleOf(p).builtin == "target") ++n;
   return n;
 }
 

@@ -36,6 +36,12 @@ struct PlanOptions {
   std::function<std::string(const RoleSpec&)> torch_version;
   /// The launcher's environment: TORCHINDUCTOR_* & co. in it change the gate key.
   EnvList launcher_env;
+  /// Where this launcher sits among the run's nodes (docs/multinode.md): one
+  /// dflash-launch per node; ranks are global, node by node, then role by role.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;  // empty: [run] master_addr
+  int master_port = -1;     // -1: [run] master_port; 0: auto; else this port (e.g. the scheduler's MASTER_PORT)
 };
 
 struct Plan {
@@ -45,10 +51,30 @@ struct Plan {
   std::string bin_dir;
   std::vector<std::string> role_torch_version;  // per role
   std::vector<std::vector<KeyFile>> role_key_files;  // per role: the files in its derived gate key
-  std::vector<ProcessPlan> processes;
   /// One per role in gate mode "warmup" (RoleSpec::warmup_gated), run before
   /// that role's processes start. Not part of the world: no rank of its own.
   std::vector<ProcessPlan> warmups;
+  std::vector<ProcessPlan> processes;           // this node's
+  int nnodes = 1;
+  int node_rank = 0;
+  int world_size = 0;        // processes on every node (WORLD_SIZE)
+  int local_world_size = 0;  // processes on this node (LOCAL_WORLD_SIZE)
+  std::string master_addr;
+  /// 0 while "auto" is not resolved yet: `check` shows <auto>; `run` picks one (ReservePorts).
+  int master_port = 0;
+  std::vector<int> role_master_ports;  // per role: ROLE_MASTER_PORT, 0 likewise
+  std::vector<int> warmup_master_ports;  // per role: its warm-up's own MASTER_PORT, 0 likewise (or none)
+  std::vector<int> role_world_size;    // per role, every node
+  std::vector<int> role_first_node;    // per role: the node of its role rank 0 (-1: none)
+  /// OMP_NUM_THREADS=1 for processes whose role does not set it: several share
+  /// this host and the launcher's env does not set it (torchrun's default).
+  bool default_omp_threads = false;
+
+  /// The first node that runs any process: where rank 0 and MASTER_ADDR are.
+  int FirstNode() const;
+  /// Whether this node binds the port: it hosts rank 0 (role < 0) or the role's role rank 0.
+  bool BindsMasterPort() const { return FirstNode() == node_rank; }
+  bool BindsRolePort(size_t role) const { return role_first_node[role] == node_rank; }
 
   const RoleSpec& RoleOf(const ProcessPlan& p) const { return config.roles[p.role_index]; }
   /// <run_dir>/attempt_<k>/<role>-<rank>.<suffix>
@@ -70,7 +96,17 @@ struct Plan {
   std::vector<std::string> ExecArgv(const ProcessPlan& p) const;
 };
 
+/// Whether `nnodes`/`node_rank` place the config sensibly: node_rank < nnodes,
+/// every role's `nodes` exist, node 0 and this node run something. False: `err` says why.
+bool CheckPlacement(const RunConfig& config, int nnodes, int node_rank, std::string* err);
+
+/// REQUIRES: CheckPlacement(config, options.nnodes, options.node_rank).
 Plan BuildPlan(const RunConfig& config, const PlanOptions& options);
+
+/// The ports of a multi-node run with master_port = "auto": every node derives
+/// the same ones from the shared run id, in [20000, 32767) (below Linux's
+/// ephemeral range, where outgoing connections take their source ports).
+int DerivedMasterPort(const std::string& run_id, size_t roles);
 
 /// The default gate key: "<role>-<16 hex>" over the role name, the [model]
 /// contract, torch's version, the command, the content of the files it runs

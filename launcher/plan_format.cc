@@ -28,7 +28,7 @@ std::string Devices(const RoleSpec& r) {
 }
 
 std::string Pad(std::string s, size_t n) {
-  if (s.size() < n) s.append(n - s.size(), ' ');
+  s.append(s.size() < n ? n - s.size() : 1, ' ');  // a long name still gets its separating space
   return s;
 }
 
@@ -65,7 +65,17 @@ std::string PlanText(const Plan& plan) {
   o += "  cache    " + c.run.cache_dir + "  (TORCHINDUCTOR_CACHE_DIR; the gate is in .dflash/)\n";
   o += "  logs     " + plan.run_dir + "\n";
   o += "  spool    " + c.run.spool_dir + "\n";
-  o += "  master   " + c.run.master_addr + ":" + std::to_string(c.run.master_port) + "\n";
+  o += "  master   " + plan.master_addr + ":" +
+       (plan.master_port ? std::to_string(plan.master_port) : std::string("<auto>")) +
+       (c.run.master_port == 0 ? "  (master_port = \"auto\": " +
+                                     std::string(plan.nnodes > 1 ? "derived from the run id" : "a free port per run") +
+                                     ")"
+                               : std::string()) +
+       "\n";
+  if (plan.nnodes > 1)
+    o += "  node     " + std::to_string(plan.node_rank) + " of " + std::to_string(plan.nnodes) + " (" +
+         std::to_string(plan.local_world_size) + " of the " + std::to_string(plan.world_size) +
+         " processes here; ranks are global)\n";
   if (!c.run.forward_signals.empty()) {
     std::vector<std::string> s;
     for (int sig : c.run.forward_signals) s.push_back(SignalName(sig));
@@ -87,7 +97,15 @@ std::string PlanText(const Plan& plan) {
   o += "\nroles\n";
   for (size_t i = 0; i < c.roles.size(); ++i) {
     const RoleSpec& r = c.roles[i];
-    o += "  " + Pad(r.name, 10) + Devices(r) + ", " +
+    std::string where;
+    if (plan.nnodes > 1) {
+      std::vector<std::string> nodes;
+      for (int n = 0; n < plan.nnodes; ++n)
+        if (r.RunsOnNode(n)) nodes.push_back(std::to_string(n));
+      where = " per node on node" + std::string(nodes.size() > 1 ? "s " : " ") + Join(nodes, ",") +
+              (r.RunsOnNode(plan.node_rank) ? "" : " (not this one)");
+    }
+    o += "  " + Pad(r.name, 10) + Devices(r) + where + ", " +
          (r.builtin.empty() ? "command: " + Join(r.command) : "builtin " + r.builtin) + "\n";
     std::string key;
     for (const ProcessPlan& p : plan.processes)
@@ -136,7 +154,10 @@ std::string PlanText(const Plan& plan) {
       if (!shared(k) || *values[k].begin() != v) o += " " + k + "=" + (v.empty() ? "\"\"" : v);
     o += "\n";
   }
-  o += "\nprocesses (world size " + std::to_string(c.world_size()) + ")\n";
+  o += "\nprocesses (world size " + std::to_string(plan.world_size) +
+       (plan.nnodes > 1 ? ", node " + std::to_string(plan.node_rank) + "'s " + std::to_string(plan.local_world_size)
+                        : std::string()) +
+       ")\n";
   for (size_t i = 0; i < plan.processes.size(); ++i) {
     const ProcessPlan& p = plan.processes[i];
     o += "  " + Pad(p.name, 12) + "rank " + Pad(std::to_string(p.rank), 4) +
@@ -167,7 +188,10 @@ std::string PlanJson(const Plan& plan) {
   j["run"] = {{"name", c.run.name},           {"run_id", plan.run_id},
               {"cache_dir", c.run.cache_dir}, {"log_dir", c.run.log_dir},
               {"run_dir", plan.run_dir},      {"spool_dir", c.run.spool_dir},
-              {"master_addr", c.run.master_addr}, {"master_port", c.run.master_port}};
+              {"master_addr", plan.master_addr},
+              {"master_port", plan.master_port ? ojson(plan.master_port) : ojson()},
+              {"master_port_auto", c.run.master_port == 0},
+              {"nnodes", plan.nnodes}, {"node_rank", plan.node_rank}};
   ojson fwd = ojson::array();
   for (int s : c.run.forward_signals) fwd.push_back(SignalName(s));
   j["run"]["forward_signals"] = fwd;
@@ -193,6 +217,9 @@ std::string PlanJson(const Plan& plan) {
     j["roles"].push_back({
         {"name", r.name},
         {"processes", r.process_count()},
+        {"nodes", r.nodes.empty() ? ojson() : ojson(r.nodes)},
+        {"world_size", plan.role_world_size[i]},
+        {"master_port", plan.role_master_ports[i] ? ojson(plan.role_master_ports[i]) : ojson()},
         {"devices", r.devices},
         {"cpu", r.is_cpu()},
         {"command", r.command.empty() ? ojson() : ojson(r.command)},
@@ -213,7 +240,8 @@ std::string PlanJson(const Plan& plan) {
         {"stop", {{"signal", SignalName(r.stop.signal)}, {"grace_ms", r.stop.grace.count()}}},
     });
   }
-  j["world_size"] = c.world_size();
+  j["world_size"] = plan.world_size;
+  j["local_world_size"] = plan.local_world_size;
   j["processes"] = ojson::array();
   j["warmups"] = ojson::array();
   for (const ProcessPlan& w : plan.warmups) {

@@ -161,5 +161,82 @@ TEST_F(GateKey, ChangesWithTorchCommandAndCompileEnv) {
   EXPECT_EQ(Key(cfg_), Key(cfg_, "2.13.0+cpu", {{"TORCHINDUCTOR_CACHE_DIR", "/elsewhere"}, {"HOME", "/root"}}));
 }
 
+RunConfig NodesConfig() {
+  RunConfig c;
+  std::vector<ConfigError> errors;
+  EXPECT_TRUE(LoadConfigFromString("[[role]]\nname = \"t\"\ndevices = [0, 1, 2]\nnodes = [0]\ncommand = [\"t\"]\n"
+                                   "[[role]]\nname = \"d\"\ndevices = [0, 1]\nnodes = [1, 2]\ncommand = [\"d\"]\n"
+                                   "[[role]]\nname = \"e\"\ncpu = 1\ncommand = [\"e\"]\n",
+                                   "/x/n.toml", &c, &errors))
+      << FormatErrors(errors);
+  return c;
+}
+
+TEST(NodePlan, RanksAreGlobalNodeByNodeThenRoleByRole) {
+  RunConfig c = NodesConfig();
+  std::string err;
+  std::vector<std::vector<std::string>> expect = {
+      {"t:0@0", "t:1@1", "t:2@2", "e:0@3"}, {"d:0@4", "d:1@5", "e:1@6"}, {"d:2@7", "d:3@8", "e:2@9"}};
+  for (int node = 0; node < 3; ++node) {
+    ASSERT_TRUE(CheckPlacement(c, 3, node, &err)) << err;
+    PlanOptions po;
+    po.run_id = "nodes-1";
+    po.nnodes = 3;
+    po.node_rank = node;
+    Plan plan = BuildPlan(c, po);
+    std::vector<std::string> got;
+    for (const ProcessPlan& p : plan.processes) got.push_back(p.name + "@" + std::to_string(p.rank));
+    EXPECT_EQ(got, expect[static_cast<size_t>(node)]);
+    EXPECT_EQ(plan.world_size, 10);
+    EXPECT_EQ(plan.run_dir, "/x/runs/nodes-1/node_" + std::to_string(node));
+    EXPECT_EQ(plan.role_world_size, (std::vector<int>{3, 4, 3}));
+    EXPECT_EQ(plan.role_first_node, (std::vector<int>{0, 1, 0}));
+    EXPECT_EQ(plan.BindsMasterPort(), node == 0);
+    EXPECT_EQ(plan.BindsRolePort(1), node == 1);
+    // "auto" with several nodes: the same ports on every node, from the run id.
+    EXPECT_EQ(plan.master_port, DerivedMasterPort("nodes-1", 3));
+    EXPECT_GE(plan.master_port, 20000);
+    EXPECT_LT(plan.master_port + 3, 32768);
+    auto env = EnvMap(plan.ProcessEnv(plan.processes[0], 0));
+    EXPECT_EQ(env["WORLD_SIZE"], "10");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], std::to_string(plan.processes.size()));
+    EXPECT_EQ(env["GROUP_RANK"], std::to_string(node));
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  }
+  EXPECT_NE(DerivedMasterPort("nodes-1", 3), DerivedMasterPort("nodes-2", 3));
+}
+
+TEST(NodePlan, PlacementErrors) {
+  RunConfig c = NodesConfig();
+  std::string err;
+  EXPECT_FALSE(CheckPlacement(c, 2, 0, &err));  // d is pinned to node 2
+  EXPECT_NE(err.find("pinned to node 2"), std::string::npos) << err;
+  c.roles[2].nodes = {1};
+  c.roles[0].nodes = {1};
+  EXPECT_FALSE(CheckPlacement(c, 3, 1, &err));
+  EXPECT_NE(err.find("no role runs on node 0"), std::string::npos) << err;
+  c.roles[0].nodes = {0};
+  EXPECT_FALSE(CheckPlacement(c, 4, 3, &err));
+  EXPECT_NE(err.find("no role runs on node 3"), std::string::npos) << err;
+  c.run.nnodes = 3;
+  EXPECT_FALSE(CheckPlacement(c, 4, 0, &err));
+  EXPECT_NE(err.find("[run] nnodes = 3"), std::string::npos) << err;
+}
+
+TEST(NodePlan, OmpDefaultOnlyWhenSharedAndUnset) {
+  RunConfig c = NodesConfig();
+  PlanOptions po;
+  po.run_id = "r";
+  Plan plan = BuildPlan(c, po);
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0))["OMP_NUM_THREADS"], "1");
+  po.launcher_env = {{"OMP_NUM_THREADS", "8"}};  // the launcher's env decides; we add nothing
+  plan = BuildPlan(c, po);
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0)).count("OMP_NUM_THREADS"), 0u);
+  c.roles.resize(1);
+  c.roles[0].devices = {0};
+  plan = BuildPlan(c, PlanOptions{});
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0)).count("OMP_NUM_THREADS"), 0u);  // alone on the host
+}
+
 }  // namespace
 }  // namespace dflash

@@ -12,6 +12,8 @@
 #include "common/signal_fd.h"
 #include "common/spawn.h"
 #include "launcher/commands.h"
+#include "launcher/holder_lock.h"
+#include "launcher/port_reservation.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_log.h"
 #include "launcher/torch_version.h"
@@ -31,23 +33,40 @@ std::string MakeRunId(const std::string& name) {
 int RunRun(const RunOptions& opts, char** env) {
   RunConfig config;
   if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
-  PlanOptions po;
-  po.run_id = opts.run_id.empty() ? MakeRunId(config.run.name) : opts.run_id;
-  po.bin_dir = opts.bin_dir;
-  po.torch_version = TorchVersionFor;
-  po.launcher_env = EnvironmentList(env);
-  Plan plan = BuildPlan(config, po);  // the run id needs the config's name: no LoadPlanOrReport here
+  Plan plan;
+  if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
+      rc != 0)
+    return rc;
 
   std::string err;
   if (!MakeDirs(plan.run_dir, 0755, &err) || !MakeDirs(config.run.cache_dir, 0700, &err)) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
     return exit_code::kCannotCreate;
   }
+  // One launcher per run id (per node): before anything in the run dir is written to.
+  UniqueFd run_lock;
+  std::string holder;
+  switch (TryHolderLock(plan.run_dir + "/run.lock", HolderRecord("run " + plan.run_id), &run_lock, &holder)) {
+    case HolderLockResult::kAcquired:
+      break;
+    case HolderLockResult::kHeld:
+      std::fprintf(stderr, "dflash-launch: run id %s is in use (%s) by %s; pick another --run-id\n",
+                   plan.run_id.c_str(), plan.run_dir.c_str(), holder.c_str());
+      return exit_code::kInUse;
+    case HolderLockResult::kFailed:
+      std::fprintf(stderr, "dflash-launch: cannot lock the run dir: %s\n", holder.c_str());
+      return exit_code::kCannotCreate;
+  }
+  // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
+  PortReservations ports;
+  if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
   auto log = OpenSupervisorLog(plan.run_dir + "/supervisor.log", &err);
   if (!log) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
     return exit_code::kCannotCreate;
   }
+  log->info("node {} of {}, MASTER_ADDR={} MASTER_PORT={}", plan.node_rank, plan.nnodes, plan.master_addr,
+            plan.master_port);
   // Before any thread exists (the console writer): these signals are taken
   // only from the supervisor's signalfd, in its loop.
   BlockSignals(Supervisor::HandledSignals(plan));

@@ -10,7 +10,7 @@ namespace {
 std::vector<SectionSpec> MakeSchema() {
   using K = KeyType;
   return {
-      {"run", "How the run is laid out on this host.",
+      {"run", "How the run is laid out on each host (see docs/multinode.md for more than one node).",
        {
            {"name", K::kString, "<config file name>",
             "Run name: prefixes run ids and names the default spool and cache.", "\"qwen36-27b-dflash\""},
@@ -24,9 +24,20 @@ std::vector<SectionSpec> MakeSchema() {
             "\"runs\""},
            {"spool_dir", K::kPath, "/dev/shm/dflash-<uid>-<name>",
             "Hidden-state frames from target to drafters (builtin roles).", "\"/dev/shm/dflash-spool\""},
-           {"master_addr", K::kString, "127.0.0.1", "MASTER_ADDR for torch.distributed.", "\"127.0.0.1\""},
-           {"master_port", K::kInt, "29500",
-            "MASTER_PORT; each role also gets ROLE_MASTER_PORT = master_port + 1 + role index.", "29500"},
+           {"master_addr", K::kString, "127.0.0.1",
+            "MASTER_ADDR for torch.distributed: the host of rank 0 (node 0). `--master-addr` and the "
+            "scheduler's (Slurm, Kubernetes) come first when this key is not written.",
+            "\"127.0.0.1\""},
+           {"master_port", K::kPort, "auto",
+            "MASTER_PORT. \"auto\": one node: a free port per run, held for the run by a per-host lock so two "
+            "runs never meet; several nodes: derived from the run id (all nodes agree). A number: that port, "
+            "and each role gets ROLE_MASTER_PORT = master_port + 1 + role index; a port in use on this host "
+            "is an error before anything starts (exit 69).",
+            "29500"},
+           {"nnodes", K::kInt, "1",
+            "Nodes of the run, one dflash-launch each (docs/multinode.md). Usually left to `--nnodes` or "
+            "the scheduler (SLURM_NNODES, NNODES); if written, they must agree.",
+            "2"},
            {"forward_signals", K::kSignalArray, "[]",
             "Signals the supervisor passes through to every process (e.g. preemption notices).",
             "[\"SIGUSR1\"]"},
@@ -71,6 +82,10 @@ std::vector<SectionSpec> MakeSchema() {
             "belong to one role only. Exactly one of devices and cpu.",
             "[5, 6, 7]"},
            {"cpu", K::kInt, "", "Number of CPU-only processes (CUDA_VISIBLE_DEVICES=\"\").", "3"},
+           {"nodes", K::kIntArray, "<every node>",
+            "Node ranks the role runs on; on each of them it runs `devices` (or `cpu`) processes. Ranks are "
+            "global: node by node, then role by role.",
+            "[1]"},
            {"command", K::kStringArray, "",
             "The payload's argv, run through PATH. Exactly one of command and builtin.",
             "[\"python\", \"train.py\", \"--role\", \"drafter\"]"},
@@ -198,6 +213,7 @@ std::string DescribeType(const KeySpec& k) {
         s += (i ? ", \"" : "\"") + std::string(k.choices[i]) + "\"";
       return s;
     }
+    case KeyType::kPort: return "a port number (1-65535) or \"auto\"";
     case KeyType::kBackoff: return "\"MIN..MAX\" durations like \"5s..2m\"";
     case KeyType::kGate: return "true, false, or a table like " + std::string(k.example);
     case KeyType::kReady: return "a mode string or a table like { mode = \"log\", pattern = \"...\" }";

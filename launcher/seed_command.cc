@@ -21,6 +21,7 @@
 #include "common/spawn.h"
 #include "launcher/cache_inventory.h"
 #include "launcher/commands.h"
+#include "launcher/port_reservation.h"
 #include "launcher/run_summary.h"
 
 namespace dflash {
@@ -190,6 +191,9 @@ int RunSeed(const SeedOptions& o, char** env) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
     return exit_code::kCannotCreate;
   }
+  // The warm-ups get the real processes' env: MASTER_PORT "auto" must be a real, reserved port here too.
+  PortReservations ports;
+  if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
   for (const ProcessPlan* p : firsts) {
     const RoleSpec& role = plan.RoleOf(*p);
     Warmup w{&plan, p, plan.run_dir + "/seed-" + role.name + ".metrics.json"};

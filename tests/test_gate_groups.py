@@ -68,7 +68,7 @@ command = ["sh", "-c", "echo loading; sleep 2"]
     # The target started at once, while the warm-up compiled.
     log = (r.run_dir / "supervisor.log").read_text()
     assert log.index("target:0 STARTING") < log.index("drafter:warmup RUNNING -> EXITED")
-    assert log.index("drafter:warmup RUNNING -> EXITED") < log.index("drafter:0 STARTING")
+    assert log.index("drafter:warmup RUNNING -> EXITED") < log.index("drafter:0 STARTING (pid")
     assert "drafter:warmup" in r.out  # in the console's table
 
 
