@@ -242,7 +242,13 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
       {"DFLASH_NODE_RANK", std::to_string(node_rank)},
       {"DFLASH_NNODES", std::to_string(nnodes)},
   };
-  if (p.warmup) env.emplace_back("DFLASH_WARMUP", "1");
+  if (p.warmup) {
+    env.emplace_back("DFLASH_WARMUP", "1");
+    // The worlds it stands in for: a graph with collectives inside it needs
+    // their real sizes (dflash_launch.init_process_group(fake_world_in_warmup=True)).
+    env.emplace_back("DFLASH_RUN_WORLD_SIZE", std::to_string(world_size));
+    env.emplace_back("DFLASH_RUN_ROLE_WORLD_SIZE", std::to_string(role_world_size[p.role_index]));
+  }
   if (!p.gate_key.empty()) env.emplace_back("DFLASH_GATE_KEY", p.gate_key);
   // Gated and log-watched processes are judged by what they say when they say
   // it: Python's block-buffered stdout on a pipe would hold a READY line back.

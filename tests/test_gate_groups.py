@@ -255,3 +255,31 @@ def test_sigkill_of_a_leader_kills_its_whole_tree_before_the_next_leads(bin_dir,
             st = open(f"/proc/{p}/stat").read()
             if st.rsplit(")", 1)[1].split()[0] == "Z":
                 raise OSError("zombie")
+
+
+@pytest.mark.parametrize("fake", [True, False])
+def test_collectives_inside_the_graph_need_the_real_world_size(launch, tmp_path, fake):
+    """all_gather in the graph puts the world size in its shapes: a warm-up in a
+    world of one leaves the real ranks missing (and the gate says so); in the
+    fake group of the real size, they hit."""
+    role = f"""
+[[role]]
+name = "drafter"
+cpu = 2
+command = ["{PY}", "{ROOT / 'tests' / 'payloads' / 'gather_step.py'}"]
+env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1", FAKE_WORLD = "{1 if fake else 0}" }}
+gate = true
+"""
+    r = launch(write_config(tmp_path, header(tmp_path) + role), env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    s = r.summary()
+    (warm,) = s["warmups"]
+    assert warm["metrics"]["world"] == (2 if fake else 1) and warm["metrics"]["fxgraph_cache_miss"] > 0
+    for p in s["processes"]:
+        m = p["metrics"]
+        if fake:
+            assert m["fxgraph_cache_miss"] == 0 and m["fxgraph_cache_hit"] > 0, (p["name"], m)
+        else:
+            assert m["fxgraph_cache_miss"] > 0, (p["name"], m)
+    # A reuse that still compiled is never silent.
+    assert (s["warnings"] == []) == fake, s["warnings"]

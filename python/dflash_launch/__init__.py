@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "notify", "notify_ready", "notify_status", "check_hidden_states", "HiddenStateContractError",
-    "contract_from_env", "gate_role",
+    "contract_from_env", "gate_role", "is_warmup", "init_process_group",
 ]
 
 
@@ -47,6 +47,47 @@ def gate_role() -> str:
     """"lead" if this process compiles for the others, "reuse" if it loads their
     cache, "" when not gated (DFLASH_GATE_ROLE, set by dflash-worker)."""
     return os.environ.get("DFLASH_GATE_ROLE", "")
+
+
+def is_warmup() -> bool:
+    """True in the warm-up that gate mode "warmup" (or `dflash-launch seed`) runs:
+    a world of one that compiles for the role's processes, then is stopped."""
+    return os.environ.get("DFLASH_WARMUP") == "1"
+
+
+def init_process_group(backend: str = "gloo", world: str = "role", fake_world_in_warmup: bool = False, **kwargs):
+    """torch.distributed.init_process_group on the world dflash-launch planned for
+    this process, and the right thing in a warm-up. Returns (rank, world_size).
+
+    world="role": the role's own world (ROLE_RANK, ROLE_WORLD_SIZE, ROLE_MASTER_PORT);
+    world="run": every process of the run (RANK, WORLD_SIZE, MASTER_PORT).
+
+    In a warm-up the launcher sets a world of one with a port of its own, which
+    warms the real world for DDP and FSDP2 (their collectives run in hooks,
+    outside the compiled graph). A graph with collectives *inside* it
+    (functional collectives, e.g. an all_gather whose output shape is the world
+    size) compiles differently per world size: pass fake_world_in_warmup=True
+    and the warm-up joins torch's fake process group of the real size instead,
+    so its graph is the real ranks' graph. The fake group moves no data: use it
+    only for code whose warm-up results do not matter (DDP's comm hook fails on
+    it, which is why it is not the default)."""
+    import torch.distributed as dist  # lazily: the rest of the package needs no torch
+
+    env = os.environ
+    if is_warmup() and fake_world_in_warmup:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        size = int(env.get("DFLASH_RUN_ROLE_WORLD_SIZE" if world == "role" else "DFLASH_RUN_WORLD_SIZE", "1"))
+        dist.init_process_group("fake", rank=0, world_size=size, store=FakeStore(), **kwargs)
+        return 0, size
+    if world == "role":
+        addr = env.get("ROLE_MASTER_ADDR") or env["MASTER_ADDR"]
+        port, rank, size = env["ROLE_MASTER_PORT"], int(env["ROLE_RANK"]), int(env["ROLE_WORLD_SIZE"])
+    elif world == "run":
+        addr, port, rank, size = env["MASTER_ADDR"], env["MASTER_PORT"], int(env["RANK"]), int(env["WORLD_SIZE"])
+    else:
+        raise ValueError(f'world must be "role" or "run", not {world!r}')
+    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size, **kwargs)
+    return rank, size
 
 
 class HiddenStateContractError(ValueError):
