@@ -54,7 +54,7 @@ def config(d, n, gate, per_process_cache, isa_ok):
     path = d / "run.toml"
     path.write_text(f'[run]\nname = "c"\ncache_dir = "cache"\nlog_dir = "runs"\n{MODEL}\n'
                     f'[[role]]\nname = "drafter"\ncpu = {n}\ncommand = [{drafter}]\nenv = {{ {env} }}\n'
-                    + ('gate = { timeout = "30m" }\n' if gate else "")
+                    + ('gate = { timeout = "30m", mode = "serial" }\n' if gate else "")
                     + 'ready = { mode = "notify", timeout = "30m" }\n')
     return path
 

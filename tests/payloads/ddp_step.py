@@ -7,6 +7,9 @@ import json
 import os
 import sys
 
+if os.environ.get("PER_RANK_CACHE") == "1":  # the usual workaround (pytorch#153791), for the benchmark
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] += f"/rank{os.environ['ROLE_RANK']}"
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
