@@ -99,7 +99,9 @@ struct Warmup {
   std::string metrics;  // where its DFLASH_METRICS_FILE goes
 };
 
-SpawnOptions WarmupSpawn(const Warmup& w) {
+/// `verify`: the same process again, judged by its cache counters -- for a
+/// role in gate mode warmup without the gate (which would skip a seeded key).
+SpawnOptions WarmupSpawn(const Warmup& w, bool verify = false) {
   const Plan& plan = *w.plan;
   const ProcessPlan& p = *w.proc;
   const RoleSpec& role = plan.RoleOf(p);
@@ -116,6 +118,19 @@ SpawnOptions WarmupSpawn(const Warmup& w) {
              "--gate-key", p.gate_key, "--gate-timeout", FormatDuration(role.gate.timeout), "--ready", "exit",
              "--ready-timeout", FormatDuration(role.ready.timeout), "--"};
   so.argv.insert(so.argv.end(), cmd.begin(), cmd.end());
+  if (p.warmup) {
+    // Gate mode warmup: exactly the run's warm-up (a world of one, stopped once
+    // ready), so an unmodified DDP script seeds without peers.
+    so.argv = plan.ExecArgv(p);
+    if (verify) {
+      so.argv = {plan.bin_dir + "/dflash-worker", "--name", p.name, "--warmup", "--ready", FormatReadySpec(role.ready),
+                 "--ready-timeout", FormatDuration(role.ready.timeout)};
+      if (role.ready.mode == ReadyMode::kLog)
+        so.argv.insert(so.argv.end(), {"--ready-stream", ReadyStreamName(role.ready.stream)});
+      so.argv.push_back("--");
+      so.argv.insert(so.argv.end(), p.command.begin(), p.command.end());
+    }
+  }
   so.cwd = role.cwd;
   so.group = SpawnOptions::Group::kNewProcessGroup;
   so.death_signal = SIGKILL;
@@ -126,7 +141,7 @@ int Verify(const Warmup& w) {
   const std::string& name = w.plan->RoleOf(*w.proc).name;
   Say("verify " + name + ": a fresh process, the same way");
   Clock::time_point t0 = Clock::now();
-  int rc = RunAndWatch(WarmupSpawn(w), name + " (verify)", w.plan->config.run.cache_dir);
+  int rc = RunAndWatch(WarmupSpawn(w, /*verify=*/true), name + " (verify)", w.plan->config.run.cache_dir);
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   if (rc != 0) {
     Say("verify " + name + ": the fresh process failed (exit " + std::to_string(rc) + ")");
@@ -180,8 +195,12 @@ int RunSeed(const SeedOptions& o, char** env) {
       return exit_code::kUsage;
     }
   }
+  // A role in gate mode warmup is seeded by its warm-up; others as their first process runs.
+  for (const ProcessPlan& p : plan.warmups)
+    if (o.role.empty() || p.role == o.role) firsts.push_back(&p);
   for (const ProcessPlan& p : plan.processes)
-    if (p.role_rank == 0 && !p.gate_key.empty() && (o.role.empty() || p.role == o.role)) firsts.push_back(&p);
+    if (p.role_rank == 0 && !p.gate_key.empty() && !plan.RoleOf(p).warmup_gated() && (o.role.empty() || p.role == o.role))
+      firsts.push_back(&p);
   if (firsts.empty()) {
     Say("no gated role in " + c.path + ": nothing to seed");
     return exit_code::kOk;
