@@ -94,6 +94,7 @@ struct RunSpec {
   std::string master_addr;
   int master_port = 0;
   std::vector<int> forward_signals;
+  bool share_gpus = false;  // several processes may use one GPU (docs/config.md)
 };
 
 struct RunConfig {

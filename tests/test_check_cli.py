@@ -18,6 +18,7 @@ def test_config_error_exits_2_and_names_file_line_col(bin_dir):
     assert f"{bad}:14:15: error: role[drafter].devices: GPU 1 is used by two roles" in r.stderr
     assert f"{bad}:10:15" in r.stderr  # the other place GPU 1 is used
     assert "hint:" in r.stderr
+    assert "set [run] share_gpus = true" in r.stderr  # the hint names the key that allows it on purpose
     assert r.stdout == ""
 
 
