@@ -87,6 +87,11 @@ def torch_info():
             info["gpus"].append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
                                  "capability": f"{p.major}.{p.minor}"})
     try:
+        import triton
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    try:
         from torch.nn.attention.flex_attention import flex_attention  # noqa: F401  (2.5+)
         info["flex_attention"] = True
     except ImportError:
@@ -292,7 +297,7 @@ def parse_args(argv):
     p.add_argument("--launcher", default="", help="the dflash-launch to test (default: the wheel's, else PATH)")
     p.add_argument("--cpu", action="store_true", help="CPU mode even if a GPU is visible")
     p.add_argument("--steps", type=int, default=3, help="training steps per drafter")
-    p.add_argument("--timeout", type=int, default=240, help="seconds per run (gate and readiness timeouts too)")
+    p.add_argument("--timeout", type=int, default=150, help="seconds per run (gate and readiness timeouts too)")
     return p.parse_args(argv)
 
 
@@ -303,11 +308,11 @@ def main(argv=None):
     if os.path.exists(out) and os.listdir(out):
         print(f"gpu_check: {out} exists and is not empty: give a new --out", file=sys.stderr)
         return 64
-    os.makedirs(out, exist_ok=True)
     launcher = find_launcher(args.launcher)
     if not launcher or not os.access(launcher, os.X_OK):
         print(f"gpu_check: no dflash-launch (install the wheel, or give --launcher): {launcher}", file=sys.stderr)
         return 64
+    os.makedirs(out, exist_ok=True)
     try:
         tinfo = torch_info()
     except ImportError as e:
@@ -320,7 +325,9 @@ def main(argv=None):
         "format": FORMAT, "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "mode": mode, "report": os.path.join(out, "report.json"),
         "host": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                 "libc": "-".join(platform.libc_ver())},
+                 "libc": "-".join(platform.libc_ver()),
+                 # Inductor builds C++ (CPU) and Triton builds its launcher (CUDA) with the C compiler
+                 "cc": shutil.which("cc") or shutil.which("gcc")},
         "torch": tinfo,
         "dflash_launch": {"launcher": launcher, "version": version.splitlines()[0] if version else None,
                           "version_full": version, "package": os.path.dirname(os.path.abspath(dflash_launch.__file__))},
