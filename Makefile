@@ -58,13 +58,13 @@ wheel:
 	$(VENV)/bin/pip wheel --no-build-isolation --no-deps --no-index -q -w $(BUILD)-wheel/raw . \
 	  -C cmake.define.DFLASH_GIT_COMMIT=$$commit -C cmake.define.DFLASH_TESTED_TORCH=$$torch \
 	  $(if $(CCACHE),-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
-	@$(VENV)/bin/auditwheel -q repair --plat auto -w dist $(BUILD)-wheel/raw/dflash_launch-*.whl
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --plat auto -w dist $(BUILD)-wheel/raw/dflash_launch-*.whl
 	@ls -l dist/dflash_launch-*.whl
 
-# Install the wheel into a fresh venv with --no-index and run from the installed copy only (tests/wheel/).
-# Called by .ci/run after `make test` (the wheel's build is a second full compile).
+# Install the wheel into a fresh venv with --no-index and run from the installed copy only (tests/test_wheel.py,
+# skipped by `make test`). Called by .ci/run after `make test` (the wheel's build is a second full compile).
 test-wheel: wheel
-	$(PY) -m pytest -q tests/wheel
+	DFLASH_WHEEL=$$(ls dist/dflash_launch-*.whl) $(PY) -m pytest -q tests/test_wheel.py
 
 # What someone with a CUDA machine runs (docs/gpu.md): the wheel + scripts/gpu-check in one small tarball.
 gpu-check-bundle: wheel

@@ -35,4 +35,8 @@ target_link_libraries(dflash_archive_static INTERFACE ${DFLASH_LIBARCHIVE_A} ${a
 add_library(LibArchive::LibArchive ALIAS dflash_archive_static)
 set(LibArchive_FOUND TRUE)
 
-add_link_options(-static-libstdc++ -static-libgcc)
+# --gc-sections: libarchive.a's archive_write_set_format.o (pulled in by the pax writer for one helper) refers
+# to every format writer, xar's among them, which needs libxml2 (and through it ICU, 31 MB). Nothing reaches
+# those writers, so their sections are dropped and their references with them; ld still fails on any undefined
+# symbol in a section that is kept.
+add_link_options(-static-libstdc++ -static-libgcc -Wl,--gc-sections -s)  # -s: no symbol tables in the wheel
