@@ -65,7 +65,7 @@ def test_installed_binaries_need_only_glibc_and_what_the_wheel_carries(venv):
             parts = line.split()
             if "=>" not in parts or parts[0].startswith("linux-vdso"):
                 continue
-            target = parts[parts.index("=>") + 1]
+            target = os.path.realpath(parts[parts.index("=>") + 1])
             assert parts[0] in GLIBC or target.startswith(libs), f"{b} needs {line.strip()} from the system"
 
 
