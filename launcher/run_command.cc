@@ -31,6 +31,7 @@ std::string MakeRunId(const std::string& name) {
 int RunRun(const RunOptions& opts, char** env) {
   RunConfig config;
   if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
+  if (!BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/false)) return exit_code::kConfig;
   PlanOptions po;
   po.run_id = opts.run_id.empty() ? MakeRunId(config.run.name) : opts.run_id;
   po.bin_dir = opts.bin_dir;

@@ -81,10 +81,25 @@ def test_installed_version_and_check_of_the_demo_config(venv):
     r = run([launch, "check", ROOT / "configs/demo.toml"], env=venv["env"])
     assert r.returncode == 0, r.stderr
     assert "drafter  input [1, 64, 320]" in r.stdout
+    # its builtin targets need dflash-builtin, which the wheel leaves out: check warns, run refuses up front
+    assert "warning: role[target].builtin: dflash-builtin is not installed beside dflash-launch" in r.stderr
     r = run([launch, "check", "--json", ROOT / "configs/demo.toml"], env=venv["env"])
     plan = json.loads(r.stdout)
     drafter = next(p for p in plan["processes"] if p["role"] == "drafter")
     assert drafter["argv"][0] == os.path.join(venv["site"], "dflash_launch", "bin", "dflash-worker")
+
+
+def test_installed_run_of_a_builtin_role_refuses_before_spawning(venv, tmp_path):
+    (tmp_path / "cache").mkdir(mode=0o700)
+    config = tmp_path / "demo.toml"
+    text = (ROOT / "configs/demo.toml").read_text()
+    text = re.sub(r'(?m)^cache_dir = .*$', f'cache_dir = "{tmp_path}/cache"', text)
+    config.write_text(re.sub(r'(?m)^log_dir = .*$', f'log_dir = "{tmp_path}/runs"', text))
+    r = run([venv["dir"] / "bin" / "dflash-launch", "run", config], env=venv["env"])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{config}:" in r.stderr and "error: role[target].builtin: dflash-builtin is not installed" in r.stderr
+    assert "docs/wheel.md" in r.stderr and "nothing was started." in r.stderr
+    assert not (tmp_path / "runs").exists()  # no run directory, no process
 
 
 PAYLOAD = """import json, os, sys
