@@ -63,8 +63,9 @@ wheel:
 
 # Install the wheel into a fresh venv with --no-index and run from the installed copy only (tests/test_wheel.py,
 # skipped by `make test`). Called by .ci/run after `make test` (the wheel's build is a second full compile).
-test-wheel: wheel
-	DFLASH_WHEEL=$$(ls dist/dflash_launch-*.whl) $(PY) -m pytest -q tests/test_wheel.py
+test-wheel: gpu-check-bundle
+	DFLASH_WHEEL=$$(ls dist/dflash_launch-*.whl) DFLASH_GPU_BUNDLE=dist/dflash-gpu-check.tar.gz \
+	  $(PY) -m pytest -q tests/test_wheel.py
 
 # What someone with a CUDA machine runs (docs/gpu.md): the wheel + scripts/gpu-check in one small tarball.
 gpu-check-bundle: wheel

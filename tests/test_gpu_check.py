@@ -56,7 +56,7 @@ def test_cpu_mode_reports_every_check(bin_dir, tmp_path):
     lead = next(p for p in g["processes"] if p["gate_role"] == "lead")
     assert lead["fxgraph_cache_miss"] > 0  # the lead compiled: a fresh cache
     for p in g["processes"]:
-        assert p["exit_code"] == 0 and p["state"] == "exited", p
+        assert p["exit_code"] == 0 and p["state"] == "EXITED", p
         assert p["device"] == "cpu" and p["attention"] == "sdpa" and p["cuda_visible_devices"] == ""
         assert p["compile_wall_s"] > 0 and p["steps"] == 2 and p["torch_version"] == torch.__version__
         if p["gate_role"] == "reuse":

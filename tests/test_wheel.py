@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -140,3 +141,28 @@ ready = {{ mode = "notify", timeout = "2m" }}
         # `python` of the config is the venv's although the venv is not on PATH: the console script put it first
         assert o["python"] == venv["python"], o
         assert o["package"].startswith(venv["site"]), o
+
+
+def test_gpu_check_bundle_runs_from_the_wheel_in_cpu_mode(tmp_path):
+    """The bundle of `make gpu-check-bundle` (what a GPU machine gets): small, one command, and the check runs
+    from the wheel it carries (not from this checkout), here in its CPU mode."""
+    bundle = os.environ.get("DFLASH_GPU_BUNDLE", "")
+    assert bundle and os.path.getsize(bundle) < 64 * 2**20
+    with tarfile.open(bundle) as t:
+        assert sorted(m.name for m in t.getmembers() if m.isfile()) == [
+            "dflash-gpu-check/" + os.path.basename(WHEEL), "dflash-gpu-check/gpu-check"]
+        t.extractall(tmp_path)
+    out = tmp_path / "gc"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env.update(PYTHON=sys.executable, PATH="/usr/bin:/bin")
+    r = run([tmp_path / "dflash-gpu-check" / "gpu-check", out, "--steps", "1", "--timeout", "600"], env=env,
+            cwd=tmp_path, timeout=1500)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads((out / "check" / "report.json").read_text())
+    assert report["mode"] == "cpu" and report["ok"] is True
+    assert report["dflash_launch"]["launcher"] == str(out / "site" / "dflash_launch" / "bin" / "dflash-launch")
+    assert report["dflash_launch"]["package"] == str(out / "site" / "dflash_launch")
+    assert report["checks"]["gated"]["leads"] == 1 and report["checks"]["gated"]["reused_with_0_misses"] == 2
+    assert (out / "check" / "summary.txt").read_text().startswith("dflash gpu-check (cpu): PASS")
+    r = run([tmp_path / "dflash-gpu-check" / "gpu-check", out], env=env, cwd=tmp_path)
+    assert r.returncode == 64 and "exists" in r.stderr  # a second run never overwrites the first report

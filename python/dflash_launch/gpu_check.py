@@ -262,7 +262,7 @@ def shape_contract(mode, launcher, work):
 def summary_text(report):
     c = report["checks"]
     lines = [f"dflash gpu-check ({report['mode']}): {'PASS' if report['ok'] else 'FAIL'}",
-             f"  dflash-launch {report['dflash_launch']['version']}; torch {report['torch']['version']}"
+             f"  {report['dflash_launch']['version']}; torch {report['torch']['version']}"
              f" (CUDA {report['torch']['cuda']}); {len(report['torch']['gpus'])} GPU(s)"
              + (f": {report['torch']['gpus'][0]['name']}" if report["torch"]["gpus"] else "")]
     g = c.get("gated")
