@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build test demo demo-builtin bench fuzz clean
+.PHONY: setup build test demo demo-builtin bench fuzz clean wheel test-wheel gpu-check-bundle
 
 setup:
 	@scripts/setup
@@ -47,5 +47,33 @@ bench: build
 fuzz: setup
 	scripts/fuzz
 
+# The pip wheel (docs/wheel.md): dflash-launch, dflash-worker, dflash-cachelock and the dflash_launch package,
+# built by scikit-build-core from this CMake project (no LibTorch, no gtest), repaired by auditwheel -> dist/.
+# No index is needed: the build tools come from .venv (scripts/setup --wheel), build isolation is off.
+CCACHE := $(shell command -v ccache 2>/dev/null)
+wheel:
+	@scripts/setup --wheel
+	@rm -rf $(BUILD)-wheel/raw dist/dflash_launch-*.whl
+	@commit=$$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty); \
+	torch=$$($(PY) -c 'import torch;print(torch.__version__)'); \
+	$(VENV)/bin/pip wheel --no-build-isolation --no-deps --no-index -q -w $(BUILD)-wheel/raw . \
+	  -C cmake.define.DFLASH_GIT_COMMIT=$$commit -C cmake.define.DFLASH_TESTED_TORCH=$$torch \
+	  $(if $(CCACHE),-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --plat auto -w dist $(BUILD)-wheel/raw/dflash_launch-*.whl
+	@ls -l dist/dflash_launch-*.whl
+
+# Install the wheel into a fresh venv with --no-index and run from the installed copy only (tests/test_wheel.py,
+# skipped by `make test`). Called by .ci/run after `make test` (the wheel's build is a second full compile).
+test-wheel: gpu-check-bundle
+	DFLASH_WHEEL=$$(ls dist/dflash_launch-*.whl) DFLASH_GPU_BUNDLE=dist/dflash-gpu-check.tar.gz \
+	  $(PY) -m pytest -q tests/test_wheel.py
+
+# What someone with a CUDA machine runs (docs/gpu.md): the wheel + scripts/gpu-check in one small tarball.
+gpu-check-bundle: wheel
+	@rm -rf dist/dflash-gpu-check && mkdir -p dist/dflash-gpu-check
+	@cp dist/dflash_launch-*.whl scripts/gpu-check dist/dflash-gpu-check/
+	@tar -C dist -czf dist/dflash-gpu-check.tar.gz dflash-gpu-check
+	@ls -l dist/dflash-gpu-check.tar.gz
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(BUILD)-wheel dist

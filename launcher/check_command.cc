@@ -1,4 +1,5 @@
 #include <cctype>
+#include <unistd.h>
 #include <cstdio>
 
 #include "common/exit_codes.h"
@@ -95,12 +96,29 @@ int PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::str
   return exit_code::kOk;
 }
 
+bool BuiltinInstalledOrReport(const RunConfig& config, const std::string& bin_dir, bool warn_only) {
+  std::string path = bin_dir + "/dflash-builtin";
+  if (::access(path.c_str(), X_OK) == 0) return true;
+  for (const RoleSpec& r : config.roles) {
+    if (r.builtin.empty()) continue;
+    std::fprintf(stderr,
+                 "%s: %s: role[%s].builtin: dflash-builtin is not installed beside dflash-launch (%s)\n"
+                 "    hint: builtin roles need a source build (`make build`, against your torch's LibTorch); the pip "
+                 "wheel leaves dflash-builtin out (docs/wheel.md). Or give the role a command.\n",
+                 r.pos.ToString().c_str(), warn_only ? "warning" : "error", r.name.c_str(), path.c_str());
+    if (!warn_only) std::fputs("nothing was started.\n", stderr);
+    return warn_only;
+  }
+  return true;
+}
+
 int RunCheck(const CheckOptions& opts, char** env) {
   RunConfig config;
   if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
   Plan plan;
   if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, "<run_id>", opts.bin_dir, env, &plan); rc != 0)
     return rc;
+  BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/true);
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;
 }

@@ -79,6 +79,9 @@ bool LoadPlanOrReport(const std::string& config, const std::string& run_id, cons
 
 /// Loads and validates `path`; prints every error to stderr. False: exit 2.
 bool LoadConfigOrReport(const std::string& path, RunConfig* config);
+/// Builtin roles run bin_dir/dflash-builtin, which the pip wheel leaves out (docs/wheel.md). `run` refuses such a
+/// config before spawning anything (returns false); `check` only warns (warn_only), the rest of the plan is valid.
+bool BuiltinInstalledOrReport(const RunConfig& config, const std::string& bin_dir, bool warn_only);
 
 /// The launcher's environment as a list (for gate keys and the children's base env).
 EnvList EnvironmentList(char** env);

@@ -119,6 +119,7 @@ struct RunSpec {
   SourcePos master_port_pos;
   int nnodes = 0;                  // 0: not written (flags, the scheduler's env, else 1)
   std::vector<int> forward_signals;
+  bool share_gpus = false;  // several processes may use one GPU (docs/config.md)
 };
 
 struct RunConfig {

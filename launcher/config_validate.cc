@@ -97,7 +97,7 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
                            "unique role names", "also at " + it->second->name_pos.ToString(),
                            "rename one of them, e.g. \"" + r.name + "2\""});
     }
-    for (size_t i = 0; i < r.devices.size(); ++i) {
+    for (size_t i = 0; !cfg->run.share_gpus && i < r.devices.size(); ++i) {
       int gpu = r.devices[i];
       SourcePos pos = i < r.device_pos.size() ? r.device_pos[i] : r.pos;
       // Roles on disjoint nodes may use the same GPU index: each node has its own GPU 0.
@@ -116,8 +116,9 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
                          std::to_string(gpu) + " here and " +
                              (same ? "" : "in role \"" + it->second.role->name + "\" ") + "at " +
                              it->second.pos.ToString(),
-                         same ? "remove the duplicate " + std::to_string(gpu)
-                              : "give each role its own GPUs: remove " + std::to_string(gpu) + " from one of them"});
+                         (same ? "remove the duplicate " + std::to_string(gpu)
+                               : "give each role its own GPUs: remove " + std::to_string(gpu) + " from one of them") +
+                             ", or set [run] share_gpus = true to put several processes on one GPU on purpose"});
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "cachelock/gate.h"
+#include "dflash_build_info.h"
 #include "launcher/commands.h"
 #include "launcher/schema.h"
 
@@ -32,7 +33,8 @@ int Main(int argc, char** argv) {
                "  dflash-launch run.toml           same as `dflash-launch run run.toml`\n"
                "Exit codes: 0 ok, 2 config error, 64 usage; a run exits with its culprit's code (128+N for signal N).",
                "dflash-launch"};
-  app.set_version_flag("--version", std::string("dflash-launch ") + DFLASH_VERSION);
+  app.set_version_flag("--version", std::string("dflash-launch ") + DFLASH_VERSION + "\ncommit " + DFLASH_GIT_COMMIT +
+                                        "\ntested with torch " + DFLASH_TESTED_TORCH + "\nbuild " + DFLASH_BUILD_FLAGS);
   app.require_subcommand(1);
 
   CheckOptions check;

@@ -81,6 +81,7 @@ std::string PlanText(const Plan& plan) {
     for (int sig : c.run.forward_signals) s.push_back(SignalName(sig));
     o += "  forward  " + Join(s, ", ") + "\n";
   }
+  if (c.run.share_gpus) o += "  gpus     shared: several processes may use one GPU ([run] share_gpus)\n";
   const ModelSpec& m = c.model;
   if (m.present) {
     std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
@@ -195,6 +196,7 @@ std::string PlanJson(const Plan& plan) {
   ojson fwd = ojson::array();
   for (int s : c.run.forward_signals) fwd.push_back(SignalName(s));
   j["run"]["forward_signals"] = fwd;
+  j["run"]["share_gpus"] = c.run.share_gpus;
   const ModelSpec& m = c.model;
   if (m.present) {
     j["model"] = {{"target_layers", m.target_layers}, {"hidden", m.hidden}, {"tapped_layers", m.tapped_layers},

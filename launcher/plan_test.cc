@@ -27,6 +27,16 @@ std::map<std::string, std::string> EnvMap(const EnvList& env) {
   return m;
 }
 
+// [run] share_gpus: four processes on GPU 0, each told CUDA_VISIBLE_DEVICES=0 (so each sees cuda:0).
+TEST(Plan, SharedGpuPutsSeveralProcessesOnOneGpu) {
+  Plan plan = LoadPlan("tests/configs/good/shared_gpu.toml");
+  ASSERT_EQ(plan.processes.size(), 4u);
+  for (const ProcessPlan& p : plan.processes) {
+    EXPECT_EQ(p.gpu, 0) << p.name;
+    EXPECT_EQ(EnvMap(plan.ProcessEnv(p, 0))["CUDA_VISIBLE_DEVICES"], "0") << p.name;
+  }
+}
+
 TEST(Plan, FullConfigProcessByProcess) {
   PlanOptions po;
   po.run_id = "full-20261129-120000";

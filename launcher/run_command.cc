@@ -33,6 +33,7 @@ std::string MakeRunId(const std::string& name) {
 int RunRun(const RunOptions& opts, char** env) {
   RunConfig config;
   if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
+  if (!BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/false)) return exit_code::kConfig;
   Plan plan;
   if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
       rc != 0)

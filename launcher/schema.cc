@@ -41,6 +41,11 @@ std::vector<SectionSpec> MakeSchema() {
            {"forward_signals", K::kSignalArray, "[]",
             "Signals the supervisor passes through to every process (e.g. preemption notices).",
             "[\"SIGUSR1\"]"},
+           {"share_gpus", K::kBool, "false",
+            "Allow several processes on one GPU (a GPU listed twice in devices, or by two roles): small "
+            "drafters, tests, a one-GPU check. Off, a shared GPU is a config error. Each process still sees "
+            "its GPU as cuda:0.",
+            "true"},
        }},
       {"model", "The shape contract, checked before anything starts. The drafter input is "
                 "[batch, seq_len, len(tapped_layers) * hidden]: taps concatenated on the feature axis.",
@@ -79,7 +84,7 @@ std::vector<SectionSpec> MakeSchema() {
             "\"drafter\"", {}, true},
            {"devices", K::kIntArray, "",
             "GPU indices, one process each (CUDA_VISIBLE_DEVICES=<index>, so each sees cuda:0). A GPU may "
-            "belong to one role only. Exactly one of devices and cpu.",
+            "belong to one process only, unless [run] share_gpus = true. Exactly one of devices and cpu.",
             "[5, 6, 7]"},
            {"cpu", K::kInt, "", "Number of CPU-only processes (CUDA_VISIBLE_DEVICES=\"\").", "3"},
            {"nodes", K::kIntArray, "<every node>",

@@ -18,6 +18,7 @@ def test_config_error_exits_2_and_names_file_line_col(bin_dir):
     assert f"{bad}:14:15: error: role[drafter].devices: GPU 1 is used by two roles" in r.stderr
     assert f"{bad}:10:15" in r.stderr  # the other place GPU 1 is used
     assert "hint:" in r.stderr
+    assert "set [run] share_gpus = true" in r.stderr  # the hint names the key that allows it on purpose
     assert r.stdout == ""
 
 
@@ -68,3 +69,18 @@ def test_schema_markdown_is_what_the_docs_carry(bin_dir):
     r = run([bin_dir / "dflash-launch", "schema", "--markdown"])
     assert r.returncode == 0
     assert r.stdout in (ROOT / "docs/config.md").read_text()
+
+
+def test_share_gpus_in_the_plan(bin_dir):
+    """[run] share_gpus = true: 4 processes on GPU 0, said in the text plan and in --json; the demo says false."""
+    cfg = ROOT / "tests/configs/good/shared_gpu.toml"
+    r = run([bin_dir / "dflash-launch", "check", "--json", cfg])
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["run"]["share_gpus"] is True
+    assert [(p["name"], p["gpu"], p["env"]["CUDA_VISIBLE_DEVICES"]) for p in plan["processes"]] == [
+        ("target:0", 0, "0"), ("drafter:0", 0, "0"), ("drafter:1", 0, "0"), ("drafter:2", 0, "0")]
+    r = run([bin_dir / "dflash-launch", "check", cfg])
+    assert "gpus     shared: several processes may use one GPU" in r.stdout
+    r = run([bin_dir / "dflash-launch", "check", "--json", ROOT / "configs/demo.toml"])
+    assert json.loads(r.stdout)["run"]["share_gpus"] is False

@@ -6,8 +6,10 @@ concatenated, [B, S, n_taps*H]; `fc: n_taps*H -> H` (no bias) and an RMSNorm
 make the context. The sequence is cut into blocks of `block_size`: position 0 of
 each block is the real anchor token, positions 1.. are mask tokens to predict,
 all in parallel. Each draft layer attends from the block tokens to the context
-up to the anchor and to their own block (a dense boolean mask: flex_attention
-has no backward on CPU). Loss: cross-entropy on k >= 1, weighted exp(-(k-1)/gamma).
+up to the anchor and to their own block. Attention: on CUDA flex_attention with
+that mask as a block mask (what DFlash trains with); on CPU SDPA with a dense
+boolean mask (flex_attention has no backward on CPU). --attention/DFLASH_ATTENTION
+picks one explicitly. Loss: cross-entropy on k >= 1, weighted exp(-(k-1)/gamma).
 
 Run by dflash-launch, it reads the shape contract from DFLASH_* variables,
 says ready (notify) after its first compiled step, and writes its Inductor cache
@@ -64,6 +66,27 @@ def block_mask(seq_len, block_size):
     return torch.cat([ctx, blk], dim=1)
 
 
+def flex_block_mask(seq_len, block_size, device):
+    """The same mask as block_mask(), as a flex_attention BlockMask: kv < S is context (kv <= anchor),
+    kv >= S is the block tokens (same block as the query)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        anchor = (q_idx // block_size) * block_size
+        ctx = (kv_idx < seq_len) & (kv_idx <= anchor)
+        blk = (kv_idx >= seq_len) & ((kv_idx - seq_len) // block_size == q_idx // block_size)
+        return ctx | blk
+
+    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=seq_len, KV_LEN=2 * seq_len, device=device)
+
+
+def pick_attention(requested, device):
+    """"flex" on CUDA, "sdpa" elsewhere, unless asked for one."""
+    if requested in ("flex", "sdpa"):
+        return requested
+    return "flex" if torch.device(device).type == "cuda" else "sdpa"
+
+
 def block_weights(seq_len, block_size, gamma):
     k = torch.arange(seq_len) % block_size
     return torch.where(k >= 1, torch.exp(-(k - 1).float() / gamma), torch.zeros(()))
@@ -96,7 +119,11 @@ class DraftLayer(nn.Module):
         rep = self.heads // self.kv_heads
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if isinstance(mask, torch.Tensor):
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:  # a flex_attention BlockMask
+            from torch.nn.attention.flex_attention import flex_attention
+            a = flex_attention(q, k, v, block_mask=mask)
         x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
         h = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -119,14 +146,20 @@ class Drafter(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
         self.register_buffer("mask", block_mask(seq_len, block_size), persistent=False)
         self.register_buffer("weights", block_weights(seq_len, block_size, gamma), persistent=False)
+        self.seq_len, self.flex_mask = seq_len, None
+
+    def use_flex_attention(self, device):
+        """Attend with flex_attention (a BlockMask on `device`) instead of SDPA with the dense mask."""
+        self.flex_mask = flex_block_mask(self.seq_len, self.block_size, device)
 
     def forward(self, target_hidden, tokens):
         ctx = self.hidden_norm(self.fc(target_hidden))
         pos = torch.arange(tokens.shape[1], device=tokens.device)
         block_in = torch.where(pos % self.block_size == 0, tokens, torch.full_like(tokens, self.mask_id))
         x = self.embed(block_in)
+        mask = self.flex_mask if self.flex_mask is not None else self.mask
         for layer in self.layers:
-            x = layer(x, ctx, self.mask, self.cos, self.sin)
+            x = layer(x, ctx, mask, self.cos, self.sin)
         return self.lm_head(self.norm(x))
 
     def loss(self, target_hidden, tokens):
@@ -220,6 +253,10 @@ def parse_args(argv):
     p.add_argument("--metrics", default=os.environ.get("DFLASH_METRICS_FILE", ""))
     p.add_argument("--no-compile", action="store_true", help="eager (for comparisons)")
     p.add_argument("--threads", type=int, default=int(os.environ.get("DFLASH_TORCH_THREADS", "1")))
+    p.add_argument("--device", default=os.environ.get("DFLASH_DEVICE", "auto"),
+                   help="auto: cuda when a GPU is visible (CUDA_VISIBLE_DEVICES), else cpu")
+    p.add_argument("--attention", choices=["auto", "flex", "sdpa"], default=os.environ.get("DFLASH_ATTENTION", "auto"),
+                   help="auto: flex_attention on CUDA, SDPA with a dense mask on CPU")
     return p.parse_args(argv)
 
 
@@ -238,7 +275,11 @@ def main(argv=None):
     dtype = DTYPES[contract["dtype"]]
     t_start, cpu_start = time.perf_counter(), cpu_seconds()
 
-    model = build(contract, dtype)
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    attention = pick_attention(args.attention, device)
+    model = build(contract, dtype).to(device)
+    if attention == "flex":
+        model.use_flex_attention(device)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     step_loss = model.loss if args.no_compile else torch.compile(model.loss)
     if args.source == "spool":
@@ -255,7 +296,12 @@ def main(argv=None):
         source = SyntheticSource(contract, rank, dtype)
 
     n_taps, hidden = len(contract["tapped_layers"]), contract["hidden"]
-    losses, metrics = [], {"process": name, "gate_role": gate_role(), "torch_version": torch.__version__}
+    losses, metrics = [], {"process": name, "gate_role": gate_role(), "torch_version": torch.__version__,
+                           "device": str(device), "attention": attention,
+                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if torch.device(device).type == "cuda":
+        metrics["device_name"] = torch.cuda.get_device_name(0)
+        metrics["device_uuid"] = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
     it = iter(source)
     for step in range(steps):
         try:
@@ -269,7 +315,7 @@ def main(argv=None):
             break
         check_hidden_states(sample["hidden"], n_taps, hidden, contract["batch"], contract["seq_len"])
         t0 = time.perf_counter()
-        loss = step_loss(sample["hidden"], sample["tokens"])
+        loss = step_loss(sample["hidden"].to(device), sample["tokens"].to(device))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -1,0 +1,168 @@
+"""The wheel (`make wheel`; run by `make test-wheel`, which .ci/run calls after `make test`): manylinux-tagged,
+under 30 MB, installed into a fresh venv with --no-index, and used from the installed copy only: --version,
+`check configs/demo.toml`, and a gated CPU run whose payloads import the installed dflash_launch and get the
+venv's python although the venv is not on PATH."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import pytest
+
+from conftest import ROOT, run
+
+WHEEL = os.environ.get("DFLASH_WHEEL", "")
+pytestmark = pytest.mark.skipif(not WHEEL, reason="`make test-wheel` builds the wheel and runs these")
+BINARIES = ("dflash-launch", "dflash-worker", "dflash-cachelock")
+GLIBC = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "ld-linux-x86-64.so.2"}
+
+
+def test_wheel_is_manylinux_small_and_complete():
+    name = os.path.basename(WHEEL)
+    assert re.fullmatch(r"dflash_launch-0\.1\.0-py3-none-manylinux_2_\d+_x86_64\.whl", name), name
+    assert os.path.getsize(WHEEL) < 30 * 2**20
+    r = run([os.path.join(os.path.dirname(sys.executable), "auditwheel"), "show", WHEEL])
+    assert r.returncode == 0, r.stderr
+    tag = re.search(r"manylinux_2_\d+_x86_64", name).group(0)
+    assert f'"{tag}"' in " ".join(r.stdout.split()), r.stdout  # auditwheel agrees with the tag
+    with zipfile.ZipFile(WHEEL) as z:
+        names = set(z.namelist())
+        entry_points = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+        for b in BINARIES:
+            info = z.getinfo(f"dflash_launch/bin/{b}")
+            assert (info.external_attr >> 16) & 0o111, f"{b} is not executable in the wheel"
+            assert re.search(rf"^{b} = dflash_launch\._bin:", entry_points, re.M), entry_points
+    for module in ("__init__", "_bin", "gpu_check", "reference_drafter", "spool", "demo_report"):
+        assert f"dflash_launch/{module}.py" in names
+    assert not any("dflash-builtin" in n for n in names)  # a source build only (docs/wheel.md)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A fresh venv without pip; the wheel installed into it by pip --python, from the file only."""
+    d = tmp_path_factory.mktemp("wheel") / "venv"
+    r = run([sys.executable, "-m", "venv", "--without-pip", d], timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = run([sys.executable, "-m", "pip", "--python", d / "bin" / "python", "install", "--no-index", "--no-deps",
+             "--disable-pip-version-check", "-q", WHEEL], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    site = glob.glob(str(d / "lib" / "python3*" / "site-packages"))[0]
+    return {"dir": d, "site": site, "python": str(d / "bin" / "python"),
+            "env": dict({k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")},
+                        PATH="/usr/bin:/bin")}
+
+
+def test_installed_binaries_need_only_glibc_and_what_the_wheel_carries(venv):
+    libs = os.path.join(venv["site"], "dflash_launch.libs")
+    for b in BINARIES:
+        path = os.path.join(venv["site"], "dflash_launch", "bin", b)
+        r = run(["ldd", path])
+        assert r.returncode == 0 and "not found" not in r.stdout, r.stdout
+        for line in r.stdout.splitlines():
+            parts = line.split()
+            if "=>" not in parts or parts[0].startswith("linux-vdso"):
+                continue
+            target = os.path.realpath(parts[parts.index("=>") + 1])
+            assert parts[0] in GLIBC or target.startswith(libs), f"{b} needs {line.strip()} from the system"
+
+
+def test_installed_version_and_check_of_the_demo_config(venv):
+    launch = str(venv["dir"] / "bin" / "dflash-launch")
+    r = run([launch, "--version"], env=venv["env"])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "dflash-launch 0.1.0"
+    assert re.fullmatch(r"commit [0-9a-f]{12}(-dirty)?", lines[1]), lines
+    assert re.fullmatch(r"tested with torch \d+\.\d+\.\d+\S*", lines[2]), lines
+    assert "Release" in lines[3] and "portable" in lines[3] and "without dflash-builtin" in lines[3], lines
+    r = run([launch, "check", ROOT / "configs/demo.toml"], env=venv["env"])
+    assert r.returncode == 0, r.stderr
+    assert "drafter  input [1, 64, 320]" in r.stdout
+    # its builtin targets need dflash-builtin, which the wheel leaves out: check warns, run refuses up front
+    assert "warning: role[target].builtin: dflash-builtin is not installed beside dflash-launch" in r.stderr
+    r = run([launch, "check", "--json", ROOT / "configs/demo.toml"], env=venv["env"])
+    plan = json.loads(r.stdout)
+    drafter = next(p for p in plan["processes"] if p["role"] == "drafter")
+    assert drafter["argv"][0] == os.path.join(venv["site"], "dflash_launch", "bin", "dflash-worker")
+
+
+def test_installed_run_of_a_builtin_role_refuses_before_spawning(venv, tmp_path):
+    (tmp_path / "cache").mkdir(mode=0o700)
+    config = tmp_path / "demo.toml"
+    text = (ROOT / "configs/demo.toml").read_text()
+    text = re.sub(r'(?m)^cache_dir = .*$', f'cache_dir = "{tmp_path}/cache"', text)
+    config.write_text(re.sub(r'(?m)^log_dir = .*$', f'log_dir = "{tmp_path}/runs"', text))
+    r = run([venv["dir"] / "bin" / "dflash-launch", "run", config], env=venv["env"])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{config}:" in r.stderr and "error: role[target].builtin: dflash-builtin is not installed" in r.stderr
+    assert "docs/wheel.md" in r.stderr and "nothing was started." in r.stderr
+    assert not (tmp_path / "runs").exists()  # no run directory, no process
+
+
+PAYLOAD = """import json, os, sys
+import dflash_launch
+out = {"python": sys.executable, "package": dflash_launch.__file__, "gate_role": dflash_launch.gate_role()}
+with open(os.path.join(os.environ["OUT"], os.environ["DFLASH_PROCESS"].replace(":", "-") + ".json"), "w") as f:
+    json.dump(out, f)
+dflash_launch.notify_ready("payload ready")
+"""
+
+
+def test_installed_gated_cpu_run(venv, tmp_path):
+    (tmp_path / "cache").mkdir(mode=0o700)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "payload.py").write_text(PAYLOAD)
+    config = tmp_path / "run.toml"
+    config.write_text(f"""[run]
+name = "wheel"
+cache_dir = "{tmp_path}/cache"
+log_dir = "{tmp_path}/runs"
+
+[[role]]
+name = "drafter"
+cpu = 3
+command = ["python", "{tmp_path}/payload.py"]
+env = {{ OUT = "{tmp_path}/out" }}
+gate = {{ timeout = "2m" }}
+ready = {{ mode = "notify", timeout = "2m" }}
+""")
+    r = run([venv["dir"] / "bin" / "dflash-launch", "run", config, "--run-id", "w", "--color", "never"],
+            env=venv["env"], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads((tmp_path / "runs" / "w" / "summary.json").read_text())
+    assert [p["exit_code"] for p in summary["processes"]] == [0, 0, 0]
+    outs = [json.loads((tmp_path / "out" / f"drafter-{i}.json").read_text()) for i in range(3)]
+    assert sorted(o["gate_role"] for o in outs) == ["lead", "reuse", "reuse"]
+    for o in outs:
+        # `python` of the config is the venv's although the venv is not on PATH: the console script put it first
+        assert o["python"] == venv["python"], o
+        assert o["package"].startswith(venv["site"]), o
+
+
+def test_gpu_check_bundle_runs_from_the_wheel_in_cpu_mode(tmp_path):
+    """The bundle of `make gpu-check-bundle` (what a GPU machine gets): small, one command, and the check runs
+    from the wheel it carries (not from this checkout), here in its CPU mode."""
+    bundle = os.environ.get("DFLASH_GPU_BUNDLE", "")
+    assert bundle and os.path.getsize(bundle) < 64 * 2**20
+    with tarfile.open(bundle) as t:
+        assert sorted(m.name for m in t.getmembers() if m.isfile()) == [
+            "dflash-gpu-check/" + os.path.basename(WHEEL), "dflash-gpu-check/gpu-check"]
+        t.extractall(tmp_path)
+    out = tmp_path / "gc"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    env.update(PYTHON=sys.executable, PATH="/usr/bin:/bin")
+    r = run([tmp_path / "dflash-gpu-check" / "gpu-check", out, "--steps", "1", "--timeout", "600"], env=env,
+            cwd=tmp_path, timeout=1500)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads((out / "check" / "report.json").read_text())
+    assert report["mode"] == "cpu" and report["ok"] is True
+    assert report["dflash_launch"]["launcher"] == str(out / "site" / "dflash_launch" / "bin" / "dflash-launch")
+    assert report["dflash_launch"]["package"] == str(out / "site" / "dflash_launch")
+    assert report["checks"]["gated"]["leads"] == 1 and report["checks"]["gated"]["reused_with_0_misses"] == 2
+    assert (out / "check" / "summary.txt").read_text().startswith("dflash gpu-check (cpu): PASS")
+    r = run([tmp_path / "dflash-gpu-check" / "gpu-check", out], env=env, cwd=tmp_path)
+    assert r.returncode == 64 and "exists" in r.stderr  # a second run never overwrites the first report
