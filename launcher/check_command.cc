@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "common/exit_codes.h"
+#include "launcher/command_check.h"
 #include "launcher/commands.h"
 #include "launcher/plan_format.h"
 #include "launcher/torch_version.h"
@@ -24,6 +25,13 @@ bool LoadConfigOrReport(const std::string& path, RunConfig* config) {
   return false;
 }
 
+bool CommandsRunOrReport(const RunConfig& config, char** env) {
+  std::vector<ConfigError> errors = CheckCommands(config, EnvironmentList(env));
+  if (errors.empty()) return true;
+  std::fputs(FormatErrors(errors).c_str(), stderr);
+  return false;
+}
+
 bool LoadPlanOrReport(const std::string& path, const std::string& run_id, const std::string& bin_dir, char** env,
                       Plan* plan) {
   RunConfig config;
@@ -40,6 +48,7 @@ bool LoadPlanOrReport(const std::string& path, const std::string& run_id, const 
 int RunCheck(const CheckOptions& opts, char** env) {
   Plan plan;
   if (!LoadPlanOrReport(opts.config, "<run_id>", opts.bin_dir, env, &plan)) return exit_code::kConfig;
+  if (!CommandsRunOrReport(plan.config, env)) return exit_code::kConfig;
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;
 }

@@ -65,6 +65,9 @@ bool LoadPlanOrReport(const std::string& config, const std::string& run_id, cons
 
 /// Loads and validates `path`; prints every error to stderr. False: exit 2.
 bool LoadConfigOrReport(const std::string& path, RunConfig* config);
+/// `check` and `run` (not the cache tools): every role's command exists and is
+/// executable for its PATH and cwd (launcher/command_check.h); else prints the errors.
+bool CommandsRunOrReport(const RunConfig& config, char** env);
 
 /// The launcher's environment as a list (for gate keys and the children's base env).
 EnvList EnvironmentList(char** env);

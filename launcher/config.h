@@ -73,6 +73,7 @@ struct RoleSpec {
   std::vector<SourcePos> device_pos;     // where each device index is written
   int cpu = 0;                           // number of CPU-only processes
   std::vector<std::string> command;      // the payload, or empty for a builtin
+  SourcePos command_pos;                 // where its command is written
   std::string builtin;                   // "target" | "drafter" | empty
   std::vector<std::pair<std::string, std::string>> env;
   std::string cwd;

@@ -360,6 +360,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   // command / builtin: exactly one.
   bool has_cmd = r.Has("command"), has_builtin = r.Has("builtin");
   r.StringArray("command", &role->command);
+  if (has_cmd) role->command_pos = r.ValuePos("command");
   for (size_t i = 0; i < role->command.size(); ++i) {
     if (role->command[i].find('\0') == std::string::npos) continue;
     r.Error("command", r.ValuePos("command"), "a command argument cannot hold a NUL character (\\u0000)",

@@ -33,7 +33,7 @@ std::string MakeRunId(const std::string& name) {
 
 int RunRun(const RunOptions& opts, char** env) {
   RunConfig config;
-  if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
+  if (!LoadConfigOrReport(opts.config, &config) || !CommandsRunOrReport(config, env)) return exit_code::kConfig;
   PlanOptions po;
   po.run_id = opts.run_id.empty() ? MakeRunId(config.run.name) : opts.run_id;
   po.bin_dir = opts.bin_dir;

@@ -409,7 +409,7 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
     SetState(p, ProcState::kBackoff, "stopped for a restart; " + how);
     return;
   }
-  if (stopping_ && p.spawn_failed && !p.stop_sent) {
+  if ((stopping_ || p.stop_sent) && p.spawn_failed) {
     // It failed to start on its own while the run stopped: a failure, not collateral.
     SetState(p, ProcState::kFailed, how);
     return;
@@ -469,6 +469,10 @@ void Supervisor::Fail(Proc& p, const std::string& reason, bool fatal) {
 
 void Supervisor::StopProc(Proc& p, const std::string& why) {
   if (!Alive(p) || p.stop_sent) return;
+  // Its exec is decided within microseconds: if it failed, the process exits
+  // 126/127 on its own and that is its failure, not something we stopped.
+  if (p.exec.exec_status) OnExecStatus(p);
+  if (p.spawn_failed) return;
   const RoleSpec& role = plan_.RoleOf(*p.plan);
   p.stop_sent = true;
   p.kill_at = std::chrono::steady_clock::now() + role.stop.grace;

@@ -210,22 +210,30 @@ def test_the_soft_fd_limit_is_raised_to_the_hard_limit(bin_dir, tmp_path):
 
 
 def test_exec_failures_are_labelled_as_such_not_collateral(launch, tmp_path):
-    """Two processes that cannot be executed (126, 127): both are failures of their own, labelled with the
-    reason, neither one "collateral" of the other."""
-    script = tmp_path / "noexec.sh"
-    script.write_text("#!/bin/sh\nexit 0\n")
-    script.chmod(0o644)
-    body = role("a", [str(script)]) + role("b", [str(script)]) + role("c", [str(tmp_path / "missing")])
+    """Three processes whose exec fails (126: an interpreter without the x bit; 127: a missing interpreter,
+    which only exec can see): each is FAILED with its reason and exit code, none "collateral" of another."""
+    interp = tmp_path / "interp"
+    interp.write_text("#!/bin/sh\n")
+    interp.chmod(0o644)
+    noexec = tmp_path / "noexec.sh"
+    noexec.write_text(f"#!{interp}\nexit 0\n")
+    missing = tmp_path / "missing.sh"
+    missing.write_text("#!/nonexistent/interpreter\nexit 0\n")
+    for f in (noexec, missing):
+        f.chmod(0o755)
+    body = role("a", [str(noexec)]) + role("b", [str(noexec)]) + role("c", [str(missing)])
     r = launch(write_config(tmp_path, body))
     rc = r.wait()
     assert rc in (126, 127)
     s = r.summary()
+    by = {q["name"]: q for q in s["processes"]}
     for q in s["processes"]:
         assert q["state"] == "FAILED", q
         assert not q["collateral"], q
         assert "cannot execute" in q["reason"], q
-    table = r.out
-    assert "collateral" not in table
+    assert by["a:0"]["exit_code"] == 126 and "(exit 126)" in by["a:0"]["reason"]
+    assert by["c:0"]["exit_code"] == 127 and "(exit 127)" in by["c:0"]["reason"]
+    assert "collateral" not in r.out
 
 
 def test_env_value_with_nul_is_rejected(bin_dir, tmp_path):
