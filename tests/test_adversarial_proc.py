@@ -177,11 +177,13 @@ def limit_fds(soft, hard):
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def test_spawn_failure_at_a_tiny_fd_limit_is_a_failure(bin_dir, tmp_path):
-    """ulimit -n 14 (hard too: nothing to raise to): some process cannot even get its pipes. That process
-    is FAILED with the reason, the run exits non-zero, the launcher says the plan does not fit."""
+@pytest.mark.parametrize("n", [1, 6])
+def test_spawn_failure_at_a_tiny_fd_limit_is_a_failure(bin_dir, tmp_path, n):
+    """ulimit -n 14 (hard too: nothing to raise to): some process cannot even get its pipes (with one
+    process the launcher said "all processes succeeded", exit 0). That process is FAILED with the reason,
+    the run exits non-zero, the launcher says the plan does not fit."""
     m = marker()
-    body = "".join(role(f"r{i}", ["sleep", m]) for i in range(6))
+    body = "".join(role(f"r{i}", ["sleep", m]) for i in range(n))
     cfg = write_config(tmp_path, body)
     p = subprocess.run([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "fd"], capture_output=True,
                        text=True, timeout=60, preexec_fn=limit_fds(14, 14), env=no_cgroup_env())
