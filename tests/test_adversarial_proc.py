@@ -153,7 +153,9 @@ def test_a_live_ranks_double_forked_helper_survives_an_unrelated_exit(launch, tm
     os.mkfifo(tmp_path / "go")
     body += role("short", ["sh", "-c", "read x < go; exit 0"], 'cwd = "."')
     r = launch(write_config(tmp_path, body), env=no_cgroup_env())
-    assert wait_until(lambda: len(alive_with_marker(m)) == 2, timeout=30)
+    # Both must have exec'd `sleep` (while python forks, its copies carry the marker too for an instant).
+    sleeps = lambda: [p for p in alive_with_marker(m) if proc_table().get(p, (0, "", ""))[2].startswith("sleep ")]
+    assert wait_until(lambda: len(sleeps()) == 2 and len(alive_with_marker(m)) == 2, timeout=30)
     with open(tmp_path / "go", "w") as f:
         f.write("go\n")
     r.wait_for_log("short:0 RUNNING -> EXITED")
