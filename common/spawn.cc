@@ -31,11 +31,12 @@ namespace dflash {
 namespace {
 
 /// What the child reports through the error pipe when it cannot exec.
-enum Stage : int { kStageSignals = 1, kStageGroup, kStageDeathSignal, kStageStdio, kStageChdir,
+enum Stage : int { kStageCgroup = 8, kStageSignals = 1, kStageGroup, kStageDeathSignal, kStageStdio, kStageChdir,
                    kStageCloseFds, kStageExec };
 
 const char* StageName(int stage) {
   switch (stage) {
+    case kStageCgroup: return "join cgroup";
     case kStageSignals: return "reset signals";
     case kStageGroup: return "setsid/setpgid";
     case kStageDeathSignal: return "prctl(PR_SET_PDEATHSIG)";
@@ -61,6 +62,7 @@ struct ChildPlan {
   int stdio[3];     // source fd for 0/1/2, or -1 to leave as is
   SpawnOptions::Group group;
   int death_signal;
+  int cgroup_fd;  // -1: stay in the spawner's cgroup
   pid_t parent_pid;
   const int* keep;  // sorted, includes the error pipe
   size_t nkeep;
@@ -139,6 +141,8 @@ void CloseOtherFds(const ChildPlan& p) {
 
 /// Runs in the child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void RunChild(const ChildPlan& p) {
+  // Into the run's cgroup before anything else can fork.
+  if (p.cgroup_fd >= 0 && ::write(p.cgroup_fd, "0", 1) != 1) ChildFail(p.error_fd, kStageCgroup, errno);
   // Default dispositions first, then an empty mask: the other order could run
   // one of the parent's handlers (which might write to the parent's
   // self-pipe) inside the child. Ignored signals would otherwise survive exec.
@@ -324,6 +328,7 @@ bool Spawn(const SpawnOptions& opts, Child* out, std::string* err) {
     return false;
   plan.group = opts.group;
   plan.death_signal = opts.death_signal;
+  plan.cgroup_fd = opts.cgroup_procs_fd;
   plan.parent_pid = ::getpid();
   std::vector<int> keep;
   for (int fd : opts.keep_fds) {

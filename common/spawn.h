@@ -49,6 +49,11 @@ struct SpawnOptions {
   /// REQUIRES: the spawning thread lives as long as the child should.
   int death_signal = 0;
 
+  /// A cgroup v2 `cgroup.procs` of the spawner's (O_CLOEXEC), or -1: the child
+  /// writes "0" into it first thing, so it and everything it will ever start
+  /// live in that cgroup (one cgroup.kill ends the whole tree).
+  int cgroup_procs_fd = -1;
+
   /// Extra fds (> 2) the child keeps at the same number (their close-on-exec
   /// flag is cleared in the child). Every other fd above 2 is closed.
   std::vector<int> keep_fds;

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "common/exit_codes.h"
+#include "launcher/command_check.h"
 #include "launcher/commands.h"
 #include "launcher/plan_format.h"
 #include "launcher/torch_version.h"
@@ -22,6 +23,13 @@ EnvList EnvironmentList(char** env) {
 bool LoadConfigOrReport(const std::string& path, RunConfig* config) {
   std::vector<ConfigError> errors;
   if (LoadConfig(path, config, &errors)) return true;
+  std::fputs(FormatErrors(errors).c_str(), stderr);
+  return false;
+}
+
+bool CommandsRunOrReport(const RunConfig& config, char** env) {
+  std::vector<ConfigError> errors = CheckCommands(config, EnvironmentList(env));
+  if (errors.empty()) return true;
   std::fputs(FormatErrors(errors).c_str(), stderr);
   return false;
 }
@@ -119,6 +127,7 @@ int RunCheck(const CheckOptions& opts, char** env) {
   if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, "<run_id>", opts.bin_dir, env, &plan); rc != 0)
     return rc;
   BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/true);
+  if (!CommandsRunOrReport(plan.config, env)) return exit_code::kConfig;
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;
 }

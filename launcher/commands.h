@@ -82,6 +82,9 @@ bool LoadConfigOrReport(const std::string& path, RunConfig* config);
 /// Builtin roles run bin_dir/dflash-builtin, which the pip wheel leaves out (docs/wheel.md). `run` refuses such a
 /// config before spawning anything (returns false); `check` only warns (warn_only), the rest of the plan is valid.
 bool BuiltinInstalledOrReport(const RunConfig& config, const std::string& bin_dir, bool warn_only);
+/// `check` and `run` (not the cache tools): every role's command exists and is
+/// executable for its PATH and cwd (launcher/command_check.h); else prints the errors.
+bool CommandsRunOrReport(const RunConfig& config, char** env);
 
 /// The launcher's environment as a list (for gate keys and the children's base env).
 EnvList EnvironmentList(char** env);

@@ -86,6 +86,7 @@ struct RoleSpec {
   SourcePos nodes_pos;                   // where nodes is written
   int cpu = 0;                           // number of CPU-only processes
   std::vector<std::string> command;      // the payload, or empty for a builtin
+  SourcePos command_pos;                 // where its command is written
   std::string builtin;                   // "target" | "drafter" | empty
   std::vector<std::pair<std::string, std::string>> env;
   std::string cwd;

@@ -368,7 +368,15 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
                              : "quote it: " + name + " = \"...\"");
       continue;
     }
-    role->env.emplace_back(name, std::string(v.as_string()->get()));
+    std::string value(v.as_string()->get());
+    if (size_t nul = value.find('\0'); nul != std::string::npos) {
+      // execve takes C strings: the value would be cut at the NUL, silently.
+      r.Error("env", PosOf(v.source()), "environment values cannot hold a NUL character (\\u0000)",
+              "a string without NUL", "a NUL at offset " + std::to_string(nul) + " of " + name + "'s value",
+              "remove the \\u0000: the process would see only \"" + value.substr(0, nul) + "\"");
+      continue;
+    }
+    role->env.emplace_back(name, std::move(value));
   }
 }
 
@@ -424,6 +432,15 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   // command / builtin: exactly one.
   bool has_cmd = r.Has("command"), has_builtin = r.Has("builtin");
   r.StringArray("command", &role->command);
+  if (has_cmd) role->command_pos = r.ValuePos("command");
+  for (size_t i = 0; i < role->command.size(); ++i) {
+    if (role->command[i].find('\0') == std::string::npos) continue;
+    r.Error("command", r.ValuePos("command"), "a command argument cannot hold a NUL character (\\u0000)",
+            "strings without NUL", "a NUL in argument " + std::to_string(i),
+            "remove the \\u0000: execve would cut the argument there");
+    role->command.clear();
+    break;
+  }
   r.Enum("builtin", &role->builtin);
   if (has_cmd && has_builtin) {
     r.Error("builtin", r.ValuePos("builtin"), "both command and builtin are set",

@@ -29,7 +29,7 @@ const char* const kReserved[] = {
     "DFLASH_SPOOL_DIR", "DFLASH_GATE_KEY", "DFLASH_GATE_ROLE", "DFLASH_WARMUP", "DFLASH_HIDDEN_SHAPE",
     "DFLASH_TAPPED_LAYERS", "DFLASH_TARGET_LAYERS", "DFLASH_HIDDEN", "DFLASH_DRAFT_LAYERS", "DFLASH_BLOCK_SIZE",
     "DFLASH_SEQ_LEN", "DFLASH_BATCH", "DFLASH_DTYPE", "DFLASH_VOCAB", "DFLASH_SEED", "DFLASH_HEADS",
-    "DFLASH_KV_HEADS", "DFLASH_TORCH_VERSION", "DFLASH_SPOOL_PRODUCERS", "DFLASH_NODE_RANK", "DFLASH_NNODES",
+    "DFLASH_KV_HEADS", "DFLASH_TORCH_VERSION", "DFLASH_SPOOL_PRODUCERS", "DFLASH_NODE_RANK", "DFLASH_NNODES", "DFLASH_RUN_TOKEN",
 };
 
 const toml::node* At(const toml::table& root, std::initializer_list<std::string_view> path) {
@@ -72,10 +72,11 @@ void CheckNodesAndPorts(RunConfig* cfg, std::vector<ConfigError>* errors) {
           break;
         }
   if (run.master_port > 0) {
-    long long last = run.master_port + static_cast<long long>(cfg->roles.size());
+    // The role ports follow master_port, then the warm-ups' (gate mode warmup).
+    long long last = run.master_port + 2 * static_cast<long long>(cfg->roles.size());
     if (last > 65535)
       errors->push_back({run.master_port_pos, "run.master_port", "no room for the role ports",
-                         "master_port + 1 + role index <= 65535 (one ROLE_MASTER_PORT per role)",
+                         "master_port + 2 * roles <= 65535 (a ROLE_MASTER_PORT per role and one per warm-up)",
                          std::to_string(run.master_port), "pick a lower port, or \"auto\""});
   }
 }

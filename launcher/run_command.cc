@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -14,6 +15,8 @@
 #include "launcher/commands.h"
 #include "launcher/holder_lock.h"
 #include "launcher/port_reservation.h"
+#include "launcher/fd_limit.h"
+#include "launcher/run_cgroup.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_log.h"
 #include "launcher/torch_version.h"
@@ -33,6 +36,7 @@ std::string MakeRunId(const std::string& name) {
 int RunRun(const RunOptions& opts, char** env) {
   RunConfig config;
   if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
+  if (!CommandsRunOrReport(config, env)) return exit_code::kConfig;
   if (!BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/false)) return exit_code::kConfig;
   Plan plan;
   if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
@@ -40,6 +44,16 @@ int RunRun(const RunOptions& opts, char** env) {
     return rc;
 
   std::string err;
+  CgroupMode cgroup_mode;
+  if (!ParseCgroupMode(std::getenv("DFLASH_CGROUP"), &cgroup_mode, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kUsage;
+  }
+  // Before anything is opened: the soft fd limit up to the hard one. Short
+  // even so: say it now; the processes that cannot get their fds fail.
+  std::string fd_note, fd_err;
+  bool fds_ok = RaiseFdLimit(plan.processes.size(), &fd_note, &fd_err);
+  if (!fds_ok) std::fprintf(stderr, "dflash-launch: warning: %s\n", fd_err.c_str());
   if (!MakeDirs(plan.run_dir, 0755, &err) || !MakeDirs(config.run.cache_dir, 0700, &err)) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
     return exit_code::kCannotCreate;
@@ -80,6 +94,9 @@ int RunRun(const RunOptions& opts, char** env) {
   so.base_env = CurrentEnvironment();
   if (auto sd = GetEnvVar(so.base_env, "NOTIFY_SOCKET")) so.systemd_notify_socket = std::string(*sd);
   UnsetEnvVar(&so.base_env, "NOTIFY_SOCKET");  // never pass the supervisor's own on
+  so.cgroup = cgroup_mode;
+  if (!fd_note.empty()) log->info(fd_note);
+  if (!fds_ok) log->warn(fd_err);
   int rc;
   RunSummary summary;
   {

@@ -103,6 +103,7 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["error_file"] = p.error_file.is_null() ? ojson() : ojson::parse(p.error_file.dump());
     e["gate"] = p.gate.is_null() ? ojson() : ojson::parse(p.gate.dump());
     e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
+    e["memory_peak_bytes"] = p.memory_peak_bytes < 0 ? ojson() : ojson(p.memory_peak_bytes);
     return e;
   };
   j["processes"] = ojson::array();

@@ -29,6 +29,7 @@ struct ProcessSummary {
   nlohmann::json error_file;  // TORCHELASTIC_ERROR_FILE content, or null
   nlohmann::json gate;        // {"role": "lead"|"reuse", "wait_s", "compile_s", ...} or null
   nlohmann::json metrics;     // the payload's DFLASH_METRICS_FILE, or null
+  int64_t memory_peak_bytes = -1;  // max memory.peak of its attempts' cgroups; -1: not measured
 };
 
 struct RunSummary {

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <unordered_map>
 
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "common/proc_scan.h"
+#include "common/run_sweep.h"
 #include "common/signal_names.h"
 
 namespace dflash {
@@ -35,6 +37,8 @@ double GateNumber(const nlohmann::json& gate, const char* k) {
 
 const char* ProcStateName(ProcState s) {
   switch (s) {
+    case ProcState::kNotStarted: return "NOT_STARTED";
+    case ProcState::kFailed: return "FAILED";
     case ProcState::kWaiting: return "WAITING";
     case ProcState::kStarting: return "STARTING";
     case ProcState::kRunning: return "RUNNING";
@@ -143,22 +147,42 @@ void Supervisor::Spawn(Proc& p) {
   p.exit_code = -1;
   p.signal = 0;
   p.reason.clear();
+  p.spawn_failed = false;
   p.state = ProcState::kStarting;
 
-  int out[2], err_pipe[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    Fail(p, ErrnoMessage("pipe2", errno), false);
-    return;
+  // Could not be started: a failure of its own (FAILED, with the reason),
+  // judged by its restart policy like any other exit; never "succeeded".
+  auto cannot_start = [&](const std::string& why, int code) {
+    p.started = std::chrono::steady_clock::now();
+    p.reason = "could not be started: " + why;
+    p.spawn_failed = true;
+    Warn(pp.name + " " + p.reason);
+    ExitStatus st;
+    st.exited = true;
+    st.code = code;
+    OnExit(p, st);
+  };
+  // Each end owned at once: a second pipe2 that fails must not leak the first.
+  UniqueFd out_r, out_w, err_r, err_w;
+  for (auto [r, w] : {std::pair{&out_r, &out_w}, std::pair{&err_r, &err_w}}) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return cannot_start(ErrnoMessage("pipe2", errno), exit_code::kFailure);
+    r->reset(fds[0]);
+    w->reset(fds[1]);
   }
-  UniqueFd out_w(out[1]), err_w(err_pipe[1]);
-  AddStream(p, false, UniqueFd(out[0]));  // also creates <run_dir>/attempt_<k>/
-  AddStream(p, true, UniqueFd(err_pipe[0]));
+  AddStream(p, false, std::move(out_r));  // also creates <run_dir>/attempt_<k>/
+  AddStream(p, true, std::move(err_r));
+  std::string cg_err;
+  UniqueFd cgroup_procs = guard_.Leaf(static_cast<size_t>(&p - procs_.data()), p.attempt, &cg_err);
+  if (guard_.cgroup() && !cgroup_procs) return cannot_start(cg_err, exit_code::kFailure);
 
   SpawnOptions so;
   so.argv = plan_.ExecArgv(pp);
   so.env = options_.base_env;
   for (const auto& [k, v] : plan_.ProcessEnv(pp, p.attempt)) SetEnvVar(&so.env, k, v);
   SetEnvVar(&so.env, "NOTIFY_SOCKET", notify_.address());  // the worker reports here, never to systemd
+  SetEnvVar(&so.env, kRunTokenVar, run_token_);  // inherited by its whole tree: the guardian's marker
+  so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
   so.cwd = role.cwd;
   so.stdout_fd = out_w.get();
   so.stderr_fd = err_w.get();
@@ -171,18 +195,16 @@ void Supervisor::Spawn(Proc& p) {
   bool ok = dflash::Spawn(so, &child, &err);
   p.started = std::chrono::steady_clock::now();
   if (!ok) {
-    p.pid = child.pid;  // if forked, it already exited 127/126: Reap() collects it
+    if (child.pid <= 0)  // before fork (not in PATH, pipe2, fork): nothing to reap
+      return cannot_start(err, child.exit_code != 0 ? child.exit_code : exit_code::kFailure);
+    p.pid = child.pid;  // forked, it already exited 127/126: Reap() collects it
     p.reason = err;
+    p.spawn_failed = true;
     Warn(pp.name + ": " + err);
-    if (child.pid <= 0) {
-      ExitStatus st;
-      st.exited = true;
-      st.code = child.exit_code;
-      OnExit(p, st);
-    }
     return;
   }
   p.pid = child.pid;
+  guard_.Spawned(child.pid);  // its own session: the guardian's second marker
   p.direct = !plan_.NeedsWorker(pp);
   p.exec = std::move(child);
   epoll_event ev{};
@@ -201,6 +223,7 @@ void Supervisor::OnExecStatus(Proc& p) {
   std::string err;
   if (!FinishSpawn(&p.exec, &err)) {
     p.reason = err;  // the child exits 127/126: Reap() reports it with this reason
+    p.spawn_failed = true;
     Warn(p.plan->name + ": " + err);
     return;
   }
@@ -240,6 +263,25 @@ int Supervisor::Run() {
   ev.data.u64 = Tag(kTagNotify, 0);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, notify_.fd(), &ev);
 
+  Info("run " + plan_.run_id + ": " + std::to_string(procs_.size()) + " processes, logs in " + plan_.run_dir);
+  // Before the first child: the cgroup it will be born into, and the guardian
+  // that kills the run if we are SIGKILLed (docs/design.md, "Nothing outlives the run").
+  run_token_ = NewRunToken();
+  RunGuard::Options go;
+  go.token = run_token_;
+  go.bin_dir = plan_.bin_dir;
+  go.log_path = plan_.run_dir + "/guardian.log";
+  go.mode = options_.cgroup;
+  go.env = options_.base_env;
+  std::vector<std::string> notes;
+  if (!guard_.Start(go, &err, &notes)) {
+    Warn("cannot start: " + err);
+    return exit_code::kFailure;
+  }
+  for (const std::string& n : notes) {
+    if (log_) log_->info(n);
+    if (n.rfind("cannot", 0) == 0) Warn(n);
+  }
   Info("run " + plan_.run_id + ": " + std::to_string(plan_.processes.size()) + " processes" +
        (plan_.warmups.empty() ? "" : " and " + std::to_string(plan_.warmups.size()) + " warm-up(s)") +
        ", logs in " + plan_.run_dir);
@@ -279,9 +321,13 @@ int Supervisor::Run() {
       }
     }
     OnDeadlines();
+    // Leftovers of processes that ended, once per turn of the loop (not once
+    // per exit); while the whole run stops, once at the end.
+    if (sweep_pending_ && !stopping_) SweepOrphans(false);
   }
-  // Whatever a worker's payload left behind was reparented to us: stop it.
-  KillOrphans();
+  // Whatever the processes left behind: stop it, reap it, and the cgroup.
+  FinalSweep();
+  guard_.Finish();
   // Pipes still held open by a leftover writer: take what is there, then close.
   for (size_t sid = 0; sid < stream_owner_.size(); ++sid) {
     if (stream_owner_[sid] < 0) continue;
@@ -346,7 +392,14 @@ void Supervisor::Reap() {
     OnNotify();
     auto it = std::find_if(procs_.begin(), procs_.end(), [&](const Proc& p) { return p.pid == pid; });
     if (it == procs_.end()) {
+      if (pid == guard_.guardian_pid()) {
+        guard_.GuardianReaped();
+        Warn("dflash-guardian " + DecodeWaitStatus(status).Describe() +
+             ": a SIGKILL of the launcher could now leave processes behind");
+        continue;
+      }
       if (log_) log_->debug("reaped orphan {} ({})", pid, DecodeWaitStatus(status).Describe());
+      sweep_pending_ = true;  // its own children (if any) were re-parented to us
       continue;
     }
     OnExecStatus(*it);  // an exec that failed at once: its reason first
@@ -374,8 +427,12 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
   if (!p.worker_error.empty()) how += ": " + p.worker_error;
   else if (!p.error_message.empty()) how += ": " + p.error_message;
   else if (!p.reason.empty()) how = p.reason;  // the spawn error
+  // The worker could not execute its payload: as much a start failure as ours.
+  if (!p.worker_error.empty() && (p.exit_code == exit_code::kNotFound || p.exit_code == exit_code::kNotExecutable))
+    p.spawn_failed = true;
+  if (p.spawn_failed && how.find("exit") == std::string::npos) how += " (exit " + std::to_string(p.exit_code) + ")";
   p.reason = how;
-  KillOrphans();
+  KillLeftoversOf(p);
 
   if (p.direct && p.exit_code == 0 && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kExit) p.ready_once = true;
   if (p.plan->warmup && !stopping_ && !p.stop_sent) {
@@ -384,6 +441,11 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
   }
   if (p.restart_pending && !stopping_) {  // stopped because its role (or the run) restarts
     SetState(p, ProcState::kBackoff, "stopped for a restart; " + how);
+    return;
+  }
+  if ((stopping_ || p.stop_sent) && p.spawn_failed) {
+    // It failed to start on its own while the run stopped: a failure, not collateral.
+    SetState(p, ProcState::kFailed, how);
     return;
   }
   if (stopping_ || p.stop_sent) {
@@ -458,12 +520,17 @@ void Supervisor::Fail(Proc& p, const std::string& reason, bool fatal) {
     p.culprit = true;
   }
   p.reason = reason;
-  if (p.pid <= 0) SetState(p, fatal ? ProcState::kFatal : ProcState::kExited, reason);
+  if (p.pid <= 0)
+    SetState(p, fatal ? ProcState::kFatal : p.spawn_failed ? ProcState::kFailed : ProcState::kExited, reason);
   BeginStop(p.plan->name + " " + reason);
 }
 
 void Supervisor::StopProc(Proc& p, const std::string& why) {
   if (!Alive(p) || p.stop_sent) return;
+  // Its exec is decided within microseconds: if it failed, the process exits
+  // 126/127 on its own and that is its failure, not something we stopped.
+  if (p.exec.exec_status) OnExecStatus(p);
+  if (p.spawn_failed) return;
   const RoleSpec& role = plan_.RoleOf(*p.plan);
   p.stop_sent = true;
   p.kill_at = std::chrono::steady_clock::now() + role.stop.grace;
@@ -481,9 +548,10 @@ void Supervisor::BeginStop(const std::string& reason) {
     p.restart_pending = false;
     if (Alive(p)) StopProc(p, "stopping the run");
     else if (p.state == ProcState::kBackoff) SetState(p, ProcState::kExited, "not restarted: the run is stopping");
+    else if (p.state == ProcState::kNotStarted) p.reason = "not started: the run stopped before its turn";
     else if (p.state == ProcState::kWaiting) {
-      p.reason = "never started: the run stopped before its warm-up had compiled";
-      SetState(p, ProcState::kExited, p.reason);
+      p.reason = "not started: the run stopped before its warm-up had compiled";
+      SetState(p, ProcState::kNotStarted, p.reason);
     }
   }
 }
@@ -495,18 +563,85 @@ void Supervisor::KillAll() {
     ::kill(-p.pid, SIGKILL);
     if (p.payload_pid > 0) ::kill(-p.payload_pid, SIGKILL);
   }
-  KillOrphans();
+  guard_.KillAll();
+  SweepOrphans(true);
 }
 
-void Supervisor::KillOrphans() {
-  // Our children that are not workers were reparented to us when a worker
-  // died: its payload's leftovers. Nobody else would ever stop them.
-  for (const ProcStat& c : ChildrenOf(::getpid())) {
-    bool known = std::any_of(procs_.begin(), procs_.end(), [&](const Proc& p) { return p.pid == c.pid; });
-    if (!known && c.state != 'Z') {
-      if (log_) log_->info("killing orphan {} left by a dead worker", c.pid);
-      ::kill(c.pid, SIGKILL);
+void Supervisor::KillLeftoversOf(Proc& p) {
+  size_t index = static_cast<size_t>(&p - procs_.data());
+  // Its cgroup leaf holds its whole tree, setsid and double-fork included.
+  int64_t peak = guard_.Ended(index, p.attempt);
+  p.memory_peak = std::max(p.memory_peak, peak);
+  // Without cgroups, at once: its process groups (its session's first group,
+  // the payload's group under a worker). The rest (own groups, setsid) are
+  // orphans re-parented to us: the next sweep finds them by their marker.
+  int groups = 0;
+  if (p.last_pid > 0 && ::kill(-p.last_pid, SIGKILL) == 0) ++groups;
+  if (p.payload_pid > 0 && ::kill(-p.payload_pid, SIGKILL) == 0) ++groups;
+  if (groups > 0 && log_)
+    log_->info("killing the leftovers of {} (pid {}, ended) in its process group(s)", p.plan->name, p.last_pid);
+  sweep_pending_ = true;
+}
+
+std::vector<pid_t> Supervisor::SweepOrphansImpl(bool all) {
+  sweep_pending_ = false;
+  std::vector<pid_t> killed;
+  std::vector<pid_t> children = OwnChildren();
+  if (children.empty()) return killed;
+  std::unordered_map<pid_t, const Proc*> by_pid;
+  std::unordered_map<std::string, const Proc*> by_name;
+  for (const Proc& p : procs_) {
+    if (p.pid > 0) by_pid[p.pid] = &p;
+    by_name[p.plan->name] = &p;
+  }
+  pid_t own_group = ::getpgrp();
+  for (pid_t pid : children) {
+    if (pid == guard_.guardian_pid() || by_pid.count(pid)) continue;
+    ProcStat st;
+    if (!ReadProcStat(pid, &st) || st.state == 'Z') continue;  // the reaper collects it
+    // Whose is it? The environment it was exec'd with survives setsid and
+    // double-fork; its session names the process it was started under.
+    const Proc* owner = nullptr;
+    bool same_attempt = true;
+    auto token = EnvironValue(pid, kRunTokenVar);
+    if (token && *token == run_token_) {
+      if (auto name = EnvironValue(pid, "DFLASH_PROCESS"); name && by_name.count(*name)) owner = by_name[*name];
+      if (auto attempt = EnvironValue(pid, "DFLASH_ATTEMPT"); attempt && owner)
+        same_attempt = std::atoi(attempt->c_str()) == owner->attempt;
     }
+    if (!owner && by_pid.count(st.sid)) owner = by_pid[st.sid];
+    bool owner_alive = owner && Alive(*owner) && same_attempt;
+    if (owner_alive && !all) continue;  // a live process's orphan: its own business
+    std::string comm, e;
+    ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &e);
+    if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    std::string whose = !owner ? "an unknown process"
+                        : owner_alive ? owner->plan->name + " (the run is ending)"
+                        : owner->plan->name + (Alive(*owner) ? " (an earlier attempt)" : " (ended)");
+    if (log_) log_->info("killing leftover {} ({}) of {}", pid, comm, whose);
+    if (st.pgid > 1 && st.pgid != own_group) ::kill(-st.pgid, SIGKILL);
+    ::kill(pid, SIGKILL);
+    killed.push_back(pid);
+  }
+  return killed;
+}
+
+void Supervisor::SweepOrphans(bool all) { SweepOrphansImpl(all); }
+
+void Supervisor::FinalSweep() {
+  guard_.KillAll();
+  // Killing an orphan re-parents its children to us: kill, reap, look again.
+  for (int round = 0; round < 1000; ++round) {
+    std::vector<pid_t> killed = SweepOrphansImpl(true);
+    for (pid_t pid : killed)
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    for (;;) {  // zombies that were already ours
+      pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+      if (pid <= 0) break;
+      if (pid == guard_.guardian_pid()) guard_.GuardianReaped();
+    }
+    if (killed.empty()) break;
   }
 }
 
@@ -635,6 +770,8 @@ RunSummary Supervisor::Summary() const {
     e.gate = p.gate.empty() ? nlohmann::json() : p.gate;
     e.ready_s = p.ready_s;
     e.metrics = ReadErrorFile(plan_.AttemptPath(pp, attempt, "metrics.json"), nullptr);
+    e.memory_peak_bytes = p.memory_peak;
+    s.processes.push_back(std::move(e));
     if (pp.warmup) e.rank = -1;  // a world of one of its own, not a rank of the run
     (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
   }

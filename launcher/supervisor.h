@@ -19,12 +19,13 @@
 #include "launcher/log_router.h"
 #include "launcher/plan.h"
 #include "launcher/restart_policy.h"
+#include "launcher/run_guard.h"
 #include "launcher/run_summary.h"
 
 namespace dflash {
 
 /// kWaiting: not started yet, held until its role's warm-up has compiled.
-enum class ProcState { kWaiting, kStarting, kRunning, kBackoff, kStopping, kExited, kFatal };
+enum class ProcState { kNotStarted, kWaiting, kFailed, kStarting, kRunning, kBackoff, kStopping, kExited, kFatal };
 const char* ProcStateName(ProcState s);
 
 struct SupervisorOptions {
@@ -33,6 +34,8 @@ struct SupervisorOptions {
   std::vector<std::string> base_env;
   /// The supervisor's own NOTIFY_SOCKET (run under systemd), or empty.
   std::string systemd_notify_socket;
+  /// cgroup v2 use (DFLASH_CGROUP); see launcher/run_guard.h.
+  CgroupMode cgroup = CgroupMode::kAuto;
 };
 
 class Supervisor {
@@ -57,7 +60,7 @@ class Supervisor {
  private:
   struct Proc {
     const ProcessPlan* plan = nullptr;
-    ProcState state = ProcState::kStarting;
+    ProcState state = ProcState::kNotStarted;
     pid_t pid = -1;          // while it runs; -1 once reaped
     pid_t last_pid = -1;
     pid_t payload_pid = -1;  // MAINPID= from the worker
@@ -84,6 +87,8 @@ class Supervisor {
     Child exec;                 // its exec's outcome, until OnExecStatus reads it
     SteadyTime ready_deadline = SteadyTime::max();  // direct processes: readiness timeout
     bool timed_out = false;     // not ready in time: the run exits 75
+    bool spawn_failed = false;  // could not be started (pipes, fork, exec: 126/127): FAILED, never collateral
+    int64_t memory_peak = -1;   // max memory.peak of its attempts' cgroups (-1: not measured)
   };
 
   void Spawn(Proc& p);
@@ -99,7 +104,16 @@ class Supervisor {
   void BeginStop(const std::string& reason);
   void StopProc(Proc& p, const std::string& why);
   void KillAll();
-  void KillOrphans();
+  /// A process ended: what it left behind dies with it (its cgroup leaf, its
+  /// process groups at once; re-parented orphans at the next sweep).
+  void KillLeftoversOf(Proc& p);
+  /// Our children that are no process of ours: orphans re-parented to us (a
+  /// subreaper). Kills those whose process has ended (all of them if `all`),
+  /// leaves the live ones' alone, and logs whose each was. O(our children).
+  void SweepOrphans(bool all);
+  std::vector<pid_t> SweepOrphansImpl(bool all);  // returns the pids it SIGKILLed
+  /// After the loop: kill and reap every orphan left, until none comes back.
+  void FinalSweep();
   void SetState(Proc& p, ProcState s, const std::string& why = "");
   void Fail(Proc& p, const std::string& reason, bool fatal);
   RestartTracker& TrackerFor(const Proc& p);
@@ -138,6 +152,9 @@ class Supervisor {
   std::vector<bool> role_warm_;        // by role index: its warm-up succeeded (or it has none)
   std::vector<bool> warmup_published_; // by role index: its warm-up published READY or found it
   SteadyTime t0_{};
+  RunGuard guard_;
+  std::string run_token_;        // DFLASH_RUN_TOKEN of every process of this run
+  bool sweep_pending_ = false;   // a process or orphan ended since the last SweepOrphans
 };
 
 }  // namespace dflash

@@ -252,3 +252,22 @@ def test_compiled_reference_from_a_warm_up_agrees_on_the_spool(tmp_path):
     print(f"first-step loss C++ eager {cpp!r}, Python torch.compile {m['first_loss']!r}, "
           f"|diff| {abs(cpp - m['first_loss']):.3g}")
     assert abs(cpp - m["first_loss"]) < 1e-4
+
+
+def test_a_frame_that_makes_libtorch_throw_exits_1_not_abort(tmp_path):
+    """Token ids outside the vocabulary make LibTorch's embedding throw: the builtin reports it and exits 1
+    (its documented runtime failure), instead of aborting with 134 and a core."""
+    import struct
+    env = model_env()
+    builtin(["init-drafter", "--out", tmp_path / "w.safetensors"], env)
+    builtin(["tap", "--rank", "0", "--seq", "1", "--out", tmp_path / "f.safetensors"], env)
+    data = bytearray((tmp_path / "f.safetensors").read_bytes())
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    a, b = header["tokens"]["data_offsets"]
+    data[8 + n + a:8 + n + b] = struct.pack("<q", 10**9) * ((b - a) // 8)
+    (tmp_path / "bad.safetensors").write_bytes(bytes(data))
+    r = builtin(["loss", "--weights", tmp_path / "w.safetensors", "--frame", tmp_path / "bad.safetensors"], env,
+                ok=False)
+    assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
+    assert r.stderr.startswith("dflash-builtin: ") and "frame #" not in r.stderr, r.stderr

@@ -102,16 +102,25 @@ def test_sigsegv_exits_139_and_says_so(launch, tmp_path):
 
 
 def test_missing_binary_exits_127_naming_the_path(launch, tmp_path):
-    r = launch(write_config(tmp_path, roles(1, ["/nonexistent/dir/payload-x"])))
+    # `run` refuses a command that is not there before spawning anything (exit 2, like `check`); what only
+    # exec can find out is a script whose interpreter is missing: ENOENT at exec, 127.
+    script = tmp_path / "payload-x"
+    script.write_text("#!/nonexistent/dir/interpreter\n")
+    script.chmod(0o755)
+    r = launch(write_config(tmp_path, roles(1, [str(script)])))
     assert r.wait() == 127
-    assert "/nonexistent/dir/payload-x" in r.summary()["reason"]
+    assert str(script) in r.summary()["reason"]
     assert "No such file or directory" in r.summary()["reason"]
 
 
 def test_not_executable_exits_126(launch, tmp_path):
+    # The interpreter exists but cannot be executed: EACCES at exec, 126.
+    interp = tmp_path / "interp"
+    interp.write_text("#!/bin/sh\n")
+    interp.chmod(0o644)
     script = tmp_path / "script.sh"
-    script.write_text("#!/bin/sh\necho hi\n")
-    script.chmod(0o644)
+    script.write_text(f"#!{interp}\necho hi\n")
+    script.chmod(0o755)
     r = launch(write_config(tmp_path, roles(1, [str(script)])))
     assert r.wait() == 126
     assert str(script) in r.summary()["reason"]
@@ -120,8 +129,11 @@ def test_not_executable_exits_126(launch, tmp_path):
 def test_exec_failures_leave_no_zombie(launch, tmp_path):
     # A role that keeps failing to exec (restarted), beside one that keeps the run alive.
     m = marker()
+    bad = tmp_path / "payload-y"
+    bad.write_text("#!/nonexistent/interpreter-y\n")
+    bad.chmod(0o755)
     body = roles(1, ["sleep", m], name="keep") + roles(
-        1, ["/nonexistent/payload-y"],
+        1, [str(bad)],
         'restart = { policy = "on-failure", max = 1000, window = "1h", backoff = "50ms..50ms" }', name="bad")
     r = launch(write_config(tmp_path, body))
     r.wait_for_log("bad0:0 STARTING -> BACKOFF")

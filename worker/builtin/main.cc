@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "common/exit_codes.h"
@@ -78,12 +80,27 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : exit_code::kUsage;
   }
-  if (*target) return builtin::RunTarget(o);
-  if (*drafter) return builtin::RunDrafter(o);
-  if (*export_target) return builtin::ExportTarget(o);
-  if (*init_drafter) return builtin::InitDrafter(o);
-  if (*tap) return builtin::Tap(o);
-  if (*loss) return builtin::Loss(o);
-  if (*check) return builtin::CheckFrameFile(o);
+  // A LibTorch op that throws on data it was given (a token id outside the
+  // vocabulary, say) must not abort (134, a core, a "crash" in the summary):
+  // it is a runtime failure, exit 1, with LibTorch's message.
+  try {
+    if (*target) return builtin::RunTarget(o);
+    if (*drafter) return builtin::RunDrafter(o);
+    if (*export_target) return builtin::ExportTarget(o);
+    if (*init_drafter) return builtin::InitDrafter(o);
+    if (*tap) return builtin::Tap(o);
+    if (*loss) return builtin::Loss(o);
+    if (*check) return builtin::CheckFrameFile(o);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "dflash-builtin: out of memory\n");
+    return exit_code::kFailure;
+  } catch (const std::exception& e) {
+    // c10::Error's what() carries a C++ backtrace after the message: keep the message.
+    std::string what = e.what();
+    size_t cut = what.find("\nException raised from");
+    if (cut == std::string::npos) cut = what.find("\nframe #");
+    std::fprintf(stderr, "dflash-builtin: %s\n", what.substr(0, cut).c_str());
+    return exit_code::kFailure;
+  }
   return exit_code::kUsage;
 }
