@@ -13,33 +13,10 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/run_sweep.h"
 
 namespace dflash {
 namespace {
-
-/// Whether /proc/<pid>/environ holds exactly `entry` ("NAME=value\0").
-bool EnvironHas(pid_t pid, const std::string& entry) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/environ", static_cast<int>(pid));
-  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
-  std::string env;
-  char buf[16384];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    env.append(buf, static_cast<size_t>(n));
-    if (env.size() > (8u << 20)) break;  // far beyond any real environment
-  }
-  for (size_t at = 0; at < env.size();) {
-    size_t end = env.find('\0', at);
-    if (end == std::string::npos) end = env.size();
-    if (env.compare(at, end - at, entry) == 0) return true;
-    at = end + 1;
-  }
-  return false;
-}
 
 /// utime + stime of /proc/<pid>/stat in seconds; 0 if it is gone.
 double CpuSeconds(pid_t pid) {
@@ -69,7 +46,6 @@ std::string HolderToken(const OwnerRecord& holder) {
 std::vector<pid_t> HolderTreePids(const std::string& token) {
   std::vector<pid_t> out;
   if (token.empty()) return out;
-  const std::string entry = std::string(kHolderEnvVar) + "=" + token;
   const uid_t me = ::getuid();
   const pid_t self = ::getpid();
   DIR* d = ::opendir("/proc");
@@ -83,7 +59,7 @@ std::vector<pid_t> HolderTreePids(const std::string& token) {
     std::snprintf(path, sizeof path, "/proc/%ld", pid);
     // Only our own processes: another user's are not ours to judge or kill.
     if (::stat(path, &st) != 0 || st.st_uid != me) continue;
-    if (EnvironHas(static_cast<pid_t>(pid), entry)) out.push_back(static_cast<pid_t>(pid));
+    if (EnvironValue(static_cast<pid_t>(pid), kHolderEnvVar) == token) out.push_back(static_cast<pid_t>(pid));
   }
   ::closedir(d);
   return out;
