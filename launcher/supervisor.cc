@@ -253,7 +253,8 @@ int Supervisor::Run() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_ || !signals_.Open(HandledSignals(plan_), &err) || !notify_.Open(&err)) {
-    Warn("cannot start: " + (err.empty() ? ErrnoMessage("epoll_create1", errno) : err));
+    start_error_ = err.empty() ? ErrnoMessage("epoll_create1", errno) : err;
+    Warn("cannot start: " + start_error_);
     return exit_code::kFailure;
   }
   epoll_event ev{};
@@ -771,7 +772,6 @@ RunSummary Supervisor::Summary() const {
     e.ready_s = p.ready_s;
     e.metrics = ReadErrorFile(plan_.AttemptPath(pp, attempt, "metrics.json"), nullptr);
     e.memory_peak_bytes = p.memory_peak;
-    s.processes.push_back(std::move(e));
     if (pp.warmup) e.rank = -1;  // a world of one of its own, not a rank of the run
     (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
   }
@@ -781,6 +781,10 @@ RunSummary Supervisor::Summary() const {
     s.culprit = c.plan->name;
     s.exit_code = c.timed_out ? exit_code::kTimeout : c.exit_code > 0 ? c.exit_code : exit_code::kFailure;
     s.reason = c.plan->name + " " + c.reason;
+  } else if (!start_error_.empty()) {
+    // Nothing ran: never "succeeded".
+    s.exit_code = exit_code::kFailure;
+    s.reason = "the supervisor could not start (" + start_error_ + "); no process was started";
   } else if (stop_signal_) {
     s.exit_code = exit_code::kSignalBase + stop_signal_;
     s.reason = stop_reason_;

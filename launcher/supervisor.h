@@ -146,6 +146,7 @@ class Supervisor {
   int stop_signal_ = 0;         // the signal that told us to stop, if any
   int interrupts_ = 0;
   std::string stop_reason_;
+  std::string start_error_;  // Run() could not even set up its loop (fds exhausted, say)
   int culprit_ = -1;
   bool told_ready_ = false;
   std::vector<std::string> warnings_;
