@@ -162,7 +162,7 @@ def drafter_run(mode, launcher, work, name, gated, n_gpus, steps, timeout_s):
         role["cpu"] = N_DRAFTERS
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     role.update(command=[sys.executable, "-m", "dflash_launch.reference_drafter"], env=env,
-                gate={"timeout": f"{timeout_s}s", "enabled": gated},
+                gate={"timeout": f"{timeout_s}s", "enabled": gated, "mode": "serial"},  # independent drafters: the original crash
                 ready={"mode": "notify", "timeout": f"{timeout_s}s"})
     config = os.path.join(work, f"{name}.toml")
     write_config(config, f"gpucheck-{name}", cache, logs, CONTRACTS[mode], role)
