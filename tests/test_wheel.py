@@ -89,8 +89,9 @@ def test_installed_version_and_check_of_the_demo_config(venv):
     assert "warning: role[target].builtin: dflash-builtin is not installed beside dflash-launch" in r.stderr
     r = run([launch, "check", "--json", ROOT / "configs/demo.toml"], env=venv["env"])
     plan = json.loads(r.stdout)
-    drafter = next(p for p in plan["processes"] if p["role"] == "drafter")
-    assert drafter["argv"][0] == os.path.join(venv["site"], "dflash_launch", "bin", "dflash-worker")
+    # The drafters' warm-up (gate mode warmup) runs under the wheel's own dflash-worker.
+    (warmup,) = plan["warmups"]
+    assert warmup["argv"][0] == os.path.join(venv["site"], "dflash_launch", "bin", "dflash-worker")
 
 
 def test_installed_run_of_a_builtin_role_refuses_before_spawning(venv, tmp_path):
