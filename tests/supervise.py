@@ -112,3 +112,13 @@ def alive_with_marker(marker, payloads_only=False):
     payloads): the payloads and, unless `payloads_only`, their dflash-workers."""
     return [pid for pid, (_, state, cmd) in proc_table().items()
             if marker in cmd and state != "Z" and not (payloads_only and "dflash-worker" in cmd)]
+
+
+def wait_until(pred, timeout=10.0, step=0.02):
+    """Polls `pred` until it holds or `timeout` passes; its last answer."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()

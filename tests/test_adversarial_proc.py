@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import run
-from supervise import alive_with_marker, proc_table, write_config
+from supervise import alive_with_marker, proc_table, wait_until, write_config
 
 LONG = os.environ.get("DFLASH_LONG_TESTS") == "1"
 
@@ -25,14 +25,6 @@ def marker():
 def role(name, command, extra="", cpu=1):
     return f'\n[[role]]\nname = "{name}"\ncpu = {cpu}\ncommand = {json.dumps(command)}\n{extra}\n'
 
-
-def wait_until(pred, timeout=10.0, step=0.01):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 def double_fork_script(tmp_path):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from supervise import alive_with_marker, descendants, proc_table, write_config
+from supervise import alive_with_marker, descendants, proc_table, wait_until, write_config
 
 
 def marker():
@@ -23,14 +23,6 @@ def roles(n, command, extra="", name="r"):
         out += f'\n[[role]]\nname = "{name}{i}"\ncpu = 1\ncommand = {json.dumps(command)}\n{extra}\n'
     return out
 
-
-def wait_until(pred, timeout=10.0, step=0.02):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 def test_eight_roles_run_then_sigterm_stops_all_within_grace(launch, tmp_path):
