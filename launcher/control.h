@@ -1,0 +1,81 @@
+// The live-control contract: what `dflash-launch ctl` may ask of a running run, and
+// the status it answers with. One definition for the supervisor (which answers),
+// the control socket (which carries it), the ctl client and the live view (which show it).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dflash {
+
+/// One process as `ctl status` and the live view show it.
+struct ProcessStatus {
+  std::string name;          // "drafter:1", or "drafter:warmup"
+  std::string role;
+  int rank = -1;             // role rank; -1 for a warm-up
+  std::string state;         // ProcStateName(): "RUNNING", "BACKOFF", ...
+  int pid = -1;              // the process the supervisor started, while it lives
+  int payload_pid = -1;      // the payload under dflash-worker (MAINPID=), or -1
+  std::string gpu;           // its CUDA_VISIBLE_DEVICES, or ""
+  std::string gate;          // "lead", "reuse", "waiting" or "" (ungated / not yet)
+  std::string status;        // the last STATUS= it sent ("step 190 loss 2.31"), or ""
+  int attempt = 0;           // spawns so far - 1 (0 before the first)
+  int restarts = 0;          // restarts by policy (count against the budget)
+  int manual_restarts = 0;   // restarts asked by hand (never count)
+  bool held = false;         // stopped by hand: stays stopped until `ctl start`
+  double uptime_s = 0;       // since this attempt started; 0 when not running
+  int64_t rss_bytes = -1;    // sampled from /proc by whoever shows it; -1: unknown
+  double cpu_percent = -1;   // likewise
+  std::string reason;        // why it is in this state ("exit 3", "stopped by ctl", ...)
+};
+
+struct RunStatus {
+  std::string run_id;
+  std::string run_dir;
+  int supervisor_pid = -1;
+  double uptime_s = 0;
+  bool stopping = false;
+  std::vector<ProcessStatus> processes;
+};
+
+nlohmann::json ToJson(const ProcessStatus& p);
+nlohmann::json ToJson(const RunStatus& s);
+/// False with `err` naming the key when `j` is not a status this version wrote.
+bool FromJson(const nlohmann::json& j, RunStatus* out, std::string* err);
+
+enum class ControlVerb { kStatus, kRestart, kStop, kStart, kSignal };
+const char* ControlVerbName(ControlVerb v);
+bool ParseControlVerb(const std::string& text, ControlVerb* out);
+
+struct ControlRequest {
+  ControlVerb verb = ControlVerb::kStatus;
+  std::string target;  // "all", "role", "role:rank" (not for kStatus)
+  int signal = 0;      // kSignal only
+};
+
+/// ok: body is the status (kStatus) or {"affected": [names]}; else `error` says why.
+struct ControlReply {
+  bool ok = false;
+  std::string error;
+  nlohmann::json body;
+};
+
+/// What the supervisor implements for the control socket. Called on the
+/// supervisor's own thread: the socket is served from its event loop.
+class ControlHandler {
+ public:
+  virtual ~ControlHandler() = default;
+  virtual RunStatus Status() = 0;
+  virtual ControlReply Apply(const ControlRequest& request) = 0;
+};
+
+/// Resolves TARGET against the run's process names (warm-ups excluded unless
+/// named): "all", a role, or "role:rank". Indices into `names`, in order; false
+/// with `err` ("no process drafter:7; drafter has ranks 0-2") otherwise.
+bool ResolveTarget(const std::string& target, const std::vector<std::string>& names,
+                   std::vector<size_t>* out, std::string* err);
+
+}  // namespace dflash
