@@ -266,4 +266,14 @@ bool Console::WriteBatch(const std::string& batch) {
   return true;
 }
 
+void Console::SetStatus(RunStatus status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_ = std::move(status);
+}
+
+RunStatus Console::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
 }  // namespace dflash

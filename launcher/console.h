@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "launcher/control.h"
+
 namespace dflash {
 
 enum class ColorMode { kAuto, kAlways, kNever };
@@ -77,6 +79,11 @@ class Console {
   /// queued byte has been written (or the console failed). False on timeout.
   bool Flush(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
+  /// The supervisor's latest view of the run (every state change, and at least
+  /// once a second while it runs): what a live view draws. Plain mode ignores it.
+  void SetStatus(RunStatus status);
+  RunStatus status() const;
+
   bool color() const { return color_; }
   /// Total console lines dropped so far (all sources).
   uint64_t dropped_lines() const;
@@ -118,6 +125,7 @@ class Console {
   uint64_t dropped_total_ = 0;
   std::string error_;
   std::vector<Source> sources_;
+  RunStatus status_;
   std::thread writer_;
 };
 
