@@ -2,9 +2,16 @@
 role's world with plain torch.distributed (gloo, ROLE_* variables), wraps a model
 in DistributedDataParallel, compiles its training step, says ready after the
 first compiled step, trains a few steps and checks its peers with an all_reduce.
-It writes Inductor's cache counters and the all_reduce sum to $DFLASH_METRICS_FILE."""
+It writes Inductor's cache counters, the CPU its first (compiled) step took, and the
+all_reduce sum to $DFLASH_METRICS_FILE.
+
+DDP_MODEL=drafter (bench/ddp) swaps the toy MLP for a DFlash-drafter-shaped model:
+fc(n_taps*hidden -> hidden), DDP_LAYERS decoder blocks (RMSNorm, causal SDPA, SiLU MLP,
+each block's MLP its own width so its kernels differ, as a real model's layers do), a
+head; narrow (hidden 64, seq 32) so running it is cheap and compiling it dominates."""
 import json
 import os
+import resource
 import sys
 
 if os.environ.get("PER_RANK_CACHE") == "1":  # the usual workaround (pytorch#153791), for the benchmark
@@ -23,7 +30,36 @@ dist.init_process_group(
     rank=rank, world_size=world)
 torch.manual_seed(0)
 width = int(os.environ.get("DDP_WIDTH", "32"))
-model = DDP(torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, 1)))
+SEQ, TAPS = 32, 5
+
+
+class Block(torch.nn.Module):
+    def __init__(self, i, h):
+        super().__init__()
+        self.h = h
+        self.n1, self.n2 = torch.nn.RMSNorm(h), torch.nn.RMSNorm(h)
+        self.qkv, self.o = torch.nn.Linear(h, 3 * h, bias=False), torch.nn.Linear(h, h, bias=False)
+        self.up = torch.nn.Linear(h, 4 * h + 8 * i, bias=False)
+        self.down = torch.nn.Linear(4 * h + 8 * i, h, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.n1(x)).view(1, SEQ, 3, 4, self.h // 4).unbind(2)
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(1, SEQ, self.h))
+        return x + self.down(torch.nn.functional.silu(self.up(self.n2(x))))
+
+
+if os.environ.get("DDP_MODEL") == "drafter":
+    hidden = 64
+    layers = [torch.nn.Linear(TAPS * hidden, hidden)]
+    layers += [Block(i, hidden) for i in range(int(os.environ.get("DDP_LAYERS", "4")))]
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(hidden, 1))
+    batch = lambda: (torch.randn(1, SEQ, TAPS * hidden), torch.randn(1, SEQ, 1))  # noqa: E731
+else:
+    net = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, 1))
+    batch = lambda: (torch.randn(8, width), torch.randn(8, 1))  # noqa: E731
+model = DDP(net)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
 
@@ -33,7 +69,7 @@ def loss_of(x, y):
 
 
 def step():
-    x, y = torch.randn(8, width), torch.randn(8, 1)
+    x, y = batch()
     loss = loss_of(x, y)
     opt.zero_grad()
     loss.backward()
@@ -52,14 +88,21 @@ def write_metrics(**extra):
     return metrics
 
 
+def cpu_s():  # this process and its reaped children (Inductor's g++ runs)
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+before = cpu_s()
 step()
-write_metrics()  # a warm-up is stopped once ready: its counters are on disk by then
+first_step_cpu_s = cpu_s() - before
+write_metrics(first_step_cpu_s=first_step_cpu_s)  # a warm-up is stopped once ready: its counters are on disk by then
 notify_ready(f"rank {rank}: first compiled step done")
 for _ in range(int(os.environ.get("DDP_STEPS", "3"))):
     step()
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
-metrics = write_metrics(all_reduce_sum=float(total.item()))
+metrics = write_metrics(all_reduce_sum=float(total.item()), first_step_cpu_s=first_step_cpu_s)
 print(f"rank {rank}/{world}: {metrics}", flush=True)
 dist.barrier()  # nobody tears gloo's pairs down under a peer still using them
 dist.destroy_process_group()
