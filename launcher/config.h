@@ -18,6 +18,16 @@ namespace dflash {
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
 enum class RestartScope { kProcess, kRole, kAll };
 
+/// The torch.distributed world a role's processes join (the payload decides;
+/// the launcher cannot see it, so the config says it): its members are one
+/// restart unit, since a lone rank restarted into a live world cannot rejoin it.
+enum class TorchWorld {
+  kNone,  ///< independent processes (or not said)
+  kRole,  ///< the role's own world (ROLE_MASTER_PORT): the role restarts together
+  kRun,   ///< the run-wide world (MASTER_PORT): every role with world = "run" restarts together
+};
+const char* TorchWorldName(TorchWorld w);
+
 const char* RestartPolicyName(RestartPolicy p);
 const char* RestartScopeName(RestartScope s);
 
@@ -95,6 +105,12 @@ struct RoleSpec {
   ReadySpec ready;
   RestartSpec restart;
   StopSpec stop;
+  TorchWorld world = TorchWorld::kNone;
+  SourcePos world_pos;        // where world is written (line 0: not written)
+  /// A RUNNING process silent this long is hung (0: no watchdog): silent means no
+  /// WATCHDOG=1 once it has sent one, else no output and no STATUS=.
+  Millis watchdog{0};
+  int watchdog_signal = SIGABRT;  // sent to a hung process (faulthandler dumps its stacks)
 
   bool is_cpu() const { return devices.empty(); }
   /// Processes of this role on each node it runs on.

@@ -412,6 +412,15 @@ const char* GateModeName(GateMode m) {
   return "?";
 }
 
+const char* TorchWorldName(TorchWorld w) {
+  switch (w) {
+    case TorchWorld::kNone: return "none";
+    case TorchWorld::kRole: return "role";
+    case TorchWorld::kRun: return "run";
+  }
+  return "?";
+}
+
 const char* RestartScopeName(RestartScope s) {
   switch (s) {
     case RestartScope::kProcess: return "process";
