@@ -478,3 +478,44 @@ TEST(SupervisorCoreWatchdog, WithoutPingsOutputIsProgress) {
 
 }  // namespace
 }  // namespace dflash
+
+namespace dflash {
+namespace {
+
+TEST(SupervisorCoreWarmup, TheRoleWaitsForItsWarmupThenStartsOnTheWarmCache) {
+  Harness h(Role("d", 2, "gate = true\nrestart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\" }"));
+  ASSERT_EQ(h.plan().warmups.size(), 1u);
+  h.Start();
+  EXPECT_EQ(h.Spawns("d:warmup"), 1);
+  EXPECT_EQ(h.State("d:0"), "WAITING");
+  EXPECT_EQ(h.State("d:1"), "WAITING");
+  EXPECT_EQ(h.Spawns("d:0"), 0);
+  // A restart by hand of a waiting process does not start it early.
+  ControlReply r = h.Ctl(ControlVerb::kRestart, "d");
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(h.Spawns("d:0"), 0);
+  EXPECT_FALSE(h.Ctl(ControlVerb::kStop, "d:warmup").ok) << "warm-ups are not controlled by hand";
+  WorkerReport g;
+  g.gate = {{"role", "lead"}, {"state", "ready"}, {"compile_s", 12.0}};
+  h.Report("d:warmup", g);
+  h.Exit("d:warmup", 0);
+  EXPECT_EQ(h.Spawns("d:0"), 1);
+  EXPECT_EQ(h.Spawns("d:1"), 1);
+  EXPECT_EQ(h.Proc("d:0").gate["role"], "reuse");
+}
+
+TEST(SupervisorCoreWarmup, AFailedWarmupFailsTheRunAndItsRoleNeverStarts) {
+  Harness h(Role("d", 2, "gate = true") + Role("t", 1, ""));
+  h.Start();
+  EXPECT_EQ(h.Spawns("t:0"), 1) << "other roles never wait for a warm-up";
+  h.Exit("d:warmup", 2);
+  EXPECT_EQ(h.State("d:warmup"), "FATAL");
+  EXPECT_EQ(h.State("d:0"), "NOT_STARTED");
+  h.Killed("t:0", SIGTERM);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 2);
+  EXPECT_EQ(h.Spawns("d:0"), 0);
+}
+
+}  // namespace
+}  // namespace dflash
