@@ -158,6 +158,11 @@ bool LoadConfig(const std::string& path, RunConfig* out, std::vector<ConfigError
 bool LoadConfigFromString(std::string_view text, const std::string& path, RunConfig* out,
                           std::vector<ConfigError>* errors);
 
+/// What is allowed but probably wrong (e.g. restart scope "process" for the
+/// ranks of one torch world): each with where, the key and a hint. `check` and
+/// `run` print them; neither refuses.
+std::vector<ConfigError> ConfigWarnings(const RunConfig& config);
+
 /// Evenly spread taps as DFlash picks them (z-lab/dflash model/utils.py):
 /// from layer 1 to L-3; 64 layers, 5 draft layers -> 1,16,31,46,61.
 std::vector<int> DefaultTappedLayers(int target_layers, int draft_layers);
