@@ -304,6 +304,7 @@ int Supervisor::Impl::Run() {
   go.env = options_.base_env;
   std::vector<std::string> notes;
   if (!guard_.Start(go, &err, &notes)) {
+    start_error_ = err;
     Warn("cannot start: " + err);
     return exit_code::kFailure;
   }

@@ -332,12 +332,7 @@ void SupervisorCore::OnReport(size_t i, const WorkerReport& r) {
       Info(n + " gate " + key + ": reuse, loads the cache (waited " + FormatSeconds(num("wait_s")) + ")");
     else if (gate_state == "ready")
       Info(n + " gate " + key + ": READY published after " + FormatSeconds(num("compile_s")));
-    nlohmann::json e = {{"t", Since(clock_())}, {"process", n}, {"gate", p.gate}, {"attempt", p.attempt}};
-    CoreAction a;
-    a.kind = CoreAction::Kind::kEvent;
-    a.index = i;
-    a.event = std::move(e);
-    actions_.push_back(std::move(a));
+    Event(i, p.state, p.state, "gate " + gate_state);  // no transition: a fact for the record
   }
   if (r.ready && p.state == ProcState::kStarting) {
     AttemptRecord& rec = p.current();
