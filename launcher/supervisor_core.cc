@@ -553,7 +553,8 @@ void SupervisorCore::Fail(size_t i, const std::string& reason, bool fatal) {
   if (culprit_ < 0) {
     // The root cause: the first failure of the incident, even if that one was
     // restartable when it happened (the others may only be its echo).
-    if (incident_proc_ >= 0 && (incident_proc_ != static_cast<int>(i) || incident_attempt_ != p.attempt)) {
+    // (The same process failing again is its own story: its last failure is named.)
+    if (incident_proc_ >= 0 && incident_proc_ != static_cast<int>(i)) {
       culprit_ = incident_proc_;
       culprit_attempt_ = incident_attempt_;
       culprit_restarted_ = true;
@@ -793,6 +794,10 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
         a.signal = req.signal;
         actions_.push_back(std::move(a));
         Info(procs_[i].plan->name + ": " + SignalName(req.signal) + " sent by ctl");
+        bool was_manual = procs_[i].manual;
+        procs_[i].manual = true;  // a fact for the record, by hand
+        Event(i, procs_[i].state, procs_[i].state, SignalName(req.signal) + " sent by ctl");
+        procs_[i].manual = was_manual;
         add(i);
       }
       break;
