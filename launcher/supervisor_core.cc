@@ -833,6 +833,14 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
         CoreProc& p = procs_[i];
         bool was_held = p.held;
         p.held = false;
+        if (p.alive() && p.intent == EndIntent::kStop) {
+          // Still stopping after a `ctl stop`: it starts again as soon as it has ended.
+          p.intent = EndIntent::kRestart;
+          p.manual = true;
+          p.restart_at = now;
+          add(i);
+          continue;
+        }
         if (p.alive() || p.state == ProcState::kBackoff) {
           if (was_held) add(i);  // released: it keeps running (or restarts as planned)
           continue;
@@ -858,10 +866,9 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
         add(j);
         if (q.alive()) {
           q.restart_at = now;
-          if (q.intent == EndIntent::kNone || q.intent == EndIntent::kHung) {
-            if (q.intent == EndIntent::kHung) q.intent = EndIntent::kRestart;
-            else StopProc(j, EndIntent::kRestart, "restart asked by ctl");
-          }
+          // Already on its way out (hung, or stopped by hand): it comes back when it ends.
+          if (q.intent == EndIntent::kNone) StopProc(j, EndIntent::kRestart, "restart asked by ctl");
+          else q.intent = EndIntent::kRestart;
         } else {
           Spawn(j);
         }

@@ -396,6 +396,26 @@ TEST(SupervisorCoreControl, AProcessStoppedByHandStaysStoppedAndTheRunStaysUp) {
   EXPECT_EQ(h.core().ExitCode(), 0) << h.core().ExitReason();
 }
 
+TEST(SupervisorCoreControl, StartOrRestartWhileStillStoppingBringsItBack) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.Start();
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  EXPECT_EQ(h.State("a:1"), "STOPPING");
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStart, "a:1").ok);  // before it has ended
+  h.Killed("a:1", SIGTERM);
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+  EXPECT_FALSE(h.Proc("a:1").held);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kRestart, "a:1").ok);
+  h.Killed("a:1", SIGTERM);
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_EQ(h.Spawns("a:1"), 3);
+  EXPECT_EQ(h.Proc("a:1").restarts, 0);
+}
+
 TEST(SupervisorCoreControl, RestartOfAWorldMemberRestartsItsWorld) {
   Harness h(Role("target", 2, kOnFailure3) + Role("drafter", 3, kOnFailure3),
             [](RunConfig* c) { c->roles[1].world = TorchWorld::kRole; });
