@@ -430,7 +430,7 @@ void Supervisor::Impl::OnNotify() {
   for (const NotifyMessage& m : msgs) {
     int i = core_.FindSender(m.pid, m.pgid);
     if (i < 0) continue;  // a late message from a process already gone
-    core_.OnReport(static_cast<size_t>(i), DecodeNotify(m));
+    core_.OnReport(static_cast<size_t>(i), ReportFromNotify(m));
   }
 }
 
