@@ -233,7 +233,7 @@ void Supervisor::Impl::DoSpawn(size_t i) {
   // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
   // often to send WATCHDOG=1; dflash-worker relays those pings when it is set.
   if (role.watchdog.count() > 0) {
-    SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");
+    if (!GetEnvVar(so.env, "PYTHONFAULTHANDLER")) SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");  // yours wins
     SetEnvVar(&so.env, "WATCHDOG_USEC", std::to_string(role.watchdog.count() * 1000));
   }
   so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
