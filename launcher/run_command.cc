@@ -13,6 +13,7 @@
 #include "common/signal_fd.h"
 #include "common/spawn.h"
 #include "launcher/commands.h"
+#include "launcher/control_server.h"
 #include "launcher/holder_lock.h"
 #include "launcher/port_reservation.h"
 #include "launcher/fd_limit.h"
@@ -118,7 +119,17 @@ int RunRun(const RunOptions& opts, char** env) {
   RunSummary summary;
   {
     Supervisor sup(plan, so, &console, log);
+    // <run_dir>/control.sock, served from the supervisor's loop (docs/control.md).
+    // Without it the run goes on, uncontrollable: say so, do not fail.
+    ControlServer control;
+    if (!control.Open(plan.run_dir, &err) ||
+        !sup.AddWatch(control.fd(), [&] { control.OnReadable(sup.control()); }, &err)) {
+      log->warn("no control socket: {}", err);
+      console.Supervisor("[dflash] warning: no control socket (`dflash-launch ctl` cannot reach this run): " + err);
+      control.Close();
+    }
     rc = sup.Run();
+    control.Close();  // before the registry entry goes: `ps` never lists a run whose socket is gone
     summary = sup.Summary();
   }
   // The run's hidden-state frames live in RAM (/dev/shm): nobody reads them after the run.
