@@ -16,6 +16,10 @@ namespace {
 
 /// Hues that read on dark and light terminals; red is left out so that it
 /// keeps meaning "error" in the payloads' own output.
+constexpr auto kSaidWindow = std::chrono::seconds(10);  // the same fact, said twice this close together
+constexpr size_t kSaidLineBytes = 512;
+constexpr auto kStatusHold = std::chrono::milliseconds(100);  // a STATUS= waits this long for the line that says it
+
 constexpr const char* kPalette[] = {"32", "33", "34", "35", "36", "92", "93", "94", "95", "96"};
 
 /// FNV-1a: the same name gets the same colour on every run and every build
@@ -194,6 +198,7 @@ void Console::Supervisor(std::string_view text) {
 
 bool Console::Flush(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
+  ReleaseHeldLocked(true);  // "everything said so far" includes held STATUS= texts
   const bool was_empty = pending_.empty();
   if (sources_skipping_ != 0) AppendNoticesLocked();
   WakeWriterLocked(was_empty);
@@ -230,8 +235,13 @@ void Console::WriterMain() {
       writer_cv_.wait_for(lock, std::chrono::seconds(1),
                           [this] { return !pending_.empty() || stop_ || end_live_ || status_dirty_; });
       if (LiveFrameLocked(lock, batch)) continue;
+    } else if (held_ > 0) {
+      writer_cv_.wait_for(lock, kStatusHold / 2, [this] { return !pending_.empty() || stop_; });
+      ReleaseHeldLocked(stop_);
+      if (pending_.empty() && !stop_) continue;
     } else {
-      writer_cv_.wait(lock, [this] { return !pending_.empty() || stop_; });
+      writer_cv_.wait(lock, [this] { return !pending_.empty() || stop_ || held_ > 0; });
+      if (pending_.empty() && !stop_) continue;
     }
     if (pending_.empty()) return;  // stop_, and Flush() already ran
     // Take everything queued in one swap: one write(2) per batch, and the
@@ -280,8 +290,6 @@ bool Console::WriteBatch(const std::string& batch) {
 
 namespace {
 
-constexpr auto kSaidWindow = std::chrono::seconds(10);  // the same fact, said twice this close together
-constexpr size_t kSaidLineBytes = 512;
 
 }  // namespace
 
@@ -300,6 +308,14 @@ bool Console::RepeatsStatusLocked(const Source& s, std::string_view line) {
     if (line.find(it->first) != std::string_view::npos) {
       said.statuses.erase(it);
       return true;
+    }
+  }
+  // A held STATUS= this line says: the line is shown, the STATUS= is not.
+  for (auto it = said.held.begin(); it != said.held.end(); ++it) {
+    if (line.find(it->first) != std::string_view::npos) {
+      said.held.erase(it);
+      --held_;
+      return false;
     }
   }
   std::string& slot = said.lines[said.next_line];
@@ -341,15 +357,40 @@ void Console::StatusText(std::string_view process, std::string_view text) {
       }
     }
   }
+  said->held.emplace_back(std::string(text), now);
+  ++held_;
+  if (said->held.size() > 8) {  // a flood of STATUS= with no output: print the oldest now
+    ReleaseHeldLocked(true);
+  }
+  writer_cv_.notify_one();  // its clock for the hold starts
+}
+
+void Console::ReleaseHeldLocked(bool all) {
+  if (held_ == 0) return;
+  const auto now = std::chrono::steady_clock::now();
   const bool was_empty = pending_.empty();
-  pending_ += "[dflash] ";
-  pending_.append(process);
-  pending_ += ": ";
-  for (char c : text) pending_ += (c == '\n' || c == '\r') ? ' ' : c;
-  pending_ += '\n';
-  if (!text.empty()) {
-    said->statuses.emplace_back(std::string(text), now);
-    if (said->statuses.size() > 8) said->statuses.pop_front();
+  for (size_t i = 0; i < said_.size(); ++i) {
+    Said& said = said_[i];
+    while (!said.held.empty() && (all || now - said.held.front().second >= kStatusHold)) {
+      std::string text = std::move(said.held.front().first);
+      said.held.pop_front();
+      --held_;
+      const std::string* name = nullptr;
+      for (const Source& s : sources_)
+        if (s.said == i) {
+          name = &s.name;
+          break;
+        }
+      pending_ += "[dflash] ";
+      pending_ += name ? *name : "?";
+      pending_ += ": ";
+      for (char c : text) pending_ += (c == '\n' || c == '\r') ? ' ' : c;
+      pending_ += '\n';
+      if (!text.empty()) {
+        said.statuses.emplace_back(std::move(text), now);
+        if (said.statuses.size() > 8) said.statuses.pop_front();
+      }
+    }
   }
   WakeWriterLocked(was_empty);
 }

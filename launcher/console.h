@@ -89,9 +89,9 @@ class Console {
 
   /// A process's STATUS= text. Shown once: in the live view it is the
   /// process's row; otherwise "[dflash] <process>: <text>", unless the
-  /// process's own output already said it (a recent line of its that contains
-  /// the text), and a line of its that arrives later containing a text printed
-  /// so is not printed again. Either way each fact reaches the console once.
+  /// process's own output says it too (a line of its that contains the text,
+  /// within 10 s before, or within 100 ms after: the STATUS= line is held that
+  /// long, so the process's own line wins whichever reached us first).
   void StatusText(std::string_view process, std::string_view text);
 
   /// Ends the live view: erases the block and returns once that is written;
@@ -123,6 +123,9 @@ class Console {
     std::array<std::chrono::steady_clock::time_point, 4> line_at{};
     size_t next_line = 0;
     std::deque<std::pair<std::string, std::chrono::steady_clock::time_point>> statuses;  // printed, unmatched
+    // Not printed yet: a line of the process's own may still say it (then
+    // that line is shown and this is not); printed after kStatusHold.
+    std::deque<std::pair<std::string, std::chrono::steady_clock::time_point>> held;
   };
   struct Source {
     size_t said = 0;       // index into said_
@@ -138,6 +141,8 @@ class Console {
   void AppendLineLocked(const Source& s, std::string_view line);
   /// True if `line` repeats a STATUS= text already printed (then it is not).
   bool RepeatsStatusLocked(const Source& s, std::string_view line);
+  /// Prints the held STATUS= texts older than the hold (all if `all`).
+  void ReleaseHeldLocked(bool all);
   Said& SaidFor(std::string_view process);
   /// The block to draw now (live view), with uptimes advanced to now.
   std::vector<std::string> RenderBlockLocked();
@@ -171,6 +176,7 @@ class Console {
   bool end_live_ = false;     // EndLive() asked; the writer clears the block
   bool status_dirty_ = false; // SetStatus/StatusText since the last frame
   std::vector<Said> said_;
+  size_t held_ = 0;           // STATUS= texts held, over all processes
   LiveScreen screen_;         // writer thread only
   ProcMeter meter_;           // writer thread only
   std::chrono::steady_clock::time_point metered_at_{};

@@ -2,6 +2,9 @@
 // "say it once" and live mode, on a pipe.
 #include "launcher/live_view.h"
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -128,11 +131,14 @@ TEST(ConsoleSaysItOnce, StatusThatRepeatsTheOutputIsShownOnce) {
     // Output first, then the same fact as STATUS=: the STATUS line is not printed.
     c.EnqueueLines(out, "drafter:0: step 5 loss 2.5\n");
     c.StatusText("drafter:0", "step 5 loss 2.5");
-    // STATUS= first: printed once; the output line that repeats it is not.
+    // STATUS= first: held; the output line that says it comes and wins.
     c.StatusText("drafter:0", "step 6 loss 2.4");
     c.EnqueueLines(out, "drafter:0: step 6 loss 2.4\nother\n");
-    // A STATUS= nobody printed is shown.
+    // A STATUS= no line says is shown (after the hold, or at a Flush).
     c.StatusText("drafter:0", "compiling");
+    ASSERT_TRUE(c.Flush(10s));
+    // Printed, then a line that repeats it: the line is not shown again.
+    c.EnqueueLines(out, "drafter:0: compiling\n");
     // Another process's identical line is its own.
     auto other = c.AddSource("drafter:1", false, "g");
     c.EnqueueLines(other, "drafter:0: step 6 loss 2.4\n");
@@ -140,10 +146,28 @@ TEST(ConsoleSaysItOnce, StatusThatRepeatsTheOutputIsShownOnce) {
   p.w.reset();
   EXPECT_EQ(d.Join(),
             "[drafter:0] drafter:0: step 5 loss 2.5\n"
-            "[dflash] drafter:0: step 6 loss 2.4\n"
+            "[drafter:0] drafter:0: step 6 loss 2.4\n"
             "[drafter:0] other\n"
             "[dflash] drafter:0: compiling\n"
             "[drafter:1] drafter:0: step 6 loss 2.4\n");
+}
+
+TEST(ConsoleSaysItOnce, AHeldStatusIsPrintedAfterTheHoldWithoutAFlush) {
+  logtest::Pipe p;
+  Console c({.fd = p.w.get(), .color = ColorMode::kNever});
+  c.AddSource("target:0", false, "f");
+  c.StatusText("target:0", "loading");
+  // The writer prints it by itself once the hold has passed (no Flush).
+  std::string got;
+  while (got.find('\n') == std::string::npos) {
+    pollfd pfd{p.r.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 10000), 1) << "not printed within 10 s: " << got;
+    char buf[256];
+    ssize_t n = ::read(p.r.get(), buf, sizeof buf);
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_EQ(got, "[dflash] target:0: loading\n");
 }
 
 TEST(ConsoleLive, LinesScrollAboveABlockRedrawnInPlace) {
