@@ -70,38 +70,6 @@ Supervisor::Supervisor(const Plan& plan, SupervisorOptions options, Console* con
   for (const ProcessPlan& w : plan_.warmups) role_warm_[w.role_index] = false;
 }
 
-struct Supervisor::Handler : ControlHandler {
-  Supervisor* s;
-  RunStatus Status() override { return s->BuildStatus(); }
-  ControlReply Apply(const ControlRequest&) override { ControlReply r; r.error = "not yet"; return r; }
-};
-ControlHandler& Supervisor::control() {
-  if (!handler_) { handler_ = std::make_unique<Handler>(); handler_->s = this; }
-  return *handler_;
-}
-bool Supervisor::AddWatch(int fd, std::function<void()> cb, std::string*) {
-  watches_.emplace_back(fd, std::move(cb));
-  return true;
-}
-RunStatus Supervisor::BuildStatus() const {
-  RunStatus st;
-  st.run_id = plan_.run_id;
-  st.run_dir = plan_.run_dir;
-  st.supervisor_pid = ::getpid();
-  st.uptime_s = Seconds(t0_, std::chrono::steady_clock::now());
-  for (const Proc& p : procs_) {
-    ProcessStatus ps;
-    ps.name = p.plan->name;
-    ps.role = p.plan->role;
-    ps.state = ProcStateName(p.state);
-    ps.pid = p.pid;
-    ps.payload_pid = p.payload_pid;
-    ps.uptime_s = p.pid > 0 ? Seconds(p.started, std::chrono::steady_clock::now()) : 0;
-    ps.gate = GateText(p.gate, "state");
-    st.processes.push_back(ps);
-  }
-  return st;
-}
 Supervisor::~Supervisor() = default;
 
 void Supervisor::Info(const std::string& text) {
@@ -121,7 +89,6 @@ void Supervisor::SetState(Proc& p, ProcState s, const std::string& why) {
   if (!why.empty()) line += ": " + why;
   p.state = s;
   Info(line);
-  if (console_) console_->SetStatus(BuildStatus());
 }
 
 RestartTracker& Supervisor::TrackerFor(const Proc& p) {
@@ -296,10 +263,6 @@ int Supervisor::Run() {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, signals_.fd(), &ev);
   ev.data.u64 = Tag(kTagNotify, 0);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, notify_.fd(), &ev);
-  for (size_t w = 0; w < watches_.size(); ++w) {
-    ev.data.u64 = Tag(5, w);
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, watches_[w].first, &ev);
-  }
 
   Info("run " + plan_.run_id + ": " + std::to_string(procs_.size()) + " processes, logs in " + plan_.run_dir);
   // Before the first child: the cgroup it will be born into, and the guardian
@@ -349,8 +312,6 @@ int Supervisor::Run() {
         while (signals_.Read(&si)) OnSignal(static_cast<int>(si.ssi_signo));
       } else if (kind == kTagNotify) {
         OnNotify();
-      } else if (kind == 5) {
-        watches_[id].second();
       } else if (kind == kTagExec) {
         OnExecStatus(procs_[id]);
       } else if (kind == kTagStream) {
@@ -720,7 +681,7 @@ void Supervisor::OnNotify() {
       else if (k == "X_DFLASH_ERROR") p.worker_error = v;
       else if (k == "X_DFLASH_EXIT") p.payload_exit = v;
       else if (k == "X_DFLASH_SIGNAL") p.payload_signal = std::atoi(v.c_str());
-      else if (k == "STATUS") { if (console_) console_->StatusText(p.plan->name, v); }
+      else if (k == "STATUS") Info(p.plan->name + ": " + v);
       else if (k == "X_DFLASH_READY_S") p.ready_s = std::atof(v.c_str());
       else if (k == "X_DFLASH_GATE_WARNING") {
         if (std::find(warnings_.begin(), warnings_.end(), v) == warnings_.end()) {

@@ -6,7 +6,6 @@
 
 #include <spdlog/logger.h>
 
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,8 +53,6 @@ class Supervisor {
   int Run();
 
   RunSummary Summary() const;
-  ControlHandler& control();
-  bool AddWatch(int fd, std::function<void()> on_readable, std::string* err);
 
   /// SIGCHLD, SIGINT, SIGTERM, SIGHUP and [run] forward_signals.
   static std::vector<int> HandledSignals(const Plan& plan);
@@ -134,10 +131,6 @@ class Supervisor {
   void Info(const std::string& text);
   void Warn(const std::string& text);
 
-  struct Handler;
-  std::unique_ptr<Handler> handler_;
-  std::vector<std::pair<int, std::function<void()>>> watches_;
-  RunStatus BuildStatus() const;
   const Plan& plan_;
   SupervisorOptions options_;
   Console* console_;
