@@ -127,6 +127,7 @@ int RunCheck(const CheckOptions& opts, char** env) {
   if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, "<run_id>", opts.bin_dir, env, &plan); rc != 0)
     return rc;
   BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/true);
+  std::fputs(FormatWarnings(ConfigWarnings(config)).c_str(), stderr);
   if (!CommandsRunOrReport(plan.config, env)) return exit_code::kConfig;
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;

@@ -18,6 +18,16 @@ namespace dflash {
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
 enum class RestartScope { kProcess, kRole, kAll };
 
+/// The torch.distributed world a role's processes join (the payload decides;
+/// the launcher cannot see it, so the config says it): its members are one
+/// restart unit, since a lone rank restarted into a live world cannot rejoin it.
+enum class TorchWorld {
+  kNone,  ///< independent processes (or not said)
+  kRole,  ///< the role's own world (ROLE_MASTER_PORT): the role restarts together
+  kRun,   ///< the run-wide world (MASTER_PORT): every role with world = "run" restarts together
+};
+const char* TorchWorldName(TorchWorld w);
+
 const char* RestartPolicyName(RestartPolicy p);
 const char* RestartScopeName(RestartScope s);
 
@@ -95,6 +105,12 @@ struct RoleSpec {
   ReadySpec ready;
   RestartSpec restart;
   StopSpec stop;
+  TorchWorld world = TorchWorld::kNone;
+  SourcePos world_pos;        // where world is written (line 0: not written)
+  /// A RUNNING process silent this long is hung (0: no watchdog): silent means no
+  /// WATCHDOG=1 once it has sent one, else no output and no STATUS=.
+  Millis watchdog{0};
+  int watchdog_signal = SIGABRT;  // sent to a hung process (faulthandler dumps its stacks)
 
   bool is_cpu() const { return devices.empty(); }
   /// Processes of this role on each node it runs on.
@@ -141,6 +157,11 @@ bool LoadConfig(const std::string& path, RunConfig* out, std::vector<ConfigError
 /// The same from text; `path` names it in messages and anchors relative paths.
 bool LoadConfigFromString(std::string_view text, const std::string& path, RunConfig* out,
                           std::vector<ConfigError>* errors);
+
+/// What is allowed but probably wrong (e.g. restart scope "process" for the
+/// ranks of one torch world): each with where, the key and a hint. `check` and
+/// `run` print them; neither refuses.
+std::vector<ConfigError> ConfigWarnings(const RunConfig& config);
 
 /// Evenly spread taps as DFlash picks them (z-lab/dflash model/utils.py):
 /// from layer 1 to L-3; 64 layers, 5 draft layers -> 1,16,31,46,61.

@@ -12,7 +12,7 @@ std::string SourcePos::ToString() const {
 }
 
 std::string ConfigError::Format() const {
-  std::string s = pos.ToString() + ": error: ";
+  std::string s = pos.ToString() + (warning ? ": warning: " : ": error: ");
   if (!key.empty()) s += key + ": ";
   s += message;
   if (!expected.empty()) s += "\n    expected: " + expected;
@@ -32,6 +32,12 @@ std::string FormatErrors(std::vector<ConfigError> errors) {
   }
   if (errors.size() > 1) out += std::to_string(errors.size()) + " errors; nothing was started.\n";
   else if (errors.size() == 1) out += "nothing was started.\n";
+  return out;
+}
+
+std::string FormatWarnings(const std::vector<ConfigError>& warnings) {
+  std::string out;
+  for (const ConfigError& w : warnings) out += w.Format() + "\n";
   return out;
 }
 

@@ -21,8 +21,9 @@ struct ConfigError {
   std::string expected;
   std::string found;
   std::string hint;
+  bool warning = false;  // a doubt, not an error: the run may go on (FormatWarnings)
 
-  /// file:line:col: error: key: message
+  /// file:line:col: error: key: message (or "warning:")
   ///     expected: ...
   ///     found:    ...
   ///     hint:     ...
@@ -31,5 +32,7 @@ struct ConfigError {
 
 /// All errors, sorted by position, each formatted, separated by blank lines.
 std::string FormatErrors(std::vector<ConfigError> errors);
+/// Warnings the same way, without "nothing was started".
+std::string FormatWarnings(const std::vector<ConfigError>& warnings);
 
 }  // namespace dflash

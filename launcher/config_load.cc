@@ -484,6 +484,12 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
             "dflash_launch.notify_ready() after the first compiled step");
   ReadRestart(r.Get("restart"), name_for_path, &role->restart, errors, r);
   ReadStop(r.Get("stop"), name_for_path, &role->stop, errors, r);
+  std::string world;
+  r.Enum("world", &world);
+  role->world = world == "role" ? TorchWorld::kRole : world == "run" ? TorchWorld::kRun : TorchWorld::kNone;
+  if (r.Has("world")) role->world_pos = r.ValuePos("world");
+  r.Duration("watchdog", &role->watchdog, /*allow_zero=*/true);
+  r.Signal("watchdog_signal", &role->watchdog_signal);
   r.RejectUnknownKeys();
 }
 

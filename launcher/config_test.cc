@@ -293,6 +293,54 @@ TEST(NodesConfig, RoleNodesAreCheckedAndFreeTheGpusOfOtherNodes) {
   EXPECT_NE(e.find("no nodes"), std::string::npos) << e;
 }
 
+TEST(RestartConfig, WorldAndWatchdogKeys) {
+  RunConfig c;
+  std::string e;
+  const std::string r = "[[role]]\nname = \"d\"\ncpu = 3\ncommand = [\"x\"]\n";
+  ASSERT_TRUE(LoadText(r + "world = \"role\"\nwatchdog = \"5m\"\nwatchdog_signal = \"SIGUSR1\"\n", &c, &e)) << e;
+  EXPECT_EQ(c.roles[0].world, TorchWorld::kRole);
+  EXPECT_EQ(c.roles[0].watchdog, Millis(300000));
+  EXPECT_EQ(c.roles[0].watchdog_signal, SIGUSR1);
+  ASSERT_TRUE(LoadText(r, &c, &e)) << e;
+  EXPECT_EQ(c.roles[0].world, TorchWorld::kNone);
+  EXPECT_EQ(c.roles[0].watchdog, Millis(0));
+  EXPECT_EQ(c.roles[0].watchdog_signal, SIGABRT);
+  EXPECT_FALSE(LoadText(r + "world = \"cluster\"\n", &c, &e));
+  EXPECT_NE(e.find("role[d].world"), std::string::npos) << e;
+  EXPECT_FALSE(LoadText(r + "watchdog = \"soon\"\n", &c, &e));
+  EXPECT_NE(e.find("role[d].watchdog"), std::string::npos) << e;
+}
+
+TEST(RestartConfig, ScopeProcessInOneTorchWorldIsWarnedAbout) {
+  RunConfig c;
+  std::string e;
+  const std::string r = "[[role]]\nname = \"d\"\ncpu = 3\ncommand = [\"x\"]\n"
+                        "restart = { policy = \"on-failure\", scope = \"process\" }\n";
+  ASSERT_TRUE(LoadText(r + "world = \"role\"\n", &c, &e)) << e;
+  std::vector<ConfigError> w = ConfigWarnings(c);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].key, "role[d].restart.scope");
+  EXPECT_EQ(w[0].pos.line, 6);  // where world is written
+  EXPECT_NE(w[0].Format().find("warning: role[d].restart.scope: scope = \"process\", but the 3 processes"),
+            std::string::npos) << w[0].Format();
+  // The world not said: a warning too, that asks for it.
+  ASSERT_TRUE(LoadText(r, &c, &e)) << e;
+  w = ConfigWarnings(c);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].hint.find("world = \"none\""), std::string::npos);
+  // Said independent, or restarted as a role, or one process: nothing to say.
+  ASSERT_TRUE(LoadText(r + "world = \"none\"\n", &c, &e)) << e;
+  EXPECT_TRUE(ConfigWarnings(c).empty());
+  ASSERT_TRUE(LoadText("[[role]]\nname = \"d\"\ncpu = 3\ncommand = [\"x\"]\nworld = \"role\"\n"
+                       "restart = { policy = \"on-failure\", scope = \"role\" }\n", &c, &e)) << e;
+  EXPECT_TRUE(ConfigWarnings(c).empty());
+  // A run-wide world of two roles of one process each still spans two processes.
+  ASSERT_TRUE(LoadText("[[role]]\nname = \"t\"\ncpu = 1\ncommand = [\"x\"]\nworld = \"run\"\n"
+                       "restart = { policy = \"on-failure\" }\n"
+                       "[[role]]\nname = \"d\"\ncpu = 1\ncommand = [\"x\"]\nworld = \"run\"\n", &c, &e)) << e;
+  EXPECT_EQ(ConfigWarnings(c).size(), 1u);
+}
+
 TEST(Schema, DocsCarryTheGeneratedReference) {
   std::string doc, err;
   ASSERT_TRUE(ReadFile(kSource + "/docs/config.md", &doc, &err)) << err;

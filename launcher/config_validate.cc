@@ -412,6 +412,52 @@ const char* GateModeName(GateMode m) {
   return "?";
 }
 
+std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
+  std::vector<ConfigError> out;
+  int run_world = 0;
+  for (const RoleSpec& r : config.roles)
+    if (r.world == TorchWorld::kRun) run_world += r.process_count() * std::max<int>(1, r.nodes.size());
+  for (const RoleSpec& r : config.roles) {
+    if (r.restart.policy == RestartPolicy::kNever || r.restart.scope != RestartScope::kProcess) continue;
+    int n = r.process_count() * std::max<int>(1, r.nodes.size());
+    std::string key = "role[" + r.name + "].restart.scope";
+    ConfigError w;
+    w.warning = true;
+    w.key = key;
+    if (r.world != TorchWorld::kNone) {
+      int world = r.world == TorchWorld::kRun ? run_world : n;
+      if (world <= 1) continue;
+      w.pos = r.world_pos;
+      w.message = "scope = \"process\", but the " + std::to_string(world) + " processes of its torch world (world = \"" +
+                  TorchWorldName(r.world) + "\") restart together: a lone rank cannot rejoin a live world";
+      w.expected = "scope = \"role\" (or \"all\") for the ranks of one world";
+      w.found = "scope = \"process\"";
+      w.hint = "write scope = \"role\" to say what happens; world = \"none\" if the processes are independent";
+    } else {
+      if (n <= 1 || r.world_pos.line > 0) continue;  // world = "none" written: independent, as said
+      w.pos = r.pos;
+      w.message = "scope = \"process\" for " + std::to_string(n) +
+                  " processes whose torch world is not said: if they call torch.distributed.init_process_group, "
+                  "the ranks left running fail when one is restarted, and the run names the wrong culprit";
+      w.expected = "world = \"role\" or \"run\" (one torch world), or world = \"none\" (independent)";
+      w.found = "no world";
+      w.hint = "one world: world = \"role\" (or \"run\" across roles) and scope = \"role\"; independent processes: "
+               "world = \"none\"";
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+const char* TorchWorldName(TorchWorld w) {
+  switch (w) {
+    case TorchWorld::kNone: return "none";
+    case TorchWorld::kRole: return "role";
+    case TorchWorld::kRun: return "run";
+  }
+  return "?";
+}
+
 const char* RestartScopeName(RestartScope s) {
   switch (s) {
     case RestartScope::kProcess: return "process";

@@ -84,6 +84,10 @@ int RunRun(const RunOptions& opts, char** env) {
   }
   log->info("node {} of {}, MASTER_ADDR={} MASTER_PORT={}", plan.node_rank, plan.nnodes, plan.master_addr,
             plan.master_port);
+  if (std::string w = FormatWarnings(ConfigWarnings(plan.config)); !w.empty()) {
+    std::fputs(w.c_str(), stderr);
+    log->warn("{}", w);
+  }
   // Before any thread exists (the console writer): these signals are taken
   // only from the supervisor's signalfd, in its loop.
   BlockSignals(Supervisor::HandledSignals(plan));

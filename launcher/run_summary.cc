@@ -2,7 +2,6 @@
 
 #include <cstdio>
 
-#include "common/fd.h"
 #include "common/signal_names.h"
 
 namespace dflash {
@@ -74,11 +73,12 @@ std::string SummaryTable(const RunSummary& s, bool color) {
 nlohmann::ordered_json SummaryJson(const RunSummary& s) {
   using ojson = nlohmann::ordered_json;
   ojson j;
-  j["format"] = "dflash-summary/1";
+  j["format"] = "dflash-summary/2";
   j["run_id"] = s.run_id;
   j["config"] = s.config;
   j["exit_code"] = s.exit_code;
   j["culprit"] = s.culprit.empty() ? ojson() : ojson(s.culprit);
+  j["culprit_attempt"] = s.culprit.empty() ? ojson() : ojson(s.culprit_attempt);
   j["reason"] = s.reason;
   j["wall_s"] = s.wall_s;
   j["warnings"] = s.warnings;
@@ -94,6 +94,8 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["exit_code"] = p.exit_code < 0 ? ojson() : ojson(p.exit_code);
     e["signal"] = p.signal ? ojson(SignalName(p.signal)) : ojson();
     e["restarts"] = p.restarts;
+    e["manual_restarts"] = p.manual_restarts;
+    e["held"] = p.held;
     e["culprit"] = p.culprit;
     e["collateral"] = p.collateral;
     e["runtime_s"] = p.runtime_s;
@@ -104,28 +106,30 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["gate"] = p.gate.is_null() ? ojson() : ojson::parse(p.gate.dump());
     e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
     e["memory_peak_bytes"] = p.memory_peak_bytes < 0 ? ojson() : ojson(p.memory_peak_bytes);
+    e["attempts"] = ojson::array();
+    for (const AttemptSummary& a : p.attempts) {
+      ojson aj;
+      aj["attempt"] = a.attempt;
+      aj["pid"] = a.pid > 0 ? ojson(a.pid) : ojson();
+      aj["start_s"] = a.start_s >= 0 ? ojson(a.start_s) : ojson();
+      aj["end_s"] = a.end_s >= 0 ? ojson(a.end_s) : ojson();
+      aj["exit_code"] = a.exit_code < 0 ? ojson() : ojson(a.exit_code);
+      aj["signal"] = a.signal ? ojson(SignalName(a.signal)) : ojson();
+      aj["reason"] = a.reason;
+      aj["outcome"] = a.outcome;
+      aj["restarted"] = a.restarted;
+      aj["hung"] = a.hung;
+      aj["start_failed"] = a.start_failed;
+      aj["ready_timeout"] = a.ready_timeout;
+      aj["ready_s"] = a.ready_s > 0 ? ojson(a.ready_s) : ojson();
+      e["attempts"].push_back(std::move(aj));
+    }
     return e;
   };
   j["processes"] = ojson::array();
   for (const ProcessSummary& p : s.processes) j["processes"].push_back(entry(p));
   j["warmups"] = ojson::array();
   for (const ProcessSummary& p : s.warmups) j["warmups"].push_back(entry(p));
-  return j;
-}
-
-nlohmann::json ReadErrorFile(const std::string& path, std::string* message) {
-  std::string text, err;
-  if (!ReadFile(path, &text, &err)) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return nlohmann::json{{"unparsed", text.substr(0, 4096)}};
-  // torch.distributed.elastic writes {"message": {"message": "...", "extraInfo": {...}}}
-  // (or "message" as a plain string in some versions).
-  if (message && j.contains("message")) {
-    const auto& m = j["message"];
-    if (m.is_string()) *message = m.get<std::string>();
-    else if (m.is_object() && m.contains("message") && m["message"].is_string())
-      *message = m["message"].get<std::string>();
-  }
   return j;
 }
 

@@ -9,6 +9,23 @@
 
 namespace dflash {
 
+/// One start of a process (summary.json "attempts"; docs/summary-json.md).
+struct AttemptSummary {
+  int attempt = 0;
+  int pid = -1;
+  double start_s = -1;  // since the run began; -1: never started
+  double end_s = -1;    // -1: still running when the summary was taken
+  int exit_code = -1;   // shell style; -1: no end
+  int signal = 0;
+  std::string reason;   // how it ended
+  std::string outcome;  // restarted, restarted by ctl, stopped, stopped by ctl, succeeded, failed, fatal, hung, collateral
+  bool restarted = false;
+  bool hung = false;
+  bool start_failed = false;
+  bool ready_timeout = false;
+  double ready_s = 0;
+};
+
 struct ProcessSummary {
   std::string name;  // "drafter:1"
   std::string role;
@@ -19,7 +36,9 @@ struct ProcessSummary {
   std::string state;   // EXITED, FATAL, ...
   int exit_code = -1;  // shell style (128+N for a signal); -1 if it never ran to an end
   int signal = 0;      // N when a signal killed it
-  int restarts = 0;
+  int restarts = 0;         // every restart (by policy and by hand)
+  int manual_restarts = 0;  // of which asked by hand (ctl restart)
+  bool held = false;        // stopped by hand when the run ended
   bool culprit = false;
   bool collateral = false;  // stopped by the supervisor after the culprit failed
   double runtime_s = 0;     // of the last attempt
@@ -30,6 +49,7 @@ struct ProcessSummary {
   nlohmann::json gate;        // {"role": "lead"|"reuse", "wait_s", "compile_s", ...} or null
   nlohmann::json metrics;     // the payload's DFLASH_METRICS_FILE, or null
   int64_t memory_peak_bytes = -1;  // max memory.peak of its attempts' cgroups; -1: not measured
+  std::vector<AttemptSummary> attempts;  // every attempt, first to last
 };
 
 struct RunSummary {
@@ -38,6 +58,7 @@ struct RunSummary {
   std::string run_dir;
   int exit_code = 0;
   std::string culprit;  // empty: none
+  int culprit_attempt = -1;  // which of its attempts was the root cause
   std::string reason;
   double wall_s = 0;
   std::vector<std::string> warnings;  // e.g. a gate reuse that still missed the cache
@@ -50,10 +71,5 @@ struct RunSummary {
 /// "role rank pid state exit/signal restarts runtime" rows, culprit marked.
 std::string SummaryTable(const RunSummary& s, bool color);
 nlohmann::ordered_json SummaryJson(const RunSummary& s);
-
-/// Reads a torch.distributed.elastic error file (written by @record): the
-/// parsed JSON, or null if absent or unreadable. `message` gets its
-/// message/exception text when present.
-nlohmann::json ReadErrorFile(const std::string& path, std::string* message);
 
 }  // namespace dflash

@@ -113,6 +113,23 @@ std::vector<SectionSpec> MakeSchema() {
             "{ policy = \"on-failure\", scope = \"process\", max = 3 }"},
            {"stop", K::kStop, "{ signal = \"SIGTERM\", grace = \"30s\" }", "How the role is stopped.",
             "{ signal = \"SIGINT\", grace = \"60s\" }"},
+           {"world", K::kEnum, "none",
+            "The torch.distributed world its processes join (the launcher cannot see inside the payload, so "
+            "say it): role, the role's own world (ROLE_MASTER_PORT, dflash_launch.init_process_group() by "
+            "default); run, the run-wide world (MASTER_PORT) shared by every role with world = \"run\"; none, "
+            "independent processes. The processes of one world are one restart unit whatever restart.scope says "
+            "(a lone rank restarted into a live world cannot rejoin it), and so are they for `ctl restart`.",
+            "\"role\"", {"none", "role", "run"}},
+           {"watchdog", K::kDuration, "0s",
+            "A RUNNING process silent this long is hung: it gets watchdog_signal, then SIGKILL after the stop "
+            "grace, and counts as a failure (reason \"hung\") judged by restart. Silent: no WATCHDOG=1 "
+            "(dflash_launch.notify_watchdog()) once it has sent one; a process that never sends one is watched "
+            "by its progress instead (any output line or STATUS=). \"0s\": no watchdog.",
+            "\"5m\""},
+           {"watchdog_signal", K::kSignal, "SIGABRT",
+            "Sent to a hung process (to its payload, under dflash-worker). SIGABRT makes Python's faulthandler "
+            "(PYTHONFAULTHANDLER=1 is set for watched processes) print every thread's stack to stderr.",
+            "\"SIGUSR1\""},
        }},
       {"role.gate", "The compile gate of a role (`gate = true` takes every default).",
        {

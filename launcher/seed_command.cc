@@ -22,6 +22,7 @@
 #include "launcher/cache_inventory.h"
 #include "launcher/commands.h"
 #include "launcher/port_reservation.h"
+#include "launcher/payload_files.h"
 #include "launcher/run_summary.h"
 
 namespace dflash {
@@ -147,7 +148,7 @@ int Verify(const Warmup& w) {
     Say("verify " + name + ": the fresh process failed (exit " + std::to_string(rc) + ")");
     return rc;
   }
-  nlohmann::json m = ReadErrorFile(w.metrics, nullptr);
+  nlohmann::json m = ReadMetricsFile(w.metrics);
   auto get = [&](const char* k) { return m.is_object() && m.contains(k) && m[k].is_number() ? m[k].get<int>() : -1; };
   int miss = get("fxgraph_cache_miss"), hit = get("fxgraph_cache_hit");
   if (miss < 0) {

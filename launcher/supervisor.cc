@@ -9,97 +9,175 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <ctime>
 #include <unordered_map>
 
 #include "common/duration.h"
 #include "common/exit_codes.h"
+#include "common/fd.h"
+#include "common/notify.h"
 #include "common/proc_scan.h"
 #include "common/run_sweep.h"
+#include "common/signal_fd.h"
 #include "common/signal_names.h"
+#include "common/spawn.h"
+#include "launcher/log_router.h"
+#include "launcher/payload_files.h"
+#include "launcher/supervisor_core.h"
+#include "launcher/supervisor_summary.h"
 
 namespace dflash {
 namespace {
 
-constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3, kTagExec = 4;
+constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3, kTagExec = 4, kTagWatch = 5;
 uint64_t Tag(uint64_t kind, uint64_t id) { return kind << 32 | id; }
 
-double Seconds(SteadyTime a, SteadyTime b) { return std::chrono::duration<double>(b - a).count(); }
+/// How often, at least, the console's live status is refreshed.
+constexpr Millis kStatusPeriod{1000};
 
-// The worker's X_DFLASH_GATE_* facts; a process that never took the gate has none (null).
 std::string GateText(const nlohmann::json& gate, const char* k) {
   return gate.is_object() && gate.contains(k) && gate[k].is_string() ? gate[k].get<std::string>() : "";
-}
-double GateNumber(const nlohmann::json& gate, const char* k) {
-  return gate.is_object() && gate.contains(k) && gate[k].is_number() ? gate[k].get<double>() : 0.0;
 }
 
 }  // namespace
 
-const char* ProcStateName(ProcState s) {
-  switch (s) {
-    case ProcState::kNotStarted: return "NOT_STARTED";
-    case ProcState::kFailed: return "FAILED";
-    case ProcState::kWaiting: return "WAITING";
-    case ProcState::kStarting: return "STARTING";
-    case ProcState::kRunning: return "RUNNING";
-    case ProcState::kBackoff: return "BACKOFF";
-    case ProcState::kStopping: return "STOPPING";
-    case ProcState::kExited: return "EXITED";
-    case ProcState::kFatal: return "FATAL";
+struct Supervisor::Impl : public ControlHandler {
+  Impl(const Plan& plan, SupervisorOptions options, Console* console, std::shared_ptr<spdlog::logger> log)
+      : plan_(plan),
+        options_(std::move(options)),
+        console_(console),
+        log_(std::move(log)),
+        core_(plan, [] { return std::chrono::steady_clock::now(); }),
+        router_(console) {
+    os_.resize(core_.size());
+    core_.settle_exec = [this](size_t i) { OnExecStatus(i); };
+    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+    core_.status_base.run_id = plan_.run_id;
+    core_.status_base.run_dir = plan_.run_dir;
+    core_.status_base.supervisor_pid = static_cast<int>(::getpid());
   }
-  return "?";
+
+  // ControlHandler: the core answers; what it decided is carried out at once.
+  RunStatus Status() override { return core_.Status(); }
+  ControlReply Apply(const ControlRequest& request) override {
+    ControlReply r = core_.Apply(request);
+    Drain();
+    return r;
+  }
+
+  /// The OS side of each process: its pipes and its exec's outcome.
+  struct Os {
+    int out_stream = -1, err_stream = -1;
+    Child exec;  // until OnExecStatus reads its outcome
+  };
+
+  int Run();
+  void Drain();
+  void Execute(const CoreAction& a);
+  void DoSpawn(size_t i);
+  void OnExecStatus(size_t i);
+  void Reap();
+  void OnNotify();
+  void Ended(size_t i);
+  void KillAll();
+  void CheckReuseHitTheCache(size_t i);
+  void AddStream(size_t i, bool is_stderr, UniqueFd fd);
+  void CloseStream(int sid);
+  void SweepOrphans(bool all) { SweepOrphansImpl(all); }
+  std::vector<pid_t> SweepOrphansImpl(bool all);
+  void FinalSweep();
+  void TellSystemd(const std::string& message);
+  void WriteEvent(nlohmann::json event);
+  void PublishStatus(bool force);
+  int NextTimeoutMs() const;
+  void Info(const std::string& text) {
+    if (log_) log_->info(text);
+    if (console_) console_->Supervisor("[dflash] " + text);
+  }
+  void Warn(const std::string& text) {
+    if (log_) log_->warn(text);
+    if (console_) console_->Supervisor("[dflash] warning: " + text);
+  }
+
+  const Plan& plan_;
+  SupervisorOptions options_;
+  Console* console_;
+  std::shared_ptr<spdlog::logger> log_;
+  SupervisorCore core_;
+  LogRouter router_;
+  SignalFd signals_;
+  NotifyListener notify_;
+  UniqueFd epoll_;
+  UniqueFd events_file_;  // <run_dir>/events.jsonl
+  std::vector<Os> os_;
+  std::vector<int> stream_owner_;  // stream id -> proc index
+  std::vector<std::function<void()>> watches_;
+  std::vector<int> watch_fds_;
+  RunGuard guard_;
+  std::string run_token_;       // DFLASH_RUN_TOKEN of every process of this run
+  std::string start_error_;     // Run() could not even set up its loop (fds exhausted, say)
+  bool sweep_pending_ = false;  // a process or orphan ended since the last SweepOrphans
+  bool status_dirty_ = true;
+  SteadyTime last_status_{};
+  SteadyTime t0_ = std::chrono::steady_clock::now();
+};
+
+void Supervisor::Impl::Drain() {
+  // Executing one action may feed the core an event (a spawn that failed), which
+  // queues more: run until none is left, in order.
+  while (core_.HasActions())
+    for (const CoreAction& a : core_.TakeActions()) Execute(a);
 }
 
-std::vector<int> Supervisor::HandledSignals(const Plan& plan) {
-  std::vector<int> s = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
-  for (int f : plan.config.run.forward_signals)
-    if (std::find(s.begin(), s.end(), f) == s.end()) s.push_back(f);
-  return s;
+void Supervisor::Impl::Execute(const CoreAction& a) {
+  using K = CoreAction::Kind;
+  const CoreProc* p = a.index < core_.size() ? &core_.proc(a.index) : nullptr;
+  switch (a.kind) {
+    case K::kSpawn: DoSpawn(a.index); break;
+    case K::kSignal:
+      if (!p || !p->alive()) break;
+      // A watchdog's signal goes to the payload (its faulthandler), not to the worker.
+      if (a.payload && p->payload_pid > 0) ::kill(-p->payload_pid, a.signal);
+      else ::kill(-p->pid, a.signal);
+      break;
+    case K::kKill:
+      if (!p || !p->alive()) break;
+      ::kill(-p->pid, SIGKILL);
+      if (p->payload_pid > 0) ::kill(-p->payload_pid, SIGKILL);
+      break;
+    case K::kEnded: Ended(a.index); break;
+    case K::kKillAll: KillAll(); break;
+    case K::kTellSystemd: TellSystemd(a.text); break;
+    case K::kLog: a.warn ? Warn(a.text) : Info(a.text); break;
+    case K::kEvent: WriteEvent(a.event); break;
+    case K::kCheckReuse: CheckReuseHitTheCache(a.index); break;
+  }
 }
 
-Supervisor::Supervisor(const Plan& plan, SupervisorOptions options, Console* console,
-                       std::shared_ptr<spdlog::logger> log)
-    : plan_(plan), options_(std::move(options)), console_(console), log_(std::move(log)), router_(console) {
-  // The role processes, then the warm-ups of roles in gate mode "warmup".
-  procs_.resize(plan_.processes.size() + plan_.warmups.size());
-  for (size_t i = 0; i < plan_.processes.size(); ++i) procs_[i].plan = &plan_.processes[i];
-  for (size_t i = 0; i < plan_.warmups.size(); ++i) procs_[plan_.processes.size() + i].plan = &plan_.warmups[i];
-  trackers_.resize(procs_.size() + plan_.config.roles.size());
-  role_warm_.assign(plan_.config.roles.size(), true);
-  warmup_published_.assign(plan_.config.roles.size(), false);
-  for (const ProcessPlan& w : plan_.warmups) role_warm_[w.role_index] = false;
+void Supervisor::Impl::WriteEvent(nlohmann::json event) {
+  status_dirty_ = true;
+  if (!events_file_) return;
+  struct timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  event["time"] = static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+  std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  // One write per line on an O_APPEND fd: a reader never sees half a line.
+  std::string werr;
+  if (!WriteAll(events_file_.get(), line, &werr) && log_)
+    log_->warn("cannot write events.jsonl: {}", werr);
 }
 
-Supervisor::~Supervisor() = default;
-
-void Supervisor::Info(const std::string& text) {
-  if (log_) log_->info(text);
-  if (console_) console_->Supervisor("[dflash] " + text);
+void Supervisor::Impl::PublishStatus(bool force) {
+  if (!console_) return;
+  SteadyTime now = std::chrono::steady_clock::now();
+  if (!force && !status_dirty_ && now - last_status_ < kStatusPeriod) return;
+  status_dirty_ = false;
+  last_status_ = now;
+  console_->SetStatus(core_.Status());
 }
 
-void Supervisor::Warn(const std::string& text) {
-  if (log_) log_->warn(text);
-  if (console_) console_->Supervisor("[dflash] warning: " + text);
-}
-
-void Supervisor::SetState(Proc& p, ProcState s, const std::string& why) {
-  if (p.state == s) return;
-  std::string line = p.plan->name + " " + ProcStateName(p.state) + " -> " + ProcStateName(s);
-  if (p.pid > 0 && s != ProcState::kBackoff) line += " (pid " + std::to_string(p.pid) + ")";
-  if (!why.empty()) line += ": " + why;
-  p.state = s;
-  Info(line);
-}
-
-RestartTracker& Supervisor::TrackerFor(const Proc& p) {
-  const RoleSpec& role = plan_.RoleOf(*p.plan);
-  size_t index = role.restart.scope == RestartScope::kProcess ? static_cast<size_t>(p.plan - plan_.processes.data())
-                                                              : procs_.size() + p.plan->role_index;
-  if (!trackers_[index]) trackers_[index] = std::make_unique<RestartTracker>(role.restart);
-  return *trackers_[index];
-}
-
-void Supervisor::AddStream(Proc& p, bool is_stderr, UniqueFd fd) {
+void Supervisor::Impl::AddStream(size_t i, bool is_stderr, UniqueFd fd) {
+  const CoreProc& p = core_.proc(i);
   std::string path = plan_.AttemptPath(*p.plan, p.attempt, is_stderr ? "stderr.log" : "stdout.log");
   std::string err;
   int id = router_.Add(std::move(fd), p.plan->name, is_stderr, path, &err);
@@ -108,73 +186,42 @@ void Supervisor::AddStream(Proc& p, bool is_stderr, UniqueFd fd) {
     return;
   }
   if (static_cast<size_t>(id) >= stream_owner_.size()) stream_owner_.resize(id + 1, -1);
-  stream_owner_[id] = static_cast<int>(&p - procs_.data());
+  stream_owner_[id] = static_cast<int>(i);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = Tag(kTagStream, static_cast<uint64_t>(id));
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, router_.fd(id), &ev);
-  (is_stderr ? p.err_stream : p.out_stream) = id;
+  (is_stderr ? os_[i].err_stream : os_[i].out_stream) = id;
 }
 
-void Supervisor::CloseStream(int sid) {
+void Supervisor::Impl::CloseStream(int sid) {
   if (sid < 0 || static_cast<size_t>(sid) >= stream_owner_.size() || stream_owner_[sid] < 0) return;
-  Proc& p = procs_[static_cast<size_t>(stream_owner_[sid])];
-  if (p.out_stream == sid) p.out_stream = -1;
-  if (p.err_stream == sid) p.err_stream = -1;
+  Os& o = os_[static_cast<size_t>(stream_owner_[sid])];
+  if (o.out_stream == sid) o.out_stream = -1;
+  if (o.err_stream == sid) o.err_stream = -1;
   stream_owner_[sid] = -1;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, router_.fd(sid), nullptr);
   router_.Remove(sid);
 }
 
-void Supervisor::Spawn(Proc& p) {
+void Supervisor::Impl::DoSpawn(size_t i) {
+  const CoreProc& p = core_.proc(i);
   const ProcessPlan& pp = *p.plan;
   const RoleSpec& role = plan_.RoleOf(pp);
-  ++p.attempt;
-  p.stop_sent = false;
-  p.restart_pending = false;
-  p.payload_pid = -1;
-  p.worker_error.clear();
-  p.payload_exit.clear();
-  p.payload_signal = 0;
-  p.gate = nlohmann::json();
-  if (!p.plan->warmup && !pp.gate_key.empty() && role.warmup_gated())
-    // No gate of its own: it starts after the warm-up, on the cache that one filled.
-    p.gate = {{"key", pp.gate_key}, {"mode", "warmup"},
-              {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
-  p.ready_s = 0;
-  p.timed_out = false;
-  p.ready_deadline = SteadyTime::max();
-  p.exit_code = -1;
-  p.signal = 0;
-  p.reason.clear();
-  p.spawn_failed = false;
-  p.state = ProcState::kStarting;
-
-  // Could not be started: a failure of its own (FAILED, with the reason),
-  // judged by its restart policy like any other exit; never "succeeded".
-  auto cannot_start = [&](const std::string& why, int code) {
-    p.started = std::chrono::steady_clock::now();
-    p.reason = "could not be started: " + why;
-    p.spawn_failed = true;
-    Warn(pp.name + " " + p.reason);
-    ExitStatus st;
-    st.exited = true;
-    st.code = code;
-    OnExit(p, st);
-  };
   // Each end owned at once: a second pipe2 that fails must not leak the first.
   UniqueFd out_r, out_w, err_r, err_w;
   for (auto [r, w] : {std::pair{&out_r, &out_w}, std::pair{&err_r, &err_w}}) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return cannot_start(ErrnoMessage("pipe2", errno), exit_code::kFailure);
+    if (::pipe2(fds, O_CLOEXEC) != 0)
+      return core_.OnSpawnFailed(i, ErrnoMessage("pipe2", errno), exit_code::kFailure);
     r->reset(fds[0]);
     w->reset(fds[1]);
   }
-  AddStream(p, false, std::move(out_r));  // also creates <run_dir>/attempt_<k>/
-  AddStream(p, true, std::move(err_r));
+  AddStream(i, false, std::move(out_r));  // also creates <run_dir>/attempt_<k>/
+  AddStream(i, true, std::move(err_r));
   std::string cg_err;
-  UniqueFd cgroup_procs = guard_.Leaf(static_cast<size_t>(&p - procs_.data()), p.attempt, &cg_err);
-  if (guard_.cgroup() && !cgroup_procs) return cannot_start(cg_err, exit_code::kFailure);
+  UniqueFd cgroup_procs = guard_.Leaf(i, p.attempt, &cg_err);
+  if (guard_.cgroup() && !cgroup_procs) return core_.OnSpawnFailed(i, cg_err, exit_code::kFailure);
 
   SpawnOptions so;
   so.argv = plan_.ExecArgv(pp);
@@ -182,6 +229,8 @@ void Supervisor::Spawn(Proc& p) {
   for (const auto& [k, v] : plan_.ProcessEnv(pp, p.attempt)) SetEnvVar(&so.env, k, v);
   SetEnvVar(&so.env, "NOTIFY_SOCKET", notify_.address());  // the worker reports here, never to systemd
   SetEnvVar(&so.env, kRunTokenVar, run_token_);  // inherited by its whole tree: the guardian's marker
+  // A watched Python payload dumps its stacks when its watchdog signal comes.
+  if (role.watchdog.count() > 0) SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");
   so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
   so.cwd = role.cwd;
   so.stdout_fd = out_w.get();
@@ -193,66 +242,37 @@ void Supervisor::Spawn(Proc& p) {
   Child child;
   std::string err;
   bool ok = dflash::Spawn(so, &child, &err);
-  p.started = std::chrono::steady_clock::now();
   if (!ok) {
     if (child.pid <= 0)  // before fork (not in PATH, pipe2, fork): nothing to reap
-      return cannot_start(err, child.exit_code != 0 ? child.exit_code : exit_code::kFailure);
-    p.pid = child.pid;  // forked, it already exited 127/126: Reap() collects it
-    p.reason = err;
-    p.spawn_failed = true;
-    Warn(pp.name + ": " + err);
-    return;
+      return core_.OnSpawnFailed(i, err, child.exit_code != 0 ? child.exit_code : exit_code::kFailure);
+    // Forked, it already exited 127/126: Reap() collects it.
+    return core_.OnSpawnFailed(i, err, child.exit_code, child.pid);
   }
-  p.pid = child.pid;
   guard_.Spawned(child.pid);  // its own session: the guardian's second marker
-  p.direct = !plan_.NeedsWorker(pp);
-  p.exec = std::move(child);
+  pid_t pid = child.pid;
+  os_[i].exec = std::move(child);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = Tag(kTagExec, static_cast<uint64_t>(&p - procs_.data()));
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, p.exec.exec_status.get(), &ev);
-  Info(pp.name + " STARTING (pid " + std::to_string(p.pid) + ", attempt " + std::to_string(p.attempt) +
-       (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
-  if (p.direct && role.ready.mode != ReadyMode::kNone && role.ready.timeout.count() > 0)
-    p.ready_deadline = p.started + role.ready.timeout;
+  ev.data.u64 = Tag(kTagExec, static_cast<uint64_t>(i));
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, os_[i].exec.exec_status.get(), &ev);
+  core_.OnSpawned(i, pid, /*exec_pending=*/true);
 }
 
-void Supervisor::OnExecStatus(Proc& p) {
-  if (!p.exec.exec_status) return;
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.exec.exec_status.get(), nullptr);
+void Supervisor::Impl::OnExecStatus(size_t i) {
+  Os& o = os_[i];
+  if (!o.exec.exec_status) return;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, o.exec.exec_status.get(), nullptr);
   std::string err;
-  if (!FinishSpawn(&p.exec, &err)) {
-    p.reason = err;  // the child exits 127/126: Reap() reports it with this reason
-    p.spawn_failed = true;
-    Warn(p.plan->name + ": " + err);
-    return;
-  }
-  // No worker in between and ready = none: running as soon as it runs.
-  if (p.direct && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kNone) MarkReady(p, "started");
+  bool ok = FinishSpawn(&o.exec, &err);
+  core_.OnExecResult(i, ok, err);
 }
 
-void Supervisor::MarkReady(Proc& p, const std::string& why) {
-  if (p.state != ProcState::kStarting) return;
-  p.ready_once = true;
-  p.ready_deadline = SteadyTime::max();
-  SetState(p, ProcState::kRunning, why);
-  bool all = std::all_of(procs_.begin(), procs_.end(),
-                         [](const Proc& q) { return q.state == ProcState::kRunning || q.state == ProcState::kExited; });
-  if (all && !told_ready_) {
-    told_ready_ = true;
-    std::string n = std::to_string(plan_.processes.size());
-    TellSystemd("READY=1\nSTATUS=all " + n + " processes running");
-    Info("all " + n + " processes are running");
-  }
-}
-
-int Supervisor::Run() {
+int Supervisor::Impl::Run() {
   t0_ = std::chrono::steady_clock::now();
   std::string err;
   // Orphans of the workers' payloads come to us, so nothing outlives the run unseen.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll_ || !signals_.Open(HandledSignals(plan_), &err) || !notify_.Open(&err)) {
+  if (!epoll_ || !signals_.Open(Supervisor::HandledSignals(plan_), &err) || !notify_.Open(&err)) {
     start_error_ = err.empty() ? ErrnoMessage("epoll_create1", errno) : err;
     Warn("cannot start: " + start_error_);
     return exit_code::kFailure;
@@ -263,8 +283,11 @@ int Supervisor::Run() {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, signals_.fd(), &ev);
   ev.data.u64 = Tag(kTagNotify, 0);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, notify_.fd(), &ev);
+  std::string events_path = plan_.run_dir + "/events.jsonl";
+  events_file_.reset(::open(events_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!events_file_) Warn("cannot write " + events_path + ": " + ErrnoMessage("open", errno));
 
-  Info("run " + plan_.run_id + ": " + std::to_string(procs_.size()) + " processes, logs in " + plan_.run_dir);
+  Info("run " + plan_.run_id + ": " + std::to_string(core_.size()) + " processes, logs in " + plan_.run_dir);
   // Before the first child: the cgroup it will be born into, and the guardian
   // that kills the run if we are SIGKILLed (docs/design.md, "Nothing outlives the run").
   run_token_ = NewRunToken();
@@ -286,45 +309,53 @@ int Supervisor::Run() {
   Info("run " + plan_.run_id + ": " + std::to_string(plan_.processes.size()) + " processes" +
        (plan_.warmups.empty() ? "" : " and " + std::to_string(plan_.warmups.size()) + " warm-up(s)") +
        ", logs in " + plan_.run_dir);
-  // Warm-ups first: their compile is the long pole. Roles that wait for one
-  // are held; every other role starts at once (a target loading a large model
-  // never waits for a drafter's compile).
-  for (Proc& p : procs_)
-    if (!stopping_ && p.plan->warmup) Spawn(p);
-  for (Proc& p : procs_) {
-    if (stopping_ || p.plan->warmup) continue;
-    if (HeldForWarmup(p)) SetState(p, ProcState::kWaiting, "until " + p.plan->role + ":warmup has compiled");
-    else Spawn(p);
-  }
+  core_.Start();
+  Drain();
+  PublishStatus(true);
 
   epoll_event events[64];
-  while (!Done()) {
+  while (!core_.Done()) {
     int n = ::epoll_wait(epoll_.get(), events, 64, NextTimeoutMs());
     if (n < 0 && errno != EINTR) {
-      Warn(ErrnoMessage("epoll_wait", errno));
-      KillAll();
+      core_.Abort(ErrnoMessage("epoll_wait", errno));
+      Drain();
       break;
     }
-    for (int i = 0; i < n; ++i) {
-      uint64_t kind = events[i].data.u64 >> 32, id = events[i].data.u64 & 0xffffffff;
+    for (int k = 0; k < n; ++k) {
+      uint64_t kind = events[k].data.u64 >> 32, id = events[k].data.u64 & 0xffffffff;
       if (kind == kTagSignal) {
         signalfd_siginfo si;
-        while (signals_.Read(&si)) OnSignal(static_cast<int>(si.ssi_signo));
+        while (signals_.Read(&si)) {
+          int sig = static_cast<int>(si.ssi_signo);
+          if (sig == SIGCHLD) Reap();
+          else core_.OnSignal(sig);
+          Drain();
+        }
       } else if (kind == kTagNotify) {
         OnNotify();
       } else if (kind == kTagExec) {
-        OnExecStatus(procs_[id]);
+        OnExecStatus(id);
       } else if (kind == kTagStream) {
         int sid = static_cast<int>(id);
         // An earlier event of this batch (a child's exit) may have closed it.
         if (id >= stream_owner_.size() || stream_owner_[id] < 0) continue;
+        size_t owner = static_cast<size_t>(stream_owner_[id]);
         if (!router_.OnReadable(sid)) CloseStream(sid);
+        core_.OnOutput(owner);
+      } else if (kind == kTagWatch) {
+        if (id < watches_.size() && watches_[id]) {
+          auto cb = watches_[id];  // it may remove itself
+          cb();
+        }
       }
+      Drain();
     }
-    OnDeadlines();
+    core_.OnTick();
+    Drain();
     // Leftovers of processes that ended, once per turn of the loop (not once
     // per exit); while the whole run stops, once at the end.
-    if (sweep_pending_ && !stopping_) SweepOrphans(false);
+    if (sweep_pending_ && !core_.stopping()) SweepOrphans(false);
+    PublishStatus(false);
   }
   // Whatever the processes left behind: stop it, reap it, and the cgroup.
   FinalSweep();
@@ -336,54 +367,22 @@ int Supervisor::Run() {
     CloseStream(static_cast<int>(sid));
   }
   TellSystemd("STOPPING=1");
-  RunSummary s = Summary();
-  return s.exit_code;
+  PublishStatus(true);
+  return core_.ExitCode();
 }
 
-bool Supervisor::Done() const {
-  for (const Proc& p : procs_)
-    if (Alive(p) || p.restart_pending) return false;
-  return true;
-}
-
-int Supervisor::NextTimeoutMs() const {
+int Supervisor::Impl::NextTimeoutMs() const {
   SteadyTime now = std::chrono::steady_clock::now();
-  SteadyTime next = SteadyTime::max();
-  for (const Proc& p : procs_) {
-    if (p.state == ProcState::kStopping && Alive(p)) next = std::min(next, p.kill_at);
-    if (p.restart_pending && !Alive(p)) next = std::min(next, p.restart_at);
-    if (p.state == ProcState::kStarting && Alive(p)) next = std::min(next, p.ready_deadline);
-  }
+  SteadyTime next = core_.NextDeadline();
+  // The live view is refreshed at least once a second while someone shows it.
+  if (console_) next = std::min(next, last_status_ + kStatusPeriod);
   if (next == SteadyTime::max()) return -1;
   if (next <= now) return 0;
   // Round up: waking a millisecond early would spin once more for nothing.
   return static_cast<int>(std::chrono::ceil<Millis>(next - now).count());
 }
 
-void Supervisor::OnSignal(int sig) {
-  if (sig == SIGCHLD) {
-    Reap();
-    return;
-  }
-  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
-    ++interrupts_;
-    if (!stopping_) {
-      stop_signal_ = sig;
-      Info("received " + SignalName(sig) + ": stopping every process (again to kill at once)");
-      BeginStop("stopped by " + SignalName(sig));
-    } else if (interrupts_ > 1) {
-      Info("received " + SignalName(sig) + " again: killing every process now");
-      KillAll();
-    }
-    return;
-  }
-  // [run] forward_signals: pass through to every live worker (it forwards to its payload).
-  for (Proc& p : procs_)
-    if (Alive(p)) ::kill(-p.pid, sig);
-  Info("forwarded " + SignalName(sig) + " to every process");
-}
-
-void Supervisor::Reap() {
+void Supervisor::Impl::Reap() {
   for (;;) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -391,8 +390,10 @@ void Supervisor::Reap() {
     // A worker's last words (how its payload ended) were queued before it
     // exited, so they are readable now: take them before judging its exit.
     OnNotify();
-    auto it = std::find_if(procs_.begin(), procs_.end(), [&](const Proc& p) { return p.pid == pid; });
-    if (it == procs_.end()) {
+    int found = -1;
+    for (size_t i = 0; i < core_.size(); ++i)
+      if (core_.proc(i).pid == pid) found = static_cast<int>(i);
+    if (found < 0) {
       if (pid == guard_.guardian_pid()) {
         guard_.GuardianReaped();
         Warn("dflash-guardian " + DecodeWaitStatus(status).Describe() +
@@ -403,164 +404,50 @@ void Supervisor::Reap() {
       sweep_pending_ = true;  // its own children (if any) were re-parented to us
       continue;
     }
-    OnExecStatus(*it);  // an exec that failed at once: its reason first
-    OnExit(*it, DecodeWaitStatus(status));
+    size_t i = static_cast<size_t>(found);
+    OnExecStatus(i);  // an exec that failed at once: its reason first
+    // Nothing it wrote may be left in the pipes when we decide what it said.
+    for (int sid : {os_[i].out_stream, os_[i].err_stream})
+      if (sid >= 0 && !router_.Drain(sid)) CloseStream(sid);
+    const CoreProc& p = core_.proc(i);
+    std::string msg;
+    nlohmann::json ef = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "error.json"), &msg);
+    core_.OnExit(i, DecodeWaitStatus(status), ef.is_null() ? std::string() : msg);
+    Drain();
   }
 }
 
-void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
-  SteadyTime now = std::chrono::steady_clock::now();
-  p.ended = now;
-  p.last_pid = p.pid;
-  p.pid = -1;
-  p.exit_code = st.ExitCode();
-  p.signal = st.signaled ? st.signal : p.payload_signal;
-  // Nothing it wrote may be left in the pipes when we decide what it said.
-  for (int sid : {p.out_stream, p.err_stream})
-    if (sid >= 0 && !router_.Drain(sid)) CloseStream(sid);
-  std::string msg;
-  p.error_message.clear();
-  nlohmann::json ef = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "error.json"), &msg);
-  if (!ef.is_null()) p.error_message = msg;
-  // The worker passes its payload's status up as its own; it also told us how
-  // the payload ended (killed by SIGSEGV, not "exited with code 139").
-  std::string how = !p.payload_exit.empty() && st.exited ? p.payload_exit : st.Describe();
-  if (!p.worker_error.empty()) how += ": " + p.worker_error;
-  else if (!p.error_message.empty()) how += ": " + p.error_message;
-  else if (!p.reason.empty()) how = p.reason;  // the spawn error
-  // The worker could not execute its payload: as much a start failure as ours.
-  if (!p.worker_error.empty() && (p.exit_code == exit_code::kNotFound || p.exit_code == exit_code::kNotExecutable))
-    p.spawn_failed = true;
-  if (p.spawn_failed && how.find("exit") == std::string::npos) how += " (exit " + std::to_string(p.exit_code) + ")";
-  p.reason = how;
-  KillLeftoversOf(p);
-
-  if (p.direct && p.exit_code == 0 && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kExit) p.ready_once = true;
-  if (p.plan->warmup && !stopping_ && !p.stop_sent) {
-    OnWarmupExit(p, how);
-    return;
-  }
-  if (p.restart_pending && !stopping_) {  // stopped because its role (or the run) restarts
-    SetState(p, ProcState::kBackoff, "stopped for a restart; " + how);
-    return;
-  }
-  if ((stopping_ || p.stop_sent) && p.spawn_failed) {
-    // It failed to start on its own while the run stopped: a failure, not collateral.
-    SetState(p, ProcState::kFailed, how);
-    return;
-  }
-  if (stopping_ || p.stop_sent) {
-    // Stopped by us, or ended on its own after the run began to stop (its peer
-    // died and NCCL failed, say): the culprit came first, this is collateral.
-    if (culprit_ >= 0 && !p.culprit) p.collateral = true;
-    SetState(p, ProcState::kExited, (p.stop_sent ? "stopped; " : "") + how);
-    return;
-  }
-  const RoleSpec& role = plan_.RoleOf(*p.plan);
-  RestartDecision d = TrackerFor(p).OnExit(p.exit_code, std::chrono::duration_cast<Millis>(now - p.started), now);
-  switch (d.kind) {
-    case RestartDecision::Kind::kRestart: {
-      SteadyTime at = now + d.delay;
-      p.restart_pending = true;
-      p.restart_at = at;
-      for (Proc& q : procs_) {
-        bool member = role.restart.scope == RestartScope::kAll ||
-                      (role.restart.scope == RestartScope::kRole && q.plan->role_index == p.plan->role_index);
-        // A warm-up is not restarted with its role; a process still held for
-        // its warm-up starts when that is done, not at the restart.
-        if (&q == &p || !member || q.plan->warmup || q.state == ProcState::kWaiting) continue;
-        q.restart_pending = true;
-        q.restart_at = std::max(q.restart_at, at);
-        if (Alive(q))
-          StopProc(q, "restarting the " + std::string(role.restart.scope == RestartScope::kAll ? "run" : "role") +
-                          " after " + p.plan->name + " failed");
-        else
-          SetState(q, ProcState::kBackoff, "restarts with " + p.plan->name);
-      }
-      SetState(p, ProcState::kBackoff, how + "; " + d.reason);
-      return;
-    }
-    case RestartDecision::Kind::kNoRestart:
-      if (p.exit_code == 0) {
-        SetState(p, ProcState::kExited, how);
-        return;
-      }
-      Fail(p, how + " (" + d.reason + ")", false);
-      return;
-    case RestartDecision::Kind::kExhausted:
-      Fail(p, how + "; " + d.reason, true);
-      return;
+void Supervisor::Impl::OnNotify() {
+  std::vector<NotifyMessage> msgs;
+  std::string err;
+  if (!notify_.Receive(&msgs, &err)) Warn("notify socket: " + err);
+  for (const NotifyMessage& m : msgs) {
+    int i = core_.FindSender(m.pid, m.pgid);
+    if (i < 0) continue;  // a late message from a process already gone
+    core_.OnReport(static_cast<size_t>(i), DecodeNotify(m));
   }
 }
 
-bool Supervisor::HeldForWarmup(const Proc& p) const {
-  return !p.plan->warmup && !role_warm_[p.plan->role_index];
+void Supervisor::Impl::Ended(size_t i) {
+  const CoreProc& p = core_.proc(i);
+  // Its cgroup leaf holds its whole tree, setsid and double-fork included.
+  core_.NoteMemoryPeak(i, guard_.Ended(i, p.attempt));
+  // Without cgroups, at once: its process groups (its session's first group,
+  // the payload's group under a worker). The rest (own groups, setsid) are
+  // orphans re-parented to us: the next sweep finds them by their marker.
+  pid_t last_pid = p.last() ? p.last()->pid : -1;
+  int groups = 0;
+  if (last_pid > 0 && ::kill(-last_pid, SIGKILL) == 0) ++groups;
+  if (p.payload_pid > 0 && ::kill(-p.payload_pid, SIGKILL) == 0) ++groups;
+  if (groups > 0 && log_)
+    log_->info("killing the leftovers of {} (pid {}, ended) in its process group(s)", p.plan->name, last_pid);
+  sweep_pending_ = true;
 }
 
-void Supervisor::OnWarmupExit(Proc& p, const std::string& how) {
-  size_t ri = p.plan->role_index;
-  if (p.exit_code != 0) {
-    Fail(p, "warm-up failed: " + how + " (its log: " + plan_.AttemptPath(*p.plan, p.attempt, "stderr.log") + ")",
-         true);
-    return;
-  }
-  role_warm_[ri] = true;
-  std::string state = GateText(p.gate, "state"), decision = GateText(p.gate, "role");
-  warmup_published_[ri] = state == "ready" || decision == "reuse";
-  SetState(p, ProcState::kExited,
-           decision == "reuse" ? "READY was there: nothing to compile"
-           : warmup_published_[ri] ? "compiled in " + FormatSeconds(GateNumber(p.gate, "compile_s")) + ", READY published"
-                                   : "ended without publishing READY: the role's processes compile on their own");
-  for (Proc& q : procs_)
-    if (q.state == ProcState::kWaiting && q.plan->role_index == ri && !stopping_) Spawn(q);
-}
-
-void Supervisor::Fail(Proc& p, const std::string& reason, bool fatal) {
-  if (culprit_ < 0) {
-    culprit_ = static_cast<int>(&p - procs_.data());
-    p.culprit = true;
-  }
-  p.reason = reason;
-  if (p.pid <= 0)
-    SetState(p, fatal ? ProcState::kFatal : p.spawn_failed ? ProcState::kFailed : ProcState::kExited, reason);
-  BeginStop(p.plan->name + " " + reason);
-}
-
-void Supervisor::StopProc(Proc& p, const std::string& why) {
-  if (!Alive(p) || p.stop_sent) return;
-  // Its exec is decided within microseconds: if it failed, the process exits
-  // 126/127 on its own and that is its failure, not something we stopped.
-  if (p.exec.exec_status) OnExecStatus(p);
-  if (p.spawn_failed) return;
-  const RoleSpec& role = plan_.RoleOf(*p.plan);
-  p.stop_sent = true;
-  p.kill_at = std::chrono::steady_clock::now() + role.stop.grace;
-  ::kill(-p.pid, role.stop.grace.count() == 0 ? SIGKILL : role.stop.signal);
-  SetState(p, ProcState::kStopping, why + "; " + SignalName(role.stop.signal) + ", SIGKILL after " +
-                                        FormatDuration(role.stop.grace));
-}
-
-void Supervisor::BeginStop(const std::string& reason) {
-  if (stopping_) return;
-  stopping_ = true;
-  stop_reason_ = reason;
-  TellSystemd("STOPPING=1\nSTATUS=" + reason);
-  for (Proc& p : procs_) {
-    p.restart_pending = false;
-    if (Alive(p)) StopProc(p, "stopping the run");
-    else if (p.state == ProcState::kBackoff) SetState(p, ProcState::kExited, "not restarted: the run is stopping");
-    else if (p.state == ProcState::kNotStarted) p.reason = "not started: the run stopped before its turn";
-    else if (p.state == ProcState::kWaiting) {
-      p.reason = "not started: the run stopped before its warm-up had compiled";
-      SetState(p, ProcState::kNotStarted, p.reason);
-    }
-  }
-}
-
-void Supervisor::KillAll() {
-  for (Proc& p : procs_) {
-    if (!Alive(p)) continue;
-    p.stop_sent = true;
+void Supervisor::Impl::KillAll() {
+  for (size_t i = 0; i < core_.size(); ++i) {
+    const CoreProc& p = core_.proc(i);
+    if (!p.alive()) continue;
     ::kill(-p.pid, SIGKILL);
     if (p.payload_pid > 0) ::kill(-p.payload_pid, SIGKILL);
   }
@@ -568,30 +455,14 @@ void Supervisor::KillAll() {
   SweepOrphans(true);
 }
 
-void Supervisor::KillLeftoversOf(Proc& p) {
-  size_t index = static_cast<size_t>(&p - procs_.data());
-  // Its cgroup leaf holds its whole tree, setsid and double-fork included.
-  int64_t peak = guard_.Ended(index, p.attempt);
-  p.memory_peak = std::max(p.memory_peak, peak);
-  // Without cgroups, at once: its process groups (its session's first group,
-  // the payload's group under a worker). The rest (own groups, setsid) are
-  // orphans re-parented to us: the next sweep finds them by their marker.
-  int groups = 0;
-  if (p.last_pid > 0 && ::kill(-p.last_pid, SIGKILL) == 0) ++groups;
-  if (p.payload_pid > 0 && ::kill(-p.payload_pid, SIGKILL) == 0) ++groups;
-  if (groups > 0 && log_)
-    log_->info("killing the leftovers of {} (pid {}, ended) in its process group(s)", p.plan->name, p.last_pid);
-  sweep_pending_ = true;
-}
-
-std::vector<pid_t> Supervisor::SweepOrphansImpl(bool all) {
+std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
   sweep_pending_ = false;
   std::vector<pid_t> killed;
   std::vector<pid_t> children = OwnChildren();
   if (children.empty()) return killed;
-  std::unordered_map<pid_t, const Proc*> by_pid;
-  std::unordered_map<std::string, const Proc*> by_name;
-  for (const Proc& p : procs_) {
+  std::unordered_map<pid_t, const CoreProc*> by_pid;
+  std::unordered_map<std::string, const CoreProc*> by_name;
+  for (const CoreProc& p : core_.procs()) {
     if (p.pid > 0) by_pid[p.pid] = &p;
     by_name[p.plan->name] = &p;
   }
@@ -602,7 +473,7 @@ std::vector<pid_t> Supervisor::SweepOrphansImpl(bool all) {
     if (!ReadProcStat(pid, &st) || st.state == 'Z') continue;  // the reaper collects it
     // Whose is it? The environment it was exec'd with survives setsid and
     // double-fork; its session names the process it was started under.
-    const Proc* owner = nullptr;
+    const CoreProc* owner = nullptr;
     bool same_attempt = true;
     auto token = EnvironValue(pid, kRunTokenVar);
     if (token && *token == run_token_) {
@@ -611,14 +482,14 @@ std::vector<pid_t> Supervisor::SweepOrphansImpl(bool all) {
         same_attempt = std::atoi(attempt->c_str()) == owner->attempt;
     }
     if (!owner && by_pid.count(st.sid)) owner = by_pid[st.sid];
-    bool owner_alive = owner && Alive(*owner) && same_attempt;
+    bool owner_alive = owner && owner->alive() && same_attempt;
     if (owner_alive && !all) continue;  // a live process's orphan: its own business
     std::string comm, e;
     ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &e);
     if (!comm.empty() && comm.back() == '\n') comm.pop_back();
-    std::string whose = !owner ? "an unknown process"
+    std::string whose = !owner        ? "an unknown process"
                         : owner_alive ? owner->plan->name + " (the run is ending)"
-                        : owner->plan->name + (Alive(*owner) ? " (an earlier attempt)" : " (ended)");
+                                      : owner->plan->name + (owner->alive() ? " (an earlier attempt)" : " (ended)");
     if (log_) log_->info("killing leftover {} ({}) of {}", pid, comm, whose);
     if (st.pgid > 1 && st.pgid != own_group) ::kill(-st.pgid, SIGKILL);
     ::kill(pid, SIGKILL);
@@ -627,9 +498,7 @@ std::vector<pid_t> Supervisor::SweepOrphansImpl(bool all) {
   return killed;
 }
 
-void Supervisor::SweepOrphans(bool all) { SweepOrphansImpl(all); }
-
-void Supervisor::FinalSweep() {
+void Supervisor::Impl::FinalSweep() {
   guard_.KillAll();
   // Killing an orphan re-parents its children to us: kill, reap, look again.
   for (int round = 0; round < 1000; ++round) {
@@ -646,153 +515,74 @@ void Supervisor::FinalSweep() {
   }
 }
 
-void Supervisor::OnDeadlines() {
-  SteadyTime now = std::chrono::steady_clock::now();
-  for (Proc& p : procs_) {
-    if (p.state == ProcState::kStopping && Alive(p) && now >= p.kill_at) {
-      Info(p.plan->name + " still running after its grace: SIGKILL");
-      ::kill(-p.pid, SIGKILL);
-      if (p.payload_pid > 0) ::kill(-p.payload_pid, SIGKILL);
-      p.kill_at = SteadyTime::max();
-    }
-    if (p.restart_pending && !Alive(p) && now >= p.restart_at && !stopping_) Spawn(p);
-    if (p.state == ProcState::kStarting && Alive(p) && now >= p.ready_deadline) {
-      // The worker enforces this for the processes it hosts; these are ours.
-      const ReadySpec& ready = plan_.RoleOf(*p.plan).ready;
-      p.ready_deadline = SteadyTime::max();
-      p.timed_out = true;
-      Fail(p, "(pid " + std::to_string(p.pid) + ") not ready after " + FormatDuration(ready.timeout) +
-                  " (ready = " + DescribeNotReady(ready) + ")", false);
-    }
-  }
-}
-
-void Supervisor::OnNotify() {
-  std::vector<NotifyMessage> msgs;
-  std::string err;
-  if (!notify_.Receive(&msgs, &err)) Warn("notify socket: " + err);
-  for (const NotifyMessage& m : msgs) {
-    auto it = std::find_if(procs_.begin(), procs_.end(),
-                           [&](const Proc& p) { return p.pid > 0 && (m.pid == p.pid || m.pgid == p.pid); });
-    if (it == procs_.end()) continue;  // a late message from a process already gone
-    Proc& p = *it;
-    for (const auto& [k, v] : m.fields) {
-      if (k == "MAINPID") p.payload_pid = std::atoi(v.c_str());
-      else if (k == "X_DFLASH_ERROR") p.worker_error = v;
-      else if (k == "X_DFLASH_EXIT") p.payload_exit = v;
-      else if (k == "X_DFLASH_SIGNAL") p.payload_signal = std::atoi(v.c_str());
-      else if (k == "STATUS") Info(p.plan->name + ": " + v);
-      else if (k == "X_DFLASH_READY_S") p.ready_s = std::atof(v.c_str());
-      else if (k == "X_DFLASH_GATE_WARNING") {
-        if (std::find(warnings_.begin(), warnings_.end(), v) == warnings_.end()) {
-          warnings_.push_back(v);
-          Warn(v);
-        }
-      }
-      else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
-        std::string field = k.substr(std::string("X_DFLASH_GATE_").size());
-        for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        char* end = nullptr;
-        double num = std::strtod(v.c_str(), &end);
-        p.gate[field] = end && *end == '\0' && !v.empty() ? nlohmann::json(num) : nlohmann::json(v);
-      }
-    }
-    if (auto state = m.Get("X_DFLASH_GATE_STATE")) ReportGate(p, *state);
-    if (m.Has("READY", "1") && p.state == ProcState::kStarting) {
-      if (p.direct) p.ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
-      MarkReady(p, "ready" + (p.ready_s > 0 ? " after " + FormatSeconds(p.ready_s) : ""));
-      CheckReuseHitTheCache(p);
-    }
-  }
-}
-
-
-void Supervisor::ReportGate(const Proc& p, const std::string& state) {
-  auto num = [&](const char* k) { return GateNumber(p.gate, k); };
-  std::string key = GateText(p.gate, "key");
-  if (state == "waiting") Info(p.plan->name + " gate " + key + ": waiting");
-  else if (state == "leading") Info(p.plan->name + " gate " + key + ": lead, compiles for the others (waited " +
-                                    FormatSeconds(num("wait_s")) + ")");
-  else if (state == "reusing") Info(p.plan->name + " gate " + key + ": reuse, loads the cache (waited " +
-                                    FormatSeconds(num("wait_s")) + ")");
-  else if (state == "ready") Info(p.plan->name + " gate " + key + ": READY published after " +
-                                  FormatSeconds(num("compile_s")));
-}
-
-void Supervisor::CheckReuseHitTheCache(Proc& p) {
+void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
   // A READY marker promises "the cache is warm for you". A reuse that still
   // compiled means the gate key misses something Inductor's key sees: say it loudly.
-  if (GateText(p.gate, "role") != "reuse") return;
-  nlohmann::json m = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"), nullptr);
-  if (!m.is_object() || !m.contains("fxgraph_cache_miss") || !m["fxgraph_cache_miss"].is_number()) return;
-  int misses = m["fxgraph_cache_miss"].get<int>();
+  const CoreProc& p = core_.proc(i);
+  nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"));
+  int64_t misses = MetricsCounter(m, "fxgraph_cache_miss");
   if (misses <= 0) return;
-  std::string w = p.plan->name + " reused gate " + GateText(p.gate, "key") + " but missed the FX graph cache " +
-                  std::to_string(misses) + " time(s): the gate key does not cover something Inductor's cache key sees "
-                  "(a TORCHINDUCTOR_* setting, another torch, other shapes?); it compiled on its own";
-  warnings_.push_back(w);
-  Warn(w);
+  core_.AddWarning(p.plan->name + " reused gate " + GateText(p.gate, "key") + " but missed the FX graph cache " +
+                   std::to_string(misses) +
+                   " time(s): the gate key does not cover something Inductor's cache key sees "
+                   "(a TORCHINDUCTOR_* setting, another torch, other shapes?); it compiled on its own");
 }
 
-void Supervisor::TellSystemd(const std::string& message) {
+void Supervisor::Impl::TellSystemd(const std::string& message) {
   if (options_.systemd_notify_socket.empty()) return;
   std::string err;
   if (!NotifySendTo(options_.systemd_notify_socket, message, &err) && log_) log_->warn("systemd notify: {}", err);
 }
 
-RunSummary Supervisor::Summary() const {
-  RunSummary s;
-  s.run_id = plan_.run_id;
-  s.config = plan_.config.path;
-  s.run_dir = plan_.run_dir;
-  s.wall_s = Seconds(t0_, std::chrono::steady_clock::now());
-  for (const Proc& p : procs_) {
-    const ProcessPlan& pp = *p.plan;
-    ProcessSummary e;
-    e.name = pp.name;
-    e.role = pp.role;
-    e.role_rank = pp.role_rank;
-    e.rank = pp.rank;
-    e.device = pp.gpu >= 0 ? "cuda:" + std::to_string(pp.gpu) : "cpu";
-    e.pid = p.pid > 0 ? p.pid : p.last_pid;
-    e.state = ProcStateName(p.state);
-    e.exit_code = p.exit_code;
-    e.signal = p.signal;
-    e.restarts = std::max(0, p.attempt);
-    e.culprit = p.culprit;
-    e.collateral = p.collateral;
-    e.runtime_s = p.ended > p.started ? Seconds(p.started, p.ended) : 0;
-    e.reason = p.reason;
-    int attempt = std::max(0, p.attempt);
-    e.stdout_log = plan_.AttemptPath(pp, attempt, "stdout.log");
-    e.stderr_log = plan_.AttemptPath(pp, attempt, "stderr.log");
-    std::string msg;
-    e.error_file = ReadErrorFile(plan_.AttemptPath(pp, attempt, "error.json"), &msg);
-    e.gate = p.gate.empty() ? nlohmann::json() : p.gate;
-    e.ready_s = p.ready_s;
-    e.metrics = ReadErrorFile(plan_.AttemptPath(pp, attempt, "metrics.json"), nullptr);
-    e.memory_peak_bytes = p.memory_peak;
-    if (pp.warmup) e.rank = -1;  // a world of one of its own, not a rank of the run
-    (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
-  }
-  s.warnings = warnings_;
-  if (culprit_ >= 0) {
-    const Proc& c = procs_[static_cast<size_t>(culprit_)];
-    s.culprit = c.plan->name;
-    s.exit_code = c.timed_out ? exit_code::kTimeout : c.exit_code > 0 ? c.exit_code : exit_code::kFailure;
-    s.reason = c.plan->name + " " + c.reason;
-  } else if (!start_error_.empty()) {
-    // Nothing ran: never "succeeded".
-    s.exit_code = exit_code::kFailure;
-    s.reason = "the supervisor could not start (" + start_error_ + "); no process was started";
-  } else if (stop_signal_) {
-    s.exit_code = exit_code::kSignalBase + stop_signal_;
-    s.reason = stop_reason_;
-  } else {
-    s.exit_code = 0;
-    s.reason = "all processes succeeded";
-  }
+// --- the public face ------------------------------------------------------------
+
+std::vector<int> Supervisor::HandledSignals(const Plan& plan) {
+  std::vector<int> s = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+  for (int f : plan.config.run.forward_signals)
+    if (std::find(s.begin(), s.end(), f) == s.end()) s.push_back(f);
   return s;
+}
+
+Supervisor::Supervisor(const Plan& plan, SupervisorOptions options, Console* console,
+                       std::shared_ptr<spdlog::logger> log)
+    : impl_(std::make_unique<Impl>(plan, std::move(options), console, std::move(log))) {}
+
+Supervisor::~Supervisor() = default;
+
+int Supervisor::Run() { return impl_->Run(); }
+
+RunSummary Supervisor::Summary() const {
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->t0_).count();
+  return BuildRunSummary(impl_->core_, wall, impl_->start_error_);
+}
+
+ControlHandler& Supervisor::control() { return *impl_; }
+
+bool Supervisor::AddWatch(int fd, std::function<void()> on_readable, std::string* err) {
+  if (!impl_->epoll_) {
+    *err = ErrnoMessage("epoll_create1", errno);
+    return false;
+  }
+  size_t id = impl_->watches_.size();
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = Tag(kTagWatch, id);
+  if (::epoll_ctl(impl_->epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+    *err = ErrnoMessage("epoll_ctl", errno);
+    return false;
+  }
+  impl_->watches_.push_back(std::move(on_readable));
+  impl_->watch_fds_.push_back(fd);
+  return true;
+}
+
+void Supervisor::RemoveWatch(int fd) {
+  for (size_t id = 0; id < impl_->watch_fds_.size(); ++id) {
+    if (impl_->watch_fds_[id] != fd) continue;
+    ::epoll_ctl(impl_->epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    impl_->watch_fds_[id] = -1;
+    impl_->watches_[id] = nullptr;
+  }
 }
 
 }  // namespace dflash

@@ -1,0 +1,877 @@
+#include "launcher/supervisor_core.h"
+
+#include <algorithm>
+#include <csignal>
+
+#include "common/duration.h"
+#include "common/exit_codes.h"
+#include "common/signal_names.h"
+
+namespace dflash {
+namespace {
+
+// The worker's X_DFLASH_GATE_* facts; a process that never took the gate has none (null).
+std::string GateText(const nlohmann::json& gate, const char* k) {
+  return gate.is_object() && gate.contains(k) && gate[k].is_string() ? gate[k].get<std::string>() : "";
+}
+double GateNumber(const nlohmann::json& gate, const char* k) {
+  return gate.is_object() && gate.contains(k) && gate[k].is_number() ? gate[k].get<double>() : 0.0;
+}
+
+}  // namespace
+
+/// What the notify socket says, decoded in this one place (the protocol's
+/// field names: worker/gated_run.cc sends them).
+WorkerReport DecodeNotify(const NotifyMessage& m) {
+  WorkerReport r;
+  for (const auto& [k, v] : m.fields) {
+    if (k == "MAINPID") r.main_pid = std::atoi(v.c_str());
+    else if (k == "X_DFLASH_ERROR") r.error = v;
+    else if (k == "X_DFLASH_EXIT") r.payload_exit = v;
+    else if (k == "X_DFLASH_SIGNAL") r.payload_signal = std::atoi(v.c_str());
+    else if (k == "STATUS") r.status = v;
+    else if (k == "X_DFLASH_READY_S") r.ready_s = std::atof(v.c_str());
+    else if (k == "READY") r.ready = r.ready || v == "1";
+    else if (k == "WATCHDOG") r.watchdog = r.watchdog || v == "1";
+    else if (k == "X_DFLASH_GATE_WARNING") r.gate_warnings.push_back(v);
+    else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
+      std::string field = k.substr(std::string("X_DFLASH_GATE_").size());
+      for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      char* end = nullptr;
+      double num = std::strtod(v.c_str(), &end);
+      if (!r.gate.is_object()) r.gate = nlohmann::json::object();
+      r.gate[field] = end && *end == '\0' && !v.empty() ? nlohmann::json(num) : nlohmann::json(v);
+    }
+  }
+  return r;
+}
+
+const char* ProcStateName(ProcState s) {
+  switch (s) {
+    case ProcState::kNotStarted: return "NOT_STARTED";
+    case ProcState::kFailed: return "FAILED";
+    case ProcState::kWaiting: return "WAITING";
+    case ProcState::kStarting: return "STARTING";
+    case ProcState::kRunning: return "RUNNING";
+    case ProcState::kBackoff: return "BACKOFF";
+    case ProcState::kStopping: return "STOPPING";
+    case ProcState::kExited: return "EXITED";
+    case ProcState::kFatal: return "FATAL";
+  }
+  return "?";
+}
+
+SupervisorCore::SupervisorCore(const Plan& plan, Clock clock) : plan_(plan), clock_(std::move(clock)) {
+  // The role processes, then the warm-ups of roles in gate mode "warmup".
+  procs_.resize(plan_.processes.size() + plan_.warmups.size());
+  for (size_t i = 0; i < plan_.processes.size(); ++i) procs_[i].plan = &plan_.processes[i];
+  for (size_t i = 0; i < plan_.warmups.size(); ++i) procs_[plan_.processes.size() + i].plan = &plan_.warmups[i];
+  for (CoreProc& p : procs_) p.direct = !plan_.NeedsWorker(*p.plan);
+  trackers_.resize(procs_.size() + plan_.config.roles.size() + 1);
+  role_warm_.assign(plan_.config.roles.size(), true);
+  warmup_published_.assign(plan_.config.roles.size(), false);
+  for (const ProcessPlan& w : plan_.warmups) role_warm_[w.role_index] = false;
+  t0_ = clock_();
+}
+
+SupervisorCore::~SupervisorCore() = default;
+
+double SupervisorCore::Since(SteadyTime t) const { return std::chrono::duration<double>(t - t0_).count(); }
+
+void SupervisorCore::Info(const std::string& text) {
+  CoreAction a;
+  a.kind = CoreAction::Kind::kLog;
+  a.text = text;
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::Warn(const std::string& text) {
+  CoreAction a;
+  a.kind = CoreAction::Kind::kLog;
+  a.warn = true;
+  a.text = text;
+  actions_.push_back(std::move(a));
+}
+
+std::vector<CoreAction> SupervisorCore::TakeActions() {
+  std::vector<CoreAction> out;
+  out.swap(actions_);
+  return out;
+}
+
+void SupervisorCore::Event(size_t i, ProcState from, ProcState to, const std::string& why) {
+  const CoreProc& p = procs_[i];
+  nlohmann::json e = {{"t", Since(clock_())},
+                      {"process", p.plan->name},
+                      {"from", ProcStateName(from)},
+                      {"to", ProcStateName(to)},
+                      {"reason", why},
+                      {"attempt", std::max(0, p.attempt)},
+                      {"pid", p.pid > 0 ? nlohmann::json(p.pid) : nlohmann::json()},
+                      {"manual", p.manual}};
+  if (p.last() && p.last()->exit_code >= 0 && !p.alive() && from != ProcState::kBackoff) {
+    e["exit_code"] = p.last()->exit_code;
+    if (p.last()->signal) e["signal"] = SignalName(p.last()->signal);
+  }
+  if (p.gate.is_object()) e["gate"] = p.gate;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kEvent;
+  a.index = i;
+  a.event = std::move(e);
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::SetState(size_t i, ProcState s, const std::string& why) {
+  CoreProc& p = procs_[i];
+  if (p.state == s) return;
+  std::string line = p.plan->name + " " + ProcStateName(p.state) + " -> " + ProcStateName(s);
+  if (p.pid > 0 && s != ProcState::kBackoff) line += " (pid " + std::to_string(p.pid) + ")";
+  if (!why.empty()) line += ": " + why;
+  ProcState from = p.state;
+  p.state = s;
+  p.why = why;
+  Info(line);
+  Event(i, from, s, why);
+}
+
+RestartTracker& SupervisorCore::TrackerFor(size_t i) {
+  const CoreProc& p = procs_[i];
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  // One budget per restart unit: a process, its role, or the run.
+  size_t index = role.restart.scope == RestartScope::kProcess && role.world == TorchWorld::kNone ? i
+                 : role.restart.scope == RestartScope::kAll || role.world == TorchWorld::kRun
+                     ? procs_.size() + plan_.config.roles.size()
+                     : procs_.size() + p.plan->role_index;
+  if (!trackers_[index]) trackers_[index] = std::make_unique<RestartTracker>(role.restart);
+  return *trackers_[index];
+}
+
+std::vector<size_t> SupervisorCore::RestartUnit(size_t i) const {
+  const ProcessPlan& pp = *procs_[i].plan;
+  const RoleSpec& role = plan_.RoleOf(pp);
+  std::vector<size_t> unit;
+  if (pp.warmup) return {i};
+  for (size_t j = 0; j < procs_.size(); ++j) {
+    const ProcessPlan& q = *procs_[j].plan;
+    if (q.warmup) continue;
+    const RoleSpec& qrole = plan_.RoleOf(q);
+    bool member = j == i || role.restart.scope == RestartScope::kAll ||
+                  ((role.restart.scope == RestartScope::kRole || role.world == TorchWorld::kRole) &&
+                   q.role_index == pp.role_index) ||
+                  (role.world == TorchWorld::kRun && qrole.world == TorchWorld::kRun);
+    if (member) unit.push_back(j);
+  }
+  return unit;
+}
+
+bool SupervisorCore::HeldForWarmup(size_t i) const {
+  const ProcessPlan& pp = *procs_[i].plan;
+  return !pp.warmup && !role_warm_[pp.role_index];
+}
+
+void SupervisorCore::Start() {
+  started_ = true;
+  // Warm-ups first: their compile is the long pole. Roles that wait for one
+  // are held; every other role starts at once (a target loading a large model
+  // never waits for a drafter's compile).
+  for (size_t i = 0; i < procs_.size(); ++i)
+    if (!stopping_ && procs_[i].plan->warmup) Spawn(i);
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    if (stopping_ || procs_[i].plan->warmup) continue;
+    if (HeldForWarmup(i)) SetState(i, ProcState::kWaiting, "until " + procs_[i].plan->role + ":warmup has compiled");
+    else Spawn(i);
+  }
+}
+
+void SupervisorCore::Spawn(size_t i) {
+  CoreProc& p = procs_[i];
+  const ProcessPlan& pp = *p.plan;
+  const RoleSpec& role = plan_.RoleOf(pp);
+  ++p.attempt;
+  p.intent = EndIntent::kNone;
+  p.exec_pending = false;
+  p.payload_pid = -1;
+  p.worker_error.clear();
+  p.payload_exit.clear();
+  p.payload_signal = 0;
+  p.status.clear();
+  p.gate = nlohmann::json();
+  if (!pp.warmup && !pp.gate_key.empty() && role.warmup_gated())
+    // No gate of its own: it starts after the warm-up, on the cache that one filled.
+    p.gate = {{"key", pp.gate_key}, {"mode", "warmup"}, {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
+  p.ready_deadline = p.kill_at = p.watchdog_at = SteadyTime::max();
+  p.watchdog_pings = false;
+  p.started = clock_();
+  AttemptRecord rec;
+  rec.attempt = p.attempt;
+  rec.start_s = Since(p.started);
+  p.attempts.push_back(rec);
+  ProcState from = p.state;
+  p.state = ProcState::kStarting;
+  p.reason.clear();
+  p.why = p.attempt == 0 ? "starting" : p.manual ? "restart asked by ctl" : "restarting";
+  Event(i, from, ProcState::kStarting, p.why);
+  p.manual = false;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kSpawn;
+  a.index = i;
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
+  CoreProc& p = procs_[i];
+  const ProcessPlan& pp = *p.plan;
+  const RoleSpec& role = plan_.RoleOf(pp);
+  p.pid = pid;
+  p.current().pid = pid;
+  p.exec_pending = exec_pending;
+  Info(pp.name + " STARTING (pid " + std::to_string(pid) + ", attempt " + std::to_string(p.attempt) +
+       (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
+  if (p.direct && role.ready.mode != ReadyMode::kNone && role.ready.timeout.count() > 0)
+    p.ready_deadline = p.started + role.ready.timeout;
+  if (!exec_pending) OnExecResult(i, true, "");
+}
+
+void SupervisorCore::OnSpawnFailed(size_t i, const std::string& why, int exit_code, pid_t pid) {
+  CoreProc& p = procs_[i];
+  AttemptRecord& rec = p.current();
+  rec.start_failed = true;
+  if (pid > 0) {  // forked, it already exited 127/126: OnExit follows when it is reaped
+    p.pid = rec.pid = pid;
+    rec.reason = why;
+    Warn(p.plan->name + ": " + why);
+    return;
+  }
+  // Could not be started: a failure of its own (FAILED, with the reason),
+  // judged by its restart policy like any other exit; never "succeeded".
+  rec.reason = "could not be started: " + why;
+  Warn(p.plan->name + " " + rec.reason);
+  ExitStatus st;
+  st.exited = true;
+  st.code = exit_code != 0 ? exit_code : exit_code::kFailure;
+  OnExit(i, st, "");
+}
+
+void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
+  CoreProc& p = procs_[i];
+  if (!p.exec_pending && !ok) return;
+  p.exec_pending = false;
+  if (!ok) {
+    p.current().start_failed = true;
+    p.current().reason = err;  // the child exits 127/126: OnExit reports it with this reason
+    Warn(p.plan->name + ": " + err);
+    return;
+  }
+  // No worker in between and ready = none: running as soon as it runs.
+  if (p.direct && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kNone) MarkReady(i, "started");
+}
+
+void SupervisorCore::MarkReady(size_t i, const std::string& why) {
+  CoreProc& p = procs_[i];
+  if (p.state != ProcState::kStarting) return;
+  p.ready_deadline = SteadyTime::max();
+  SetState(i, ProcState::kRunning, why);
+  ArmWatchdog(i);
+  bool all = std::all_of(procs_.begin(), procs_.end(), [](const CoreProc& q) {
+    return q.state == ProcState::kRunning || q.state == ProcState::kExited;
+  });
+  if (all && !told_ready_) {
+    told_ready_ = true;
+    std::string n = std::to_string(plan_.processes.size());
+    CoreAction a;
+    a.kind = CoreAction::Kind::kTellSystemd;
+    a.text = "READY=1\nSTATUS=all " + n + " processes running";
+    actions_.push_back(std::move(a));
+    Info("all " + n + " processes are running");
+  }
+}
+
+void SupervisorCore::ArmWatchdog(size_t i) {
+  CoreProc& p = procs_[i];
+  Millis wd = plan_.RoleOf(*p.plan).watchdog;
+  if (wd.count() <= 0 || p.state != ProcState::kRunning) return;
+  p.watchdog_at = clock_() + wd;
+}
+
+void SupervisorCore::OnOutput(size_t i) {
+  CoreProc& p = procs_[i];
+  // Output is progress only for a process that never promised WATCHDOG=1.
+  if (!p.watchdog_pings) ArmWatchdog(i);
+}
+
+void SupervisorCore::OnReport(size_t i, const WorkerReport& r) {
+  CoreProc& p = procs_[i];
+  if (r.main_pid) p.payload_pid = *r.main_pid;
+  if (r.error) p.worker_error = *r.error;
+  if (r.payload_exit) p.payload_exit = *r.payload_exit;
+  if (r.payload_signal) p.payload_signal = *r.payload_signal;
+  if (r.ready_s) p.current().ready_s = *r.ready_s;
+  if (r.status) {
+    p.status = *r.status;
+    Info(p.plan->name + ": " + *r.status);
+    if (!p.watchdog_pings) ArmWatchdog(i);
+  }
+  if (r.watchdog) {
+    p.watchdog_pings = true;
+    ArmWatchdog(i);
+  }
+  for (const std::string& w : r.gate_warnings) AddWarning(w);
+  std::string gate_state;
+  if (r.gate.is_object()) {
+    if (!p.gate.is_object()) p.gate = nlohmann::json::object();
+    for (auto it = r.gate.begin(); it != r.gate.end(); ++it) p.gate[it.key()] = it.value();
+    gate_state = GateText(r.gate, "state");
+  }
+  if (!gate_state.empty()) {
+    auto num = [&](const char* k) { return GateNumber(p.gate, k); };
+    std::string key = GateText(p.gate, "key"), n = p.plan->name;
+    if (gate_state == "waiting") Info(n + " gate " + key + ": waiting");
+    else if (gate_state == "leading")
+      Info(n + " gate " + key + ": lead, compiles for the others (waited " + FormatSeconds(num("wait_s")) + ")");
+    else if (gate_state == "reusing")
+      Info(n + " gate " + key + ": reuse, loads the cache (waited " + FormatSeconds(num("wait_s")) + ")");
+    else if (gate_state == "ready")
+      Info(n + " gate " + key + ": READY published after " + FormatSeconds(num("compile_s")));
+    nlohmann::json e = {{"t", Since(clock_())}, {"process", n}, {"gate", p.gate}, {"attempt", p.attempt}};
+    CoreAction a;
+    a.kind = CoreAction::Kind::kEvent;
+    a.index = i;
+    a.event = std::move(e);
+    actions_.push_back(std::move(a));
+  }
+  if (r.ready && p.state == ProcState::kStarting) {
+    AttemptRecord& rec = p.current();
+    if (p.direct) rec.ready_s = std::chrono::duration<double>(clock_() - p.started).count();
+    MarkReady(i, "ready" + (rec.ready_s > 0 ? " after " + FormatSeconds(rec.ready_s) : ""));
+    if (GateText(p.gate, "role") == "reuse") {
+      CoreAction a;
+      a.kind = CoreAction::Kind::kCheckReuse;
+      a.index = i;
+      actions_.push_back(std::move(a));
+    }
+  }
+}
+
+void SupervisorCore::AddWarning(const std::string& w) {
+  if (std::find(warnings_.begin(), warnings_.end(), w) != warnings_.end()) return;
+  warnings_.push_back(w);
+  Warn(w);
+}
+
+void SupervisorCore::NoteMemoryPeak(size_t i, int64_t bytes) {
+  procs_[i].memory_peak = std::max(procs_[i].memory_peak, bytes);
+}
+
+void SupervisorCore::OnSignal(int sig) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+    ++interrupts_;
+    if (!stopping_) {
+      stop_signal_ = sig;
+      Info("received " + SignalName(sig) + ": stopping every process (again to kill at once)");
+      BeginStop("stopped by " + SignalName(sig));
+    } else if (interrupts_ > 1) {
+      Info("received " + SignalName(sig) + " again: killing every process now");
+      Abort("");
+    }
+    return;
+  }
+  // [run] forward_signals: pass through to every live worker (it forwards to its payload).
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    if (!procs_[i].alive()) continue;
+    CoreAction a;
+    a.kind = CoreAction::Kind::kSignal;
+    a.index = i;
+    a.signal = sig;
+    actions_.push_back(std::move(a));
+  }
+  Info("forwarded " + SignalName(sig) + " to every process");
+}
+
+void SupervisorCore::Abort(const std::string& why) {
+  if (!why.empty()) Warn(why);
+  for (CoreProc& p : procs_)
+    if (p.alive() && p.intent != EndIntent::kStop) p.intent = EndIntent::kStop;
+  if (!stopping_) BeginStop(why.empty() ? "killed" : why);
+  CoreAction a;
+  a.kind = CoreAction::Kind::kKillAll;
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::NoteFailure(size_t i) {
+  MaybeCloseIncident();
+  if (incident_proc_ >= 0) return;
+  incident_proc_ = static_cast<int>(i);
+  incident_attempt_ = procs_[i].attempt;
+}
+
+void SupervisorCore::MaybeCloseIncident() {
+  // The run is healthy again when nothing waits to restart, starts or stops,
+  // and every live process has run its role's reset_after (the same "ran long
+  // enough" that resets the backoff): a failure after that is a new incident.
+  if (incident_proc_ < 0 || stopping_) return;
+  SteadyTime now = clock_();
+  for (const CoreProc& p : procs_) {
+    if (p.state == ProcState::kBackoff || p.state == ProcState::kStarting || p.state == ProcState::kStopping ||
+        p.state == ProcState::kFailed || p.state == ProcState::kFatal)
+      return;
+    if (p.alive() && now - p.started < plan_.RoleOf(*p.plan).restart.reset_after) return;
+  }
+  incident_proc_ = incident_attempt_ = -1;
+}
+
+void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& error_message) {
+  CoreProc& p = procs_[i];
+  SteadyTime now = clock_();
+  AttemptRecord& rec = p.current();
+  p.ended = now;
+  p.pid = -1;
+  p.exec_pending = false;
+  p.watchdog_at = SteadyTime::max();
+  p.kill_at = SteadyTime::max();
+  rec.end_s = Since(now);
+  rec.exit_code = st.ExitCode();
+  rec.signal = st.signaled ? st.signal : p.payload_signal;
+  // The worker passes its payload's status up as its own; it also told us how
+  // the payload ended (killed by SIGSEGV, not "exited with code 139").
+  std::string how = !p.payload_exit.empty() && st.exited ? p.payload_exit : st.Describe();
+  if (!p.worker_error.empty()) how += ": " + p.worker_error;
+  else if (!error_message.empty()) how += ": " + error_message;
+  else if (rec.start_failed && !rec.reason.empty()) how = rec.reason;  // the spawn error
+  // The worker could not execute its payload: as much a start failure as ours.
+  if (!p.worker_error.empty() &&
+      (rec.exit_code == exit_code::kNotFound || rec.exit_code == exit_code::kNotExecutable))
+    rec.start_failed = true;
+  if (rec.start_failed && how.find("exit") == std::string::npos) how += " (exit " + std::to_string(rec.exit_code) + ")";
+  if (p.intent == EndIntent::kHung) {
+    how = "hung: no " + std::string(p.watchdog_pings ? "WATCHDOG=1" : "output or STATUS=") + " for " +
+          FormatDuration(plan_.RoleOf(*p.plan).watchdog) + "; " + how;
+    rec.hung = true;
+  }
+  rec.reason = how;
+  p.reason = how;
+  CoreAction ended;
+  ended.kind = CoreAction::Kind::kEnded;
+  ended.index = i;
+  actions_.push_back(std::move(ended));
+
+  if (p.plan->warmup && !stopping_ && p.intent == EndIntent::kNone) {
+    OnWarmupExit(i, how);
+    return;
+  }
+  if (p.intent == EndIntent::kRestart && !stopping_) {  // stopped because its unit restarts
+    rec.outcome = p.manual ? "restarted by ctl" : "restarted";
+    SetState(i, ProcState::kBackoff, "stopped for a restart; " + how);
+    return;
+  }
+  if ((stopping_ || p.intent == EndIntent::kStop) && rec.start_failed) {
+    // It failed to start on its own while the run stopped: a failure, not collateral.
+    rec.outcome = "failed";
+    SetState(i, ProcState::kFailed, how);
+    return;
+  }
+  if (stopping_ || p.intent == EndIntent::kStop) {
+    // Stopped by us, or ended on its own after the run began to stop (its peer
+    // died and NCCL failed, say): the culprit came first, this is collateral.
+    bool by_hand = p.held || (p.manual && p.intent == EndIntent::kStop);
+    rec.outcome = by_hand ? "stopped by ctl" : culprit_ >= 0 && culprit_ != static_cast<int>(i) ? "collateral" : "stopped";
+    SetState(i, ProcState::kExited,
+             (p.intent == EndIntent::kStop ? (by_hand ? "stopped by ctl; " : "stopped; ") : "") + how);
+    return;
+  }
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  if (rec.exit_code != 0) NoteFailure(i);
+  RestartDecision d =
+      TrackerFor(i).OnExit(rec.exit_code, std::chrono::duration_cast<Millis>(now - p.started), now);
+  switch (d.kind) {
+    case RestartDecision::Kind::kRestart: {
+      SteadyTime at = now + d.delay;
+      ++p.restarts;
+      rec.outcome = "restarted";
+      p.restart_at = at;
+      std::string what = role.restart.scope == RestartScope::kAll ? "run" : role.world != TorchWorld::kNone
+                                                                                 ? "torch world"
+                                                                                 : "role";
+      for (size_t j : RestartUnit(i)) {
+        if (j == i) continue;
+        ScheduleRestart(j, at, "restarting the " + what + " after " + p.plan->name + " failed");
+      }
+      SetState(i, ProcState::kBackoff, how + "; " + d.reason);
+      return;
+    }
+    case RestartDecision::Kind::kNoRestart:
+      if (rec.exit_code == 0) {
+        rec.outcome = "succeeded";
+        SetState(i, ProcState::kExited, how);
+        return;
+      }
+      rec.outcome = rec.hung ? "hung" : "failed";
+      Fail(i, how + " (" + d.reason + ")", false);
+      return;
+    case RestartDecision::Kind::kExhausted:
+      rec.outcome = "fatal";
+      Fail(i, how + "; " + d.reason, true);
+      return;
+  }
+}
+
+void SupervisorCore::ScheduleRestart(size_t j, SteadyTime at, const std::string& why) {
+  CoreProc& q = procs_[j];
+  // A process held for its warm-up starts when that is done, not at the
+  // restart; one stopped by hand stays stopped.
+  if (q.state == ProcState::kWaiting || q.held) return;
+  if (q.alive()) {
+    q.restart_at = at;
+    if (q.intent == EndIntent::kNone) StopProc(j, EndIntent::kRestart, why);
+    else if (q.intent == EndIntent::kHung) q.intent = EndIntent::kRestart;
+    return;
+  }
+  q.restart_at = q.state == ProcState::kBackoff ? std::max(q.restart_at, at) : at;
+  SetState(j, ProcState::kBackoff, "restarts with the others; " + why);
+}
+
+void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
+  CoreProc& p = procs_[i];
+  size_t ri = p.plan->role_index;
+  if (p.current().exit_code != 0) {
+    NoteFailure(i);
+    p.current().outcome = "fatal";
+    Fail(i, "warm-up failed: " + how + " (its log: " + plan_.AttemptPath(*p.plan, p.attempt, "stderr.log") + ")",
+         true);
+    return;
+  }
+  p.current().outcome = "succeeded";
+  role_warm_[ri] = true;
+  std::string state = GateText(p.gate, "state"), decision = GateText(p.gate, "role");
+  warmup_published_[ri] = state == "ready" || decision == "reuse";
+  SetState(i, ProcState::kExited,
+           decision == "reuse"      ? "READY was there: nothing to compile"
+           : warmup_published_[ri] ? "compiled in " + FormatSeconds(GateNumber(p.gate, "compile_s")) +
+                                          ", READY published"
+                                    : "ended without publishing READY: the role's processes compile on their own");
+  for (size_t j = 0; j < procs_.size(); ++j)
+    if (procs_[j].state == ProcState::kWaiting && procs_[j].plan->role_index == ri && !stopping_ && !procs_[j].held)
+      Spawn(j);
+}
+
+void SupervisorCore::Fail(size_t i, const std::string& reason, bool fatal) {
+  CoreProc& p = procs_[i];
+  if (culprit_ < 0) {
+    // The root cause: the first failure of the incident, even if that one was
+    // restartable when it happened (the others may only be its echo).
+    if (incident_proc_ >= 0 && (incident_proc_ != static_cast<int>(i) || incident_attempt_ != p.attempt)) {
+      culprit_ = incident_proc_;
+      culprit_attempt_ = incident_attempt_;
+      culprit_restarted_ = true;
+    } else {
+      culprit_ = static_cast<int>(i);
+      culprit_attempt_ = p.attempt;
+    }
+  }
+  p.reason = reason;
+  if (!p.alive()) {
+    bool start_failed = p.last() && p.last()->start_failed;
+    SetState(i, fatal ? ProcState::kFatal : start_failed ? ProcState::kFailed : ProcState::kExited, reason);
+  }
+  BeginStop(p.plan->name + " " + reason);
+}
+
+void SupervisorCore::StopProc(size_t i, EndIntent intent, const std::string& why) {
+  CoreProc& p = procs_[i];
+  if (!p.alive() || p.intent == EndIntent::kStop || p.intent == EndIntent::kRestart) return;
+  // Its exec is decided within microseconds: if it failed, the process exits
+  // 126/127 on its own and that is its failure, not something we stopped.
+  if (p.exec_pending && settle_exec) settle_exec(i);
+  if (p.current().start_failed) return;
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  bool was_hung = p.intent == EndIntent::kHung;
+  p.intent = intent;
+  if (was_hung) return;  // its signal is sent and its SIGKILL due already
+  p.kill_at = clock_() + role.stop.grace;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kSignal;
+  a.index = i;
+  a.signal = role.stop.grace.count() == 0 ? SIGKILL : role.stop.signal;
+  actions_.push_back(std::move(a));
+  SetState(i, ProcState::kStopping,
+           why + "; " + SignalName(role.stop.signal) + ", SIGKILL after " + FormatDuration(role.stop.grace));
+}
+
+void SupervisorCore::Hang(size_t i) {
+  CoreProc& p = procs_[i];
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  p.intent = EndIntent::kHung;
+  p.watchdog_at = SteadyTime::max();
+  p.kill_at = clock_() + role.stop.grace;
+  NoteFailure(i);
+  CoreAction a;
+  a.kind = CoreAction::Kind::kSignal;
+  a.index = i;
+  a.signal = role.watchdog_signal;
+  a.payload = true;  // the payload itself: its faulthandler dumps its stacks
+  actions_.push_back(std::move(a));
+  SetState(i, ProcState::kStopping,
+           std::string("hung: no ") + (p.watchdog_pings ? "WATCHDOG=1" : "output or STATUS=") + " for " +
+               FormatDuration(role.watchdog) + "; " + SignalName(role.watchdog_signal) + ", SIGKILL after " +
+               FormatDuration(role.stop.grace));
+}
+
+void SupervisorCore::BeginStop(const std::string& reason) {
+  if (stopping_) return;
+  stopping_ = true;
+  stop_reason_ = reason;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kTellSystemd;
+  a.text = "STOPPING=1\nSTATUS=" + reason;
+  actions_.push_back(std::move(a));
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    CoreProc& p = procs_[i];
+    if (p.alive()) {
+      if (p.intent == EndIntent::kRestart) p.intent = EndIntent::kStop;
+      else StopProc(i, EndIntent::kStop, "stopping the run");
+    } else if (p.state == ProcState::kBackoff) {
+      SetState(i, ProcState::kExited, "not restarted: the run is stopping");
+    } else if (p.state == ProcState::kNotStarted) {
+      p.reason = "not started: the run stopped before its turn";
+    } else if (p.state == ProcState::kWaiting) {
+      SetState(i, ProcState::kNotStarted, "not started: the run stopped before its warm-up had compiled");
+    }
+  }
+}
+
+void SupervisorCore::OnTick() {
+  SteadyTime now = clock_();
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    CoreProc& p = procs_[i];
+    if (p.state == ProcState::kStopping && p.alive() && now >= p.kill_at) {
+      Info(p.plan->name + " still running after its grace: SIGKILL");
+      CoreAction a;
+      a.kind = CoreAction::Kind::kKill;
+      a.index = i;
+      actions_.push_back(std::move(a));
+      p.kill_at = SteadyTime::max();
+    }
+    if (p.state == ProcState::kBackoff && !p.alive() && now >= p.restart_at && !stopping_ && !p.held) Spawn(i);
+    if (p.state == ProcState::kStarting && p.alive() && now >= p.ready_deadline) {
+      // The worker enforces this for the processes it hosts; these are ours.
+      const ReadySpec& ready = plan_.RoleOf(*p.plan).ready;
+      p.ready_deadline = SteadyTime::max();
+      p.current().ready_timeout = true;
+      NoteFailure(i);
+      Fail(i, "(pid " + std::to_string(p.pid) + ") not ready after " + FormatDuration(ready.timeout) +
+                  " (ready = " + DescribeNotReady(ready) + ")",
+           false);
+    }
+    if (p.state == ProcState::kRunning && p.alive() && now >= p.watchdog_at && !stopping_) Hang(i);
+  }
+}
+
+bool SupervisorCore::Done() const {
+  if (!started_) return false;
+  for (const CoreProc& p : procs_) {
+    if (p.alive() || p.state == ProcState::kBackoff) return false;
+    // Stopped by hand: the run stays up until `ctl start` or `ctl stop all`.
+    if (p.held && !stopping_) return false;
+  }
+  return true;
+}
+
+SteadyTime SupervisorCore::NextDeadline() const {
+  SteadyTime next = SteadyTime::max();
+  for (const CoreProc& p : procs_) {
+    if (p.state == ProcState::kStopping && p.alive()) next = std::min(next, p.kill_at);
+    if (p.state == ProcState::kBackoff && !p.alive() && !p.held) next = std::min(next, p.restart_at);
+    if (p.state == ProcState::kStarting && p.alive()) next = std::min(next, p.ready_deadline);
+    if (p.state == ProcState::kRunning && p.alive()) next = std::min(next, p.watchdog_at);
+  }
+  return next;
+}
+
+int SupervisorCore::FindSender(pid_t pid, pid_t pgid) const {
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    const CoreProc& p = procs_[i];
+    if (p.pid > 0 && (pid == p.pid || pgid == p.pid)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const AttemptRecord* SupervisorCore::culprit_attempt() const {
+  if (culprit_ < 0) return nullptr;
+  const CoreProc& c = procs_[static_cast<size_t>(culprit_)];
+  for (const AttemptRecord& a : c.attempts)
+    if (a.attempt == culprit_attempt_) return &a;
+  return c.last();
+}
+
+int SupervisorCore::ExitCode() const {
+  if (const AttemptRecord* a = culprit_attempt()) {
+    if (a->ready_timeout) return exit_code::kTimeout;
+    return a->exit_code > 0 ? a->exit_code : exit_code::kFailure;
+  }
+  if (stop_signal_) return exit_code::kSignalBase + stop_signal_;
+  return 0;
+}
+
+std::string SupervisorCore::ExitReason() const {
+  if (culprit_ >= 0) {
+    const CoreProc& c = procs_[static_cast<size_t>(culprit_)];
+    const AttemptRecord* a = culprit_attempt();
+    // The root cause was restarted and something else ended the run: say both.
+    if (culprit_restarted_ && a)
+      return c.plan->name + " " + a->reason + " (attempt " + std::to_string(a->attempt) + ", restarted); then " +
+             stop_reason_;
+    return c.plan->name + " " + c.reason;
+  }
+  if (stop_signal_ || manual_stop_) return stop_reason_;
+  return "all processes succeeded";
+}
+
+// --- live control -------------------------------------------------------------
+
+RunStatus SupervisorCore::Status() {
+  RunStatus s = status_base;
+  SteadyTime now = clock_();
+  s.uptime_s = Since(now);
+  s.stopping = stopping_;
+  for (const CoreProc& p : procs_) {
+    const ProcessPlan& pp = *p.plan;
+    ProcessStatus e;
+    e.name = pp.name;
+    e.role = pp.role;
+    e.rank = pp.warmup ? -1 : pp.role_rank;
+    e.state = ProcStateName(p.state);
+    e.pid = p.pid;
+    e.payload_pid = p.alive() ? p.payload_pid : -1;
+    e.gpu = pp.gpu >= 0 ? std::to_string(pp.gpu) : "";
+    std::string role = GateText(p.gate, "role"), state = GateText(p.gate, "state");
+    e.gate = state == "waiting" ? "waiting" : role == "lead" || role == "reuse" ? role : "";
+    e.status = p.status;
+    e.attempt = std::max(0, p.attempt);
+    e.restarts = p.restarts;
+    e.manual_restarts = p.manual_restarts;
+    e.held = p.held;
+    e.uptime_s = p.alive() ? std::chrono::duration<double>(now - p.started).count() : 0;
+    e.reason = p.why.empty() ? p.reason : p.why;
+    s.processes.push_back(std::move(e));
+  }
+  return s;
+}
+
+ControlReply SupervisorCore::Apply(const ControlRequest& req) {
+  ControlReply reply;
+  if (req.verb == ControlVerb::kStatus) {
+    reply.ok = true;
+    reply.body = ToJson(Status());
+    return reply;
+  }
+  std::vector<std::string> names;
+  for (const CoreProc& p : procs_) names.push_back(p.plan->name);
+  std::vector<size_t> targets;
+  if (!ResolveTarget(req.target, names, &targets, &reply.error)) return reply;
+  for (size_t i : targets)
+    if (procs_[i].plan->warmup) {
+      reply.error = procs_[i].plan->name + " is a warm-up: it runs once, before its role, and is not controlled by hand";
+      return reply;
+    }
+  if (stopping_ && req.verb != ControlVerb::kSignal) {
+    reply.error = "the run is stopping (" + stop_reason_ + ")";
+    return reply;
+  }
+  nlohmann::json affected = nlohmann::json::array();
+  auto add = [&](size_t i) {
+    for (const auto& a : affected)
+      if (a == procs_[i].plan->name) return;
+    affected.push_back(procs_[i].plan->name);
+  };
+  SteadyTime now = clock_();
+  switch (req.verb) {
+    case ControlVerb::kStatus: break;
+    case ControlVerb::kSignal:
+      if (req.signal <= 0 || req.signal >= NSIG) {
+        reply.error = "no such signal: " + std::to_string(req.signal);
+        return reply;
+      }
+      for (size_t i : targets) {
+        if (!procs_[i].alive()) continue;
+        CoreAction a;
+        a.kind = CoreAction::Kind::kSignal;
+        a.index = i;
+        a.signal = req.signal;
+        actions_.push_back(std::move(a));
+        Info(procs_[i].plan->name + ": " + SignalName(req.signal) + " sent by ctl");
+        add(i);
+      }
+      break;
+    case ControlVerb::kStop:
+      if (req.target == "all") {
+        // The whole run ends; success unless something had failed.
+        manual_stop_ = true;
+        for (size_t i : targets) {
+          procs_[i].manual = true;
+          add(i);
+        }
+        Info("stop all asked by ctl: stopping the run");
+        BeginStop("stopped by ctl (stop all)");
+        break;
+      }
+      for (size_t i : targets) {
+        CoreProc& p = procs_[i];
+        p.held = true;
+        p.manual = true;
+        add(i);
+        if (p.alive()) {
+          if (p.intent == EndIntent::kRestart || p.intent == EndIntent::kHung) p.intent = EndIntent::kStop;
+          else StopProc(i, EndIntent::kStop, "stopped by ctl");
+        } else if (p.state == ProcState::kBackoff) {
+          SetState(i, ProcState::kExited, "stopped by ctl; not restarted");
+        } else {
+          Event(i, p.state, p.state, "held by ctl");
+        }
+      }
+      break;
+    case ControlVerb::kStart:
+      for (size_t i : targets) {
+        CoreProc& p = procs_[i];
+        bool was_held = p.held;
+        p.held = false;
+        if (p.alive() || p.state == ProcState::kBackoff) {
+          if (was_held) add(i);  // released: it keeps running (or restarts as planned)
+          continue;
+        }
+        add(i);
+        p.manual = true;
+        if (HeldForWarmup(i)) SetState(i, ProcState::kWaiting, "started by ctl; until its warm-up has compiled");
+        else Spawn(i);
+      }
+      break;
+    case ControlVerb::kRestart: {
+      // A member of a torch world brings its world: a lone rank cannot rejoin it.
+      std::vector<size_t> all;
+      for (size_t i : targets)
+        for (size_t j : RestartUnit(i))
+          if (std::find(all.begin(), all.end(), j) == all.end()) all.push_back(j);
+      for (size_t j : all) {
+        CoreProc& q = procs_[j];
+        if (q.state == ProcState::kWaiting) continue;  // starts when its warm-up is done
+        q.held = false;
+        q.manual = true;
+        ++q.manual_restarts;  // never against the budget: no RestartTracker is asked
+        add(j);
+        if (q.alive()) {
+          q.restart_at = now;
+          if (q.intent == EndIntent::kNone || q.intent == EndIntent::kHung) {
+            if (q.intent == EndIntent::kHung) q.intent = EndIntent::kRestart;
+            else StopProc(j, EndIntent::kRestart, "restart asked by ctl");
+          }
+        } else {
+          Spawn(j);
+        }
+      }
+      break;
+    }
+  }
+  reply.ok = true;
+  reply.body = {{"affected", affected}};
+  return reply;
+}
+
+}  // namespace dflash
