@@ -51,6 +51,11 @@ struct Supervisor::Impl : public ControlHandler {
         router_(console) {
     os_.resize(core_.size());
     core_.settle_exec = [this](size_t i) { OnExecStatus(i); };
+    core_.on_status_text = [this](size_t i, const std::string& text) {
+      const std::string& name = core_.proc(i).plan->name;
+      if (log_) log_->info("{}: {}", name, text);
+      if (console_) console_->StatusText(name, text);
+    };
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     core_.status_base.run_id = plan_.run_id;
     core_.status_base.run_dir = plan_.run_dir;
