@@ -458,7 +458,12 @@ bool Console::LiveFrameLocked(std::unique_lock<std::mutex>& lock, std::string& b
   std::vector<std::string> block;
   if (!ending) {
     auto now = std::chrono::steady_clock::now();
-    if (now - metered_at_ >= std::chrono::seconds(1)) {
+    // Once a second, and at once for a process not sampled yet (just started).
+    bool unsampled = false;
+    for (const ProcessStatus& p : status_.processes)
+      if ((p.payload_pid > 0 || p.pid > 0) && !metered_.count(p.payload_pid > 0 ? p.payload_pid : p.pid))
+        unsampled = true;
+    if (now - metered_at_ >= std::chrono::seconds(1) || (unsampled && now - metered_at_ >= std::chrono::milliseconds(100))) {
       // /proc is read here, off the loop thread, at most once a second.
       RunStatus st = status_;
       lock.unlock();

@@ -292,7 +292,6 @@ int Supervisor::Impl::Run() {
   events_file_.reset(::open(events_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!events_file_) Warn("cannot write " + events_path + ": " + ErrnoMessage("open", errno));
 
-  Info("run " + plan_.run_id + ": " + std::to_string(core_.size()) + " processes, logs in " + plan_.run_dir);
   // Before the first child: the cgroup it will be born into, and the guardian
   // that kills the run if we are SIGKILLed (docs/design.md, "Nothing outlives the run").
   run_token_ = NewRunToken();
