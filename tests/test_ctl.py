@@ -183,10 +183,13 @@ def test_logs_follow_ends_with_the_run_and_the_socket_and_entry_go(live):
     f = subprocess.Popen([str(live.bin), "ctl", "ctl-test", "logs", "-f", "target:3"], env=live.env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_until(lambda: (live.run.run_dir / "attempt_0" / "target-3.stdout.log").stat().st_size > 0)
+        # Following: its first line is out (returns "" if it exited instead).
+        first = f.stdout.readline()
+        assert first.startswith("target:3: step "), (first, f.poll())
         live.run.signal(signal.SIGTERM)
         assert live.run.wait() == 128 + signal.SIGTERM
         out, err = f.communicate(timeout=30)  # it ends by itself once the run has
+        out = first + out
     finally:
         f.kill()
     assert f.returncode == 0, err
