@@ -138,6 +138,16 @@ def test_stop_one_drafter_then_start_it(live):
     assert s["drafter:1"]["pid"] != old and pid_alive(s["drafter:1"]["pid"])
 
 
+def test_signal_reaches_only_its_target(live):
+    r = live.ctl("signal", "USR1", "drafter:2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "signal drafter:2 (SIGUSR1)"
+    assert wait_until(lambda: "drafter:2: got SIGUSR1" in live.ctl("logs", "drafter:2").stdout)
+    assert "got SIGUSR1" not in live.ctl("logs", "target").stdout
+    r = live.ctl("signal", "NOPE", "drafter:2")
+    assert r.returncode == 64 and 'unknown signal "NOPE"' in r.stderr
+
+
 def test_unknown_target_and_unknown_run_have_their_own_exit_codes(live):
     r = live.ctl("restart", "drafters")
     assert r.returncode == 67

@@ -110,3 +110,10 @@ def test_plain_and_a_pipe_keep_the_prefixed_lines(bin_dir, tmp_path):
             for k in (1, 2, 3):
                 assert sum(l.startswith(f"[{n}] {n}: step {k} ") for l in lines) == 1, out
         assert not any(re.match(r"\[dflash\] \S+: step", l) for l in lines), out
+
+
+def test_no_color_keeps_the_view_without_colour(bin_dir, tmp_path):
+    env = dict(os.environ, TERM="xterm", NO_COLOR="1", XDG_RUNTIME_DIR=str(tmp_path))
+    raw = run_under_pty(bin_dir, write_config(tmp_path, three_roles(steps=4)), env=env)
+    assert "\x1b[J" in raw and "-- run v |" in raw  # the view, redrawn in place
+    assert not re.search(r"\x1b\[[0-9;]*m", raw), raw[-2000:]  # and not one colour sequence

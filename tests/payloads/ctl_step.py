@@ -2,6 +2,7 @@
 once, then "step k" on stdout and as STATUS= every STEP_S seconds, STEPS times
 (forever if 0). Stdlib only, so it runs under any interpreter."""
 import os
+import signal
 import socket
 import sys
 import time
@@ -21,6 +22,8 @@ def main():
     name = os.environ.get("DFLASH_PROCESS", "?")
     step_s = float(os.environ.get("STEP_S", "0.5"))
     steps = int(os.environ.get("STEPS", "0"))
+    # `ctl signal USR1 ...` is seen in the output (tests/test_ctl.py).
+    signal.signal(signal.SIGUSR1, lambda *_: print(f"{name}: got SIGUSR1", flush=True))
     notify("READY=1")
     k = 0
     while steps == 0 or k < steps:
