@@ -256,6 +256,36 @@ TEST_F(ControlServerTest, ClientRefusesASocketOrRunDirOthersCouldHaveMade) {
   EXPECT_NE(err.find("its directory"), std::string::npos) << err;
   ASSERT_EQ(::chmod(dir_.c_str(), 0700), 0);
   EXPECT_EQ(ConnectControl(dir_, &fd, &err), ConnectResult::kOk) << err;
+  // A symlink in the socket's place (to the real socket, even) is not followed.
+  ASSERT_EQ(::rename(sock.c_str(), (dir_ + "/real.sock").c_str()), 0);
+  ASSERT_EQ(::symlink((dir_ + "/real.sock").c_str(), sock.c_str()), 0);
+  EXPECT_EQ(ConnectControl(dir_, &fd, &err), ConnectResult::kInsecure);
+  EXPECT_NE(err.find("not a socket"), std::string::npos) << err;
+}
+
+TEST_F(ControlServerTest, AClientThatNeverReadsItsRepliesIsDropped) {
+  ControlServer::Options o;
+  o.max_unsent_bytes = 64 << 10;
+  Start(o);
+  UniqueFd greedy = Raw();
+  int small = 4096;
+  ::setsockopt(greedy.get(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  std::string many;
+  for (int i = 0; i < 2000; ++i) many += "{\"verb\":\"status\"}\n";
+  // Written in the background: the server stops reading it once it is dropped.
+  std::thread writer([&] { ::send(greedy.get(), many.data(), many.size(), MSG_NOSIGNAL); });
+  // Others are served meanwhile, and the greedy one goes without our reading
+  // a byte of its replies (the loop thread counts the clients after each turn).
+  EXPECT_TRUE(Call(ControlRequest{}).ok);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (clients_.load() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(clients_.load(), 0u);
+  EXPECT_TRUE(ClosedByServer(greedy.get()));
+  bool dropped = true;
+  ::shutdown(greedy.get(), SHUT_RDWR);
+  writer.join();
+  EXPECT_TRUE(dropped);
+  EXPECT_TRUE(Call(ControlRequest{}).ok);
 }
 
 TEST_F(ControlServerTest, ServerRefusesAPeerOfAnotherUid) {
