@@ -490,6 +490,11 @@ bool Console::LiveFrameLocked(std::unique_lock<std::mutex>& lock, std::string& b
   if (!ok && error_.empty()) error_ = err;
   in_flight_ = 0;
   batch.clear();
+  // As in the plain path: notices owed to sources that went quiet after a drop.
+  if (sources_skipping_ != 0 && QueuedLocked() <= max_queued_ / 2) {
+    dropping_ = false;
+    AppendNoticesLocked();
+  }
   if (ending) {
     live_ = false;
     end_live_ = false;

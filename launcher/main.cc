@@ -31,7 +31,8 @@ bool IsSubcommand(const std::string& a) {
 int Main(int argc, char** argv) {
   CLI::App app{"dflash-launch: run one isolated process per GPU role with a shared, gated compile cache.\n"
                "  dflash-launch run.toml           same as `dflash-launch run run.toml`\n"
-               "Exit codes: 0 ok, 2 config error, 64 usage; a run exits with its culprit's code (128+N for signal N).",
+               "Exit codes: 0 ok, 2 config error, 64 usage; a run exits with its culprit's code (128+N for signal N);\n"
+               "ctl: 66 no such run, 67 unknown target, 77 refused (docs/exit-codes.md).",
                "dflash-launch"};
   app.set_version_flag("--version", std::string("dflash-launch ") + DFLASH_VERSION + "\ncommit " + DFLASH_GIT_COMMIT +
                                         "\ntested with torch " + DFLASH_TESTED_TORCH + "\nbuild " + DFLASH_BUILD_FLAGS);
