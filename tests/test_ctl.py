@@ -5,6 +5,7 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -168,6 +169,29 @@ def test_a_mode_0777_socket_is_refused(live):
     finally:
         os.chmod(sock, 0o600)
     assert all(p["state"] == "RUNNING" for p in live.status().values())  # nothing was stopped
+
+
+def test_silent_and_hostile_clients_do_not_stall_the_run(live):
+    sock = str(live.run.run_dir / "control.sock")
+    silent, partial, big = (socket.socket(socket.AF_UNIX) for _ in range(3))
+    try:
+        for c in (silent, partial, big):
+            c.connect(sock)
+        partial.sendall(b'{"verb": "sta')        # half a request, never finished
+        big.settimeout(10)
+        try:
+            big.sendall(b"x" * 100000)           # no newline, far over the limit
+        except OSError:
+            pass                                 # the run stopped reading it: that is the point
+        # The run answers others and keeps running its processes.
+        before = live.status()
+        s = live.wait_status(lambda s: all(s[n]["status"] != before[n]["status"] for n in s))
+        assert all(p["state"] == "RUNNING" for p in s.values())
+        reply = big.recv(4096)
+        assert b"longer than 4096 bytes" in reply
+    finally:
+        for c in (silent, partial, big):
+            c.close()
 
 
 def test_ps_lists_the_run(live):
