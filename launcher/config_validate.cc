@@ -432,7 +432,8 @@ std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
                   TorchWorldName(r.world) + "\") restart together: a lone rank cannot rejoin a live world";
       w.expected = "scope = \"role\" (or \"all\") for the ranks of one world";
       w.found = "scope = \"process\"";
-      w.hint = "write scope = \"role\" to say what happens; world = \"none\" if the processes are independent";
+      w.hint = std::string("write scope = \"") + (r.world == TorchWorld::kRun ? "all" : "role") +
+               "\" to say what happens; world = \"none\" if the processes are independent";
     } else {
       if (n <= 1 || r.world_pos.line > 0) continue;  // world = "none" written: independent, as said
       w.pos = r.pos;

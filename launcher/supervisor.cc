@@ -235,7 +235,12 @@ void Supervisor::Impl::DoSpawn(size_t i) {
   SetEnvVar(&so.env, "NOTIFY_SOCKET", notify_.address());  // the worker reports here, never to systemd
   SetEnvVar(&so.env, kRunTokenVar, run_token_);  // inherited by its whole tree: the guardian's marker
   // A watched Python payload dumps its stacks when its watchdog signal comes.
-  if (role.watchdog.count() > 0) SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");
+  // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
+  // often to send WATCHDOG=1; dflash-worker relays those pings when it is set.
+  if (role.watchdog.count() > 0) {
+    SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");
+    SetEnvVar(&so.env, "WATCHDOG_USEC", std::to_string(role.watchdog.count() * 1000));
+  }
   so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
   so.cwd = role.cwd;
   so.stdout_fd = out_w.get();
@@ -303,6 +308,7 @@ int Supervisor::Impl::Run() {
   go.env = options_.base_env;
   std::vector<std::string> notes;
   if (!guard_.Start(go, &err, &notes)) {
+    start_error_ = err;
     Warn("cannot start: " + err);
     return exit_code::kFailure;
   }

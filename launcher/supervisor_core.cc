@@ -20,32 +20,6 @@ double GateNumber(const nlohmann::json& gate, const char* k) {
 
 }  // namespace
 
-/// What the notify socket says, decoded in this one place (the protocol's
-/// field names: worker/gated_run.cc sends them).
-WorkerReport DecodeNotify(const NotifyMessage& m) {
-  WorkerReport r;
-  for (const auto& [k, v] : m.fields) {
-    if (k == "MAINPID") r.main_pid = std::atoi(v.c_str());
-    else if (k == "X_DFLASH_ERROR") r.error = v;
-    else if (k == "X_DFLASH_EXIT") r.payload_exit = v;
-    else if (k == "X_DFLASH_SIGNAL") r.payload_signal = std::atoi(v.c_str());
-    else if (k == "STATUS") r.status = v;
-    else if (k == "X_DFLASH_READY_S") r.ready_s = std::atof(v.c_str());
-    else if (k == "READY") r.ready = r.ready || v == "1";
-    else if (k == "WATCHDOG") r.watchdog = r.watchdog || v == "1";
-    else if (k == "X_DFLASH_GATE_WARNING") r.gate_warnings.push_back(v);
-    else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
-      std::string field = k.substr(std::string("X_DFLASH_GATE_").size());
-      for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      char* end = nullptr;
-      double num = std::strtod(v.c_str(), &end);
-      if (!r.gate.is_object()) r.gate = nlohmann::json::object();
-      r.gate[field] = end && *end == '\0' && !v.empty() ? nlohmann::json(num) : nlohmann::json(v);
-    }
-  }
-  return r;
-}
-
 const char* ProcStateName(ProcState s) {
   switch (s) {
     case ProcState::kNotStarted: return "NOT_STARTED";
@@ -334,12 +308,7 @@ void SupervisorCore::OnReport(size_t i, const WorkerReport& r) {
       Info(n + " gate " + key + ": reuse, loads the cache (waited " + FormatSeconds(num("wait_s")) + ")");
     else if (gate_state == "ready")
       Info(n + " gate " + key + ": READY published after " + FormatSeconds(num("compile_s")));
-    nlohmann::json e = {{"t", Since(clock_())}, {"process", n}, {"gate", p.gate}, {"attempt", p.attempt}};
-    CoreAction a;
-    a.kind = CoreAction::Kind::kEvent;
-    a.index = i;
-    a.event = std::move(e);
-    actions_.push_back(std::move(a));
+    Event(i, p.state, p.state, "gate " + gate_state);  // no transition: a fact for the record
   }
   if (r.ready && p.state == ProcState::kStarting) {
     AttemptRecord& rec = p.current();
@@ -560,7 +529,8 @@ void SupervisorCore::Fail(size_t i, const std::string& reason, bool fatal) {
   if (culprit_ < 0) {
     // The root cause: the first failure of the incident, even if that one was
     // restartable when it happened (the others may only be its echo).
-    if (incident_proc_ >= 0 && (incident_proc_ != static_cast<int>(i) || incident_attempt_ != p.attempt)) {
+    // (The same process failing again is its own story: its last failure is named.)
+    if (incident_proc_ >= 0 && incident_proc_ != static_cast<int>(i)) {
       culprit_ = incident_proc_;
       culprit_attempt_ = incident_attempt_;
       culprit_restarted_ = true;
@@ -725,155 +695,6 @@ std::string SupervisorCore::ExitReason() const {
   }
   if (stop_signal_ || manual_stop_) return stop_reason_;
   return "all processes succeeded";
-}
-
-// --- live control -------------------------------------------------------------
-
-RunStatus SupervisorCore::Status() {
-  RunStatus s = status_base;
-  SteadyTime now = clock_();
-  s.uptime_s = Since(now);
-  s.stopping = stopping_;
-  for (const CoreProc& p : procs_) {
-    const ProcessPlan& pp = *p.plan;
-    ProcessStatus e;
-    e.name = pp.name;
-    e.role = pp.role;
-    e.rank = pp.warmup ? -1 : pp.role_rank;
-    e.state = ProcStateName(p.state);
-    e.pid = p.pid;
-    e.payload_pid = p.alive() ? p.payload_pid : -1;
-    e.gpu = pp.gpu >= 0 ? std::to_string(pp.gpu) : "";
-    std::string role = GateText(p.gate, "role"), state = GateText(p.gate, "state");
-    e.gate = state == "waiting" ? "waiting" : role == "lead" || role == "reuse" ? role : "";
-    e.status = p.status;
-    e.attempt = std::max(0, p.attempt);
-    e.restarts = p.restarts;
-    e.manual_restarts = p.manual_restarts;
-    e.held = p.held;
-    e.uptime_s = p.alive() ? std::chrono::duration<double>(now - p.started).count() : 0;
-    e.reason = p.why.empty() ? p.reason : p.why;
-    s.processes.push_back(std::move(e));
-  }
-  return s;
-}
-
-ControlReply SupervisorCore::Apply(const ControlRequest& req) {
-  ControlReply reply;
-  if (req.verb == ControlVerb::kStatus) {
-    reply.ok = true;
-    reply.body = ToJson(Status());
-    return reply;
-  }
-  std::vector<std::string> names;
-  for (const CoreProc& p : procs_) names.push_back(p.plan->name);
-  std::vector<size_t> targets;
-  if (!ResolveTarget(req.target, names, &targets, &reply.error)) return reply;
-  for (size_t i : targets)
-    if (procs_[i].plan->warmup) {
-      reply.error = procs_[i].plan->name + " is a warm-up: it runs once, before its role, and is not controlled by hand";
-      return reply;
-    }
-  if (stopping_ && req.verb != ControlVerb::kSignal) {
-    reply.error = "the run is stopping (" + stop_reason_ + ")";
-    return reply;
-  }
-  nlohmann::json affected = nlohmann::json::array();
-  auto add = [&](size_t i) {
-    for (const auto& a : affected)
-      if (a == procs_[i].plan->name) return;
-    affected.push_back(procs_[i].plan->name);
-  };
-  SteadyTime now = clock_();
-  switch (req.verb) {
-    case ControlVerb::kStatus: break;
-    case ControlVerb::kSignal:
-      if (req.signal <= 0 || req.signal >= NSIG) {
-        reply.error = "no such signal: " + std::to_string(req.signal);
-        return reply;
-      }
-      for (size_t i : targets) {
-        if (!procs_[i].alive()) continue;
-        CoreAction a;
-        a.kind = CoreAction::Kind::kSignal;
-        a.index = i;
-        a.signal = req.signal;
-        actions_.push_back(std::move(a));
-        Info(procs_[i].plan->name + ": " + SignalName(req.signal) + " sent by ctl");
-        add(i);
-      }
-      break;
-    case ControlVerb::kStop:
-      if (req.target == "all") {
-        // The whole run ends; success unless something had failed.
-        manual_stop_ = true;
-        for (size_t i : targets) {
-          procs_[i].manual = true;
-          add(i);
-        }
-        Info("stop all asked by ctl: stopping the run");
-        BeginStop("stopped by ctl (stop all)");
-        break;
-      }
-      for (size_t i : targets) {
-        CoreProc& p = procs_[i];
-        p.held = true;
-        p.manual = true;
-        add(i);
-        if (p.alive()) {
-          if (p.intent == EndIntent::kRestart || p.intent == EndIntent::kHung) p.intent = EndIntent::kStop;
-          else StopProc(i, EndIntent::kStop, "stopped by ctl");
-        } else if (p.state == ProcState::kBackoff) {
-          SetState(i, ProcState::kExited, "stopped by ctl; not restarted");
-        } else {
-          Event(i, p.state, p.state, "held by ctl");
-        }
-      }
-      break;
-    case ControlVerb::kStart:
-      for (size_t i : targets) {
-        CoreProc& p = procs_[i];
-        bool was_held = p.held;
-        p.held = false;
-        if (p.alive() || p.state == ProcState::kBackoff) {
-          if (was_held) add(i);  // released: it keeps running (or restarts as planned)
-          continue;
-        }
-        add(i);
-        p.manual = true;
-        if (HeldForWarmup(i)) SetState(i, ProcState::kWaiting, "started by ctl; until its warm-up has compiled");
-        else Spawn(i);
-      }
-      break;
-    case ControlVerb::kRestart: {
-      // A member of a torch world brings its world: a lone rank cannot rejoin it.
-      std::vector<size_t> all;
-      for (size_t i : targets)
-        for (size_t j : RestartUnit(i))
-          if (std::find(all.begin(), all.end(), j) == all.end()) all.push_back(j);
-      for (size_t j : all) {
-        CoreProc& q = procs_[j];
-        if (q.state == ProcState::kWaiting) continue;  // starts when its warm-up is done
-        q.held = false;
-        q.manual = true;
-        ++q.manual_restarts;  // never against the budget: no RestartTracker is asked
-        add(j);
-        if (q.alive()) {
-          q.restart_at = now;
-          if (q.intent == EndIntent::kNone || q.intent == EndIntent::kHung) {
-            if (q.intent == EndIntent::kHung) q.intent = EndIntent::kRestart;
-            else StopProc(j, EndIntent::kRestart, "restart asked by ctl");
-          }
-        } else {
-          Spawn(j);
-        }
-      }
-      break;
-    }
-  }
-  reply.ok = true;
-  reply.body = {{"affected", affected}};
-  return reply;
 }
 
 }  // namespace dflash

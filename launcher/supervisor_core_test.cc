@@ -182,7 +182,9 @@ TEST(SupervisorCore, ABudgetExhaustedIsFatalAndStopsTheRun) {
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 7);
   EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("a:0")));
-  EXPECT_NE(h.core().ExitReason().find("restart budget exhausted"), std::string::npos);
+  EXPECT_EQ(h.core().culprit_attempt()->attempt, 3) << "the same process failing again: its last failure";
+  EXPECT_EQ(h.core().ExitReason().rfind("a:0 exited with code 7; restart budget exhausted", 0), 0u)
+      << h.core().ExitReason();
   EXPECT_EQ(h.Proc("b:0").last()->outcome, "collateral");
 }
 
@@ -392,6 +394,26 @@ TEST(SupervisorCoreControl, AProcessStoppedByHandStaysStoppedAndTheRunStaysUp) {
   h.Killed("a:1", SIGTERM);
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 0) << h.core().ExitReason();
+}
+
+TEST(SupervisorCoreControl, StartOrRestartWhileStillStoppingBringsItBack) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.Start();
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  EXPECT_EQ(h.State("a:1"), "STOPPING");
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStart, "a:1").ok);  // before it has ended
+  h.Killed("a:1", SIGTERM);
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+  EXPECT_FALSE(h.Proc("a:1").held);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kRestart, "a:1").ok);
+  h.Killed("a:1", SIGTERM);
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_EQ(h.Spawns("a:1"), 3);
+  EXPECT_EQ(h.Proc("a:1").restarts, 0);
 }
 
 TEST(SupervisorCoreControl, RestartOfAWorldMemberRestartsItsWorld) {

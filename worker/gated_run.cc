@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -197,6 +198,9 @@ int RunGated(const GatedRunOptions& o) {
     report("STATUS=" + std::string(s));
     if (o.verbose) say(o.name + ": " + std::string(s));
   };
+  // A watched process (the supervisor set WATCHDOG_USEC, systemd's name): its
+  // payload's WATCHDOG=1 pings go up as ours.
+  if (std::getenv("WATCHDOG_USEC")) h.on_watchdog = [&] { report("WATCHDOG=1"); };
   h.on_ready = [&] {
     double ready_s = std::chrono::duration<double>(Clock::now() - spawned).count();
     std::string facts = "X_DFLASH_READY_S=" + Num(ready_s);

@@ -132,7 +132,7 @@ bool Host::Setup(std::vector<std::string>* env, std::string* err) {
   *env = o_.env.empty() ? CurrentEnvironment() : o_.env;
   for (const auto& [k, v] : o_.extra_env) SetEnvVar(env, k, v);
   UnsetEnvVar(env, "NOTIFY_SOCKET");
-  if (o_.ready.mode == ReadyMode::kNotify) {
+  if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog) {
     if (!listener_.Open(err) || !watch(listener_.fd(), kTagNotify)) return false;
     SetEnvVar(env, "NOTIFY_SOCKET", listener_.address());
   }
@@ -331,7 +331,8 @@ void Host::OnNotify() {
     if (m.pid != pid_ && !(m.pgid > 0 && m.pgid == pid_)) continue;
     for (const auto& [k, v] : m.fields) {
       if (k == "STATUS" && o_.on_status) o_.on_status(v);
-      if (k == "READY" && v == "1" && waiting_ready_) Ready();
+      if (k == "WATCHDOG" && v == "1" && o_.on_watchdog) o_.on_watchdog();
+      if (k == "READY" && v == "1" && waiting_ready_ && o_.ready.mode == ReadyMode::kNotify) Ready();
     }
   }
 }
@@ -442,7 +443,7 @@ void Host::PayloadExited(int status) {
   status_ = DecodeWaitStatus(status);
   if (waiting_ready_) {
     // Evidence the payload left before it exited is already queued.
-    if (o_.ready.mode == ReadyMode::kNotify) OnNotify();
+    if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog) OnNotify();
     for (int i = 0; i < 2; ++i)
       if (pipes_[i]) OnPipe(i, SIZE_MAX);
     if (o_.ready.mode == ReadyMode::kFile) CheckFile();

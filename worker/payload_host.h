@@ -62,6 +62,9 @@ struct PayloadHostOptions {
   std::function<void()> on_ready;
   /// Each STATUS= line the payload (or its process group) sends in notify mode.
   std::function<void(std::string_view status)> on_status;
+  /// Each WATCHDOG=1 the payload sends (relayed to the supervisor's watchdog).
+  /// Set: the payload gets a NOTIFY_SOCKET whatever the readiness mode.
+  std::function<void()> on_watchdog;
   /// Called when the readiness timeout expires, with the message that will be
   /// reported. Unset means TimeoutAction::kStop.
   std::function<TimeoutAction(const std::string& message)> on_ready_timeout;

@@ -16,7 +16,7 @@ import socket
 __version__ = "0.1.0"
 
 __all__ = [
-    "notify", "notify_ready", "notify_status", "check_hidden_states", "HiddenStateContractError",
+    "notify", "notify_ready", "notify_status", "notify_watchdog", "watchdog_interval", "check_hidden_states", "HiddenStateContractError",
     "contract_from_env", "gate_role", "is_warmup", "init_process_group",
 ]
 
@@ -41,6 +41,25 @@ def notify_ready(status: str = None) -> bool:
 def notify_status(text: str) -> bool:
     """A status line the supervisor shows on its console."""
     return notify(f"STATUS={text}")
+
+
+def notify_watchdog() -> bool:
+    """Says "alive" to the role's watchdog (`watchdog = "5m"`): once a process has
+    sent one WATCHDOG=1 it must keep sending them within the interval, or it is
+    judged hung (SIGABRT, with PYTHONFAULTHANDLER=1 its stacks in its log, then
+    SIGKILL) and restarted by policy. A process that never sends one is watched
+    by its output and STATUS= lines instead. Call it from the training loop (the
+    thread that would hang), not from a timer thread that would outlive a hang."""
+    return notify("WATCHDOG=1")
+
+
+def watchdog_interval() -> float:
+    """The watchdog interval in seconds ($WATCHDOG_USEC, systemd's name), or 0
+    when this process is not watched. Ping at least twice per interval."""
+    try:
+        return int(os.environ.get("WATCHDOG_USEC", "0")) / 1e6
+    except ValueError:
+        return 0.0
 
 
 def gate_role() -> str:
