@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/fd.h"
 
@@ -172,8 +173,9 @@ void ProcMeter::Fill(RunStatus* status) {
     if (f.size() < 20) continue;
     uint64_t ticks = std::strtoull(f[11].c_str(), nullptr, 10) + std::strtoull(f[12].c_str(), nullptr, 10);
     uint64_t start = std::strtoull(f[19].c_str(), nullptr, 10);
-    long rss_pages = 0;
-    std::sscanf(statm.c_str(), "%*ld %ld", &rss_pages);
+    // statm: size resident shared ... (pages); the second field is the RSS.
+    const char* rest = std::strchr(statm.c_str(), ' ');
+    long rss_pages = rest ? std::strtol(rest + 1, nullptr, 10) : 0;
     p.rss_bytes = static_cast<int64_t>(rss_pages) * kPage;
     auto it = last_.find(pid);
     if (it != last_.end() && now > it->second.at) {
