@@ -24,6 +24,7 @@ struct RunOptions {
   std::string run_id;  // empty: the scheduler's job id (several nodes), else <name>-<date>-<time>-<pid>
   std::string bin_dir;
   ColorMode color = ColorMode::kAuto;
+  bool plain = false;  // --plain: no live view even on a terminal
   NodeFlags nodes;
 };
 
@@ -67,6 +68,21 @@ struct SeedOptions {
 
 /// `dflash-launch seed`: pre-compile each gated role's graphs into the cache.
 int RunSeed(const SeedOptions& opts, char** env);
+
+struct CtlOptions {
+  std::string run;     // RUN_ID or RUN_DIR; empty: the one live run of this user on this host
+  std::string action;  // status | restart | stop | start | signal | logs
+  std::string target;  // role, role:rank or all
+  std::string signal;  // signal: SIGUSR1, USR1
+  bool json = false;   // status --json
+  bool follow = false; // logs -f
+  int timeout_ms = 10000;
+};
+
+/// `dflash-launch ctl ...`: ask a live run (its control socket, docs/control.md).
+int RunCtl(const CtlOptions& opts);
+/// `dflash-launch ps`: the live runs of this user on this host.
+int RunPs(bool json);
 
 /// "cuda" if any role runs on GPUs, else "cpu": what the cache's kernels are for.
 std::string DeviceKind(const RunConfig& config);

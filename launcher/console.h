@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <array>
+#include <deque>
+#include <map>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "launcher/control.h"
+#include "launcher/live_view.h"
 
 namespace dflash {
 
@@ -46,6 +50,10 @@ class Console {
     int fd = 1;                         // borrowed; never closed, never made non-blocking
     size_t max_queued_bytes = 4 << 20;  // formatted bytes queued or being written
     ColorMode color = ColorMode::kAuto;
+    /// The live view (launcher/live_view.h): the status block redrawn in place
+    /// below the scrolling lines, on change and once a second. Only for a
+    /// terminal: the caller decides (a TTY, not --plain, TERM not dumb).
+    bool live = false;
   };
   using SourceId = int;
 
@@ -79,6 +87,18 @@ class Console {
   /// queued byte has been written (or the console failed). False on timeout.
   bool Flush(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
+  /// A process's STATUS= text. Shown once: in the live view it is the
+  /// process's row; otherwise "[dflash] <process>: <text>", unless the
+  /// process's own output says it too (a line of its that contains the text,
+  /// within 10 s before, or within 100 ms after: the STATUS= line is held that
+  /// long, so the process's own line wins whichever reached us first).
+  void StatusText(std::string_view process, std::string_view text);
+
+  /// Ends the live view: erases the block and returns once that is written;
+  /// later lines are plain. For the summary at the end of a run.
+  void EndLive();
+  bool live() const;
+
   /// The supervisor's latest view of the run (every state change, and at least
   /// once a second while it runs): what a live view draws. Plain mode ignores it.
   void SetStatus(RunStatus status);
@@ -94,7 +114,21 @@ class Console {
   std::string error() const;
 
  private:
+  /// What was said lately by one process, for StatusText's "say it once".
+  struct Said {
+    std::string latest_status;
+    // Its last few lines of output (a ring whose strings keep their capacity:
+    // no allocation per line once warm).
+    std::array<std::string, 4> lines;
+    std::array<std::chrono::steady_clock::time_point, 4> line_at{};
+    size_t next_line = 0;
+    std::deque<std::pair<std::string, std::chrono::steady_clock::time_point>> statuses;  // printed, unmatched
+    // Not printed yet: a line of the process's own may still say it (then
+    // that line is shown and this is not); printed after kStatusHold.
+    std::deque<std::pair<std::string, std::chrono::steady_clock::time_point>> held;
+  };
   struct Source {
+    size_t said = 0;       // index into said_
     std::string name;
     std::string file_path;
     std::string prefix;  // "[name] ", with colour escapes when colour is on
@@ -105,9 +139,20 @@ class Console {
   /// True if `bytes` more may be queued; handles the drop/low-water hysteresis.
   bool RoomLocked(size_t bytes);
   void AppendLineLocked(const Source& s, std::string_view line);
+  /// True if `line` repeats a STATUS= text already printed (then it is not).
+  bool RepeatsStatusLocked(const Source& s, std::string_view line);
+  /// Prints the held STATUS= texts older than the hold (all if `all`).
+  void ReleaseHeldLocked(bool all);
+  Said& SaidFor(std::string_view process);
+  /// The block to draw now (live view), with uptimes advanced to now.
+  std::vector<std::string> RenderBlockLocked();
   void AppendNoticesLocked();
   void WakeWriterLocked(bool was_empty);
   void WriterMain();
+  /// One live-view turn of the writer: the queued lines above, the block
+  /// below. True: loop on (false: stopping, nothing left). Ends the live view
+  /// (erases the block) when EndLive() asked or the console stops.
+  bool LiveFrameLocked(std::unique_lock<std::mutex>& lock, std::string& batch);
   bool WriteBatch(const std::string& batch);
 
   const int fd_;
@@ -126,6 +171,17 @@ class Console {
   std::string error_;
   std::vector<Source> sources_;
   RunStatus status_;
+  std::chrono::steady_clock::time_point status_at_{};
+  bool live_ = false;
+  bool end_live_ = false;     // EndLive() asked; the writer clears the block
+  bool status_dirty_ = false; // SetStatus/StatusText since the last frame
+  std::vector<Said> said_;
+  size_t held_ = 0;           // STATUS= texts held, over all processes
+  LiveScreen screen_;         // writer thread only
+  ProcMeter meter_;           // writer thread only
+  std::chrono::steady_clock::time_point metered_at_{};
+  std::map<int, std::pair<int64_t, double>> metered_;  // pid -> rss, cpu (sampled at most 1 Hz)
+  std::vector<std::string> last_block_;
   std::thread writer_;
 };
 

@@ -21,7 +21,7 @@ namespace dflash {
 namespace {
 
 bool IsSubcommand(const std::string& a) {
-  for (const char* s : {"run", "check", "seed", "cache", "schema"})
+  for (const char* s : {"run", "check", "seed", "cache", "schema", "ctl", "ps"})
     if (a == s) return true;
   return false;
 }
@@ -31,7 +31,8 @@ bool IsSubcommand(const std::string& a) {
 int Main(int argc, char** argv) {
   CLI::App app{"dflash-launch: run one isolated process per GPU role with a shared, gated compile cache.\n"
                "  dflash-launch run.toml           same as `dflash-launch run run.toml`\n"
-               "Exit codes: 0 ok, 2 config error, 64 usage; a run exits with its culprit's code (128+N for signal N).",
+               "Exit codes: 0 ok, 2 config error, 64 usage; a run exits with its culprit's code (128+N for signal N);\n"
+               "ctl: 66 no such run, 67 unknown target, 77 refused (docs/exit-codes.md).",
                "dflash-launch"};
   app.set_version_flag("--version", std::string("dflash-launch ") + DFLASH_VERSION + "\ncommit " + DFLASH_GIT_COMMIT +
                                         "\ntested with torch " + DFLASH_TESTED_TORCH + "\nbuild " + DFLASH_BUILD_FLAGS);
@@ -48,6 +49,8 @@ int Main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "Run every process of the plan under the supervisor (the default).");
   run_cmd->add_option("config", run.config, "run.toml")->required();
   run_cmd->add_option("--run-id", run.run_id, "Name of this run's log directory (default: <name>-<date>-<time>-<pid>)");
+  run_cmd->add_flag("--plain", run.plain,
+                    "Prefixed lines only, no live status block (the default when stdout is not a terminal)");
   run_cmd->add_option("--color", color, "Colour on the console: auto (a TTY without NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
 
@@ -87,6 +90,33 @@ int Main(int argc, char** argv) {
   for (CLI::App* sub : {c_export, c_import, c_clear})
     sub->add_option("--timeout", cache_timeout, "Longest wait for the gate (default " + FormatDuration(kDefaultGateTimeout) + ")");
 
+  // Live control (docs/control.md): `ctl [RUN] VERB ...` talks to the run's control socket.
+  CtlOptions ctl;
+  CLI::App* ctl_cmd = app.add_subcommand("ctl", "Ask or steer a live run: status, restart, stop, start, signal, logs.");
+  ctl_cmd->add_option("run", ctl.run, "RUN_ID or RUN_DIR (default: your only live run on this host)");
+  ctl_cmd->require_subcommand(1);
+  CLI::App* ctl_status = ctl_cmd->add_subcommand("status", "One line per process: state, pid, GPU, gate, STATUS=, restarts");
+  ctl_status->add_flag("--json", ctl.json, "The run's status as JSON (docs/control.md)");
+  std::vector<CLI::App*> ctl_verbs = {ctl_status};
+  for (auto [name, help] : {std::pair{"restart", "Restart TARGET now (not counted against the restart budget)"},
+                            {"stop", "Stop TARGET; it stays stopped, the run goes on (until `stop all`)"},
+                            {"start", "Start TARGET stopped by `ctl stop`"}}) {
+    CLI::App* v = ctl_cmd->add_subcommand(name, help);
+    v->add_option("target", ctl.target, "role, role:rank or all")->required();
+    ctl_verbs.push_back(v);
+  }
+  CLI::App* ctl_signal = ctl_cmd->add_subcommand("signal", "Send SIG to TARGET's processes");
+  ctl_signal->add_option("sig", ctl.signal, "SIGUSR1, USR1, ...")->required();
+  ctl_signal->add_option("target", ctl.target, "role, role:rank or all")->required();
+  ctl_verbs.push_back(ctl_signal);
+  CLI::App* ctl_logs = ctl_cmd->add_subcommand("logs", "Print TARGET's output (its latest attempt) from the run dir");
+  ctl_logs->add_flag("-f,--follow", ctl.follow, "Keep printing until the run ends (or Ctrl-C)");
+  ctl_logs->add_option("target", ctl.target, "role, role:rank or all")->required();
+  ctl_verbs.push_back(ctl_logs);
+  bool ps_json = false;
+  CLI::App* ps_cmd = app.add_subcommand("ps", "Your live runs on this host: id, supervisor pid, uptime, processes running");
+  ps_cmd->add_flag("--json", ps_json, "Machine-readable");
+
   bool markdown = false;
   CLI::App* schema_cmd = app.add_subcommand("schema", "Print every run.toml key with type, default and meaning.");
   schema_cmd->add_flag("--markdown", markdown, "As the markdown reference in docs/config.md");
@@ -121,6 +151,12 @@ int Main(int argc, char** argv) {
     return RunCache(cache, environ);
   }
   if (check_cmd->parsed()) return RunCheck(check, environ);
+  if (ctl_cmd->parsed()) {
+    for (CLI::App* v : ctl_verbs)
+      if (v->parsed()) ctl.action = v->get_name();
+    return RunCtl(ctl);
+  }
+  if (ps_cmd->parsed()) return RunPs(ps_json);
   if (schema_cmd->parsed()) {
     std::fputs(SchemaMarkdown().c_str(), stdout);
     return exit_code::kOk;

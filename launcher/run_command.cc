@@ -13,10 +13,12 @@
 #include "common/signal_fd.h"
 #include "common/spawn.h"
 #include "launcher/commands.h"
+#include "launcher/control_server.h"
 #include "launcher/holder_lock.h"
 #include "launcher/port_reservation.h"
 #include "launcher/fd_limit.h"
 #include "launcher/run_cgroup.h"
+#include "launcher/run_registry.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_log.h"
 #include "launcher/torch_version.h"
@@ -93,7 +95,23 @@ int RunRun(const RunOptions& opts, char** env) {
 
   Console::Options co;
   co.color = opts.color;
+  // The live status block only on a terminal that can move its cursor.
+  const char* term = std::getenv("TERM");
+  co.live = !opts.plain && ::isatty(1) == 1 && !(term != nullptr && std::string(term) == "dumb");
   Console console(co);
+  // `dflash-launch ps` and `ctl RUN_ID` find the run here; gone when we are.
+  RunRegistration registration;
+  {
+    RunEntry entry;
+    entry.run_id = plan.run_id;
+    std::error_code fs_ec;
+    entry.run_dir = std::filesystem::absolute(plan.run_dir, fs_ec).lexically_normal().string();
+    entry.config = std::filesystem::absolute(opts.config, fs_ec).lexically_normal().string();
+    if (!registration.Register(entry, &err)) {
+      log->warn("not listed for `dflash-launch ps`: {}", err);
+      console.Supervisor("[dflash] warning: not listed for `dflash-launch ps`: " + err);
+    }
+  }
   SupervisorOptions so;
   so.base_env = CurrentEnvironment();
   if (auto sd = GetEnvVar(so.base_env, "NOTIFY_SOCKET")) so.systemd_notify_socket = std::string(*sd);
@@ -105,12 +123,23 @@ int RunRun(const RunOptions& opts, char** env) {
   RunSummary summary;
   {
     Supervisor sup(plan, so, &console, log);
+    // <run_dir>/control.sock, served from the supervisor's loop (docs/control.md).
+    // Without it the run goes on, uncontrollable: say so, do not fail.
+    ControlServer control;
+    if (!control.Open(plan.run_dir, &err) ||
+        !sup.AddWatch(control.fd(), [&] { control.OnReadable(sup.control()); }, &err)) {
+      log->warn("no control socket: {}", err);
+      console.Supervisor("[dflash] warning: no control socket (`dflash-launch ctl` cannot reach this run): " + err);
+      control.Close();
+    }
     rc = sup.Run();
+    control.Close();  // before the registry entry goes: `ps` never lists a run whose socket is gone
     summary = sup.Summary();
   }
   // The run's hidden-state frames live in RAM (/dev/shm): nobody reads them after the run.
   std::error_code ec;
   std::filesystem::remove_all(plan.SpoolDir(), ec);
+  console.EndLive();  // the summary goes below the last frame, plainly
   if (!WriteFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", &err))
     console.Supervisor("[dflash] cannot write summary.json: " + err);
   console.Supervisor("\n" + SummaryTable(summary, console.color()));

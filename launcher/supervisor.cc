@@ -51,6 +51,11 @@ struct Supervisor::Impl : public ControlHandler {
         router_(console) {
     os_.resize(core_.size());
     core_.settle_exec = [this](size_t i) { OnExecStatus(i); };
+    core_.on_status_text = [this](size_t i, const std::string& text) {
+      const std::string& name = core_.proc(i).plan->name;
+      if (log_) log_->info("{}: {}", name, text);
+      if (console_) console_->StatusText(name, text);
+    };
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     core_.status_base.run_id = plan_.run_id;
     core_.status_base.run_dir = plan_.run_dir;
@@ -292,7 +297,6 @@ int Supervisor::Impl::Run() {
   events_file_.reset(::open(events_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!events_file_) Warn("cannot write " + events_path + ": " + ErrnoMessage("open", errno));
 
-  Info("run " + plan_.run_id + ": " + std::to_string(core_.size()) + " processes, logs in " + plan_.run_dir);
   // Before the first child: the cgroup it will be born into, and the guardian
   // that kills the run if we are SIGKILLed (docs/design.md, "Nothing outlives the run").
   run_token_ = NewRunToken();

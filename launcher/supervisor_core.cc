@@ -282,7 +282,9 @@ void SupervisorCore::OnReport(size_t i, const WorkerReport& r) {
   if (r.ready_s) p.current().ready_s = *r.ready_s;
   if (r.status) {
     p.status = *r.status;
-    Info(p.plan->name + ": " + *r.status);
+    // The console shows it once (launcher/console.h StatusText); else a log line.
+    if (on_status_text) on_status_text(i, *r.status);
+    else Info(p.plan->name + ": " + *r.status);
     if (!p.watchdog_pings) ArmWatchdog(i);
   }
   if (r.watchdog) {

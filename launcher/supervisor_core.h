@@ -146,6 +146,9 @@ class SupervisorCore final : public ControlHandler {
   /// If set, called when a stop needs the exec outcome of proc `i` now (the
   /// shell then calls OnExecResult): a failed exec is its own failure, not a stop.
   std::function<void(size_t)> settle_exec;
+  /// If set, a STATUS= of proc `i` goes here instead of an Info line (the
+  /// shell logs it and hands it to the console, which shows it once).
+  std::function<void(size_t, const std::string&)> on_status_text;
 
   // --- control (launcher/control.h) ---------------------------------------
   RunStatus Status() override;
