@@ -21,7 +21,7 @@
 
 #include "cachelock/gate.h"
 #include "cachelock/status.h"
-#include "common/ready_spec.h"
+#include "contract/ready_spec.h"
 #include "worker/gated_run.h"
 #include "common/duration.h"
 #include "common/exit_codes.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/duration.h"
-#include "common/ready_spec.h"
+#include "contract/ready_spec.h"
 #include "launcher/config_error.h"
 
 namespace dflash {

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "common/duration.h"
-#include "common/shape_contract.h"
+#include "contract/shape_contract.h"
 #include "common/inductor_layout.h"
 #include "common/secure_path.h"
 #include "launcher/config_internal.h"

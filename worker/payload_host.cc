@@ -19,6 +19,7 @@
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
 #include "worker/output_relay.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 namespace {
@@ -329,10 +330,9 @@ void Host::OnNotify() {
     // The payload itself, or anything in its process group (systemd-notify
     // run by a payload shell). Others on this host may know the address.
     if (m.pid != pid_ && !(m.pgid > 0 && m.pgid == pid_)) continue;
-    for (const auto& [k, v] : m.fields) {
-      if (k == "STATUS" && o_.on_status) o_.on_status(v);
-      if (k == "READY" && v == "1" && waiting_ready_) Ready();
-    }
+    NotifyFields f = DecodeNotify(m.fields);
+    if (f.status && o_.on_status) o_.on_status(*f.status);
+    if (f.ready && waiting_ready_) Ready();
   }
 }
 

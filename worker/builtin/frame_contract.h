@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/shape_contract.h"
+#include "contract/shape_contract.h"
 #include "worker/builtin/safetensors.h"
 
 namespace dflash {

@@ -1,4 +1,4 @@
-#include "common/shape_contract.h"
+#include "contract/shape_contract.h"
 
 namespace dflash {
 
