@@ -16,6 +16,7 @@
 #include "common/proc_scan.h"
 #include "common/run_sweep.h"
 #include "common/signal_names.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 namespace {
@@ -676,29 +677,27 @@ void Supervisor::OnNotify() {
                            [&](const Proc& p) { return p.pid > 0 && (m.pid == p.pid || m.pgid == p.pid); });
     if (it == procs_.end()) continue;  // a late message from a process already gone
     Proc& p = *it;
-    for (const auto& [k, v] : m.fields) {
-      if (k == "MAINPID") p.payload_pid = std::atoi(v.c_str());
-      else if (k == "X_DFLASH_ERROR") p.worker_error = v;
-      else if (k == "X_DFLASH_EXIT") p.payload_exit = v;
-      else if (k == "X_DFLASH_SIGNAL") p.payload_signal = std::atoi(v.c_str());
-      else if (k == "STATUS") Info(p.plan->name + ": " + v);
-      else if (k == "X_DFLASH_READY_S") p.ready_s = std::atof(v.c_str());
-      else if (k == "X_DFLASH_GATE_WARNING") {
-        if (std::find(warnings_.begin(), warnings_.end(), v) == warnings_.end()) {
-          warnings_.push_back(v);
-          Warn(v);
-        }
-      }
-      else if (k.rfind("X_DFLASH_GATE_", 0) == 0) {
-        std::string field = k.substr(std::string("X_DFLASH_GATE_").size());
-        for (char& c : field) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        char* end = nullptr;
-        double num = std::strtod(v.c_str(), &end);
-        p.gate[field] = end && *end == '\0' && !v.empty() ? nlohmann::json(num) : nlohmann::json(v);
-      }
+    NotifyFields f = DecodeNotify(m.fields);  // worker/protocol.h: the worker's own encoding
+    if (f.main_pid) p.payload_pid = *f.main_pid;
+    if (f.error) p.worker_error = *f.error;
+    if (f.payload_exit) p.payload_exit = *f.payload_exit;
+    if (f.payload_signal) p.payload_signal = *f.payload_signal;
+    if (f.status) Info(p.plan->name + ": " + *f.status);
+    if (f.ready_s) p.ready_s = *f.ready_s;
+    if (f.gate_warning && std::find(warnings_.begin(), warnings_.end(), *f.gate_warning) == warnings_.end()) {
+      warnings_.push_back(*f.gate_warning);
+      Warn(*f.gate_warning);
     }
-    if (auto state = m.Get("X_DFLASH_GATE_STATE")) ReportGate(p, *state);
-    if (m.Has("READY", "1") && p.state == ProcState::kStarting) {
+    // The summary's "gate" object: the X_DFLASH_GATE_* facts, lower-cased.
+    if (f.gate_key) p.gate["key"] = *f.gate_key;
+    if (f.gate_role) p.gate["role"] = *f.gate_role;
+    if (f.gate_wait_s) p.gate["wait_s"] = *f.gate_wait_s;
+    if (f.gate_compile_s) p.gate["compile_s"] = *f.gate_compile_s;
+    if (f.gate_state) {
+      p.gate["state"] = GateStateName(*f.gate_state);
+      ReportGate(p, GateStateName(*f.gate_state));
+    }
+    if (f.ready && p.state == ProcState::kStarting) {
       if (p.direct) p.ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
       MarkReady(p, "ready" + (p.ready_s > 0 ? " after " + FormatSeconds(p.ready_s) : ""));
       CheckReuseHitTheCache(p);
