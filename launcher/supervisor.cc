@@ -144,7 +144,7 @@ void Supervisor::Spawn(Proc& p) {
               {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
   p.ready_s = 0;
   p.timed_out = false;
-  p.ready_deadline = SteadyTime::max();
+  p.readiness.reset();
   p.exit_code = -1;
   p.signal = 0;
   p.reason.clear();
@@ -214,8 +214,8 @@ void Supervisor::Spawn(Proc& p) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, p.exec.exec_status.get(), &ev);
   Info(pp.name + " STARTING (pid " + std::to_string(p.pid) + ", attempt " + std::to_string(p.attempt) +
        (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
-  if (p.direct && role.ready.mode != ReadyMode::kNone && role.ready.timeout.count() > 0)
-    p.ready_deadline = p.started + role.ready.timeout;
+  // No worker in between: readiness is judged here, by the same rules (contract/readiness.h).
+  if (p.direct) p.readiness.emplace(role.ready);
 }
 
 void Supervisor::OnExecStatus(Proc& p) {
@@ -229,13 +229,12 @@ void Supervisor::OnExecStatus(Proc& p) {
     return;
   }
   // No worker in between and ready = none: running as soon as it runs.
-  if (p.direct && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kNone) MarkReady(p, "started");
+  if (p.readiness && p.readiness->OnExec(p.started)) MarkReady(p, "started");
 }
 
 void Supervisor::MarkReady(Proc& p, const std::string& why) {
   if (p.state != ProcState::kStarting) return;
   p.ready_once = true;
-  p.ready_deadline = SteadyTime::max();
   SetState(p, ProcState::kRunning, why);
   bool all = std::all_of(procs_.begin(), procs_.end(),
                          [](const Proc& q) { return q.state == ProcState::kRunning || q.state == ProcState::kExited; });
@@ -353,7 +352,8 @@ int Supervisor::NextTimeoutMs() const {
   for (const Proc& p : procs_) {
     if (p.state == ProcState::kStopping && Alive(p)) next = std::min(next, p.kill_at);
     if (p.restart_pending && !Alive(p)) next = std::min(next, p.restart_at);
-    if (p.state == ProcState::kStarting && Alive(p)) next = std::min(next, p.ready_deadline);
+    if (p.state == ProcState::kStarting && Alive(p) && p.readiness && p.readiness->deadline())
+      next = std::min(next, *p.readiness->deadline());
   }
   if (next == SteadyTime::max()) return -1;
   if (next <= now) return 0;
@@ -436,7 +436,10 @@ void Supervisor::OnExit(Proc& p, const ExitStatus& st) {
   p.reason = how;
   KillLeftoversOf(p);
 
-  if (p.direct && p.exit_code == 0 && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kExit) p.ready_once = true;
+  if (p.readiness) {
+    p.readiness->OnExit(p.exit_code == 0);
+    if (p.readiness->OnExitDrained()) p.ready_once = true;
+  }
   if (p.plan->warmup && !stopping_ && !p.stop_sent) {
     OnWarmupExit(p, how);
     return;
@@ -657,13 +660,10 @@ void Supervisor::OnDeadlines() {
       p.kill_at = SteadyTime::max();
     }
     if (p.restart_pending && !Alive(p) && now >= p.restart_at && !stopping_) Spawn(p);
-    if (p.state == ProcState::kStarting && Alive(p) && now >= p.ready_deadline) {
+    if (p.state == ProcState::kStarting && Alive(p) && p.readiness && p.readiness->OnClock(now)) {
       // The worker enforces this for the processes it hosts; these are ours.
-      const ReadySpec& ready = plan_.RoleOf(*p.plan).ready;
-      p.ready_deadline = SteadyTime::max();
       p.timed_out = true;
-      Fail(p, "(pid " + std::to_string(p.pid) + ") not ready after " + FormatDuration(ready.timeout) +
-                  " (ready = " + DescribeNotReady(ready) + ")", false);
+      Fail(p, "(pid " + std::to_string(p.pid) + ") " + p.readiness->TimeoutText(), false);
     }
   }
 }
@@ -697,7 +697,9 @@ void Supervisor::OnNotify() {
       p.gate["state"] = GateStateName(*f.gate_state);
       ReportGate(p, GateStateName(*f.gate_state));
     }
-    if (f.ready && p.state == ProcState::kStarting) {
+    // A worker judged its payload itself; a direct process is judged here.
+    bool ready = p.readiness ? f.ready && p.readiness->OnNotifyReady() : f.ready;
+    if (ready && p.state == ProcState::kStarting) {
       if (p.direct) p.ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
       MarkReady(p, "ready" + (p.ready_s > 0 ? " after " + FormatSeconds(p.ready_s) : ""));
       CheckReuseHitTheCache(p);

@@ -15,6 +15,7 @@
 #include "common/notify.h"
 #include "common/signal_fd.h"
 #include "common/spawn.h"
+#include "contract/readiness.h"
 #include "launcher/console.h"
 #include "launcher/log_router.h"
 #include "launcher/plan.h"
@@ -85,7 +86,7 @@ class Supervisor {
     double ready_s = 0;         // X_DFLASH_READY_S=: spawn to ready (the compile, for a gated payload)
     bool direct = false;        // no dflash-worker in between (Plan::NeedsWorker)
     Child exec;                 // its exec's outcome, until OnExecStatus reads it
-    SteadyTime ready_deadline = SteadyTime::max();  // direct processes: readiness timeout
+    std::optional<Readiness> readiness;  // direct processes only: their readiness, judged here
     bool timed_out = false;     // not ready in time: the run exits 75
     bool spawn_failed = false;  // could not be started (pipes, fork, exec: 126/127): FAILED, never collateral
     int64_t memory_peak = -1;   // max memory.peak of its attempts' cgroups (-1: not measured)
