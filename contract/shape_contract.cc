@@ -24,6 +24,10 @@ std::string Fix(const ShapeContract& c) {
 
 }  // namespace
 
+std::string DescribeViolation(const ContractViolation& v) {
+  return v.message + ": expected " + v.expected + "; found " + v.found + "; fix: " + v.hint;
+}
+
 ContractViolation StackedLayoutViolation(const ShapeContract& c) {
   return {"taps stacked on a new axis: the drafter's fc reads them concatenated", Expected(c),
           "stacked " + ShapeString({c.batch, c.seq_len, c.n_taps, c.hidden}), Fix(c)};
