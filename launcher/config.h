@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/duration.h"
+#include "contract/enum_names.h"
 #include "contract/ready_spec.h"
 #include "launcher/config_error.h"
 
@@ -17,6 +18,12 @@ namespace dflash {
 
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
 enum class RestartScope { kProcess, kRole, kAll };
+/// The spellings (run.toml, plans, summaries), written once: the parser, the
+/// printers and the schema's `choices` all read these tables.
+inline constexpr EnumName<RestartPolicy> kRestartPolicyNames[] = {
+    {RestartPolicy::kNever, "never"}, {RestartPolicy::kOnFailure, "on-failure"}, {RestartPolicy::kAlways, "always"}};
+inline constexpr EnumName<RestartScope> kRestartScopeNames[] = {
+    {RestartScope::kProcess, "process"}, {RestartScope::kRole, "role"}, {RestartScope::kAll, "all"}};
 
 const char* RestartPolicyName(RestartPolicy p);
 const char* RestartScopeName(RestartScope s);
@@ -27,6 +34,8 @@ enum class GateMode {
   kWarmup,  ///< one warm-up compiles in a world of one; then the whole role starts together
   kSerial,  ///< each process takes the gate as it starts (independent processes only)
 };
+inline constexpr EnumName<GateMode> kGateModeNames[] = {
+    {GateMode::kAuto, "auto"}, {GateMode::kWarmup, "warmup"}, {GateMode::kSerial, "serial"}};
 const char* GateModeName(GateMode m);
 
 /// The compile gate: one process per key compiles, the others wait and reuse.

@@ -394,31 +394,8 @@ std::vector<int> DefaultTappedLayers(int target_layers, int draft_layers) {
   return ids;
 }
 
-const char* RestartPolicyName(RestartPolicy p) {
-  switch (p) {
-    case RestartPolicy::kNever: return "never";
-    case RestartPolicy::kOnFailure: return "on-failure";
-    case RestartPolicy::kAlways: return "always";
-  }
-  return "?";
-}
-
-const char* GateModeName(GateMode m) {
-  switch (m) {
-    case GateMode::kAuto: return "auto";
-    case GateMode::kWarmup: return "warmup";
-    case GateMode::kSerial: return "serial";
-  }
-  return "?";
-}
-
-const char* RestartScopeName(RestartScope s) {
-  switch (s) {
-    case RestartScope::kProcess: return "process";
-    case RestartScope::kRole: return "role";
-    case RestartScope::kAll: return "all";
-  }
-  return "?";
-}
+const char* RestartPolicyName(RestartPolicy p) { return NameIn(kRestartPolicyNames, p).data(); }
+const char* GateModeName(GateMode m) { return NameIn(kGateModeNames, m).data(); }
+const char* RestartScopeName(RestartScope s) { return NameIn(kRestartScopeNames, s).data(); }
 
 }  // namespace dflash
