@@ -21,8 +21,6 @@
 
 #include "cachelock/gate.h"
 #include "cachelock/status.h"
-#include "common/ready_spec.h"
-#include "worker/gated_run.h"
 #include "common/duration.h"
 #include "common/exit_codes.h"
 
@@ -33,19 +31,6 @@ namespace {
 
 void Say(const std::string& line) { std::fprintf(stderr, "dflash-cachelock: %s\n", line.c_str()); }
 
-
-struct RunArgs {
-  std::string dir, key, ready = "exit", ready_timeout = "0", timeout = FormatDuration(kDefaultGateTimeout), progress = "5s", who, torch_version;
-  std::vector<std::string> cmd;
-};
-
-std::string DefaultWho(const std::vector<std::string>& cmd) {
-  const char* role = std::getenv("ROLE_NAME");
-  const char* rank = std::getenv("ROLE_RANK");
-  if (role && *role) return rank && *rank ? fmt::format("{}:{}", role, rank) : role;
-  if (!cmd.empty()) return std::filesystem::path(cmd[0]).filename().string();
-  return "dflash-cachelock";
-}
 
 bool MakeOptions(const std::string& dir, const std::string& timeout, const std::string& progress,
                  const std::string& who, GateOptions* o, std::string* err) {
@@ -63,28 +48,21 @@ bool MakeOptions(const std::string& dir, const std::string& timeout, const std::
   return true;
 }
 
-int Run(const RunArgs& a) {
-  // The same host as dflash-worker: gate, payload, readiness, publish, release.
-  GatedRunOptions o;
-  std::string err;
-  if (!ParseReadySpec(a.ready, &o.ready, &err) || !ParseDuration(a.ready_timeout, &o.ready.timeout, &err) ||
-      !ParseDuration(a.timeout, &o.gate_timeout, &err) || !ParseDuration(a.progress, &o.progress_every, &err)) {
-    Say(err);
-    return exit_code::kUsage;
-  }
-  if (o.gate_timeout.count() <= 0) {
-    Say("--timeout " + a.timeout + ": must be more than 0");
-    return exit_code::kUsage;
-  }
-  o.name = a.who.empty() ? DefaultWho(a.cmd) : a.who;
-  o.argv = a.cmd;
-  o.gate_dir = a.dir;
-  o.gate_key = a.key;
-  o.torch_version = a.torch_version;
-  o.say = Say;
-  o.report = false;  // our caller is a person or a script, not the supervisor
-  o.require_cache_change = false;  // any script's output: it need not land in the gate dir
-  return RunGated(o);
+/// `dflash-cachelock run ...` is `dflash-cachelock-run ...` (worker/cachelock_run.h):
+/// hosting a payload is the worker's job, and the gate's CLI links nothing of it.
+/// The old spelling keeps working: exec the binary installed beside this one.
+int ForwardRun(int argc, char** argv) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string run = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "dflash-cachelock-run";
+  std::vector<char*> args = {run.data()};
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);  // argv[1] is "run": dflash-cachelock-run skips it
+  args.push_back(nullptr);
+  ::execv(run.c_str(), args.data());
+  int e = errno;
+  Say(fmt::format("`run` is dflash-cachelock-run, which should be installed beside this binary: cannot execute "
+                  "'{}': {}", run, std::strerror(e)));
+  return e == ENOENT ? exit_code::kNotFound : exit_code::kNotExecutable;
 }
 
 int Status(const std::string& dir, bool as_json) {
@@ -135,21 +113,14 @@ int Forget(const std::string& dir, const std::string& key, const std::string& ti
 }  // namespace
 
 int CachelockMain(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "run") return ForwardRun(argc, argv);
   CLI::App app{"dflash-cachelock: the crash-safe compile gate on a shared Inductor cache dir"};
   app.require_subcommand(1);
   app.set_version_flag("--version", DFLASH_VERSION);
 
-  RunArgs ra;
-  CLI::App* run = app.add_subcommand("run", "Run CMD through the gate: lead (compile, publish READY) or reuse");
-  run->add_option("dir", ra.dir, "The cache dir the gate protects")->required();
-  run->add_option("--key", ra.key, "Gate key: [A-Za-z0-9._-]{1,128}")->required();
-  run->add_option("--ready", ra.ready, "When a leader's CMD is ready: exit (default), notify, file:PATH, log:REGEX");
-  run->add_option("--ready-timeout", ra.ready_timeout, "Longest wait for CMD to be ready (default 0: no limit)");
-  run->add_option("--timeout", ra.timeout, "Longest wait for the gate (default " + FormatDuration(kDefaultGateTimeout) + ")");
-  run->add_option("--progress", ra.progress, "Progress line cadence while waiting (default 5s; 0 = none)");
-  run->add_option("--who", ra.who, "Name in records and messages (default $ROLE_NAME:$ROLE_RANK or CMD)");
-  run->add_option("--torch-version", ra.torch_version, "Recorded in READY (default $DFLASH_TORCH_VERSION)");
-  run->add_option("cmd", ra.cmd, "-- CMD [ARGS...]")->required();
+  // Only for --help: CachelockMain forwards `run` before parsing.
+  app.add_subcommand("run", "Run CMD through the gate (dflash-cachelock-run DIR --key K -- CMD; see its --help)")
+      ->allow_extras();
 
   std::string status_dir;
   bool as_json = false;
@@ -168,11 +139,6 @@ int CachelockMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? exit_code::kOk : exit_code::kUsage;
-  }
-  if (run->parsed()) {
-    if (ra.torch_version.empty())
-      if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) ra.torch_version = v;
-    return Run(ra);
   }
   if (status->parsed()) return Status(status_dir, as_json);
   return Forget(forget_dir, forget_key, forget_timeout);

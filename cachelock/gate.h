@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "cachelock/backend.h"
+#include "contract/defaults.h"  // kDefaultGateTimeout
 #include "cachelock/records.h"
 
 namespace dflash {
@@ -32,11 +33,6 @@ int GateExitCode(GateError e);
 enum class GateDecision { kLead, kReuse };
 const char* GateDecisionName(GateDecision d);  ///< "lead" / "reuse", as in DFLASH_GATE_ROLE
 
-/// The one default for how long anyone waits for the gate (the schema's
-/// role.gate.timeout, dflash-worker, dflash-cachelock, `cache` commands): long
-/// enough for a large model's compile; a leader that is blocked rather than
-/// compiling is reported long before (role.gate.idle_hint).
-inline constexpr std::chrono::minutes kDefaultGateTimeout{30};
 
 struct GateOptions {
   std::string dir;                 ///< the cache dir the gate protects

@@ -10,13 +10,20 @@
 #include <vector>
 
 #include "common/duration.h"
-#include "common/ready_spec.h"
+#include "contract/enum_names.h"
+#include "contract/ready_spec.h"
 #include "launcher/config_error.h"
 
 namespace dflash {
 
 enum class RestartPolicy { kNever, kOnFailure, kAlways };
 enum class RestartScope { kProcess, kRole, kAll };
+/// The spellings (run.toml, plans, summaries), written once: the parser, the
+/// printers and the schema's `choices` all read these tables.
+inline constexpr EnumName<RestartPolicy> kRestartPolicyNames[] = {
+    {RestartPolicy::kNever, "never"}, {RestartPolicy::kOnFailure, "on-failure"}, {RestartPolicy::kAlways, "always"}};
+inline constexpr EnumName<RestartScope> kRestartScopeNames[] = {
+    {RestartScope::kProcess, "process"}, {RestartScope::kRole, "role"}, {RestartScope::kAll, "all"}};
 
 /// The torch.distributed world a role's processes join (the payload decides;
 /// the launcher cannot see it, so the config says it): its members are one
@@ -26,6 +33,8 @@ enum class TorchWorld {
   kRole,  ///< the role's own world (ROLE_MASTER_PORT): the role restarts together
   kRun,   ///< the run-wide world (MASTER_PORT): every role with world = "run" restarts together
 };
+inline constexpr EnumName<TorchWorld> kTorchWorldNames[] = {
+    {TorchWorld::kNone, "none"}, {TorchWorld::kRole, "role"}, {TorchWorld::kRun, "run"}};
 const char* TorchWorldName(TorchWorld w);
 
 const char* RestartPolicyName(RestartPolicy p);
@@ -37,6 +46,8 @@ enum class GateMode {
   kWarmup,  ///< one warm-up compiles in a world of one; then the whole role starts together
   kSerial,  ///< each process takes the gate as it starts (independent processes only)
 };
+inline constexpr EnumName<GateMode> kGateModeNames[] = {
+    {GateMode::kAuto, "auto"}, {GateMode::kWarmup, "warmup"}, {GateMode::kSerial, "serial"}};
 const char* GateModeName(GateMode m);
 
 /// The compile gate: one process per key compiles, the others wait and reuse.

@@ -181,8 +181,7 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
             "\"" + g->key + "\"", "e.g. key = \"drafter\"; or remove it to derive one from the role and [model]");
   if (!r.Has("key")) g->key.clear();
   std::string mode;
-  if (r.Enum("mode", &mode)) g->mode = mode == "warmup" ? GateMode::kWarmup : mode == "serial" ? GateMode::kSerial
-                                                                                                : GateMode::kAuto;
+  if (r.Enum("mode", &mode)) ParseIn(kGateModeNames, mode, &g->mode);
   r.StringArray("key_files", &g->key_files);
   if (r.Has("key_files") && r.Has("key"))
     r.Error("key_files", r.ValuePos("key_files"), "key_files only go into a derived key", "no explicit key",
@@ -232,11 +231,8 @@ void ReadReady(const toml::node* n, const std::string& prefix, ReadySpec* rs, st
   } else {
     mode_ok = r.Enum("mode", &mode);
   }
-  rs->mode = mode == "notify" ? ReadyMode::kNotify
-             : mode == "log"  ? ReadyMode::kLog
-             : mode == "file" ? ReadyMode::kFile
-             : mode == "exit" ? ReadyMode::kExit
-                              : ReadyMode::kNone;
+  rs->mode = ReadyMode::kNone;
+  ParseIn(kReadyModeNames, mode, &rs->mode);  // an unknown mode was reported: kNone stands in
   std::string pattern, path;
   r.String("pattern", &pattern);
   r.String("path", &path);
@@ -315,10 +311,10 @@ void ReadRestart(const toml::node* n, const std::string& prefix, RestartSpec* rs
   std::string policy, scope;
   r.Enum("policy", &policy);
   r.Enum("scope", &scope);
-  rs->policy = policy == "on-failure" ? RestartPolicy::kOnFailure
-               : policy == "always"   ? RestartPolicy::kAlways
-                                      : RestartPolicy::kNever;
-  rs->scope = scope == "role" ? RestartScope::kRole : scope == "all" ? RestartScope::kAll : RestartScope::kProcess;
+  rs->policy = RestartPolicy::kNever;  // an unknown value was reported: the defaults stand in
+  rs->scope = RestartScope::kProcess;
+  ParseIn(kRestartPolicyNames, policy, &rs->policy);
+  ParseIn(kRestartScopeNames, scope, &rs->scope);
   r.Int("max", &rs->max, -kIntMax, 1'000'000);
   r.Duration("window", &rs->window);
   ReadBackoff(r, rs);
@@ -486,7 +482,8 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   ReadStop(r.Get("stop"), name_for_path, &role->stop, errors, r);
   std::string world;
   r.Enum("world", &world);
-  role->world = world == "role" ? TorchWorld::kRole : world == "run" ? TorchWorld::kRun : TorchWorld::kNone;
+  role->world = TorchWorld::kNone;  // an unknown value was reported: the default stands in
+  ParseIn(kTorchWorldNames, world, &role->world);
   if (r.Has("world")) role->world_pos = r.ValuePos("world");
   r.Duration("watchdog", &role->watchdog, /*allow_zero=*/true);
   r.Signal("watchdog_signal", &role->watchdog_signal);

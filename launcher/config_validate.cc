@@ -10,7 +10,7 @@
 #include <set>
 
 #include "common/duration.h"
-#include "common/shape_contract.h"
+#include "contract/shape_contract.h"
 #include "common/inductor_layout.h"
 #include "common/secure_path.h"
 #include "launcher/config_internal.h"
@@ -394,23 +394,9 @@ std::vector<int> DefaultTappedLayers(int target_layers, int draft_layers) {
   return ids;
 }
 
-const char* RestartPolicyName(RestartPolicy p) {
-  switch (p) {
-    case RestartPolicy::kNever: return "never";
-    case RestartPolicy::kOnFailure: return "on-failure";
-    case RestartPolicy::kAlways: return "always";
-  }
-  return "?";
-}
-
-const char* GateModeName(GateMode m) {
-  switch (m) {
-    case GateMode::kAuto: return "auto";
-    case GateMode::kWarmup: return "warmup";
-    case GateMode::kSerial: return "serial";
-  }
-  return "?";
-}
+const char* RestartPolicyName(RestartPolicy p) { return NameIn(kRestartPolicyNames, p).data(); }
+const char* GateModeName(GateMode m) { return NameIn(kGateModeNames, m).data(); }
+const char* RestartScopeName(RestartScope s) { return NameIn(kRestartScopeNames, s).data(); }
 
 std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
   std::vector<ConfigError> out;
@@ -450,22 +436,6 @@ std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
   return out;
 }
 
-const char* TorchWorldName(TorchWorld w) {
-  switch (w) {
-    case TorchWorld::kNone: return "none";
-    case TorchWorld::kRole: return "role";
-    case TorchWorld::kRun: return "run";
-  }
-  return "?";
-}
-
-const char* RestartScopeName(RestartScope s) {
-  switch (s) {
-    case RestartScope::kProcess: return "process";
-    case RestartScope::kRole: return "role";
-    case RestartScope::kAll: return "all";
-  }
-  return "?";
-}
+const char* TorchWorldName(TorchWorld w) { return NameIn(kTorchWorldNames, w).data(); }
 
 }  // namespace dflash

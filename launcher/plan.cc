@@ -5,6 +5,7 @@
 
 #include "common/duration.h"
 #include "common/hash.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 namespace {
@@ -304,20 +305,18 @@ bool Plan::NeedsWorker(const ProcessPlan& p) const {
 std::vector<std::string> Plan::ExecArgv(const ProcessPlan& p) const {
   if (!NeedsWorker(p)) return p.command;
   const RoleSpec& role = RoleOf(p);
-  std::vector<std::string> argv = {bin_dir + "/dflash-worker", "--name", p.name};
+  WorkerArgs w;
+  w.name = p.name;
   if (!p.gate_key.empty() && (p.warmup || !role.warmup_gated())) {
-    argv.insert(argv.end(), {"--gate-dir", config.run.cache_dir, "--gate-key", p.gate_key, "--gate-timeout",
-                             FormatDuration(role.gate.timeout), "--gate-idle-hint", FormatDuration(role.gate.idle_hint)});
-    if (p.warmup) argv.push_back("--warmup");
+    w.gate_dir = config.run.cache_dir;
+    w.gate_key = p.gate_key;
+    w.gate_timeout = role.gate.timeout;
+    w.gate_idle_hint = role.gate.idle_hint;
+    w.warmup = p.warmup;
   }
-  if (role.ready.mode != ReadyMode::kNone) {
-    argv.insert(argv.end(), {"--ready", FormatReadySpec(role.ready), "--ready-timeout", FormatDuration(role.ready.timeout)});
-    if (role.ready.mode == ReadyMode::kLog && role.ready.stream != ReadySpec::Stream::kStdout)
-      argv.insert(argv.end(), {"--ready-stream", ReadyStreamName(role.ready.stream)});
-  }
-  argv.push_back("--");
-  argv.insert(argv.end(), p.command.begin(), p.command.end());
-  return argv;
+  w.ready = role.ready;
+  w.command = p.command;
+  return EncodeWorkerArgv(bin_dir + "/dflash-worker", w);
 }
 
 }  // namespace dflash

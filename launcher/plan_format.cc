@@ -6,7 +6,7 @@
 #include <set>
 
 #include "common/duration.h"
-#include "common/shape_contract.h"
+#include "contract/shape_contract.h"
 #include "common/signal_names.h"
 
 namespace dflash {

@@ -4,11 +4,20 @@
 #include <cstdlib>
 #include <numeric>
 
+#include "common/duration.h"
+#include "contract/defaults.h"
+#include "launcher/config.h"  // the enums' name tables
+
 namespace dflash {
 namespace {
 
 std::vector<SectionSpec> MakeSchema() {
   using K = KeyType;
+  // Defaults are written where they live -- the config structs (enums, by their name tables) and
+  // contract/defaults.h (shared with the worker and the gate CLI) -- and spelled here for run.toml and
+  // docs/config.md. Static: KeySpec holds views.
+  static const std::string gate_timeout = FormatDuration(kDefaultGateTimeout);
+  static const std::string gate_idle_hint = FormatDuration(kDefaultGateIdleHint);
   return {
       {"run", "How the run is laid out on each host (see docs/multinode.md for more than one node).",
        {
@@ -113,13 +122,13 @@ std::vector<SectionSpec> MakeSchema() {
             "{ policy = \"on-failure\", scope = \"process\", max = 3 }"},
            {"stop", K::kStop, "{ signal = \"SIGTERM\", grace = \"30s\" }", "How the role is stopped.",
             "{ signal = \"SIGINT\", grace = \"60s\" }"},
-           {"world", K::kEnum, "none",
+           {"world", K::kEnum, NameIn(kTorchWorldNames, RoleSpec{}.world),
             "The torch.distributed world its processes join (the launcher cannot see inside the payload, so "
             "say it): role, the role's own world (ROLE_MASTER_PORT, dflash_launch.init_process_group() by "
             "default); run, the run-wide world (MASTER_PORT) shared by every role with world = \"run\"; none, "
             "independent processes. The processes of one world are one restart unit whatever restart.scope says "
             "(a lone rank restarted into a live world cannot rejoin it), and so are they for `ctl restart`.",
-            "\"role\"", {"none", "role", "run"}},
+            "\"role\"", NamesIn(kTorchWorldNames)},
            {"watchdog", K::kDuration, "0s",
             "A RUNNING process silent this long is hung: it gets watchdog_signal, then SIGKILL after the stop "
             "grace, and counts as a failure (reason \"hung\") judged by restart. Silent: no WATCHDOG=1 "
@@ -138,20 +147,21 @@ std::vector<SectionSpec> MakeSchema() {
             "contract, torch's version, the command and every TORCHINDUCTOR_*/TORCH_COMPILE_*/"
             "TORCHDYNAMO_*/TRITON_* variable, so a change of any of them never reuses a stale READY.",
             "\"drafter\""},
-           {"mode", K::kEnum, "auto",
+           {"mode", K::kEnum, NameIn(kGateModeNames, GateSpec{}.mode),
             "warmup: before the role starts, one warm-up process (the `warmup` command, or the command with "
             "DFLASH_WARMUP=1, in a world of one) compiles under the gate and publishes READY; then every process "
             "of the role starts together on the warm cache -- the mode for processes that form a process group "
             "(DDP/FSDP), which cannot be held back one by one. serial: each process takes the gate as it starts; "
             "the first compiles and keeps running, the others wait -- for independent processes only. auto: "
             "serial for a role of one process, warmup otherwise.",
-            "\"warmup\"", {"auto", "warmup", "serial"}},
+            "\"warmup\"", NamesIn(kGateModeNames)},
            {"key_files", K::kStringArray, "[]",
             "Extra files whose content goes into the derived key (glob(7) patterns, relative to the role's cwd), "
             "beside the script the command runs, which is always in it.",
             "[\"model/*.py\", \"conf.yaml\"]"},
-           {"timeout", K::kDuration, "30m", "How long a process waits for the gate before it fails.", "\"20m\""},
-           {"idle_hint", K::kDuration, "60s",
+           {"timeout", K::kDuration, gate_timeout, "How long a process waits for the gate before it fails.",
+            "\"20m\""},
+           {"idle_hint", K::kDuration, gate_idle_hint,
             "A waiter whose leader's processes used almost no CPU for this long says so, with the likely cause "
             "(a leader blocked on its peers) and the fix; \"0s\" turns the hint off.",
             "\"2m\""},
@@ -159,28 +169,28 @@ std::vector<SectionSpec> MakeSchema() {
        }},
       {"role.ready", "Readiness (`ready = \"notify\"` is short for `ready = { mode = \"notify\" }`).",
        {
-           {"mode", K::kEnum, "none",
+           {"mode", K::kEnum, NameIn(kReadyModeNames, ReadySpec{}.mode),
             "none: ready at start; notify: READY=1 on NOTIFY_SOCKET (systemd protocol); log: a line of "
             "output matches `pattern`; file: `path` exists; exit: the process exited 0.",
-            "\"notify\"", {"none", "notify", "log", "file", "exit"}},
+            "\"notify\"", NamesIn(kReadyModeNames)},
            {"pattern", K::kString, "", "mode = \"log\": POSIX extended regex matched against each line.",
             "\"compiled in [0-9.]+s\""},
-           {"stream", K::kEnum, "stdout",
+           {"stream", K::kEnum, NameIn(kReadyStreamNames, ReadySpec{}.stream),
             "mode = \"log\": which output is matched. stdout by default, so a traceback on stderr that echoes "
             "the source line holding the pattern never counts as ready.",
-            "\"both\"", {"stdout", "stderr", "both"}},
+            "\"both\"", NamesIn(kReadyStreamNames)},
            {"path", K::kPath, "", "mode = \"file\": the file whose appearance means ready.",
             "\"/tmp/ready\""},
            {"timeout", K::kDuration, "30m", "Not ready by then: the process fails (exit 75).", "\"20m\""},
        }},
       {"role.restart", "What happens when a process of the role fails.",
        {
-           {"policy", K::kEnum, "never",
+           {"policy", K::kEnum, NameIn(kRestartPolicyNames, RestartSpec{}.policy),
             "never; on-failure (non-zero exit or signal); always (also after exit 0).", "\"on-failure\"",
-            {"never", "on-failure", "always"}},
-           {"scope", K::kEnum, "process",
+            NamesIn(kRestartPolicyNames)},
+           {"scope", K::kEnum, NameIn(kRestartScopeNames, RestartSpec{}.scope),
             "What restarts: the failed process; its whole role; or every process of the run.",
-            "\"process\"", {"process", "role", "all"}},
+            "\"process\"", NamesIn(kRestartScopeNames)},
            {"max", K::kInt, "3", "Restarts allowed within `window`; one more failure is fatal.", "3"},
            {"window", K::kDuration, "30m", "The sliding window in which restarts are counted.", "\"30m\""},
            {"backoff", K::kBackoff, "1s..1m",

@@ -24,6 +24,7 @@
 #include "launcher/port_reservation.h"
 #include "launcher/payload_files.h"
 #include "launcher/run_summary.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 namespace {
@@ -114,22 +115,28 @@ SpawnOptions WarmupSpawn(const Warmup& w, bool verify = false) {
   SetEnvVar(&so.env, "DFLASH_WARMUP", "1");
   SetEnvVar(&so.env, "DFLASH_METRICS_FILE", w.metrics);
   SetEnvVar(&so.env, "TORCHELASTIC_ERROR_FILE", w.metrics + ".error.json");
-  std::vector<std::string> cmd = role.warmup.empty() ? p.command : role.warmup;
-  so.argv = {plan.bin_dir + "/dflash-worker", "--name", p.name, "--gate-dir", plan.config.run.cache_dir,
-             "--gate-key", p.gate_key, "--gate-timeout", FormatDuration(role.gate.timeout), "--ready", "exit",
-             "--ready-timeout", FormatDuration(role.ready.timeout), "--"};
-  so.argv.insert(so.argv.end(), cmd.begin(), cmd.end());
+  WorkerArgs wa;  // a warm-up under the gate: ready when it exits 0
+  wa.name = p.name;
+  wa.gate_dir = plan.config.run.cache_dir;
+  wa.gate_key = p.gate_key;
+  wa.gate_timeout = role.gate.timeout;
+  wa.gate_idle_hint = role.gate.idle_hint;
+  wa.ready = role.ready;
+  wa.ready.mode = ReadyMode::kExit;
+  wa.ready.arg.clear();
+  wa.command = role.warmup.empty() ? p.command : role.warmup;
+  so.argv = EncodeWorkerArgv(plan.bin_dir + "/dflash-worker", wa);
   if (p.warmup) {
     // Gate mode warmup: exactly the run's warm-up (a world of one, stopped once
     // ready), so an unmodified DDP script seeds without peers.
     so.argv = plan.ExecArgv(p);
     if (verify) {
-      so.argv = {plan.bin_dir + "/dflash-worker", "--name", p.name, "--warmup", "--ready", FormatReadySpec(role.ready),
-                 "--ready-timeout", FormatDuration(role.ready.timeout)};
-      if (role.ready.mode == ReadyMode::kLog)
-        so.argv.insert(so.argv.end(), {"--ready-stream", ReadyStreamName(role.ready.stream)});
-      so.argv.push_back("--");
-      so.argv.insert(so.argv.end(), p.command.begin(), p.command.end());
+      WorkerArgs va;  // the same process again, ungated, judged by its counters
+      va.name = p.name;
+      va.warmup = true;
+      va.ready = role.ready;
+      va.command = p.command;
+      so.argv = EncodeWorkerArgv(plan.bin_dir + "/dflash-worker", va);
     }
   }
   so.cwd = role.cwd;

@@ -25,6 +25,7 @@
 #include "launcher/payload_files.h"
 #include "launcher/supervisor_core.h"
 #include "launcher/supervisor_summary.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 namespace {
@@ -434,7 +435,7 @@ void Supervisor::Impl::OnNotify() {
   for (const NotifyMessage& m : msgs) {
     int i = core_.FindSender(m.pid, m.pgid);
     if (i < 0) continue;  // a late message from a process already gone
-    core_.OnReport(static_cast<size_t>(i), ReportFromNotify(m));
+    core_.OnReport(static_cast<size_t>(i), DecodeNotify(m.fields));
   }
 }
 

@@ -173,7 +173,10 @@ void SupervisorCore::Spawn(size_t i) {
   if (!pp.warmup && !pp.gate_key.empty() && role.warmup_gated())
     // No gate of its own: it starts after the warm-up, on the cache that one filled.
     p.gate = {{"key", pp.gate_key}, {"mode", "warmup"}, {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
-  p.ready_deadline = p.kill_at = p.watchdog_at = SteadyTime::max();
+  p.kill_at = p.watchdog_at = SteadyTime::max();
+  // No worker in between: readiness is judged here, by the worker's rules (contract/readiness.h).
+  p.readiness.reset();
+  if (p.direct) p.readiness.emplace(role.ready);
   p.watchdog_pings = false;
   p.started = clock_();
   AttemptRecord rec;
@@ -201,8 +204,6 @@ void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
   p.exec_pending = exec_pending;
   Info(pp.name + " STARTING (pid " + std::to_string(pid) + ", attempt " + std::to_string(p.attempt) +
        (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
-  if (p.direct && role.ready.mode != ReadyMode::kNone && role.ready.timeout.count() > 0)
-    p.ready_deadline = p.started + role.ready.timeout;
   if (!exec_pending) OnExecResult(i, true, "");
 }
 
@@ -237,13 +238,12 @@ void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
     return;
   }
   // No worker in between and ready = none: running as soon as it runs.
-  if (p.direct && plan_.RoleOf(*p.plan).ready.mode == ReadyMode::kNone) MarkReady(i, "started");
+  if (p.readiness && p.readiness->OnExec(p.started)) MarkReady(i, "started");
 }
 
 void SupervisorCore::MarkReady(size_t i, const std::string& why) {
   CoreProc& p = procs_[i];
   if (p.state != ProcState::kStarting) return;
-  p.ready_deadline = SteadyTime::max();
   SetState(i, ProcState::kRunning, why);
   ArmWatchdog(i);
   bool all = std::all_of(procs_.begin(), procs_.end(), [](const CoreProc& q) {
@@ -273,7 +273,7 @@ void SupervisorCore::OnOutput(size_t i) {
   if (!p.watchdog_pings) ArmWatchdog(i);
 }
 
-void SupervisorCore::OnReport(size_t i, const WorkerReport& r) {
+void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
   CoreProc& p = procs_[i];
   if (r.main_pid) p.payload_pid = *r.main_pid;
   if (r.error) p.worker_error = *r.error;
@@ -291,13 +291,18 @@ void SupervisorCore::OnReport(size_t i, const WorkerReport& r) {
     p.watchdog_pings = true;
     ArmWatchdog(i);
   }
-  for (const std::string& w : r.gate_warnings) AddWarning(w);
-  std::string gate_state;
-  if (r.gate.is_object()) {
+  if (r.gate_warning) AddWarning(*r.gate_warning);
+  // The summary's "gate" object: the X_DFLASH_GATE_* facts by their lower-cased names.
+  auto gate = [&](const char* k, nlohmann::json v) {
     if (!p.gate.is_object()) p.gate = nlohmann::json::object();
-    for (auto it = r.gate.begin(); it != r.gate.end(); ++it) p.gate[it.key()] = it.value();
-    gate_state = GateText(r.gate, "state");
-  }
+    p.gate[k] = std::move(v);
+  };
+  if (r.gate_key) gate("key", *r.gate_key);
+  if (r.gate_role) gate("role", *r.gate_role);
+  if (r.gate_wait_s) gate("wait_s", *r.gate_wait_s);
+  if (r.gate_compile_s) gate("compile_s", *r.gate_compile_s);
+  std::string gate_state = r.gate_state ? GateStateName(*r.gate_state) : "";
+  if (!gate_state.empty()) gate("state", gate_state);
   if (!gate_state.empty()) {
     auto num = [&](const char* k) { return GateNumber(p.gate, k); };
     std::string key = GateText(p.gate, "key"), n = p.plan->name;
@@ -310,7 +315,9 @@ void SupervisorCore::OnReport(size_t i, const WorkerReport& r) {
       Info(n + " gate " + key + ": READY published after " + FormatSeconds(num("compile_s")));
     Event(i, p.state, p.state, "gate " + gate_state);  // no transition: a fact for the record
   }
-  if (r.ready && p.state == ProcState::kStarting) {
+  // A worker judged its payload itself; a direct process is judged here.
+  bool ready = p.readiness ? r.ready && p.readiness->OnNotifyReady() : r.ready;
+  if (ready && p.state == ProcState::kStarting) {
     AttemptRecord& rec = p.current();
     if (p.direct) rec.ready_s = std::chrono::duration<double>(clock_() - p.started).count();
     MarkReady(i, "ready" + (rec.ready_s > 0 ? " after " + FormatSeconds(rec.ready_s) : ""));
@@ -623,15 +630,11 @@ void SupervisorCore::OnTick() {
       p.kill_at = SteadyTime::max();
     }
     if (p.state == ProcState::kBackoff && !p.alive() && now >= p.restart_at && !stopping_ && !p.held) Spawn(i);
-    if (p.state == ProcState::kStarting && p.alive() && now >= p.ready_deadline) {
+    if (p.state == ProcState::kStarting && p.alive() && p.readiness && p.readiness->OnClock(now)) {
       // The worker enforces this for the processes it hosts; these are ours.
-      const ReadySpec& ready = plan_.RoleOf(*p.plan).ready;
-      p.ready_deadline = SteadyTime::max();
       p.current().ready_timeout = true;
       NoteFailure(i);
-      Fail(i, "(pid " + std::to_string(p.pid) + ") not ready after " + FormatDuration(ready.timeout) +
-                  " (ready = " + DescribeNotReady(ready) + ")",
-           false);
+      Fail(i, "(pid " + std::to_string(p.pid) + ") " + p.readiness->TimeoutText(), false);
     }
     if (p.state == ProcState::kRunning && p.alive() && now >= p.watchdog_at && !stopping_) Hang(i);
   }
@@ -652,7 +655,8 @@ SteadyTime SupervisorCore::NextDeadline() const {
   for (const CoreProc& p : procs_) {
     if (p.state == ProcState::kStopping && p.alive()) next = std::min(next, p.kill_at);
     if (p.state == ProcState::kBackoff && !p.alive() && !p.held) next = std::min(next, p.restart_at);
-    if (p.state == ProcState::kStarting && p.alive()) next = std::min(next, p.ready_deadline);
+    if (p.state == ProcState::kStarting && p.alive() && p.readiness && p.readiness->deadline())
+      next = std::min(next, *p.readiness->deadline());
     if (p.state == ProcState::kRunning && p.alive()) next = std::min(next, p.watchdog_at);
   }
   return next;

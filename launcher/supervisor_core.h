@@ -19,10 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/spawn.h"
+#include "contract/readiness.h"
 #include "launcher/control.h"
 #include "launcher/plan.h"
 #include "launcher/restart_policy.h"
-#include "launcher/worker_report.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 
@@ -80,7 +81,7 @@ struct CoreProc {
   SteadyTime started{}, ended{};
   SteadyTime restart_at{};                    ///< BACKOFF: when it starts again
   SteadyTime kill_at = SteadyTime::max();     ///< STOPPING: SIGKILL then
-  SteadyTime ready_deadline = SteadyTime::max();
+  std::optional<Readiness> readiness;  ///< direct processes only: their readiness, judged here
   SteadyTime watchdog_at = SteadyTime::max(); ///< RUNNING with a watchdog: hung then
   bool watchdog_pings = false;                ///< it sent WATCHDOG=1 this attempt
   int64_t memory_peak = -1;
@@ -132,7 +133,7 @@ class SupervisorCore final : public ControlHandler {
   void OnExecResult(size_t i, bool ok, const std::string& err);
   /// Reaped; `error_message` is its TORCHELASTIC_ERROR_FILE's message, if any.
   void OnExit(size_t i, const ExitStatus& st, const std::string& error_message);
-  void OnReport(size_t i, const WorkerReport& report);
+  void OnReport(size_t i, const NotifyFields& report);
   /// It wrote output: progress for a watchdog that has no WATCHDOG=1 pings.
   void OnOutput(size_t i);
   /// SIGINT/SIGTERM/SIGHUP stop the run (twice: kill at once); others are forwarded.

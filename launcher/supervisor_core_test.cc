@@ -74,7 +74,7 @@ class Harness {
     core_->OnTick();
     Pump();
   }
-  void Report(const std::string& name, const WorkerReport& r) {
+  void Report(const std::string& name, const NotifyFields& r) {
     core_->OnReport(Index(name), r);
     Pump();
   }
@@ -306,29 +306,12 @@ TEST(SupervisorCore, ReadinessTimeoutOfADirectProcessExits75) {
 TEST(SupervisorCore, NotifyReadyMakesItRunning) {
   Harness h(Role("a", 1, "ready = { mode = \"notify\", timeout = \"10s\" }"));
   h.Start();
-  WorkerReport r;
+  NotifyFields r;
   r.ready = true;
   r.status = "step 1 loss 2.5";
   h.Report("a:0", r);
   EXPECT_EQ(h.State("a:0"), "RUNNING");
   EXPECT_EQ(h.core().Status().processes[0].status, "step 1 loss 2.5");
-}
-
-TEST(SupervisorCore, ReportFromNotifyReadsEveryField) {
-  NotifyMessage m;
-  m.fields = {{"READY", "1"}, {"MAINPID", "42"}, {"STATUS", "hi"}, {"WATCHDOG", "1"},
-              {"X_DFLASH_GATE_ROLE", "lead"}, {"X_DFLASH_GATE_WAIT_S", "1.5"}, {"X_DFLASH_EXIT", "killed"},
-              {"X_DFLASH_SIGNAL", "11"}, {"X_DFLASH_GATE_WARNING", "w"}};
-  WorkerReport r = ReportFromNotify(m);
-  EXPECT_TRUE(r.ready);
-  EXPECT_TRUE(r.watchdog);
-  EXPECT_EQ(*r.main_pid, 42);
-  EXPECT_EQ(*r.status, "hi");
-  EXPECT_EQ(r.gate["role"], "lead");
-  EXPECT_EQ(r.gate["wait_s"], 1.5);
-  EXPECT_EQ(*r.payload_exit, "killed");
-  EXPECT_EQ(*r.payload_signal, 11);
-  EXPECT_EQ(r.gate_warnings, std::vector<std::string>{"w"});
 }
 
 TEST(SupervisorCore, EveryTransitionIsAnEvent) {
@@ -463,7 +446,7 @@ TEST(SupervisorCoreControl, StatusNamesEveryProcess) {
 TEST(SupervisorCoreWatchdog, APingingProcessThatStopsIsHungKilledAndRestarted) {
   Harness h(Role("a", 1, kOnFailure3), [](RunConfig* c) { c->roles[0].watchdog = Millis(5000); });
   h.Start();
-  WorkerReport ping;
+  NotifyFields ping;
   ping.watchdog = true;
   ping.main_pid = 77;
   h.Report("a:0", ping);
@@ -517,8 +500,10 @@ TEST(SupervisorCoreWarmup, TheRoleWaitsForItsWarmupThenStartsOnTheWarmCache) {
   ASSERT_TRUE(r.ok);
   EXPECT_EQ(h.Spawns("d:0"), 0);
   EXPECT_FALSE(h.Ctl(ControlVerb::kStop, "d:warmup").ok) << "warm-ups are not controlled by hand";
-  WorkerReport g;
-  g.gate = {{"role", "lead"}, {"state", "ready"}, {"compile_s", 12.0}};
+  NotifyFields g;
+  g.gate_role = "lead";
+  g.gate_state = GateState::kReady;
+  g.gate_compile_s = 12.0;
   h.Report("d:warmup", g);
   h.Exit("d:warmup", 0);
   EXPECT_EQ(h.Spawns("d:0"), 1);

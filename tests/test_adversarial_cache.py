@@ -159,7 +159,7 @@ def test_clear_export_import_refuse_a_cache_dir_that_is_another_users_symlink(bi
     assert tree(victim) == before and len(files) == 7
     assert not (victim / ".dflash").exists()  # nothing was created through the link
     assert not (tmp_path / "out.tar.zst").exists()
-    r = run([bin_dir / "dflash-cachelock", "run", link, "--key", "k", "--", "true"])
+    r = run([bin_dir / "dflash-cachelock-run", link, "--key", "k", "--", "true"])
     assert r.returncode == 73 and f"uid {NOBODY}" in r.stderr, r.stderr
     assert tree(victim) == before
 
@@ -189,7 +189,7 @@ def test_a_world_writable_subdir_of_the_cache_is_refused_with_the_fix(bin_dir, t
     cfg = config(tmp_path, cache)
     r = launch(bin_dir, "check", cfg)
     assert r.returncode == 2 and f"chmod -R go-w {cache}" in r.stderr, r.stdout + r.stderr
-    r = run([bin_dir / "dflash-cachelock", "run", cache, "--key", "k", "--", "true"])
+    r = run([bin_dir / "dflash-cachelock-run", cache, "--key", "k", "--", "true"])
     assert r.returncode == 73 and f"{cache}/fxgraph is writable by group and others" in r.stderr, r.stderr
 
 
@@ -209,7 +209,7 @@ def test_a_ready_marker_that_is_not_ours_promises_nothing(bin_dir, tmp_path, how
     else:
         (tmp_path / "forged.json").write_text(record)
         os.symlink(tmp_path / "forged.json", marker)
-    r = run([bin_dir / "dflash-cachelock", "run", cache, "--key", "drafter", "--", "sh", "-c",
+    r = run([bin_dir / "dflash-cachelock-run", cache, "--key", "drafter", "--", "sh", "-c",
              'echo "role=$DFLASH_GATE_ROLE"'])
     assert "role=reuse" not in r.stdout, "a forged READY marker was trusted"
     assert r.returncode == 73, r.stdout + r.stderr

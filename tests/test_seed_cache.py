@@ -132,7 +132,7 @@ def test_clear_waits_for_the_gate_and_no_reader_sees_half_a_cache(bin_dir, tmp_p
     cfg = write_config(tmp_path, drafters())
     cache = tmp_path / "cache"
     fake_cache(cache)
-    holder = subprocess.Popen([bin_dir / "dflash-cachelock", "run", cache, "--key", "busy", "--", "sleep", "2"],
+    holder = subprocess.Popen([bin_dir / "dflash-cachelock-run", cache, "--key", "busy", "--", "sleep", "2"],
                               stderr=subprocess.PIPE, text=True)
     time.sleep(0.5)
     bad, stop = [], threading.Event()

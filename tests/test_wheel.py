@@ -17,9 +17,9 @@ from conftest import ROOT, run
 
 WHEEL = os.environ.get("DFLASH_WHEEL", "")
 pytestmark = pytest.mark.skipif(not WHEEL, reason="`make test-wheel` builds the wheel and runs these")
-BINARIES = ("dflash-launch", "dflash-worker", "dflash-cachelock", "dflash-guardian")
+BINARIES = ("dflash-launch", "dflash-worker", "dflash-cachelock", "dflash-cachelock-run", "dflash-guardian")
 # dflash-guardian is started by dflash-launch from beside itself (no console script of its own).
-CONSOLE_SCRIPTS = BINARIES[:3]
+CONSOLE_SCRIPTS = BINARIES[:4]
 GLIBC = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1", "ld-linux-x86-64.so.2"}
 
 

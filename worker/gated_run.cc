@@ -14,6 +14,7 @@
 #include "common/fd.h"
 #include "common/notify.h"
 #include "worker/payload_host.h"
+#include "worker/protocol.h"
 
 #include <nlohmann/json.hpp>
 
@@ -92,12 +93,25 @@ int RunGated(const GatedRunOptions& o) {
     if (o.say) o.say(line);
     else std::fprintf(stderr, "%s\n", line.c_str());
   };
-  auto report = [&](const std::string& msg) {
-    if (o.report) NotifySend(msg, nullptr);
+  // Everything the supervisor hears from us is a NotifyFields (worker/protocol.h).
+  auto report = [&](const NotifyFields& f) {
+    if (std::string text = EncodeNotify(f); o.report && !text.empty()) NotifySend(text, nullptr);
+  };
+  auto error = [&](const std::string& text) {
+    NotifyFields f;
+    f.error = text;
+    report(f);
   };
   auto warn = [&](const std::string& text) {
     say("warning: " + text);
-    report("X_DFLASH_GATE_WARNING=" + text);
+    NotifyFields f;
+    f.gate_warning = text;
+    report(f);
+  };
+  auto gate_state = [&](GateState s) {
+    NotifyFields f;
+    f.gate_state = s;
+    return f;
   };
 
   std::unique_ptr<CompileGate> gate;
@@ -125,19 +139,23 @@ int RunGated(const GatedRunOptions& o) {
     g.progress_every = o.progress_every;
     g.on_progress = [&](std::string_view line) {
       say(std::string(line));
-      report("STATUS=" + std::string(line));
+      NotifyFields f;
+      f.status = std::string(line);
+      report(f);
       if (std::string h = hint.Tick(*gate); !h.empty()) warn(h);
     };
     if (GateError e = CompileGate::Open(g, &gate, &err); e != GateError::kOk) {
       say(err);
-      report("X_DFLASH_ERROR=" + err);
+      error(err);
       return GateExitCode(e);
     }
-    report("X_DFLASH_GATE_KEY=" + o.gate_key + "\nX_DFLASH_GATE_STATE=waiting");
+    NotifyFields waiting = gate_state(GateState::kWaiting);
+    waiting.gate_key = o.gate_key;
+    report(waiting);
     AcquireResult got;
     if (GateError e = gate->Acquire(o.gate_key, &got, &err); e != GateError::kOk) {
       say(err);
-      report("X_DFLASH_ERROR=" + err);
+      error(err);
       return GateExitCode(e);
     }
     lead = got.decision == GateDecision::kLead;
@@ -161,8 +179,10 @@ int RunGated(const GatedRunOptions& o) {
       say("gate " + o.gate_key + ": reuse (READY by " + got.marker.role + ", compiled in " +
           FormatSeconds(got.marker.compile_seconds) + ")");
     }
-    report(std::string("X_DFLASH_GATE_ROLE=") + GateDecisionName(got.decision) + "\nX_DFLASH_GATE_WAIT_S=" +
-           Num(got.waited_seconds) + "\nX_DFLASH_GATE_STATE=" + (lead ? "leading" : "reusing"));
+    NotifyFields decided = gate_state(lead ? GateState::kLeading : GateState::kReusing);
+    decided.gate_role = GateDecisionName(got.decision);
+    decided.gate_wait_s = got.waited_seconds;
+    report(decided);
     if (o.warmup && !lead) {
       say("gate " + o.gate_key + ": warm-up: READY is there, nothing to compile");
       return exit_code::kOk;
@@ -173,29 +193,34 @@ int RunGated(const GatedRunOptions& o) {
   // the cache backs the promise, then let the next one in.
   Clock::time_point spawned{};
   auto publish = [&](double ready_s) {
-    std::string facts;
+    NotifyFields facts;
     CacheSnapshot after = o.require_cache_change ? SnapshotCache(o.gate_dir) : CacheSnapshot{};
     int hits = MetricsHits(o.metrics_file);
     if (o.require_cache_change && after == before && hits == 0) {
       warn(o.name + " was ready but left the cache as it was (no new entries, no cache hits reported): READY(" +
            o.gate_key + ") not published, so nobody is promised a warm cache. Does it signal ready before its "
            "first compiled step?");
-      facts = "X_DFLASH_GATE_STATE=unpublished";
+      facts.gate_state = GateState::kUnpublished;
     } else if (GateError e = gate->Publish(&err); e != GateError::kOk) {
       say("gate " + o.gate_key + ": publishing READY failed: " + err);
     } else {
       say("gate " + o.gate_key + ": READY published after " + FormatSeconds(ready_s));
-      facts = "X_DFLASH_GATE_COMPILE_S=" + Num(ready_s) + "\nX_DFLASH_GATE_STATE=ready";
+      facts.gate_compile_s = ready_s;
+      facts.gate_state = GateState::kReady;
     }
     gate->Release();
     return facts;
   };
   h.on_spawned = [&](pid_t pid) {
     spawned = Clock::now();
-    report("MAINPID=" + std::to_string(pid));
+    NotifyFields f;
+    f.main_pid = pid;
+    report(f);
   };
   h.on_status = [&](std::string_view s) {
-    report("STATUS=" + std::string(s));
+    NotifyFields f;
+    f.status = std::string(s);
+    report(f);
     if (o.verbose) say(o.name + ": " + std::string(s));
   };
   // A watched process (the supervisor set WATCHDOG_USEC, systemd's name): its
@@ -203,12 +228,11 @@ int RunGated(const GatedRunOptions& o) {
   if (std::getenv("WATCHDOG_USEC")) h.on_watchdog = [&] { report("WATCHDOG=1"); };
   h.on_ready = [&] {
     double ready_s = std::chrono::duration<double>(Clock::now() - spawned).count();
-    std::string facts = "X_DFLASH_READY_S=" + Num(ready_s);
-    if (gate && lead) {
-      std::string f = publish(ready_s);
-      if (!f.empty()) facts += "\n" + f;
-    }
-    report(facts + "\nREADY=1");
+    NotifyFields facts;
+    if (gate && lead) facts = publish(ready_s);
+    facts.ready_s = ready_s;
+    facts.ready = true;
+    report(facts);
     if (o.verbose) say(o.name + " ready");
   };
 
@@ -227,18 +251,21 @@ int RunGated(const GatedRunOptions& o) {
     warn(o.name + " (leader of gate " + o.gate_key + ") ended before it was ready (" +
          (r.status ? r.status->Describe() : r.message) + "): READY not published, the next waiter compiles" +
          (killed > 0 ? "; killed " + std::to_string(killed) + " leftover process(es) of its tree" : ""));
-    report("X_DFLASH_GATE_STATE=abandoned");
+    report(gate_state(GateState::kAbandoned));
     gate->Release();
   }
   if (r.stopped_when_ready) {
-    report("X_DFLASH_EXIT=stopped once ready (warm-up done)");
+    NotifyFields f;
+    f.payload_exit = "stopped once ready (warm-up done)";
+    report(f);
   } else if (r.status) {
     // How the payload itself ended: our exit code says 139, this says SIGSEGV.
-    std::string m = "X_DFLASH_EXIT=" + r.status->Describe();
-    if (r.status->signaled) m += "\nX_DFLASH_SIGNAL=" + std::to_string(r.status->signal);
-    report(m);
+    NotifyFields f;
+    f.payload_exit = r.status->Describe();
+    if (r.status->signaled) f.payload_signal = r.status->signal;
+    report(f);
   }
-  if (!r.message.empty()) report("X_DFLASH_ERROR=" + r.message);
+  if (!r.message.empty()) error(r.message);
   return r.exit_code;
 }
 

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "common/duration.h"
-#include "common/ready_spec.h"
+#include "contract/defaults.h"
+#include "contract/ready_spec.h"
 
 namespace dflash {
 
@@ -24,11 +25,11 @@ struct GatedRunOptions {
   /// The gate; an empty dir runs the payload ungated.
   std::string gate_dir;
   std::string gate_key;
-  Millis gate_timeout{std::chrono::minutes(30)};  // = kDefaultGateTimeout (cachelock/gate.h)
+  Millis gate_timeout = kDefaultGateTimeout;
   Millis progress_every{std::chrono::seconds(5)};
   /// While waiting: a leader whose processes used almost no CPU for this long
   /// is reported with the likely cause (blocked on its peers); 0: never.
-  Millis idle_hint{std::chrono::seconds(60)};
+  Millis idle_hint = kDefaultGateIdleHint;
   std::string torch_version;  ///< recorded in READY
   /// A warm-up (gate mode "warmup", `seed`): on reuse run nothing; as the
   /// leader, stop the payload once it is ready (or take its exit 0), publish,

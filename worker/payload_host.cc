@@ -11,6 +11,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "common/exit_codes.h"
@@ -18,7 +19,9 @@
 #include "common/notify.h"
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
+#include "contract/readiness.h"
 #include "worker/output_relay.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 namespace {
@@ -57,6 +60,11 @@ class Host {
   void Loop();
   std::string Label() const { return name_ + " (pid " + std::to_string(pid_) + ")"; }
 
+  /// Feeds one piece of evidence to readiness_; runs Ready() if it made the
+  /// payload ready. A payload that already died (unreaped) is reaped first,
+  /// so its exit status judges what it left.
+  void Evidence(const std::function<bool()>& feed);
+  /// Once, when readiness_ said ready: on_ready, then stop_when_ready.
   void Ready();
   bool PayloadIsZombie() const;
   void OnNotify();
@@ -81,13 +89,11 @@ class Host {
   SignalFd signals_;
   UniqueFd epoll_, timer_;
   NotifyListener listener_;
-  LineMatcher matcher_;
+  std::optional<Readiness> readiness_;  // contract/readiness.h: the one judge of readiness
   std::array<UniqueFd, 2> pipes_;  // read ends of the payload's stdout/stderr (log mode)
   std::array<std::unique_ptr<OutputRelay>, 2> relays_;
 
   int was_subreaper_ = 0;
-  bool waiting_ready_ = false;
-  bool ready_ = false;
   bool timed_out_ = false;
   bool parent_died_ = false;
   bool exited_ = false;
@@ -98,7 +104,7 @@ class Host {
   ExitStatus status_;
   std::string message_;
 
-  std::optional<Clock::time_point> ready_deadline_, file_tick_, kill_deadline_, group_poll_,
+  std::optional<Clock::time_point> file_tick_, kill_deadline_, group_poll_,
       give_up_;
 };
 
@@ -136,15 +142,12 @@ bool Host::Setup(std::vector<std::string>* env, std::string* err) {
     if (!listener_.Open(err) || !watch(listener_.fd(), kTagNotify)) return false;
     SetEnvVar(env, "NOTIFY_SOCKET", listener_.address());
   }
+  readiness_.emplace(o_.ready);
+  if (!readiness_->Init(err)) return false;
   if (o_.ready.mode == ReadyMode::kLog) {
-    if (!matcher_.Compile(o_.ready.arg, err)) {
-      *err = "bad regex '" + o_.ready.arg + "': " + *err;
-      return false;
-    }
     for (int i = 0; i < 2; ++i) {
-      bool matched = o_.ready.Matches(i);
-      auto on_line = [this, matched](std::string_view line) {
-        if (matched && waiting_ready_ && matcher_.Matches(line)) Ready();
+      auto on_line = [this, i](std::string_view line) {
+        if (readiness_->WantsLines()) Evidence([&] { return readiness_->OnLine(i, line); });
       };
       relays_[i] = std::make_unique<OutputRelay>(i == 0 ? o_.stdout_fd : o_.stderr_fd, on_line);
     }
@@ -222,10 +225,8 @@ PayloadResult Host::Run() {
   }
 
   if (o_.on_spawned) o_.on_spawned(pid_);
-  waiting_ready_ = o_.ready.mode != ReadyMode::kNone;
-  if (o_.ready.timeout.count() > 0) ready_deadline_ = Clock::now() + o_.ready.timeout;
-  if (o_.ready.mode == ReadyMode::kNone) Ready();
-  if (o_.ready.mode == ReadyMode::kFile) CheckFile();
+  if (readiness_->OnExec(Clock::now())) Ready();
+  if (readiness_->WantsFileCheck()) CheckFile();
 
   Loop();
 
@@ -237,7 +238,7 @@ PayloadResult Host::Run() {
     if (pipes_[i]) relays_[i]->Finish();  // no EOF: flush the partial last line
   }
 
-  r.ready = ready_;
+  r.ready = readiness_->verdict() == Readiness::Verdict::kReady;
   r.timed_out = timed_out_;
   r.parent_died = parent_died_;
   r.status = status_;
@@ -288,24 +289,19 @@ void Host::Loop() {
   }
 }
 
+void Host::Evidence(const std::function<bool()>& feed) {
+  if (!readiness_->waiting()) return;
+  // Evidence counts only from a payload that is alive or ended well (the
+  // Readiness rule). A dead but unreaped payload is judged by its exit
+  // status, which reaping brings: PayloadExited drains the evidence again.
+  if (!exited_ && PayloadIsZombie()) {
+    Reap();
+    return;
+  }
+  if (feed()) Ready();
+}
+
 void Host::Ready() {
-  if (ready_ || timed_out_) return;
-  // Evidence counts only from a payload that is alive or ended well: the last
-  // words of a crashing one (a traceback echoing the pattern) do not. A dead
-  // but unreaped payload is judged by its exit status, which reaping brings.
-  bool judged = o_.ready.mode != ReadyMode::kNone;  // "none" is ready at exec, whatever follows
-  if (judged && !exited_ && PayloadIsZombie()) {
-    Reap();  // PayloadExited drains the evidence again and comes back here
-    return;
-  }
-  if (judged && exited_ && !(status_.exited && status_.code == 0)) {
-    if (message_.empty())
-      message_ = Label() + ": readiness evidence from a payload that " + status_.Describe() + " does not count";
-    return;
-  }
-  ready_ = true;
-  waiting_ready_ = false;
-  ready_deadline_.reset();
   file_tick_.reset();
   for (auto& r : relays_)
     if (r) r->StopLines();
@@ -329,11 +325,10 @@ void Host::OnNotify() {
     // The payload itself, or anything in its process group (systemd-notify
     // run by a payload shell). Others on this host may know the address.
     if (m.pid != pid_ && !(m.pgid > 0 && m.pgid == pid_)) continue;
-    for (const auto& [k, v] : m.fields) {
-      if (k == "STATUS" && o_.on_status) o_.on_status(v);
-      if (k == "WATCHDOG" && v == "1" && o_.on_watchdog) o_.on_watchdog();
-      if (k == "READY" && v == "1" && waiting_ready_ && o_.ready.mode == ReadyMode::kNotify) Ready();
-    }
+    NotifyFields f = DecodeNotify(m.fields);
+    if (f.status && o_.on_status) o_.on_status(*f.status);
+    if (f.watchdog && o_.on_watchdog) o_.on_watchdog();
+    if (f.ready) Evidence([&] { return readiness_->OnNotifyReady(); });
   }
 }
 
@@ -360,8 +355,8 @@ void Host::CheckFile() {
   if (!path.empty() && path[0] != '/' && !o_.cwd.empty()) path = o_.cwd + "/" + path;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
-    Ready();
-  } else if (waiting_ready_) {
+    Evidence([&] { return readiness_->OnFileExists(); });
+  } else if (readiness_->WantsFileCheck()) {
     file_tick_ = Clock::now() + kFileTick;
   }
 }
@@ -375,12 +370,9 @@ void Host::OnTimer() {
     file_tick_.reset();
     CheckFile();
   }
-  if (ready_deadline_ && now >= *ready_deadline_ && waiting_ready_) {
-    ready_deadline_.reset();
-    std::string msg = Label() + " not ready after " + FormatDuration(o_.ready.timeout) +
-                      " (ready = " + DescribeNotReady(o_.ready) + ")";
+  if (readiness_->OnClock(now)) {
+    std::string msg = Label() + " " + readiness_->TimeoutText();
     TimeoutAction action = o_.on_ready_timeout ? o_.on_ready_timeout(msg) : TimeoutAction::kStop;
-    waiting_ready_ = false;
     file_tick_.reset();
     if (action == TimeoutAction::kStop) {
       timed_out_ = true;
@@ -441,16 +433,17 @@ void Host::Reap() {
 void Host::PayloadExited(int status) {
   exited_ = true;
   status_ = DecodeWaitStatus(status);
-  if (waiting_ready_) {
+  readiness_->OnExit(status_.exited && status_.code == 0);
+  if (readiness_->waiting()) {
     // Evidence the payload left before it exited is already queued.
     if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog) OnNotify();
     for (int i = 0; i < 2; ++i)
       if (pipes_[i]) OnPipe(i, SIZE_MAX);
-    if (o_.ready.mode == ReadyMode::kFile) CheckFile();
-    if (o_.ready.mode == ReadyMode::kExit && status_.exited && status_.code == 0) Ready();
+    if (readiness_->WantsFileCheck()) CheckFile();
+    if (readiness_->OnExitDrained()) Ready();
+    if (readiness_->discounted_evidence() && message_.empty())
+      message_ = Label() + ": readiness evidence from a payload that " + status_.Describe() + " does not count";
   }
-  waiting_ready_ = false;
-  ready_deadline_.reset();
   file_tick_.reset();
 }
 
@@ -485,7 +478,7 @@ void Host::CheckDone() {
 
 void Host::ArmTimer() {
   std::optional<Clock::time_point> next;
-  for (const auto& d : {ready_deadline_, file_tick_, kill_deadline_, group_poll_, give_up_})
+  for (const auto& d : {readiness_->deadline(), file_tick_, kill_deadline_, group_poll_, give_up_})
     if (d && (!next || *d < *next)) next = d;
   itimerspec its{};
   if (next) {

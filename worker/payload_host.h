@@ -15,7 +15,7 @@
 
 #include "common/duration.h"
 #include "common/spawn.h"
-#include "common/ready_spec.h"
+#include "contract/ready_spec.h"
 
 namespace dflash {
 

@@ -246,10 +246,22 @@ TEST_F(PayloadHostTest, TimeoutStopsThePayloadAndReports75) {
 
 TEST_F(PayloadHostTest, TimeoutCanBeIgnoredByTheCaller) {
   auto o = Sh("sleep 0.6; exit 5", "notify", Millis(100));
-  o.on_ready_timeout = [](const std::string&) { return TimeoutAction::kKeepRunning; };
+  int calls = 0;
+  std::string said;
+  o.on_ready_timeout = [&](const std::string& m) {
+    ++calls;
+    said = m;
+    return TimeoutAction::kKeepRunning;
+  };
   PayloadResult r = RunPayload(o);
+  // The callback ran, once, with the message the host would have reported...
+  EXPECT_EQ(calls, 1);
+  EXPECT_NE(said.find(") not ready after 100ms (ready = notify: no READY=1 received)"), std::string::npos) << said;
+  // ...and the payload ran on to its own end, which is what is reported.
   EXPECT_FALSE(r.timed_out);
+  EXPECT_FALSE(r.ready);
   EXPECT_EQ(r.exit_code, 5);
+  EXPECT_EQ(r.message.find("not ready"), std::string::npos) << r.message;
 }
 
 TEST_F(PayloadHostTest, SignalsToTheHostReachThePayloadGroup) {

@@ -16,7 +16,8 @@ import socket
 __version__ = "0.1.0"
 
 __all__ = [
-    "notify", "notify_ready", "notify_status", "notify_watchdog", "watchdog_interval", "check_hidden_states", "HiddenStateContractError",
+    "notify", "notify_ready", "notify_status", "notify_watchdog", "watchdog_interval", "check_hidden_states",
+    "check_hidden_shape", "describe_violation", "shape_string", "HiddenStateContractError",
     "contract_from_env", "gate_role", "is_warmup", "init_process_group",
 ]
 
@@ -117,35 +118,61 @@ def _shape(t):
     return tuple(int(d) for d in t.shape)
 
 
-def check_hidden_states(t, n_taps: int, hidden: int, batch: int = None, seq_len: int = None):
-    """Raises HiddenStateContractError unless `t` is [batch, seq, n_taps * hidden].
+def shape_string(shape):
+    """"[1, 2000, 25600]"."""
+    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
 
-    A tensor stacked as [batch, seq, n_taps, hidden] is recognised, and the
-    message shows the reshape (or torch.cat) that fixes it. Returns `t`.
-    """
+
+def check_hidden_shape(batch, seq_len, n_taps, hidden, shape):
+    """None if `shape` is [batch, seq_len, n_taps*hidden]; else (message, expected, found, fix) in the words of
+    contract/shape_contract.cc's CheckHiddenShape. tests/fixtures/shape_errors.json pins the wording for both."""
+    shape = [int(d) for d in shape]
+    width = n_taps * hidden
+    want = [batch, seq_len, width]
+    if shape == want:
+        return None
+    expected = (f"{shape_string(want)} = [batch, seq_len, n_taps*hidden]: {n_taps} taps of hidden {hidden} "
+                f"concatenated on the feature axis")
+    fix = (f"concatenate the taps: torch.cat(taps, dim=-1); a stacked x of shape "
+           f"{shape_string([batch, seq_len, n_taps, hidden])} becomes x.reshape({batch}, {seq_len}, {width})")
+    if len(shape) == 4 and shape[2] == n_taps and shape[3] == hidden:
+        if shape[0] != batch or shape[1] != seq_len:
+            fix = "concatenate the taps: torch.cat(taps, dim=-1) or x.flatten(-2) on the stacked tensor"
+        return ("taps stacked on a new axis: the drafter's fc reads them concatenated", expected,
+                "stacked " + shape_string(shape), fix)
+    if len(shape) != 3:
+        return "hidden states must be rank 3", expected, f"{shape_string(shape)} (rank {len(shape)})", fix
+    if shape[2] != width:
+        hint = (f"only one tap's width: concatenate all {n_taps} tapped layers with torch.cat(taps, dim=-1)"
+                if shape[2] == hidden else
+                f"the feature axis must be n_taps*hidden = {n_taps}*{hidden} = {width}; "
+                f"check tapped_layers and hidden in [model]")
+        return "feature width does not match the tapped layers", expected, shape_string(shape), hint
+    return ("batch or sequence length differs from [model]", expected, shape_string(shape),
+            "set [model] batch and seq_len to what the target produces, or pad/crop the samples")
+
+
+def describe_violation(violation):
+    """One line, as contract/shape_contract.cc's DescribeViolation writes it."""
+    message, expected, found, fix = violation
+    return f"{message}: expected {expected}; found {found}; fix: {fix}"
+
+
+def check_hidden_states(t, n_taps: int, hidden: int, batch: int = None, seq_len: int = None):
+    """Raises HiddenStateContractError unless `t` is [batch, seq, n_taps * hidden] (batch and seq default to
+    the tensor's own). The message is the C++ one (check_hidden_shape + describe_violation): a tensor stacked
+    as [batch, seq, n_taps, hidden] is recognised and the reshape (or torch.cat) that fixes it is shown.
+    Returns `t`."""
     import torch  # lazily: the rest of the package needs no torch
 
     if not isinstance(t, torch.Tensor):
         raise HiddenStateContractError(f"expected a torch.Tensor, got {type(t).__name__}")
     shape = _shape(t)
-    width = n_taps * hidden
     b = batch if batch is not None else (shape[0] if shape else 1)
     s = seq_len if seq_len is not None else (shape[1] if len(shape) > 1 else 0)
-    want = (b, s, width)
-    head = (f"hidden states must be [batch, seq, n_taps*hidden] = [{b}, {s}, {width}] "
-            f"({n_taps} taps of hidden {hidden} concatenated on the feature axis)")
-    if len(shape) == 4 and shape[2:] == (n_taps, hidden):
-        raise HiddenStateContractError(
-            f"{head}; got stacked {list(shape)}. Fix: torch.cat(taps, dim=-1), or for a stacked x: "
-            f"x.reshape({shape[0]}, {shape[1]}, {width})")
-    if len(shape) != 3:
-        raise HiddenStateContractError(f"{head}; got rank {len(shape)} {list(shape)}")
-    if shape[2] != width:
-        hint = (f"only one tap's width: concatenate all {n_taps} tapped layers with torch.cat(taps, dim=-1)"
-                if shape[2] == hidden else f"the feature axis must be {n_taps}*{hidden} = {width}")
-        raise HiddenStateContractError(f"{head}; got {list(shape)}: {hint}")
-    if shape != want:
-        raise HiddenStateContractError(f"{head}; got {list(shape)}: batch or sequence length differs")
+    violation = check_hidden_shape(b, s, n_taps, hidden, shape)
+    if violation:
+        raise HiddenStateContractError(describe_violation(violation))
     return t
 
 

@@ -1,4 +1,4 @@
-"""The wheel's console scripts: `dflash-launch`, `dflash-worker` and `dflash-cachelock` exec the binaries
+"""The wheel's console scripts: `dflash-launch`, `dflash-worker`, `dflash-cachelock` and `dflash-cachelock-run` exec the binaries
 bundled in this package (dflash_launch/bin/). Why not ship the binaries as the wheel's scripts directly: an
 executable in <venv>/bin cannot carry a relative RPATH to the libraries auditwheel grafts, because the path
 from there to site-packages names the Python version (lib/python3.X/) and the wheel has no Python ABI tag.
@@ -45,3 +45,7 @@ def dflash_worker():
 
 def dflash_cachelock():
     _exec("dflash-cachelock")
+
+
+def dflash_cachelock_run():
+    _exec("dflash-cachelock-run")

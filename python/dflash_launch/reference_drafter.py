@@ -240,9 +240,10 @@ def write_metrics(path, metrics):
 
 
 def _contract_exit(name, error):
-    """Says what violates the contract and returns the exit code (65, EX_DATAERR)."""
+    """Says what violates the contract and returns the exit code (65, EX_DATAERR: common/exit_codes.h)."""
+    from dflash_launch.spool import EXIT_FRAME_CONTRACT
     print(f"{name}: {error}", file=sys.stderr, flush=True)
-    return getattr(error, "exit_code", 65)
+    return getattr(error, "exit_code", EXIT_FRAME_CONTRACT)
 
 
 def parse_args(argv):

@@ -24,12 +24,13 @@ import os
 import struct
 import time
 
-from dflash_launch import HiddenStateContractError
+from dflash_launch import HiddenStateContractError, check_hidden_shape, shape_string  # noqa: F401 (re-exported)
 
 FORMAT = "dflash-frame/1"
 WEIGHTS_FORMAT = "dflash-weights/1"
 EXT = ".safetensors"
-#: A consumer that meets a frame violating the contract exits with this (EX_DATAERR).
+#: A consumer that meets a frame violating the contract exits with this (EX_DATAERR): common/exit_codes.h's
+#: kFrameContract (tests/test_exit_codes.py checks they agree).
 EXIT_FRAME_CONTRACT = 65
 
 _ST_DTYPES = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
@@ -68,39 +69,8 @@ def parse_frame_file(name):
     return producer, int(seq)
 
 
-# --- the contract check (the words of common/shape_contract.cc and frame_contract.cc) ---
-
-def shape_string(shape):
-    return "[" + ", ".join(str(int(d)) for d in shape) + "]"
-
-
-def check_hidden_shape(batch, seq_len, n_taps, hidden, shape):
-    """None if `shape` is [batch, seq_len, n_taps*hidden]; else (message,
-    expected, found, fix) exactly as C++ CheckHiddenShape words them."""
-    shape = [int(d) for d in shape]
-    width = n_taps * hidden
-    want = [batch, seq_len, width]
-    if shape == want:
-        return None
-    expected = (f"{shape_string(want)} = [batch, seq_len, n_taps*hidden]: {n_taps} taps of hidden {hidden} "
-                f"concatenated on the feature axis")
-    fix = (f"concatenate the taps: torch.cat(taps, dim=-1); a stacked x of shape "
-           f"{shape_string([batch, seq_len, n_taps, hidden])} becomes x.reshape({batch}, {seq_len}, {width})")
-    if len(shape) == 4 and shape[2] == n_taps and shape[3] == hidden:
-        if shape[0] != batch or shape[1] != seq_len:
-            fix = "concatenate the taps: torch.cat(taps, dim=-1) or x.flatten(-2) on the stacked tensor"
-        return ("taps stacked on a new axis: the drafter's fc reads them concatenated", expected,
-                "stacked " + shape_string(shape), fix)
-    if len(shape) != 3:
-        return "hidden states must be rank 3", expected, f"{shape_string(shape)} (rank {len(shape)})", fix
-    if shape[2] != width:
-        hint = (f"only one tap's width: concatenate all {n_taps} tapped layers with torch.cat(taps, dim=-1)"
-                if shape[2] == hidden else
-                f"the feature axis must be n_taps*hidden = {n_taps}*{hidden} = {width}; "
-                f"check tapped_layers and hidden in [model]")
-        return "feature width does not match the tapped layers", expected, shape_string(shape), hint
-    return ("batch or sequence length differs from [model]", expected, shape_string(shape),
-            "set [model] batch and seq_len to what the target produces, or pad/crop the samples")
+# The contract check is dflash_launch.check_hidden_shape (the words of contract/shape_contract.cc, pinned by
+# tests/fixtures/shape_errors.json for both languages); frame checks below add frame_contract.cc's words.
 
 
 def _ints(text):

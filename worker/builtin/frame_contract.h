@@ -7,14 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "common/shape_contract.h"
+#include "common/exit_codes.h"
+#include "contract/shape_contract.h"
 #include "worker/builtin/safetensors.h"
 
 namespace dflash {
 
-/// The exit code of a consumer that met a frame violating the contract
-/// (EX_DATAERR); the Python reference drafter uses the same.
-constexpr int kExitFrameContract = 65;
+/// A consumer that met a frame violating the contract exits with
+/// exit_code::kFrameContract (65, common/exit_codes.h); so does the Python
+/// reference drafter.
 
 struct FrameContract {
   ShapeContract shape;          // [batch, seq_len, n_taps * hidden]

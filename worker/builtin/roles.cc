@@ -176,7 +176,7 @@ int RunTarget(const BuiltinOptions& o) {
     ContractViolation v;
     if (!CheckHiddenShape(fc.shape, taps.sizes().vec(), &v)) {
       Complain(r.name, "refusing to publish: " + v.message + "; expected " + v.expected + ", found " + v.found);
-      return kExitFrameContract;
+      return exit_code::kFrameContract;
     }
     if (!producer.Publish(FrameMetadata(fc), FrameRefs(taps, tokens), nullptr, &err)) {
       Complain(r.name, err);
@@ -247,7 +247,7 @@ int RunDrafter(const BuiltinOptions& o) {
                          (it == weights.header().metadata.end() ? "(unnamed)" : it->second) +
                          " do not match [model]: " + err + "; fix: publish the embedding and LM head of the target "
                          "[model] describes (vocab x hidden)");
-    return kExitFrameContract;
+    return exit_code::kFrameContract;
   }
 
   spool::SpoolConsumer consumer(root, r.name, producers);
@@ -300,7 +300,7 @@ int RunDrafter(const BuiltinOptions& o) {
       fill();
       m["rejected"] = f.file;
       WriteMetrics(r.name, m);
-      return kExitFrameContract;
+      return exit_code::kFrameContract;
     }
     at::Tensor hidden = TensorOf(file, *file.header().Find("hidden"));
     at::Tensor tokens = TensorOf(file, *file.header().Find("tokens"));
@@ -405,7 +405,7 @@ int CheckFrameFile(const BuiltinOptions& o) {
   std::string name = o.frame.substr(o.frame.rfind('/') + 1);
   if (!CheckFrame(r.m.frame, f.header(), name, &violation)) {
     Complain("check-frame", violation);
-    return kExitFrameContract;
+    return exit_code::kFrameContract;
   }
   std::printf("%s: matches [model]\n", name.c_str());
   return exit_code::kOk;
@@ -424,7 +424,7 @@ int Loss(const BuiltinOptions& o) {
   std::string name = o.frame.substr(o.frame.rfind('/') + 1);
   if (!CheckFrame(r.m.frame, f.header(), name, &violation)) {
     Complain("loss", violation);
-    return kExitFrameContract;
+    return exit_code::kFrameContract;
   }
   at::Tensor hidden = TensorOf(f, *f.header().Find("hidden"));
   at::Tensor tokens = TensorOf(f, *f.header().Find("tokens"));

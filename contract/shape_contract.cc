@@ -1,4 +1,4 @@
-#include "common/shape_contract.h"
+#include "contract/shape_contract.h"
 
 namespace dflash {
 
@@ -23,6 +23,10 @@ std::string Fix(const ShapeContract& c) {
 }
 
 }  // namespace
+
+std::string DescribeViolation(const ContractViolation& v) {
+  return v.message + ": expected " + v.expected + "; found " + v.found + "; fix: " + v.hint;
+}
 
 ContractViolation StackedLayoutViolation(const ShapeContract& c) {
   return {"taps stacked on a new axis: the drafter's fc reads them concatenated", Expected(c),

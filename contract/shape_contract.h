@@ -1,6 +1,7 @@
 // The DFlash shape contract: the drafter reads the tapped target layers
 // concatenated on the feature axis, [batch, seq, n_taps * hidden]. Checked by
-// `dflash-launch check`, the seed, and every consumer of hidden-state frames.
+// `dflash-launch check`, the seed, and every consumer of hidden-state frames. The words
+// are the Python package's too: tests/fixtures/shape_errors.json holds them for both.
 #pragma once
 
 #include <cstdint>
@@ -34,5 +35,9 @@ bool CheckHiddenShape(const ShapeContract& c, const std::vector<int64_t>& shape,
 
 /// The violation for a declared "stacked" layout.
 ContractViolation StackedLayoutViolation(const ShapeContract& c);
+
+/// One line: "<message>: expected <expected>; found <found>; fix: <hint>" (Python's
+/// dflash_launch.describe_violation writes the same; tests/fixtures/shape_errors.json pins both).
+std::string DescribeViolation(const ContractViolation& v);
 
 }  // namespace dflash

@@ -1,4 +1,6 @@
-// The `dflash-cachelock` contract as scripts see it: exit codes, DFLASH_GATE_ROLE, status, forget.
+// The gate's command-line contract as scripts see it: `dflash-cachelock-run` (exit codes,
+// DFLASH_GATE_ROLE) beside `dflash-cachelock status` / `forget`, and the old spelling
+// `dflash-cachelock run`, which forwards.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -33,8 +35,11 @@ class Cli : public ::testing::Test {
     std::string err;
     if (LocateGate(Dir(), &l, &err)) RemoveHostLocalObjects(l, &err);
   }
+  /// {"run", ...} runs dflash-cachelock-run; {"/path/bin", ...} that binary;
+  /// anything else dflash-cachelock.
   pid_t Start(std::vector<std::string> args, int n) {
-    args.insert(args.begin(), CACHELOCK_CLI);
+    if (!args.empty() && args[0] == "run") args[0] = CACHELOCK_RUN;
+    else if (args.empty() || args[0][0] != '/') args.insert(args.begin(), CACHELOCK_CLI);
     std::string out = tmp_.path() + "/out" + std::to_string(n), err = tmp_.path() + "/err" + std::to_string(n);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -207,6 +212,18 @@ TEST_F(Cli, BadKeysAndReadyModesAreUsageErrors) {
   EXPECT_EQ(r.status, 64);
   EXPECT_EQ(Run({"run", Dir(), "--", "true"}).status, 64);  // --key is required
   EXPECT_EQ(Run({"frobnicate"}).status, 64);
+}
+
+TEST_F(Cli, TheOldSpellingDflashCachelockRunStillWorks) {
+  // `dflash-cachelock run` execs dflash-cachelock-run from beside itself.
+  std::string role_file = tmp_.path() + "/role";
+  Ran r = Run({CACHELOCK_CLI, "run", Dir(), "--key", "k", "--", "sh", "-c", "echo $DFLASH_GATE_ROLE > " + role_file});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(Slurp(role_file), "lead\n");
+  EXPECT_EQ(Run({CACHELOCK_CLI, "run", Dir(), "--key", "k", "--", "sh", "-c", "exit 7"}).status, 7);
+  EXPECT_EQ(Run({CACHELOCK_CLI, "run", Dir(), "--", "true"}).status, 64);  // --key is still required
+  Ran help = Run({"--help"});
+  EXPECT_NE(help.out.find("dflash-cachelock-run"), std::string::npos) << help.out;
 }
 
 TEST_F(Cli, TheCommandInheritsNoGateFd) {

@@ -1,4 +1,4 @@
-#include "common/ready_spec.h"
+#include "contract/ready_spec.h"
 
 #include <gtest/gtest.h>
 

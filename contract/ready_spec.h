@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/duration.h"
+#include "contract/enum_names.h"
 
 namespace dflash {
 
@@ -20,6 +21,11 @@ enum class ReadyMode {
   kLog,     ///< a whole line of stdout/stderr matches a regex
 };
 
+/// The spellings of the modes (run.toml's ready.mode, --ready), written once.
+inline constexpr EnumName<ReadyMode> kReadyModeNames[] = {
+    {ReadyMode::kNone, "none"}, {ReadyMode::kNotify, "notify"}, {ReadyMode::kLog, "log"},
+    {ReadyMode::kFile, "file"}, {ReadyMode::kExit, "exit"},
+};
 /// "none", "exit", "notify", "file", "log".
 const char* ReadyModeName(ReadyMode m);
 
@@ -38,6 +44,10 @@ struct ReadySpec {
   }
 };
 
+/// The spellings of ReadySpec::Stream (ready.stream, --ready-stream), written once.
+inline constexpr EnumName<ReadySpec::Stream> kReadyStreamNames[] = {
+    {ReadySpec::Stream::kStdout, "stdout"}, {ReadySpec::Stream::kStderr, "stderr"}, {ReadySpec::Stream::kBoth, "both"},
+};
 /// "stdout", "stderr", "both" <-> ReadySpec::Stream.
 const char* ReadyStreamName(ReadySpec::Stream s);
 bool ParseReadyStream(std::string_view text, ReadySpec::Stream* out, std::string* err);

@@ -1,4 +1,4 @@
-#include "common/ready_spec.h"
+#include "contract/ready_spec.h"
 
 namespace dflash {
 
@@ -8,12 +8,7 @@ bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
       mode.size() < text.size() ? text.substr(mode.size() + 1) : std::string_view();
   bool has_arg = mode.size() < text.size();
   ReadyMode m;
-  if (mode == "none") m = ReadyMode::kNone;
-  else if (mode == "exit") m = ReadyMode::kExit;
-  else if (mode == "notify") m = ReadyMode::kNotify;
-  else if (mode == "file") m = ReadyMode::kFile;
-  else if (mode == "log") m = ReadyMode::kLog;
-  else {
+  if (!ParseIn(kReadyModeNames, mode, &m)) {
     if (err) *err = "unknown ready mode '" + std::string(mode) + "' (use none, exit, notify, file:<path> or log:<regex>)";
     return false;
   }
@@ -40,46 +35,19 @@ bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
   return true;
 }
 
-const char* ReadyStreamName(ReadySpec::Stream s) {
-  switch (s) {
-    case ReadySpec::Stream::kStdout: return "stdout";
-    case ReadySpec::Stream::kStderr: return "stderr";
-    case ReadySpec::Stream::kBoth: return "both";
-  }
-  return "?";
-}
+const char* ReadyStreamName(ReadySpec::Stream s) { return NameIn(kReadyStreamNames, s).data(); }
 
 bool ParseReadyStream(std::string_view text, ReadySpec::Stream* out, std::string* err) {
-  for (auto s : {ReadySpec::Stream::kStdout, ReadySpec::Stream::kStderr, ReadySpec::Stream::kBoth}) {
-    if (text == ReadyStreamName(s)) {
-      *out = s;
-      return true;
-    }
-  }
+  if (ParseIn(kReadyStreamNames, text, out)) return true;
   *err = "unknown output stream '" + std::string(text) + "': stdout, stderr or both";
   return false;
 }
 
-const char* ReadyModeName(ReadyMode m) {
-  switch (m) {
-    case ReadyMode::kNone: return "none";
-    case ReadyMode::kExit: return "exit";
-    case ReadyMode::kNotify: return "notify";
-    case ReadyMode::kFile: return "file";
-    case ReadyMode::kLog: return "log";
-  }
-  return "?";
-}
+const char* ReadyModeName(ReadyMode m) { return NameIn(kReadyModeNames, m).data(); }
 
 std::string FormatReadySpec(const ReadySpec& spec) {
-  switch (spec.mode) {
-    case ReadyMode::kNone: return "none";
-    case ReadyMode::kExit: return "exit";
-    case ReadyMode::kNotify: return "notify";
-    case ReadyMode::kFile: return "file:" + spec.arg;
-    case ReadyMode::kLog: return "log:" + spec.arg;
-  }
-  return "?";
+  bool has_arg = spec.mode == ReadyMode::kFile || spec.mode == ReadyMode::kLog;
+  return ReadyModeName(spec.mode) + (has_arg ? ":" + spec.arg : std::string());
 }
 
 std::string DescribeNotReady(const ReadySpec& spec) {

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Dependencies run one way: each module's #include "x/..." lines may name only its own module or a lower
+layer (docs/design.md, "Layers"). Run by ctest (`layers`); `--self-test` plants violations in a scratch tree
+and checks that each one is caught (ctest `layers_catch_a_planted_violation`).
+
+    python3 scripts/check_layers.py [ROOT]      # exit 0: clean; 1: each violation as file:line: why
+"""
+import os
+import re
+import sys
+import tempfile
+
+# module (a folder under the root) -> layer. A module may include its own files and those of lower layers;
+# two modules of one layer never include each other. Most specific folder first.
+LAYERS = [
+    ("common", 0),          # OS helpers: fds, spawn, notify, durations, hashes
+    ("contract", 1),        # what the processes agree on: shapes, readiness, shared defaults (no I/O)
+    ("cachelock", 2),       # the compile gate and its CLI (status, forget)
+    ("worker/builtin", 2),  # the LibTorch roles: payloads like any other, they know no gate nor worker
+    ("worker", 3),          # dflash-worker, dflash-cachelock-run, the worker's wire protocol
+    ("launcher", 4),        # dflash-launch: config, plan, supervisor, cache tools
+]
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+SOURCES = (".h", ".cc", ".cpp", ".hpp")
+
+
+def chain():
+    """"common <- contract <- cachelock | worker/builtin <- worker <- launcher"."""
+    by_layer = {}
+    for name, layer in LAYERS:
+        by_layer.setdefault(layer, []).append(name)
+    return " <- ".join(" | ".join(names) for _, names in sorted(by_layer.items()))
+
+
+def module_of(rel):
+    """The module a path (relative to the root, with '/') belongs to, or None if it is in none."""
+    for name, layer in LAYERS:
+        if rel == name or rel.startswith(name + "/"):
+            return name, layer
+    return None
+
+
+def violations(root):
+    found = []
+    for name, layer in LAYERS:
+        base = os.path.join(root, name)
+        for dirpath, _, files in os.walk(base):
+            for f in sorted(files):
+                if not f.endswith(SOURCES):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root).replace(os.sep, "/")
+                own = module_of(rel)
+                if own is None or own[0] != name:
+                    continue  # a file of a more specific module (worker/builtin under worker): checked as that
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    for n, line in enumerate(fh, 1):
+                        m = INCLUDE.match(line)
+                        if not m or "/" not in m.group(1):
+                            continue
+                        target = module_of(m.group(1))
+                        if target is None or target[0] == name:
+                            continue
+                        if target[1] >= layer:
+                            found.append(f"{rel}:{n}: {name} (layer {layer}) includes {m.group(1)} of {target[0]} "
+                                         f"(layer {target[1]}): dependencies run one way, "
+                                         f"{chain()} (docs/design.md, \"Layers\")")
+    return found
+
+
+def self_test():
+    """Each planted include must be caught; a clean tree must pass."""
+    plants = [
+        ("cachelock/cli.cc", '#include "worker/gated_run.h"'),
+        ("cachelock/gate.h", '#include "launcher/plan.h"'),
+        ("common/spawn.cc", '#include "contract/ready_spec.h"'),
+        ("common/fd.h", '#include "cachelock/gate.h"'),
+        ("contract/readiness.cc", '#include "worker/protocol.h"'),
+        ("worker/builtin/roles.cc", '#include "cachelock/gate.h"'),  # same layer, another module
+        ("worker/main.cc", '#include "launcher/supervisor.h"'),
+    ]
+    failures = []
+    with tempfile.TemporaryDirectory() as root:
+        def write(rel, text):
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            with open(os.path.join(root, rel), "w") as fh:
+                fh.write(text)
+
+        clean = {
+            "common/fd.h": "#pragma once\n#include <string>\n",
+            "contract/readiness.cc": '#include "contract/readiness.h"\n#include "common/fd.h"\n',
+            "cachelock/gate.h": '#include "contract/defaults.h"\n#include "common/fd.h"\n',
+            "worker/builtin/roles.cc": '#include "worker/builtin/model.h"\n#include "contract/shape_contract.h"\n',
+            "worker/main.cc": '#include "cachelock/gate.h"\n#include "worker/builtin/frame_contract.h"\n',
+            "launcher/plan.cc": '#include "worker/protocol.h"\n#include "cachelock/gate.h"\n',
+        }
+        for rel, text in clean.items():
+            write(rel, text)
+        if violations(root):
+            failures.append(f"a clean tree was refused: {violations(root)}")
+        for rel, line in plants:
+            before = open(os.path.join(root, rel)).read() if os.path.exists(os.path.join(root, rel)) else None
+            write(rel, (before or "") + "// planted\n" + line + "\n")
+            got = violations(root)
+            want = f"{rel}:"
+            if not any(v.startswith(want) and line.split('"')[1] in v for v in got):
+                failures.append(f"not caught: {line} in {rel} (got {got})")
+            if before is None:
+                os.remove(os.path.join(root, rel))
+            else:
+                write(rel, before)
+    for f in failures:
+        print("self-test:", f)
+    print("self-test:", "ok" if not failures else f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+def main(argv):
+    if argv[1:2] == ["--self-test"]:
+        return self_test()
+    root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = violations(root)
+    for v in found:
+        print(v)
+    if found:
+        print(f"{len(found)} include(s) against the layers")
+        return 1
+    print("layers: every include runs downward")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
