@@ -14,6 +14,7 @@
 #include <set>
 
 #include "common/fd.h"
+#include "testing/temp_dir.h"
 
 namespace dflash::spool {
 namespace {
@@ -21,18 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using safetensors::TensorRef;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/spool_test.XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::vector<TensorRef> OneTensor(const std::vector<float>& v) {
   return {{"x", "F32", {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(float)}};
