@@ -81,6 +81,19 @@ bool StartProcess(const ProcessOptions& o, Process* p, std::string* err) {
   return true;
 }
 
+pid_t StartHelper(std::vector<std::string> argv) {
+  ProcessOptions o;
+  o.argv = std::move(argv);
+  o.out = o.err = Output::Inherit();
+  Process p;
+  std::string err;
+  if (!StartProcess(o, &p, &err)) {
+    ADD_FAILURE() << err;
+    return -1;
+  }
+  return p.pid;
+}
+
 int WaitForExit(pid_t pid) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {

@@ -51,6 +51,10 @@ struct Process {
 /// dispositions (whatever the test blocked or ignored does not leak into the child).
 bool StartProcess(const ProcessOptions& o, Process* p, std::string* err);
 
+/// Starts `argv` (this environment) with stdout and stderr inherited: a helper whose output the
+/// test does not read. Its pid, or -1 and a test failure.
+pid_t StartHelper(std::vector<std::string> argv);
+
 /// waitpid(pid), EINTR retried: the raw wait status, or -1 if `pid` is not our child.
 int WaitForExit(pid_t pid);
 
