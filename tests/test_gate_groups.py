@@ -235,8 +235,10 @@ def test_sigkill_of_a_leader_kills_its_whole_tree_before_the_next_leads(bin_dir,
     w1 = subprocess.Popen([bin_dir / "dflash-worker", "--name", "first", "--gate-dir", cache, "--gate-key", "k",
                            "--ready", "notify", "--", "sh", "-c", leader_cmd], cwd=tmp_path, env=ENV,
                           stderr=subprocess.PIPE, text=True)
-    assert wait_until(lambda: (tmp_path / "esc.pid").exists() and (tmp_path / "grp.pid").exists())
-    pids = [int((tmp_path / f).read_text()) for f in ("esc.pid", "grp.pid")]
+    # A pid file exists as soon as the shell opens it: wait for the whole line, not the file.
+    pid_files = [tmp_path / f for f in ("esc.pid", "grp.pid")]
+    assert wait_until(lambda: all(f.exists() and f.read_text().endswith("\n") for f in pid_files))
+    pids = [int(f.read_text()) for f in pid_files]
     w1.kill()
     w1.wait()
     # The next leader's payload looks, first thing, at what still runs.
