@@ -14,6 +14,9 @@
 #include <string>
 #include <thread>
 
+#include "testing/process.h"
+#include "testing/wait.h"
+
 namespace dflash {
 namespace {
 
@@ -21,23 +24,23 @@ using namespace std::chrono_literals;
 
 /// Starts `sh -c script` with the mark in its environment; returns its pid.
 pid_t StartMarked(const std::string& token, const std::string& script) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setenv(kHolderEnvVar, token.c_str(), 1);
-    ::execl("/bin/sh", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  return pid;
+  test::ProcessOptions o;
+  o.argv = {"/bin/sh", "-c", script};
+  o.set_env = {{kHolderEnvVar, token}};
+  o.out = o.err = test::Output::Inherit();
+  test::Process p;
+  std::string err;
+  EXPECT_TRUE(test::StartProcess(o, &p, &err)) << err;
+  return p.pid;
 }
 
+/// The marked tree once it has at least `n` processes (or what it has at the deadline).
 std::vector<pid_t> WaitForTree(const std::string& token, size_t n) {
-  auto deadline = std::chrono::steady_clock::now() + 10s;
   std::vector<pid_t> pids;
-  while (std::chrono::steady_clock::now() < deadline) {
+  test::WaitUntil([&] {
     pids = HolderTreePids(token);
-    if (pids.size() >= n) break;
-    std::this_thread::sleep_for(10ms);
-  }
+    return pids.size() >= n;
+  });
   return pids;
 }
 

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,15 +17,16 @@
 #include "cachelock/status.h"
 #include "cachelock/test_util.h"
 #include "common/fd.h"
+#include "testing/process.h"
+#include "testing/wait.h"
 
-extern char** environ;
 
 namespace dflash {
 namespace {
 
 using std::chrono::milliseconds;
 using testing::OpenGate;
-using testing::Reap;
+using test::WaitForExit;
 using testing::TempGateDir;
 
 // Where each fd of `pid` points.
@@ -46,15 +46,6 @@ int GateFds(pid_t pid, const GateLayout& l) {
   for (const std::string& t : FdTargets(pid))
     if (t.find(l.meta_dir) == 0 || t == l.local_owner_path || t == l.local_sem_path) ++n;
   return n;
-}
-
-pid_t Spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  EXPECT_EQ(::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  return pid;
 }
 
 TEST(OsBackend, CreatesPrivateFilesAndAPrivateMutex) {
@@ -172,15 +163,15 @@ TEST(OsBackend, InteroperatesWithPythonLockf) {
       "open('" + locked + "', 'w').close()\n"
       "while os.path.exists('" + go + "'): time.sleep(0.01)\n";
   { UniqueFd(::open(go.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600)); }
-  pid_t py = Spawn({"python3", "-c", script});
-  for (int i = 0; i < 3000 && !std::filesystem::exists(locked); ++i) ::usleep(10000);
-  ASSERT_TRUE(std::filesystem::exists(locked)) << "python did not take the lock within 30 s";
+  pid_t py = test::StartHelper({"python3", "-c", script});
+  ASSERT_TRUE(test::WaitUntil([&] { return std::filesystem::exists(locked); }))
+      << "python did not take the lock";
   AcquireResult got;
   std::string err;
   EXPECT_EQ(g->Acquire("k", &got, &err), GateError::kTimeout);
   EXPECT_NE(err.find("held by pid " + std::to_string(py)), std::string::npos) << err;
   ::unlink(go.c_str());
-  EXPECT_TRUE(WIFEXITED(Reap(py)));
+  EXPECT_TRUE(WIFEXITED(WaitForExit(py)));
   ASSERT_EQ(g->Acquire("k", &got, &err), GateError::kOk) << err;
   // And the other way round: while we hold it, lockf cannot take it.
   std::string probe =
@@ -190,10 +181,10 @@ TEST(OsBackend, InteroperatesWithPythonLockf) {
       "    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
       "except OSError:\n"
       "    sys.exit(3)\n";
-  int status = Reap(Spawn({"python3", "-c", probe}));
+  int status = WaitForExit(test::StartHelper({"python3", "-c", probe}));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
   g->Release();
-  status = Reap(Spawn({"python3", "-c", probe}));
+  status = WaitForExit(test::StartHelper({"python3", "-c", probe}));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
@@ -205,17 +196,15 @@ TEST(OsBackend, AChildStartedByTheHolderHasNoGateFd) {
   ASSERT_EQ(g->Acquire("k", &got, &err), GateError::kOk) << err;
   GateLayout l = tmp.Layout();
   ASSERT_GE(GateFds(::getpid(), l), 3) << "the check must see the holder's own gate fds";
-  pid_t child = Spawn({"sleep", "30"});
+  pid_t child = test::StartHelper({"sleep", "30"});
   // /proc/<child>/fd is the parent's table until exec; wait for the exec.
-  for (int i = 0; i < 3000; ++i) {
+  EXPECT_TRUE(test::WaitUntil([&] {
     std::error_code ec;
-    if (std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec).filename() == "sleep")
-      break;
-    ::usleep(10000);
-  }
+    return std::filesystem::read_symlink("/proc/" + std::to_string(child) + "/exe", ec).filename() == "sleep";
+  })) << "the child never exec'ed sleep";
   EXPECT_EQ(GateFds(child, l), 0);
   ::kill(child, SIGKILL);
-  Reap(child);
+  WaitForExit(child);
   g->Release();
 }
 
@@ -257,7 +246,7 @@ TEST(OsBackend, AForkedChildNeitherKeepsNorReleasesTheParentsGate) {
   EXPECT_EQ(other->Acquire("k", &got, &err), GateError::kOk) << err;
   other->Release();
   ::kill(child, SIGKILL);
-  Reap(child);
+  WaitForExit(child);
 }
 
 }  // namespace

@@ -2,50 +2,39 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "cachelock/gate.h"
 #include "cachelock/gate_dir.h"
 #include "cachelock/os_backend.h"
+#include "testing/temp_dir.h"
 
 namespace dflash::testing {
 
-/// A fresh 0700 gate dir, removed with its host-local objects (the named
-/// mutex and its owner record in /dev/shm) when the test ends, so that test
-/// runs leave nothing behind in /dev/shm.
+/// A fresh 0700 gate dir (a test::TempDir), removed with its host-local objects (the named
+/// mutex and its owner record in /dev/shm) when the test ends, so that test runs leave nothing
+/// behind in /dev/shm.
 class TempGateDir {
  public:
-  TempGateDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cachelock-test.XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    path_ = p ? p : "";
-  }
-  ~TempGateDir() {
+  TempGateDir() : dir_("cachelock-test") {}
+  ~TempGateDir() {  // dir_ goes after this: the /dev/shm objects first, then the tree
     GateLayout l;
     std::string err;
-    if (LocateGate(path_, &l, &err)) RemoveHostLocalObjects(l, &err);
-    std::error_code ec;
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all, ec);
-    std::filesystem::remove_all(path_, ec);
+    if (LocateGate(path(), &l, &err)) RemoveHostLocalObjects(l, &err);
   }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return dir_.path(); }
   GateLayout Layout() const {
     GateLayout l;
     std::string err;
-    LocateGate(path_, &l, &err);
+    LocateGate(path(), &l, &err);
     return l;
   }
 
  private:
-  std::string path_;
+  test::TempDir dir_;
 };
 
 /// Opens a real gate on `dir` as `role`; a test failure if it cannot.
@@ -60,14 +49,6 @@ inline std::unique_ptr<CompileGate> OpenGate(const std::string& dir, const std::
   std::string err;
   EXPECT_EQ(CompileGate::Open(o, &g, &err), GateError::kOk) << err;
   return g;
-}
-
-/// waitpid, retried on EINTR; the raw status.
-inline int Reap(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
 }
 
 }  // namespace dflash::testing

@@ -178,15 +178,14 @@ TEST(Notify, PythonOneLinerFromAChild) {
 }
 
 /// Runs `systemd-notify args` against `l`, receiving while it runs as an
-/// event loop would. Returns its exit code and the elapsed seconds.
-int RunSystemdNotify(NotifyListener* l, std::vector<std::string> args,
-                     std::vector<NotifyMessage>* msgs, double* seconds, pid_t* pid) {
+/// event loop would. Returns its exit code.
+int RunSystemdNotify(NotifyListener* l, std::vector<std::string> args, std::vector<NotifyMessage>* msgs,
+                     pid_t* pid) {
   SpawnOptions o;
   o.argv = {"systemd-notify"};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.env = CurrentEnvironment();
   SetEnvVar(&o.env, "NOTIFY_SOCKET", l->address());
-  auto t0 = std::chrono::steady_clock::now();
   Child c;
   std::string err;
   EXPECT_TRUE(Spawn(o, &c, &err)) << err;
@@ -201,7 +200,6 @@ int RunSystemdNotify(NotifyListener* l, std::vector<std::string> args,
   }
   ExitStatus st;
   EXPECT_TRUE(WaitForChild(c.pid, &st, &err)) << err;
-  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_TRUE(l->Receive(msgs, &err)) << err;
   return st.ExitCode();
 }
@@ -213,11 +211,10 @@ TEST(Notify, SystemdNotifyReadyDoesNotHangOnItsBarrier) {
   ASSERT_TRUE(l.Open(&err)) << err;
   size_t fds_before = OpenFdCount();
   std::vector<NotifyMessage> msgs;
-  double seconds = 0;
   pid_t pid = 0;
-  EXPECT_EQ(RunSystemdNotify(&l, {"--ready"}, &msgs, &seconds, &pid), 0);
-  // Ignoring the BARRIER fd costs exactly a 5 s timeout and exit 1.
-  EXPECT_LT(seconds, 4.0);
+  // Ignoring the BARRIER fd costs a 5 s timeout and exit 1 ("Failed to invoke barrier"): exit 0
+  // is the barrier answered (no wall clock needed, so a loaded machine cannot fail this).
+  EXPECT_EQ(RunSystemdNotify(&l, {"--ready"}, &msgs, &pid), 0);
   bool ready = false;
   for (const auto& m : msgs) {
     if (!m.Has("READY", "1")) continue;
@@ -237,10 +234,8 @@ TEST(Notify, SystemdNotifyStatus) {
   std::string err;
   ASSERT_TRUE(l.Open(&err)) << err;
   std::vector<NotifyMessage> msgs;
-  double seconds = 0;
   pid_t pid = 0;
-  EXPECT_EQ(RunSystemdNotify(&l, {"--status=compiling"}, &msgs, &seconds, &pid), 0);
-  EXPECT_LT(seconds, 4.0);
+  EXPECT_EQ(RunSystemdNotify(&l, {"--status=compiling"}, &msgs, &pid), 0);  // 1 if its barrier failed
   bool status = false;
   for (const auto& m : msgs) status |= m.Get("STATUS") == "compiling";
   EXPECT_TRUE(status);

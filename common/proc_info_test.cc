@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "testing/wait.h"
+
 namespace dflash {
 namespace {
 
@@ -19,8 +21,7 @@ TEST(ProcInfo, ExitedAndZombieProcessesAreNotAlive) {
   ASSERT_GE(pid, 0);
   if (pid == 0) ::_exit(0);
   // Until it is reaped the child is a zombie: not alive for our purposes.
-  for (int i = 0; i < 200 && ProcessAlive(pid, 0); ++i) ::usleep(5000);
-  EXPECT_FALSE(ProcessAlive(pid, 0));
+  EXPECT_TRUE(test::WaitUntil([&] { return !ProcessAlive(pid, 0); }));
   ::waitpid(pid, nullptr, 0);
   EXPECT_FALSE(ProcessAlive(pid, 0));
   EXPECT_EQ(ProcessStartTime(pid), 0u);

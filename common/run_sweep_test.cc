@@ -11,33 +11,26 @@
 
 #include "common/proc_info.h"
 #include "common/proc_scan.h"
-#include "common/spawn.h"
+#include "testing/process.h"
+#include "testing/wait.h"
 
 namespace dflash {
 namespace {
 
+/// `sh -c script` in a session of its own, with `token` (if any) as the run token in its environment.
 pid_t Start(const std::string& script, const std::string& token) {
-  SpawnOptions o;
+  test::ProcessOptions o;
   o.argv = {"/bin/sh", "-c", script};
-  o.env = CurrentEnvironment();
-  if (!token.empty()) SetEnvVar(&o.env, kRunTokenVar, token);
-  o.group = SpawnOptions::Group::kNewSession;
-  Child c;
+  if (!token.empty()) o.set_env = {{kRunTokenVar, token}};
+  o.new_session = true;
+  o.out = o.err = test::Output::Inherit();
+  test::Process p;
   std::string err;
-  EXPECT_TRUE(Spawn(o, &c, &err)) << err;
-  return c.pid;
+  EXPECT_TRUE(test::StartProcess(o, &p, &err)) << err;
+  return p.pid;
 }
 
-/// Waits (bounded) until `pred` holds; the kernel's work is asynchronous.
-template <typename F>
-bool WaitFor(F pred, int ms = 5000) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
+using test::WaitUntil;
 
 TEST(RunSweep, TokensAreUniquePerCall) { EXPECT_NE(NewRunToken(), NewRunToken()); }
 
@@ -46,7 +39,7 @@ TEST(RunSweep, EnvironValueAndOwnChildrenSeeAChild) {
   ASSERT_GT(pid, 0);
   auto kids = OwnChildren();
   EXPECT_NE(std::find(kids.begin(), kids.end(), pid), kids.end());
-  ASSERT_TRUE(WaitFor([&] { return EnvironValue(pid, kRunTokenVar).has_value(); }));
+  ASSERT_TRUE(WaitUntil([&] { return EnvironValue(pid, kRunTokenVar).has_value(); }));
   EXPECT_EQ(*EnvironValue(pid, kRunTokenVar), "tok-env");
   EXPECT_FALSE(EnvironValue(pid, "DFLASH_NO_SUCH_VARIABLE_X").has_value());
   ::kill(pid, SIGKILL);
@@ -62,7 +55,7 @@ TEST(RunSweep, KillsADoubleForkedSetsidDaemonByItsTokenAndSparesOthers) {
   SweepTarget t;
   t.token = token;
   t.spare = {::getpid()};
-  ASSERT_TRUE(WaitFor([&] { return FindRunProcesses(t).size() >= 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return FindRunProcesses(t).size() >= 2; }));
   std::vector<pid_t> killed;
   EXPECT_GE(SweepRun(t, 100, &killed), 2);
   EXPECT_NE(std::find(killed.begin(), killed.end(), starter), killed.end());
@@ -70,7 +63,7 @@ TEST(RunSweep, KillsADoubleForkedSetsidDaemonByItsTokenAndSparesOthers) {
   int status = 0;
   ASSERT_EQ(::waitpid(starter, &status, 0), starter);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-  EXPECT_TRUE(WaitFor([&] { return FindRunProcesses(t).empty(); }));
+  EXPECT_TRUE(WaitUntil([&] { return FindRunProcesses(t).empty(); }));
   EXPECT_TRUE(ProcessAlive(other, 0));
   ::kill(other, SIGKILL);
   ::waitpid(other, nullptr, 0);
@@ -81,14 +74,14 @@ TEST(RunSweep, SessionsMatchWithoutAToken) {
   SweepTarget t;
   t.sessions = {pid};  // kNewSession: its session id is its pid
   t.spare = {::getpid()};
-  ASSERT_TRUE(WaitFor([&] { return FindRunProcesses(t).size() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return FindRunProcesses(t).size() == 2; }));
   // Processes started before `not_before` are never matched (reused ids).
   SweepTarget later = t;
   later.not_before = ProcessStartTime(pid) + 1000000;
   EXPECT_TRUE(FindRunProcesses(later).empty());
   SweepRun(t, 100, nullptr);
   ::waitpid(pid, nullptr, 0);
-  EXPECT_TRUE(WaitFor([&] { return FindRunProcesses(t).empty(); }));
+  EXPECT_TRUE(WaitUntil([&] { return FindRunProcesses(t).empty(); }));
 }
 
 }  // namespace

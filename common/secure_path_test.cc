@@ -10,30 +10,17 @@
 #include <fstream>
 
 #include "common/fd.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "secure-path-test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+using test::TempDir;
 
- private:
-  std::string path_;
-};
-
-void Touch(const std::string& path, const std::string& text = "x") { std::ofstream(path) << text; }
+void Touch(const std::string& path, const std::string& text = "x") { test::WriteText(path, text); }
 
 bool All(const std::string&) { return true; }
 

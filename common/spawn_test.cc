@@ -14,6 +14,7 @@
 #include <set>
 
 #include "common/proc_scan.h"
+#include "testing/files.h"
 
 namespace dflash {
 namespace {
@@ -27,17 +28,7 @@ SpawnOptions Sh(const std::string& script) {
   return o;
 }
 
-/// Reads everything from `fd` until EOF.
-std::string Slurp(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-  }
-}
+using test::ReadToEof;
 
 /// Runs `opts` to completion with stdout captured.
 int RunCapture(SpawnOptions opts, std::string* out) {
@@ -49,7 +40,7 @@ int RunCapture(SpawnOptions opts, std::string* out) {
   std::string err;
   bool ok = Spawn(opts, &c, &err);
   wr.reset();
-  *out = Slurp(rd.get());
+  *out = ReadToEof(rd.get());
   if (c.pid <= 0) return ok ? -1 : c.exit_code;
   ExitStatus st;
   EXPECT_TRUE(WaitForChild(c.pid, &st, &err)) << err;
@@ -105,7 +96,7 @@ TEST_F(SpawnTest, KeepFdsArePassedAtTheSameNumber) {
   std::string err;
   ASSERT_TRUE(Spawn(o, &c, &err)) << err;
   wr.reset();
-  EXPECT_EQ(Slurp(rd.get()), "through\n");
+  EXPECT_EQ(ReadToEof(rd.get()), "through\n");
   ExitStatus st;
   ASSERT_TRUE(WaitForChild(c.pid, &st, &err));
   EXPECT_EQ(st.ExitCode(), 0);
@@ -315,8 +306,8 @@ TEST_F(SpawnTest, StdioCanBeSwapped) {
   ASSERT_TRUE(Spawn(o, &c, &err)) << err;
   pwr.reset();
   qwr.reset();
-  EXPECT_EQ(Slurp(prd.get()), "out\n");
-  EXPECT_EQ(Slurp(qrd.get()), "err\n");
+  EXPECT_EQ(ReadToEof(prd.get()), "out\n");
+  EXPECT_EQ(ReadToEof(qrd.get()), "err\n");
   ExitStatus st;
   ASSERT_TRUE(WaitForChild(c.pid, &st, &err));
 }

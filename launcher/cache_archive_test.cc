@@ -9,28 +9,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "testing/files.h"
+#include "testing/temp_dir.h"
+
 namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Tmp {
-  std::string path;
-  Tmp() {
-    std::string t = (fs::temp_directory_path() / "cache-archive-test.XXXXXX").string();
-    path = ::mkdtemp(t.data()) ? t : "";
-  }
-  ~Tmp() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void Write(const std::string& p, const std::string& text) {
-  fs::create_directories(fs::path(p).parent_path());
-  std::ofstream(p) << text;
-}
-
+using test::TempDir;
+using test::WriteText;
 std::vector<std::pair<std::string, std::string>> Entries(const std::string& file) {
   std::vector<std::pair<std::string, std::string>> out;
   archive* a = archive_read_new();
@@ -48,17 +36,17 @@ std::vector<std::pair<std::string, std::string>> Entries(const std::string& file
 }
 
 TEST(CacheArchive, ExportSkipsLinksAndForeignFilesAndIsPrivateWhateverTheUmask) {
-  Tmp t;
-  std::string cache = t.path + "/cache";
-  Write(cache + "/ab/cabkernel.cpp", "kernel");
-  Write(cache + "/Documents/thesis.tex", "thesis");
-  Write(t.path + "/secret", "root-only secret");
-  fs::create_symlink(t.path + "/secret", cache + "/ab/cabsecret.so");
+  TempDir t;
+  std::string cache = t.path() + "/cache";
+  WriteText(cache + "/ab/cabkernel.cpp", "kernel");
+  WriteText(cache + "/Documents/thesis.tex", "thesis");
+  WriteText(t.path() + "/secret", "root-only secret");
+  fs::create_symlink(t.path() + "/secret", cache + "/ab/cabsecret.so");
   fs::create_directories(cache + "/.dflash/ready");
   mode_t old = ::umask(0);
   ExportReport report;
   std::string err;
-  std::string file = t.path + "/c.tar.zst";
+  std::string file = t.path() + "/c.tar.zst";
   bool ok = ExportCache(cache, file, {"2.13.0+cpu", "cpu"}, &report, &err);
   ::umask(old);
   ASSERT_TRUE(ok) << err;
@@ -76,16 +64,16 @@ TEST(CacheArchive, ExportSkipsLinksAndForeignFilesAndIsPrivateWhateverTheUmask) 
 }
 
 TEST(CacheArchive, ExportRefusesToWriteThroughAPlantedTempFile) {
-  Tmp t;
-  std::string cache = t.path + "/cache";
-  Write(cache + "/ab/cabkernel.cpp", "kernel");
-  std::string file = t.path + "/c.tar.zst";
-  fs::create_symlink(t.path + "/victim", file + ".tmp." + std::to_string(::getpid()));
+  TempDir t;
+  std::string cache = t.path() + "/cache";
+  WriteText(cache + "/ab/cabkernel.cpp", "kernel");
+  std::string file = t.path() + "/c.tar.zst";
+  fs::create_symlink(t.path() + "/victim", file + ".tmp." + std::to_string(::getpid()));
   ExportReport report;
   std::string err;
   EXPECT_FALSE(ExportCache(cache, file, {"2.13.0+cpu", "cpu"}, &report, &err));
   EXPECT_NE(err.find("File exists"), std::string::npos) << err;
-  EXPECT_FALSE(fs::exists(t.path + "/victim"));
+  EXPECT_FALSE(fs::exists(t.path() + "/victim"));
 }
 
 }  // namespace

@@ -21,6 +21,9 @@
 
 #include "launcher/log_test_lines.h"
 #include "launcher/log_test_util.h"
+#include "testing/files.h"
+#include "testing/process.h"
+#include "testing/temp_dir.h"
 
 namespace dflash {
 namespace {
@@ -28,22 +31,12 @@ namespace {
 using namespace std::chrono_literals;
 using logtest::Drainer;
 using logtest::Pipe;
-using logtest::Child;
+using test::Process;
 using logtest::MakeLines;
 
 namespace fs = std::filesystem;
 
-std::string TempDir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "dflash_logs_" + std::to_string(::getpid()) + "_" + name;
-  fs::remove_all(d);
-  return d;
-}
-
-std::string Slurp(const std::string& path) {
-  std::string s, err;
-  EXPECT_TRUE(ReadFile(path, &s, &err)) << err;
-  return s;
-}
+using test::Slurp;
 
 /// Lines of `s` as views; a last line without '\n' counts.
 std::vector<std::string_view> SplitViews(std::string_view s) {
@@ -85,14 +78,15 @@ void ReadToEnd(LogRouter* router, int id) {
 TEST(LogRouterTest, EightWritersEveryByteToFilesWhileConsoleIsStalled) {
   const int kWriters = 8;
   const uint64_t kOut = 100000, kErr = 10000;
-  std::string dir = TempDir("eight");
+  test::TempDir tmp("dflash-logs");
+  std::string dir = tmp / "eight";  // the router makes it
   Pipe console_pipe;
   auto console = std::make_unique<Console>(
       Console::Options{.fd = console_pipe.w.get(), .color = ColorMode::kAlways});
   LogRouter router(console.get());
 
   struct W {
-    Child child;
+    test::Process child;
     int out = -1, err = -1;
     std::string out_path, err_path;
     std::string want_out, want_err;
@@ -104,9 +98,9 @@ TEST(LogRouterTest, EightWritersEveryByteToFilesWhileConsoleIsStalled) {
     W& w = ws[i];
     bool partial = i % 2 == 1;  // half end with a line that has no '\n'
     std::string err;
-    ASSERT_TRUE(logtest::Spawn({DFLASH_LOG_WRITER, "lines", std::to_string(100 + i), std::to_string(kOut),
+    ASSERT_TRUE(test::StartProcess({.argv = {DFLASH_LOG_WRITER, "lines", std::to_string(100 + i), std::to_string(kOut),
                                 std::to_string(200 + i), std::to_string(kErr), "1", "300",
-                                partial ? "1" : "0", std::to_string(300 + i)},
+                                partial ? "1" : "0", std::to_string(300 + i)}},
                                &w.child, &err))
         << err;
     std::string name = "w:" + std::to_string(i);
@@ -124,7 +118,7 @@ TEST(LogRouterTest, EightWritersEveryByteToFilesWhileConsoleIsStalled) {
   // Every writer ran to completion while not one console byte was read: the
   // console never pushed back on them.
   for (W& w : ws) {
-    int status = logtest::Wait(w.child.pid);
+    int status = test::WaitForExit(w.child.pid);
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   }
   auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -205,11 +199,11 @@ TEST(LogRouterTest, EightWritersEveryByteToFilesWhileConsoleIsStalled) {
       EXPECT_EQ(s.noticed, router.console_dropped(id)) << key;
     }
   }
-  fs::remove_all(dir);
 }
 
 TEST(LogRouterTest, PartialLastLineInFileAsWrittenAndEndedOnConsole) {
-  std::string dir = TempDir("partial");
+  test::TempDir tmp("dflash-logs");
+  std::string dir = tmp / "partial";  // the router makes it
   Pipe console_pipe, child;
   Drainer d(console_pipe.r.get());
   std::string path = dir + "/a/b/p-0.stdout.log";
@@ -232,11 +226,11 @@ TEST(LogRouterTest, PartialLastLineInFileAsWrittenAndEndedOnConsole) {
   }
   console_pipe.w.reset();
   EXPECT_EQ(d.Join(), "[p:0] abc\n[p:0] def\n");
-  fs::remove_all(dir);
 }
 
 TEST(LogRouterTest, AppendsToAnExistingFile) {
-  std::string dir = TempDir("append");
+  test::TempDir tmp("dflash-logs");
+  std::string dir = tmp / "append";  // the router makes it
   std::string path = dir + "/x.stdout.log";
   std::string err;
   fs::create_directories(dir);
@@ -250,7 +244,6 @@ TEST(LogRouterTest, AppendsToAnExistingFile) {
   child.w.reset();
   ReadToEnd(&router, id);
   EXPECT_EQ(Slurp(path), "before\nafter\n");
-  fs::remove_all(dir);
 }
 
 /// Lines longer than the console limit go out in pieces, both when the line
@@ -258,7 +251,8 @@ TEST(LogRouterTest, AppendsToAnExistingFile) {
 TEST(LogRouterTest, VeryLongLinesGoToTheConsoleInPieces) {
   for (size_t limit : {size_t{64} << 10, size_t{1000}}) {
     SCOPED_TRACE("max_console_line " + std::to_string(limit));
-    std::string dir = TempDir("long");
+    test::TempDir tmp("dflash-logs");
+    std::string dir = tmp / "long";  // the router makes it
     std::string path = dir + "/l.stdout.log";
     std::string huge(200 << 10, 'x');
     for (size_t i = 0; i < huge.size(); i += 997) huge[i] = static_cast<char>('a' + i % 26);
@@ -305,15 +299,15 @@ TEST(LogRouterTest, VeryLongLinesGoToTheConsoleInPieces) {
     ASSERT_NE(at, std::string::npos);
     rebuilt.insert(at + exact.size(), "\n");
     EXPECT_TRUE(rebuilt == want) << "console pieces do not rebuild the stream";
-    fs::remove_all(dir);
   }
 }
 
 TEST(LogRouterTest, DrainTakesWhatAnExitedChildLeft) {
-  std::string dir = TempDir("drain");
+  test::TempDir tmp("dflash-logs");
+  std::string dir = tmp / "drain";  // the router makes it
   std::string err;
-  Child c;
-  ASSERT_TRUE(logtest::Spawn({DFLASH_LOG_WRITER, "lines", "1", "5000", "2", "50", "1", "100", "1", "3"}, &c,
+  test::Process c;
+  ASSERT_TRUE(test::StartProcess({.argv = {DFLASH_LOG_WRITER, "lines", "1", "5000", "2", "50", "1", "100", "1", "3"}}, &c,
                              &err))
       << err;
   LogRouter router(nullptr);
@@ -322,7 +316,7 @@ TEST(LogRouterTest, DrainTakesWhatAnExitedChildLeft) {
   ASSERT_GE(out, 0);
   ASSERT_GE(er, 0);
   // The child blocks once a pipe is full, so read one side while it runs.
-  std::thread t([&] { EXPECT_EQ(logtest::Wait(c.pid), 0); });
+  std::thread t([&] { EXPECT_EQ(test::WaitForExit(c.pid), 0); });
   while (router.Drain(out)) std::this_thread::sleep_for(1ms);
   t.join();
   EXPECT_FALSE(router.Drain(er)) << "the child has exited: its stderr pipe is at EOF";
@@ -337,11 +331,11 @@ TEST(LogRouterTest, DrainTakesWhatAnExitedChildLeft) {
   EXPECT_EQ(router.bytes(h), 2u);
   EXPECT_EQ(Slurp(dir + "/h.stdout.log"), "x\n");
   router.Remove(h);
-  fs::remove_all(dir);
 }
 
 TEST(LogRouterTest, DrainStopsForAWriterThatNeverStops) {
-  std::string dir = TempDir("endless");
+  test::TempDir tmp("dflash-logs");
+  std::string dir = tmp / "endless";  // the router makes it
   Pipe p;
   std::atomic<bool> stop{false};
   std::thread writer([&] {
@@ -366,7 +360,6 @@ TEST(LogRouterTest, DrainStopsForAWriterThatNeverStops) {
     router.Remove(id);  // closes the read end: the writer gets EPIPE and stops
   }
   writer.join();
-  fs::remove_all(dir);
 }
 
 std::vector<std::string> FdsPointingAt(const std::string& path) {
@@ -397,7 +390,8 @@ std::string InheritableFdsNow() {
 
 TEST(LogRouterTest, FdHygiene) {
   const std::string inherited = InheritableFdsNow();
-  std::string dir = TempDir("fds");
+  test::TempDir tmp("dflash-logs");
+  std::string dir = tmp / "fds";  // the router makes it
   std::string path = dir + "/f.stdout.log";
   std::string err;
   Pipe console_pipe;
@@ -417,12 +411,12 @@ TEST(LogRouterTest, FdHygiene) {
 
     // A child spawned now (the console thread running, the file and pipes
     // open) inherits nothing but 0, 1 and 2.
-    Child c;
-    ASSERT_TRUE(logtest::Spawn({DFLASH_LOG_WRITER, "fds"}, &c, &err)) << err;
+    test::Process c;
+    ASSERT_TRUE(test::StartProcess({.argv = {DFLASH_LOG_WRITER, "fds"}}, &c, &err)) << err;
     int cid = router.Add(std::move(c.out), "fds", false, dir + "/fds.stdout.log", &err);
     ASSERT_GE(cid, 0) << err;
     ReadToEnd(&router, cid);
-    EXPECT_EQ(logtest::Wait(c.pid), 0);
+    EXPECT_EQ(test::WaitForExit(c.pid), 0);
     EXPECT_EQ(Slurp(dir + "/fds.stdout.log"), inherited);
 
     // At EOF the file is closed, before Remove().
@@ -434,12 +428,11 @@ TEST(LogRouterTest, FdHygiene) {
   }
   console_pipe.w.reset();
   d.Join();
-  fs::remove_all(dir);
 }
 
 TEST(LogRouterTest, AddReportsWhyItCannotOpenTheFile) {
-  std::string dir = TempDir("bad");
-  fs::create_directories(dir);
+  test::TempDir tmp("dflash-logs");
+  std::string dir = tmp.path();
   std::string err;
   ASSERT_TRUE(WriteAll(UniqueFd(::open((dir + "/file").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600)).get(),
                        "x", &err));
@@ -447,7 +440,6 @@ TEST(LogRouterTest, AddReportsWhyItCannotOpenTheFile) {
   LogRouter router(nullptr);
   EXPECT_EQ(router.Add(std::move(p.r), "b", false, dir + "/file/sub/b.stdout.log", &err), -1);
   EXPECT_NE(err.find(dir + "/file/sub"), std::string::npos) << err;
-  fs::remove_all(dir);
 }
 
 /// Disk full: the pipe keeps being read (the child must not block), the loss

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,8 +14,6 @@
 
 #include "common/fd.h"
 #include "launcher/log_router.h"
-
-extern char** environ;
 
 namespace dflash::logtest {
 
@@ -55,45 +52,6 @@ class Drainer {
   std::string out_;
   std::thread t_;
 };
-
-struct Child {
-  pid_t pid = -1;
-  UniqueFd out;  // read end of its stdout
-  UniqueFd err;  // read end of its stderr
-};
-
-/// Spawns argv with stdout and stderr on two fresh pipes (O_CLOEXEC on our
-/// ends, as the supervisor does) and stdin from /dev/null.
-inline bool Spawn(const std::vector<std::string>& args, Child* c, std::string* err) {
-  int o[2], e[2];
-  if (::pipe2(o, O_CLOEXEC) != 0) return *err = ErrnoMessage("pipe2", errno), false;
-  UniqueFd o_r(o[0]), o_w(o[1]);
-  if (::pipe2(e, O_CLOEXEC) != 0) return *err = ErrnoMessage("pipe2", errno), false;
-  UniqueFd e_r(e[0]), e_w(e[1]);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, o_w.get(), 1);
-  posix_spawn_file_actions_adddup2(&fa, e_w.get(), 2);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  int rc = ::posix_spawn(&c->pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return *err = ErrnoMessage("posix_spawn(" + args[0] + ")", rc), false;
-  c->out = std::move(o_r);
-  c->err = std::move(e_r);
-  return true;
-}
-
-/// Waits for `pid`; returns its raw wait status, or -1.
-inline int Wait(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return status;
-}
 
 /// Runs the router over `ids` until every stream has ended or `deadline`
 /// passes; returns false on the deadline (a blocked path shows up here, not as

@@ -11,14 +11,10 @@
 #include <filesystem>
 
 #include "launcher/holder_lock.h"
+#include "testing/temp_dir.h"
 
 namespace dflash {
 namespace {
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/port_reservation_test.XXXXXX";
-  return ::mkdtemp(tmpl);
-}
 
 /// A listening socket on an ephemeral port of 127.0.0.1.
 int Listen(int* port) {
@@ -35,7 +31,8 @@ int Listen(int* port) {
 }
 
 TEST(PortReservation, ABusyPortIsRefusedWithTheReason) {
-  std::string dir = TempDir(), err;
+  test::TempDir tmp("port-reservation-test");
+  std::string dir = tmp.path(), err;
   int port = 0;
   UniqueFd listener(Listen(&port));
   PortReservations held;
@@ -44,11 +41,11 @@ TEST(PortReservation, ABusyPortIsRefusedWithTheReason) {
   EXPECT_TRUE(held.locks.empty());
   listener.reset();
   EXPECT_EQ(ReservePort(dir, port, "test", &held, &err), ReserveResult::kReserved) << err;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(PortReservation, AReservedPortIsRefusedNamingItsHolderUntilReleased) {
-  std::string dir = TempDir(), err;
+  test::TempDir tmp("port-reservation-test");
+  std::string dir = tmp.path(), err;
   PortReservations first, second;
   int port = 0;
   ASSERT_EQ(ReserveFreePort(dir, "holder-record-1", &port, &first, &err), ReserveResult::kReserved) << err;
@@ -66,11 +63,11 @@ TEST(PortReservation, AReservedPortIsRefusedNamingItsHolderUntilReleased) {
   first.locks.clear();  // the run ended
   PortReservations third;
   EXPECT_EQ(ReservePort(dir, port, "third", &third, &err), ReserveResult::kReserved) << err;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(HolderLock, RefusesASymlinkAndKeepsTheHoldersRecord) {
-  std::string dir = TempDir(), holder;
+  test::TempDir tmp("port-reservation-test");
+  std::string dir = tmp.path(), holder;
   std::filesystem::create_symlink("/etc/passwd", dir + "/run.lock");
   UniqueFd fd;
   EXPECT_EQ(TryHolderLock(dir + "/run.lock", "me", &fd, &holder), HolderLockResult::kFailed);
@@ -84,7 +81,6 @@ TEST(HolderLock, RefusesASymlinkAndKeepsTheHoldersRecord) {
   // The refused one did not overwrite the record.
   fd.reset();
   EXPECT_EQ(TryHolderLock(dir + "/run.lock", "next", &again, &holder), HolderLockResult::kAcquired);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,4 +1,10 @@
-"""Helpers to run dflash-launch on a throw-away config and read what it left."""
+"""The Python tests' support module: run dflash-launch on a throw-away config, read what it left, and
+wait for events with a deadline.
+
+Tests never sleep to let something happen: they wait for the event itself (a file a payload writes,
+a log line, a gate record) with `wait_until`, whose timeout is a hang detector, not a speed
+assertion. Where a test must show that something does NOT happen, `holds_for` watches for a window
+stated in the test (with why it is long enough)."""
 import json
 import os
 import pathlib
@@ -6,6 +12,10 @@ import signal
 import subprocess
 import textwrap
 import time
+
+# How long a test waits for an event that normally takes milliseconds to a few seconds: a hang
+# detector. A loaded machine must never fail a test by being slow.
+EVENT_TIMEOUT = 60.0
 
 
 def write_config(dir, body, name="t"):
@@ -49,17 +59,21 @@ class Run:
     def summary(self):
         return json.loads((self.run_dir / "summary.json").read_text())
 
-    def wait_for_log(self, text, timeout=60):
-        """Until the supervisor's log file has `text` (its own lines: states, reasons)."""
-        log = self.run_dir / "supervisor.log"
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if log.exists() and text in log.read_text():
-                return
+    def wait_for_log(self, text, timeout=EVENT_TIMEOUT, count=1):
+        """Until the supervisor's log file has `text` (its own lines: states, reasons) `count` times."""
+        exited = []
+
+        def logged():
+            if self.count_in_log(text) >= count:
+                return True
             if self.proc.poll() is not None:
-                raise AssertionError(f"supervisor exited before logging {text!r}")
-            time.sleep(0.02)
-        raise AssertionError(f"{text!r} not logged within {timeout}s")
+                exited.append(True)
+                return True
+            return False
+
+        assert wait_until(logged, timeout), f"{text!r} not logged {count}x within {timeout}s"
+        if exited and self.count_in_log(text) < count:
+            raise AssertionError(f"supervisor exited before logging {text!r} {count}x")
 
     def count_in_log(self, text):
         log = self.run_dir / "supervisor.log"
@@ -114,11 +128,24 @@ def alive_with_marker(marker, payloads_only=False):
             if marker in cmd and state != "Z" and not (payloads_only and "dflash-worker" in cmd)]
 
 
-def wait_until(pred, timeout=10.0, step=0.02):
-    """Polls `pred` until it holds or `timeout` passes; its last answer."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def wait_until(pred, timeout=EVENT_TIMEOUT, step=0.02):
+    """Polls `pred` until it holds or `timeout` passes; its last answer (so an event that came just
+    at the deadline still counts). A monotonic clock: a wall-clock step cannot cut a wait short."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         if pred():
             return True
         time.sleep(step)
-    return pred()
+    return bool(pred())
+
+
+def holds_for(pred, seconds, step=0.02):
+    """Whether `pred` holds throughout `seconds` (checked every `step`): for "and nothing else
+    happens". Load only lengthens the look, so it can miss a late event but never fail a correct run;
+    say in the test why `seconds` is long enough."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not pred():
+            return False
+        time.sleep(step)
+    return bool(pred())

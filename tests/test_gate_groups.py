@@ -6,12 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import ROOT, run
-from supervise import write_config
+from supervise import wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "python"))
@@ -154,8 +153,14 @@ def test_a_leader_that_never_says_ready_is_a_warning(launch, tmp_path):
 
 
 def test_a_ready_leader_that_wrote_nothing_publishes_nothing(launch, tmp_path):
-    cmd = ["sh", "-c", f"{PY} -c 'from dflash_launch import notify_ready; notify_ready()'; sleep 0.5"]
+    # The payload runs on after READY=1 until the worker has judged it (its warning is in the
+    # payload's stderr log): READY is handled while it runs, as for a real trainer, with no sleep.
+    cmd = ["sh", "-c", f"{PY} -c 'from dflash_launch import notify_ready; notify_ready()'; "
+           "while [ ! -e release ]; do sleep 0.01; done"]
     r = launch(write_config(tmp_path, shell_role(cmd, '"notify"')), env=ENV)
+    stderr_log = r.run_dir / "attempt_0" / "p-0.stderr.log"
+    assert wait_until(lambda: stderr_log.exists() and "left the cache as it was" in stderr_log.read_text())
+    (tmp_path / "release").touch()
     assert r.wait(timeout=60) == 0
     assert markers(tmp_path) == []
     assert any("left the cache as it was" in w for w in r.summary()["warnings"])
@@ -230,10 +235,10 @@ def test_sigkill_of_a_leader_kills_its_whole_tree_before_the_next_leads(bin_dir,
     w1 = subprocess.Popen([bin_dir / "dflash-worker", "--name", "first", "--gate-dir", cache, "--gate-key", "k",
                            "--ready", "notify", "--", "sh", "-c", leader_cmd], cwd=tmp_path, env=ENV,
                           stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 30
-    while not ((tmp_path / "esc.pid").exists() and (tmp_path / "grp.pid").exists()) and time.time() < deadline:
-        time.sleep(0.02)
-    pids = [int((tmp_path / f).read_text()) for f in ("esc.pid", "grp.pid")]
+    # A pid file exists as soon as the shell opens it: wait for the whole line, not the file.
+    pid_files = [tmp_path / f for f in ("esc.pid", "grp.pid")]
+    assert wait_until(lambda: all(f.exists() and f.read_text().endswith("\n") for f in pid_files))
+    pids = [int(f.read_text()) for f in pid_files]
     w1.kill()
     w1.wait()
     # The next leader's payload looks, first thing, at what still runs.

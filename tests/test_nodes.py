@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from conftest import ROOT, run
-from supervise import write_config
+from supervise import EVENT_TIMEOUT, wait_until, write_config
 
 PY = ROOT / ".venv" / "bin" / "python"
 GLOO = ROOT / "tests" / "payloads" / "gloo_world.py"
@@ -90,15 +90,12 @@ def sleeper_config(tmp_path, extra_run=""):
     return path
 
 
-def wait_for(path, proc, timeout=60):
-    import time
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if path.exists():
-            return
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.02)
-    raise AssertionError(f"{path} did not appear")
+def wait_for(path, proc, timeout=EVENT_TIMEOUT):
+    """Until `path` exists; fails at once if `proc` ends first."""
+    def there():
+        assert proc.poll() is None or path.exists(), proc.communicate()
+        return path.exists()
+    assert wait_until(there, timeout), f"{path} did not appear"
 
 
 def test_same_run_id_twice_second_fails_at_once_naming_the_holder(bin_dir, tmp_path):

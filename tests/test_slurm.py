@@ -9,12 +9,11 @@ import pathlib
 import shutil
 import socket
 import subprocess
-import time
 
 import pytest
 
 from conftest import ROOT
-from supervise import alive_with_marker, write_config
+from supervise import alive_with_marker, wait_until, write_config
 
 PY = ROOT / ".venv" / "bin" / "python"
 GLOO = ROOT / "tests" / "payloads" / "gloo_world.py"
@@ -96,21 +95,18 @@ PartitionName=p Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
     try:
         daemon("munged", "-F", "--force", f"--socket={sock}", f"--key-file={key}", f"--log-file={d}/munge/log",
                f"--pid-file={d}/munge/pid", f"--seed-file={d}/munge/seed")
-        deadline = time.time() + 30
-        while not sock.exists():
-            assert time.time() < deadline, "munged did not start"
-            time.sleep(0.05)
+        assert wait_until(sock.exists), "munged did not start"
         daemon("slurmctld", "-D", "-f", str(conf))
         for n in ("n1", "n2"):
             daemon("slurmd", "-D", "-f", str(conf), "-N", n)
-        deadline = time.time() + 60
-        while True:  # until both nodes are idle
+        sinfo = []
+
+        def both_idle():
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, env=env)
+            sinfo[:] = [r.stdout, r.stderr]
             states = dict(line.split() for line in r.stdout.splitlines() if line.strip())
-            if states.get("n1") == "idle" and states.get("n2") == "idle":
-                break
-            assert time.time() < deadline, f"slurm nodes not idle: {r.stdout} {r.stderr}"
-            time.sleep(0.2)
+            return states.get("n1") == "idle" and states.get("n2") == "idle"
+        assert wait_until(both_idle, step=0.2), f"slurm nodes not idle: {sinfo}"
         yield env
     finally:
         for p in reversed(procs):
@@ -172,7 +168,4 @@ def test_a_failure_on_one_node_ends_the_other_through_srun(slurm, bin_dir, tmp_p
     node1 = json.loads((run_dir / "node_1" / "summary.json").read_text())
     assert node1["exit_code"] == 7, node1
     # srun ended node 0's launcher, which stopped its sleepers: nothing is left running.
-    deadline = time.time() + 30
-    while alive_with_marker(marker) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not alive_with_marker(marker)
+    assert wait_until(lambda: not alive_with_marker(marker)), alive_with_marker(marker)

@@ -6,13 +6,12 @@ import json
 import os
 import signal
 import sys
-import time
 
 import pytest
 import torch
 
 from conftest import BIN, ROOT, run
-from supervise import proc_table, write_config
+from supervise import proc_table, wait_until, write_config
 
 sys.path.insert(0, str(ROOT / "python"))
 from dflash_launch import contract_from_env  # noqa: E402
@@ -88,10 +87,7 @@ env = {{ DFLASH_PACE_MS = "15" }}
 {restart}
 """), env=ENV)
     done = tmp_path / "spool" / "r" / "done"
-    deadline = time.time() + 60
-    while time.time() < deadline and (not done.exists() or len(os.listdir(done)) < 60):
-        time.sleep(0.02)
-    assert done.exists() and len(os.listdir(done)) >= 60, "no progress"
+    assert wait_until(lambda: done.exists() and len(os.listdir(done)) >= 60), "no progress"
     victims = {name: payload_of(r, name) for name in ("drafter:1", "target:1")}
     assert all(victims.values()), victims
     for pid in victims.values():

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from supervise import alive_with_marker, descendants, proc_table, wait_until, write_config
+from supervise import alive_with_marker, descendants, holds_for, proc_table, wait_until, write_config
 
 
 def marker():
@@ -31,10 +31,10 @@ def test_eight_roles_run_then_sigterm_stops_all_within_grace(launch, tmp_path):
     r = launch(cfg)
     r.wait_for_log("all 8 processes are running")
     assert len(alive_with_marker(m, payloads_only=True)) == 8
-    t = time.time()
     r.signal(signal.SIGTERM)
     assert r.wait() == 128 + signal.SIGTERM
-    assert time.time() - t < 5
+    # Within the grace: nobody needed the SIGKILL that comes when it runs out (no wall clock needed).
+    assert r.count_in_log("still running after its grace: SIGKILL") == 0
     assert alive_with_marker(m) == []
     s = r.summary()
     assert s["exit_code"] == 143 and s["culprit"] is None and "stopped by SIGTERM" in s["reason"]
@@ -49,11 +49,13 @@ def test_a_child_that_ignores_sigterm_is_killed_after_grace(launch, tmp_path):
     cfg = write_config(tmp_path, roles(1, ["sh", "-c", f"trap '' TERM; sleep {m}; true"], 'stop = { grace = "1s" }'))
     r = launch(cfg)
     r.wait_for_log("all 1 processes are running")
-    t = time.time()
+    t = time.monotonic()
     r.signal(signal.SIGTERM)
     r.wait()
-    took = time.time() - t
-    assert 1.0 <= took <= 2.0, took
+    took = time.monotonic() - t
+    # The SIGKILL came after the 1 s grace, not before (load can only make it later), and not
+    # never: 10 s is 10x the grace, so only a supervisor that ignored it fails here.
+    assert 1.0 <= took < 10.0, took
     assert r.count_in_log("still running after its grace: SIGKILL") == 1
     assert alive_with_marker(m) == []
 
@@ -67,6 +69,7 @@ def test_sigkill_of_the_supervisor_leaves_no_child(launch, tmp_path):
         assert len(alive_with_marker(m, payloads_only=True)) == 8
         os.kill(r.pid, signal.SIGKILL)
         r.wait()
+        # 1 s: 10x what the guardian and PR_SET_PDEATHSIG need (test_adversarial_proc measures it).
         assert wait_until(lambda: not alive_with_marker(m), timeout=1.0), f"run {i}: {alive_with_marker(m)}"
 
 
@@ -128,12 +131,12 @@ def test_exec_failures_leave_no_zombie(launch, tmp_path):
         1, [str(bad)],
         'restart = { policy = "on-failure", max = 1000, window = "1h", backoff = "50ms..50ms" }', name="bad")
     r = launch(write_config(tmp_path, body))
-    r.wait_for_log("bad0:0 STARTING -> BACKOFF")
-    time.sleep(1.0)  # ~20 exec failures
+    # Six exec failures: the first five have been restarted (the sixth's restart may still be pending).
+    r.wait_for_log("bad0:0 STARTING -> BACKOFF", count=6)
     zombies = lambda: [pid for pid, (ppid, st, _) in proc_table().items() if st == "Z" and (
         ppid == r.pid or ppid in descendants(r.pid))]
-    # Reaping is immediate; a zombie may exist for an instant, never for long.
-    assert wait_until(lambda: not zombies(), timeout=2.0), zombies()
+    # Reaping is immediate; a zombie may exist for an instant (the restarts go on), never for good.
+    assert wait_until(lambda: not zombies()), zombies()
     r.signal(signal.SIGTERM)
     r.wait()
     assert r.summary()["processes"][1]["restarts"] >= 5
@@ -177,9 +180,11 @@ def test_restart_scope(launch, tmp_path, scope, restarted):
     names = ["stable:0", "stable:1", "flaky:0", "flaky:1"]
     # Each restarted process starts its attempt 1; the others never do.
     assert wait_until(lambda: all(r.count_in_log(f"{n} STARTING (pid") == (2 if n in restarted else 1)
-                                  for n in names), 15)
-    assert wait_until(lambda: all(r.state_of(n) == "RUNNING" for n in names), 15)
-    time.sleep(0.3)  # and nothing else happens
+                                  for n in names))
+    assert wait_until(lambda: all(r.state_of(n) == "RUNNING" for n in names))
+    # And nothing else happens: a spurious restart would come after the 100 ms backoff; 1 s is 10x that.
+    starts = {n: r.count_in_log(f"{n} STARTING (pid") for n in names}
+    assert holds_for(lambda: {n: r.count_in_log(f"{n} STARTING (pid") for n in names} == starts, 1.0)
     for n in names:
         assert r.count_in_log(f"{n} STARTING (pid") == (2 if n in restarted else 1), n
         if n not in restarted:
@@ -210,12 +215,17 @@ def test_backoff_grows_then_caps(launch, tmp_path):
                  'cwd = "."\nrestart = { policy = "on-failure", max = 4, window = "1h", backoff = "200ms..800ms" }')
     r = launch(write_config(tmp_path, body))
     assert r.wait() == 1
+    # The schedule the supervisor chose (its log says it): doubles from 200ms, capped at 800ms.
+    delays = [line.rsplit("after ", 1)[1] for line in r.run_dir.joinpath("supervisor.log").read_text().splitlines()
+              if "-> BACKOFF" in line]
+    assert delays == ["200ms", "400ms", "800ms", "800ms"], delays
+    # And it kept to it: no restart came before its delay (load can only make a gap longer, so no
+    # upper bound here -- that would measure the machine, not the supervisor).
     starts = [float(x) for x in (tmp_path / "starts").read_text().split()]
     gaps = [b - a for a, b in zip(starts, starts[1:])]
     assert len(gaps) == 4
     for gap, delay in zip(gaps, [0.2, 0.4, 0.8, 0.8]):
-        assert delay <= gap < delay + 0.5, gaps
-    assert gaps[2] > 1.5 * gaps[1] and abs(gaps[3] - gaps[2]) < 0.3, gaps
+        assert gap >= delay, gaps
 
 
 def test_no_restart_exit_codes_are_honoured(launch, tmp_path):
@@ -269,12 +279,14 @@ def test_second_interrupt_kills_at_once(launch, tmp_path):
     cmd = ["sh", "-c", f"trap '' INT TERM; sleep {m}; true"]
     r = launch(write_config(tmp_path, roles(2, cmd, 'stop = { signal = "SIGINT", grace = "30s" }')))
     r.wait_for_log("all 2 processes are running")
-    t = time.time()
     r.signal(signal.SIGINT)
     r.wait_for_log("STOPPING")
     r.signal(signal.SIGINT)
-    assert r.wait() == 130
-    assert time.time() - t < 3
+    r.wait_for_log("received SIGINT again: killing every process now")
+    # r.wait's timeout (20 s) is shorter than the 30 s grace: a stop that waited for the grace fails here.
+    assert r.wait(timeout=20) == 130
+    assert r.count_in_log("still running after its grace") == 0
+    # 1 s: 10x what the guardian and PR_SET_PDEATHSIG need (test_adversarial_proc measures it).
     assert wait_until(lambda: not alive_with_marker(m), 1.0)
 
 

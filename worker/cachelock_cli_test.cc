@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,12 +14,14 @@
 
 #include "cachelock/test_util.h"
 #include "common/fd.h"
-
-extern char** environ;
+#include "testing/files.h"
+#include "testing/process.h"
+#include "testing/wait.h"
 
 namespace dflash {
 namespace {
 
+using test::Slurp;
 using testing::TempGateDir;
 
 struct Ran {
@@ -41,27 +42,21 @@ class Cli : public ::testing::Test {
     if (!args.empty() && args[0] == "run") args[0] = CACHELOCK_RUN;
     else if (args.empty() || args[0][0] != '/') args.insert(args.begin(), CACHELOCK_CLI);
     std::string out = tmp_.path() + "/out" + std::to_string(n), err = tmp_.path() + "/err" + std::to_string(n);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    EXPECT_EQ(::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    return pid;
+    test::ProcessOptions o;
+    o.argv = std::move(args);
+    o.out = test::Output::File(out);
+    o.err = test::Output::File(err);
+    test::Process p;
+    std::string e;
+    EXPECT_TRUE(test::StartProcess(o, &p, &e)) << e;
+    return p.pid;
   }
   Ran Finish(pid_t pid, int n) {
     Ran r;
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    int status = test::WaitForExit(pid);
     if (WIFEXITED(status)) r.status = WEXITSTATUS(status);
-    std::string e;
-    ReadFile(tmp_.path() + "/out" + std::to_string(n), &r.out, &e);
-    ReadFile(tmp_.path() + "/err" + std::to_string(n), &r.err, &e);
+    r.out = Slurp(tmp_.path() + "/out" + std::to_string(n));
+    r.err = Slurp(tmp_.path() + "/err" + std::to_string(n));
     return r;
   }
   Ran Run(std::vector<std::string> args) {
@@ -75,11 +70,6 @@ class Cli : public ::testing::Test {
     return Run(args);
   }
   std::string Dir() const { return tmp_.path() + "/cache"; }
-  std::string Slurp(const std::string& path) {
-    std::string text, err;
-    ReadFile(path, &text, &err);
-    return text;
-  }
 
   TempGateDir tmp_;
   int runs_ = 0;
@@ -126,8 +116,7 @@ TEST_F(Cli, GateTimeoutExits75NamingTheHolderWithProgressOnTheWay) {
   pid_t holder = Start({"run", Dir(), "--key", "k", "--who", "drafter:0", "--", "sh", "-c",
                         "echo $$ > " + payload_pid + "; touch " + marker + "; exec sleep 60"},
                        n);
-  for (int i = 0; i < 3000 && !std::filesystem::exists(marker); ++i) ::usleep(10000);
-  ASSERT_TRUE(std::filesystem::exists(marker));
+  ASSERT_TRUE(test::WaitUntil([&] { return std::filesystem::exists(marker); }));
   std::string ran = tmp_.path() + "/ran";
   Ran r = RunGated("k", "touch " + ran, {"--timeout", "2s", "--progress", "500ms"});
   EXPECT_EQ(r.status, 75) << r.err;

@@ -14,6 +14,8 @@
 
 #include "common/fd.h"
 #include "common/proc_scan.h"
+#include "testing/files.h"
+#include "testing/temp_dir.h"
 
 namespace dflash {
 namespace {
@@ -24,6 +26,15 @@ bool Alive(pid_t pid) {
   ProcStat st;
   return ReadProcStat(pid, &st) && st.state != 'Z';
 }
+
+/// Shell that blocks until `path` exists (the test creates it when the event it waits for has
+/// happened), giving up after 60 s so a broken host cannot hang the suite.
+std::string BlockUntilExists(const std::string& path) {
+  return "i=0; while [ ! -e '" + path + "' ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; ";
+}
+
+/// The event a blocked payload waits for (BlockUntilExists).
+void Release(const std::string& path) { test::WriteText(path, ""); }
 
 /// A file-backed capture for the payload's (or the relay's) output.
 struct Capture {
@@ -43,12 +54,6 @@ struct Capture {
 
 class PayloadHostTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("payload-host." + std::to_string(::getpid()) + "." +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
   void TearDown() override {
     // One reaper, and it reaped everything: the payload and its orphans.
     EXPECT_TRUE(ZombieChildrenOf(::getpid()).empty()) << "zombies left behind";
@@ -56,7 +61,6 @@ class PayloadHostTest : public ::testing::Test {
     int subreaper = -1;
     ::prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
     EXPECT_EQ(subreaper, 0) << "RunPayload must restore the subreaper flag";
-    fs::remove_all(dir_);
   }
 
   PayloadHostOptions Sh(const std::string& script, const std::string& ready = "none",
@@ -73,7 +77,9 @@ class PayloadHostTest : public ::testing::Test {
     return o;
   }
 
-  fs::path dir_;
+  test::TempDir tmp_{"payload-host"};
+  fs::path dir_{tmp_.path()};
+  std::string go_ = tmp_ / "go";  // BlockUntilExists(go_) / Release(go_)
   Capture out_, err_;
 };
 
@@ -117,14 +123,16 @@ TEST_F(PayloadHostTest, LogModeIsReadyAtTheMatchingLine) {
   pid_t pid = 0;
   std::string out_at_ready;
   bool alive_at_ready = false;
-  auto o = Sh("echo starting; echo 'compiled in 0s' >&2; sleep 0.2; echo compiled; sleep 0.3; "
-              "echo after",
+  // "after" waits until on_ready has looked: what it saw is exactly what came before.
+  auto o = Sh("echo starting; echo 'compiled in 0s' >&2; echo compiled; " + BlockUntilExists(go_) +
+                  "echo after",
               "log:^compiled$", Millis(60'000));
   o.on_spawned = [&](pid_t p) { pid = p; };
   o.on_ready = [&] {
     ++ready;
     alive_at_ready = Alive(pid);
     out_at_ready = out_.Read();
+    Release(go_);
   };
   PayloadResult r = RunPayload(o);
   EXPECT_EQ(ready, 1);
@@ -140,14 +148,17 @@ TEST_F(PayloadHostTest, FileModeIsReadyWhenThePathAppears) {
   pid_t pid = 0;
   bool alive_at_ready = false, existed_at_ready = false;
   std::string marker = (dir_ / "sub" / "compiled").string();
-  auto o = Sh("sleep 0.2; mkdir -p '" + dir_.string() + "/sub'; touch '" + marker +
-                  "'; sleep 0.5",
+  // The path appears a moment after the start (not there at the first look); the payload then
+  // stays until on_ready has looked.
+  auto o = Sh("sleep 0.2; mkdir -p '" + dir_.string() + "/sub'; touch '" + marker + "'; " +
+                  BlockUntilExists(go_),
               "file:" + marker, Millis(60'000));
   o.on_spawned = [&](pid_t p) { pid = p; };
   o.on_ready = [&] {
     ++ready;
     alive_at_ready = Alive(pid);
     existed_at_ready = fs::exists(marker);
+    Release(go_);
   };
   PayloadResult r = RunPayload(o);
   EXPECT_EQ(ready, 1);
@@ -162,23 +173,23 @@ TEST_F(PayloadHostTest, NotifyModeWithSystemdNotifyDoesNotHang) {
   pid_t pid = 0;
   bool alive_at_ready = false;
   std::vector<std::string> statuses;
-  auto o = Sh("systemd-notify --status=compiling; sleep 0.1; systemd-notify --ready; "
-              "echo notified=$?; sleep 0.3",
+  auto o = Sh("systemd-notify --status=compiling; echo status=$?; systemd-notify --ready; "
+              "echo notified=$?; " + BlockUntilExists(go_),
               "notify", Millis(60'000));
   o.on_spawned = [&](pid_t p) { pid = p; };
   o.on_ready = [&] {
     ++ready;
     alive_at_ready = Alive(pid);
+    Release(go_);
   };
   o.on_status = [&](std::string_view s) { statuses.emplace_back(s); };
-  auto t0 = std::chrono::steady_clock::now();
   PayloadResult r = RunPayload(o);
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(ready, 1);
   EXPECT_TRUE(alive_at_ready);
   EXPECT_EQ(statuses, std::vector<std::string>{"compiling"});
-  EXPECT_EQ(out_.Read(), "notified=0\n");  // not "Failed to invoke barrier" + 1
-  EXPECT_LT(secs, 8.0);                    // two 5 s barrier hangs would be 10 s
+  // An unanswered barrier is a 5 s hang that ends in "Failed to invoke barrier" and exit 1: two 0s
+  // say both barriers were answered, with no clock that a loaded machine could fail.
+  EXPECT_EQ(out_.Read(), "status=0\nnotified=0\n");
   EXPECT_EQ(r.exit_code, 0);
 }
 
@@ -203,27 +214,52 @@ TEST_F(PayloadHostTest, NotifySocketIsReplacedAndExtraEnvIsSet) {
 }
 
 TEST_F(PayloadHostTest, ReadyFromAnUnrelatedProcessIsIgnored) {
-  // The sender runs in a session of its own (not the payload's process
-  // group) and stays alive while the host reads its datagram.
+  // A sender in a session of its own (not the payload's process group) says READY=1 and stays
+  // alive until the host has judged it: the payload's own STATUS=after goes out after that
+  // READY=1, so on_status("after") means the host has read past it -- and only then is the
+  // sender let go. No sleep decides whether it was alive when judged.
+  std::string sender = tmp_ / "send.py";
+  test::WriteText(sender,
+                  "import os, socket, sys, time\n"
+                  "a = os.environ['NOTIFY_SOCKET']\n"
+                  "socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(sys.argv[1].encode(), '\\0' + a[1:])\n"
+                  "if len(sys.argv) > 2:\n"
+                  "    open(sys.argv[2] + '.sent', 'w').close()\n"
+                  "    deadline = time.time() + 60\n"
+                  "    while not os.path.exists(sys.argv[2]) and time.time() < deadline:\n"
+                  "        time.sleep(0.01)\n");
   int ready = 0;
-  std::string timeout_msg;
-  auto o = Sh("setsid python3 -c '"
-              "import os,socket,time\n"
-              "a=os.environ[\"NOTIFY_SOCKET\"]\n"
-              "s=socket.socket(socket.AF_UNIX,socket.SOCK_DGRAM)\n"
-              "s.sendto(b\"READY=1\",\"\\0\"+a[1:])\n"
-              "time.sleep(0.5)'; sleep 30",
-              "notify", Millis(2000));
+  std::vector<std::string> statuses;
+  auto o = Sh("setsid python3 '" + sender + "' READY=1 '" + go_ + "' & " + BlockUntilExists(go_ + ".sent") +
+                  "python3 '" + sender + "' STATUS=after; wait",
+              "notify", Millis(60'000));
   o.on_ready = [&] { ++ready; };
+  o.on_status = [&](std::string_view st) {
+    statuses.emplace_back(st);
+    Release(go_);
+  };
+  PayloadResult r = RunPayload(o);
+  EXPECT_EQ(statuses, std::vector<std::string>{"after"});
+  EXPECT_EQ(ready, 0);
+  EXPECT_FALSE(r.ready);  // it exited without a READY=1 of its own
+  EXPECT_EQ(r.exit_code, 0);
+}
+
+TEST_F(PayloadHostTest, TimeoutCallbackSeesTheReportedMessageAndStops) {
+  int timeouts = 0;
+  std::string message;
+  auto o = Sh("exec sleep 30", "notify", Millis(300));
   o.on_ready_timeout = [&](const std::string& m) {
-    timeout_msg = m;
+    ++timeouts;
+    message = m;
     return TimeoutAction::kStop;
   };
   PayloadResult r = RunPayload(o);
-  EXPECT_EQ(ready, 0);
+  EXPECT_EQ(timeouts, 1);
+  EXPECT_EQ(message, r.message);
+  EXPECT_NE(message.find("not ready after 300ms"), std::string::npos) << message;
   EXPECT_TRUE(r.timed_out);
   EXPECT_EQ(r.exit_code, 75);
-  EXPECT_EQ(timeout_msg, r.message);
 }
 
 TEST_F(PayloadHostTest, TimeoutStopsThePayloadAndReports75) {
@@ -245,19 +281,18 @@ TEST_F(PayloadHostTest, TimeoutStopsThePayloadAndReports75) {
 }
 
 TEST_F(PayloadHostTest, TimeoutCanBeIgnoredByTheCaller) {
-  auto o = Sh("sleep 0.6; exit 5", "notify", Millis(100));
-  int calls = 0;
-  std::string said;
+  // The payload ends only after the timeout callback ran: the callback is what lets it go, so
+  // exit 5 proves both that it ran and that kKeepRunning left the payload alone.
+  int timeouts = 0;
+  auto o = Sh(BlockUntilExists(go_) + "exit 5", "notify", Millis(100));
   o.on_ready_timeout = [&](const std::string& m) {
-    ++calls;
-    said = m;
+    ++timeouts;
+    EXPECT_NE(m.find(") not ready after 100ms (ready = notify: no READY=1 received)"), std::string::npos) << m;
+    Release(go_);
     return TimeoutAction::kKeepRunning;
   };
   PayloadResult r = RunPayload(o);
-  // The callback ran, once, with the message the host would have reported...
-  EXPECT_EQ(calls, 1);
-  EXPECT_NE(said.find(") not ready after 100ms (ready = notify: no READY=1 received)"), std::string::npos) << said;
-  // ...and the payload ran on to its own end, which is what is reported.
+  EXPECT_EQ(timeouts, 1);
   EXPECT_FALSE(r.timed_out);
   EXPECT_FALSE(r.ready);
   EXPECT_EQ(r.exit_code, 5);

@@ -9,6 +9,8 @@
 
 #include "common/proc_scan.h"
 #include "common/spawn.h"
+#include "testing/files.h"
+#include "testing/wait.h"
 
 namespace dflash {
 namespace {
@@ -39,28 +41,6 @@ WorkerRun StartWorker(std::vector<std::string> args, int death_signal = 0) {
   return r;
 }
 
-/// Reads from `fd` until `want` has been seen (or EOF / 30 s).
-std::string ReadUntil(int fd, const std::string& want) {
-  std::string got;
-  char buf[4096];
-  while (got.find(want) == std::string::npos) {
-    struct pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 30000) != 1) break;
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
-  return got;
-}
-
-std::string ReadAll(int fd) {
-  std::string got;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
-  return got;
-}
-
 int Finish(WorkerRun& r) {
   ExitStatus st;
   std::string err;
@@ -78,7 +58,8 @@ class WorkerMain : public ::testing::Test {
 TEST_F(WorkerMain, SigtermFromOutsideIsForwardedAndTheStatusPassesUp) {
   WorkerRun r = StartWorker({"--ready", "log:^ready$", "--", "sh", "-c",
                        "trap 'exit 42' TERM; echo ready; sleep 30 & wait"});
-  ASSERT_NE(ReadUntil(r.out.get(), "ready\n").find("ready\n"), std::string::npos);
+  std::string out;
+  ASSERT_TRUE(test::ReadUntil(r.out.get(), "ready\n", &out)) << out;
   ::kill(r.child.pid, SIGTERM);
   EXPECT_EQ(Finish(r), 42);
 }
@@ -88,7 +69,7 @@ TEST_F(WorkerMain, SystemdNotifyReadyVerbose) {
   WorkerRun r = StartWorker({"-v", "--name", "drafter:0", "--ready", "notify", "--ready-timeout", "1m",
                        "--", "sh", "-c", "systemd-notify --ready --status=warm"});
   EXPECT_EQ(Finish(r), 0);
-  std::string err = ReadAll(r.err.get());
+  std::string err = test::ReadToEof(r.err.get());
   EXPECT_NE(err.find("dflash-worker: drafter:0 ready\n"), std::string::npos) << err;
   EXPECT_NE(err.find("dflash-worker: drafter:0: warm\n"), std::string::npos) << err;
 }
@@ -97,7 +78,7 @@ TEST_F(WorkerMain, TimeoutMessage) {
   WorkerRun r = StartWorker({"--name", "drafter:1", "--ready", "notify", "--ready-timeout", "300ms",
                        "--", "sleep", "30"});
   EXPECT_EQ(Finish(r), 75);
-  std::string err = ReadAll(r.err.get());
+  std::string err = test::ReadToEof(r.err.get());
   EXPECT_NE(err.find("dflash-worker: drafter:1 (pid "), std::string::npos) << err;
   EXPECT_NE(err.find(") not ready after 300ms (ready = notify: no READY=1 received)\n"),
             std::string::npos)
@@ -107,7 +88,7 @@ TEST_F(WorkerMain, TimeoutMessage) {
 TEST_F(WorkerMain, ExecFailureAndUsage) {
   WorkerRun r = StartWorker({"--", "/nonexistent/payload"});
   EXPECT_EQ(Finish(r), 127);
-  EXPECT_EQ(ReadAll(r.err.get()),
+  EXPECT_EQ(test::ReadToEof(r.err.get()),
             "dflash-worker: cannot execute '/nonexistent/payload': No such file or directory\n");
   WorkerRun u = StartWorker({"--ready", "sometimes", "--", "true"});
   EXPECT_EQ(Finish(u), 64);
@@ -121,8 +102,8 @@ TEST_F(WorkerMain, PayloadDiesWithAKilledHost) {
   // SIGKILL cannot be forwarded or handled: the payload's PR_SET_PDEATHSIG
   // (SIGKILL) is what takes it down with the host.
   WorkerRun r = StartWorker({"--", "sh", "-c", "trap '' TERM; echo $$; exec sleep 60"});
-  std::string line = ReadUntil(r.out.get(), "\n");
-  ASSERT_FALSE(line.empty());
+  std::string line;
+  ASSERT_TRUE(test::ReadUntil(r.out.get(), "\n", &line)) << line;
   pid_t payload = std::stoi(line);
   UniqueFd pidfd(PidfdOpen(payload));
   ASSERT_TRUE(pidfd.valid());
@@ -156,8 +137,8 @@ TEST_F(WorkerMain, HostKillsThePayloadWhenItsParentDies) {
     for (;;) ::pause();
   }
   wr.reset();
-  std::string line = ReadUntil(rd.get(), "\n");
-  ASSERT_FALSE(line.empty());
+  std::string line;
+  ASSERT_TRUE(test::ReadUntil(rd.get(), "\n", &line)) << line;
   pid_t payload = std::stoi(line);
 
   ::kill(middle, SIGKILL);
@@ -167,11 +148,10 @@ TEST_F(WorkerMain, HostKillsThePayloadWhenItsParentDies) {
 
   // The orphaned worker is now ours (subreaper); bound the wait.
   pid_t worker = 0;
-  for (int i = 0; i < 3000 && worker == 0; ++i) {
+  ASSERT_TRUE(test::WaitUntil([&] {
     for (const auto& c : ChildrenOf(::getpid())) worker = c.pid;
-    if (worker == 0) ::usleep(10'000);
-  }
-  ASSERT_GT(worker, 0);
+    return worker != 0;
+  }));
   UniqueFd pidfd(PidfdOpen(worker));
   struct pollfd pp{pidfd.get(), POLLIN, 0};
   ASSERT_EQ(::poll(&pp, 1, 30000), 1) << "worker outlived its parent";

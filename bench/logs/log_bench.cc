@@ -25,6 +25,7 @@
 #include "launcher/log_router.h"
 #include "launcher/log_test_lines.h"
 #include "launcher/log_test_util.h"
+#include "testing/process.h"
 
 namespace {
 
@@ -88,14 +89,14 @@ int main(int argc, char** argv) {
           Console::Options{.fd = console_mode == "stdout" ? 1 : devnull.get(), .color = ColorMode::kNever});
     }
     LogRouter router(console.get(), {.read_bytes = static_cast<size_t>(read_kib) << 10});
-    std::vector<logtest::Child> children(writers);
+    std::vector<test::Process> children(writers);
     std::vector<int> ids;
     std::vector<std::string> paths;
     double cpu0 = CpuSeconds();
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < writers; ++i) {
       std::string err;
-      if (!logtest::Spawn({DFLASH_LOG_WRITER, "bench", std::to_string(per_writer)}, &children[i], &err)) {
+      if (!test::StartProcess({.argv = {DFLASH_LOG_WRITER, "bench", std::to_string(per_writer)}}, &children[i], &err)) {
         std::fprintf(stderr, "%s\n", err.c_str());
         return 1;
       }
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
     double cpu = CpuSeconds() - cpu0;
     uint64_t dropped = 0;
     for (int id : ids) dropped += router.console_dropped(id);
-    for (auto& c : children) logtest::Wait(c.pid);
+    for (auto& c : children) test::WaitForExit(c.pid);
     for (const auto& p : paths) ok = CheckFile(p, block, per_writer) && ok;
     double mb = static_cast<double>(per_writer) * writers / 1e6;
     rates.push_back(mb / secs);

@@ -1,5 +1,6 @@
-"""Helpers for payloads run by dflash-launch. Standard library only: torch is
-imported lazily, by the functions that need it.
+"""Helpers for payloads run by dflash-launch. The core is standard library only;
+torch is imported by the functions that need it, with an error naming the extra
+that installs it (`pip install 'dflash-launch[torch]'`: dflash_launch/_extras.py).
 
 - notify_ready() / notify_status(): the systemd notify protocol on $NOTIFY_SOCKET
   (what `ready = "notify"` waits for). No-ops when NOTIFY_SOCKET is unset, so the
@@ -12,6 +13,8 @@ imported lazily, by the functions that need it.
 
 import os
 import socket
+
+from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (MissingExtraError: for callers)
 
 __version__ = "0.1.0"
 
@@ -91,7 +94,7 @@ def init_process_group(backend: str = "gloo", world: str = "role", fake_world_in
     so its graph is the real ranks' graph. The fake group moves no data: use it
     only for code whose warm-up results do not matter (DDP's comm hook fails on
     it, which is why it is not the default)."""
-    import torch.distributed as dist  # lazily: the rest of the package needs no torch
+    dist = require("torch.distributed", "init_process_group()")  # lazily: the rest needs no torch
 
     env = os.environ
     if is_warmup() and fake_world_in_warmup:
@@ -163,7 +166,7 @@ def check_hidden_states(t, n_taps: int, hidden: int, batch: int = None, seq_len:
     the tensor's own). The message is the C++ one (check_hidden_shape + describe_violation): a tensor stacked
     as [batch, seq, n_taps, hidden] is recognised and the reshape (or torch.cat) that fixes it is shown.
     Returns `t`."""
-    import torch  # lazily: the rest of the package needs no torch
+    torch = require("torch", "check_hidden_states()")  # lazily: the rest needs no torch
 
     if not isinstance(t, torch.Tensor):
         raise HiddenStateContractError(f"expected a torch.Tensor, got {type(t).__name__}")

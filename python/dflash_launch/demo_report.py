@@ -15,6 +15,8 @@ import json
 import os
 import sys
 
+from dflash_launch._extras import require
+
 
 def _mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
@@ -80,9 +82,9 @@ def target_rows(summary):
 
 
 def plot(rows, path, title):
-    import matplotlib
+    matplotlib = require("matplotlib", "the demo report's plot")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = require("matplotlib.pyplot", "the demo report's plot")
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     for r in rows:

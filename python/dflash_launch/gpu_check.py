@@ -28,6 +28,7 @@ import time
 
 import dflash_launch
 from dflash_launch import HiddenStateContractError, check_hidden_states
+from dflash_launch._extras import require
 
 FORMAT = "dflash-gpu-check/1"
 N_DRAFTERS = 3
@@ -78,7 +79,7 @@ def find_launcher(explicit):
 
 
 def torch_info():
-    import torch
+    torch = require("torch", "the GPU check")
     info = {"version": torch.__version__, "cuda": getattr(torch.version, "cuda", None),
             "cuda_available": torch.cuda.is_available(), "gpus": []}
     if info["cuda_available"]:
@@ -217,7 +218,7 @@ def cross_gpu(mode, n_gpus, gated):
 
 def shape_contract(mode, launcher, work):
     """(c) a [1, 2000, 25600] bf16 frame: accepted; its classic mistakes rejected with the fix."""
-    import torch
+    torch = require("torch", "the GPU check")
     b, s, n, h = FRAME["batch"], FRAME["seq_len"], FRAME["n_taps"], FRAME["hidden"]
     device = "cuda" if mode == "cuda" else "cpu"
     out = {"shape": [b, s, n * h], "dtype": "bf16", "device": device}

@@ -24,9 +24,12 @@ import resource
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+from dflash_launch._extras import require
+
+require("torch", "the reference drafter")  # before the imports below: an error that names the extra
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 from dflash_launch import (HiddenStateContractError, check_hidden_states, contract_from_env, gate_role, notify_ready,
                            notify_status)

@@ -25,6 +25,7 @@ import struct
 import time
 
 from dflash_launch import HiddenStateContractError, check_hidden_shape, shape_string  # noqa: F401 (re-exported)
+from dflash_launch._extras import require
 
 FORMAT = "dflash-frame/1"
 WEIGHTS_FORMAT = "dflash-weights/1"
@@ -303,7 +304,7 @@ class SpoolSource:
     def shared_weights(self, say=print):
         """The target's embedding and LM head ({"embed.weight", "lm_head.weight"},
         float32), waiting for the first target to publish them."""
-        from safetensors.torch import load
+        load = require("safetensors.torch", "the spool's shared weights").load
 
         t0, next_say, delay = time.monotonic(), time.monotonic() + 5, 1e-3
         while not os.path.exists(self.paths.weights):
@@ -392,8 +393,8 @@ class SpoolSource:
         return False
 
     def __iter__(self):
-        import torch
-        from safetensors.torch import load
+        torch = require("torch", "reading spool frames as tensors")
+        load = require("safetensors.torch", "reading spool frames as tensors").load
 
         while True:
             c = self._next()
@@ -428,7 +429,7 @@ class SpoolSource:
 
 def frame_bytes(hidden, tokens, metadata):
     """A frame as safetensors bytes (no checks: see SpoolProducer.publish)."""
-    from safetensors.torch import save
+    save = require("safetensors.torch", "writing spool frames").save
 
     return save({"hidden": hidden.contiguous(), "tokens": tokens.contiguous()},
                 metadata={k: str(v) for k, v in metadata.items()})
@@ -484,7 +485,7 @@ class SpoolProducer:
     def publish_weights(self, embed, lm_head):
         """Publishes the target's embedding and LM head ([vocab, hidden] each) for
         the drafters, once per spool: the first publisher wins. True if we did."""
-        from safetensors.torch import save
+        save = require("safetensors.torch", "publishing the shared weights").save
 
         if os.path.exists(self.paths.weights):
             return False

@@ -6,21 +6,12 @@
 #include <filesystem>
 #include <gtest/gtest.h>
 
+#include "testing/temp_dir.h"
+
 namespace dflash::safetensors {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/safetensors_test.XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 TEST(Safetensors, RoundTripKeepsMetadataShapesAndBytes) {
   TempDir d;

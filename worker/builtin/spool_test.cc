@@ -2,6 +2,7 @@
 // processes that race for frames and die mid-way.
 #include "worker/builtin/spool.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,28 +12,21 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <future>
 #include <set>
 
 #include "common/fd.h"
+#include "testing/temp_dir.h"
+#include "testing/wait.h"
 
 namespace dflash::spool {
 namespace {
 
 namespace fs = std::filesystem;
 using safetensors::TensorRef;
+using namespace std::chrono_literals;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/spool_test.XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 std::vector<TensorRef> OneTensor(const std::vector<float>& v) {
   return {{"x", "F32", {static_cast<int64_t>(v.size())}, v.data(), v.size() * sizeof(float)}};
@@ -205,17 +199,30 @@ TEST(Spool, BackpressureHoldsTheProducerAtMaxReady) {
   std::vector<float> v = {1};
   ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
   ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+  // A consumer that takes one frame when told to (EOF on `go`).
+  int g[2];
+  ASSERT_EQ(::pipe2(g, O_CLOEXEC), 0);
+  UniqueFd go_r(g[0]), go_w(g[1]);
   pid_t child = ::fork();
-  if (child == 0) {  // a consumer that takes one frame after 300 ms
-    ::usleep(300'000);
+  if (child == 0) {
+    go_w.reset();
+    char byte;
+    while (::read(go_r.get(), &byte, 1) < 0 && errno == EINTR) {
+    }
     SpoolConsumer c(d.path(), "d:0", 1);
     std::string e;
     ClaimedFrame f;
     bool end;
     _exit(c.Open(&e) && c.Next(&f, &end, &e) && c.Ack(f, &e) ? 0 : 1);
   }
-  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));  // waits for the consumer
-  EXPECT_GE(p.waited_s(), 0.2);
+  go_r.reset();
+  auto third = std::async(std::launch::async, [&] { return p.Publish({}, OneTensor(v), nullptr, &err); });
+  // Held: a producer that did not wait would be back long before this 100 ms look ends. (Load can
+  // only make the look longer, never fail a producer that waits.)
+  EXPECT_EQ(third.wait_for(100ms), std::future_status::timeout) << "Publish did not wait at max_ready";
+  go_w.reset();  // the consumer takes a frame: the producer goes on
+  ASSERT_EQ(third.wait_for(test::kEventTimeout), std::future_status::ready) << "Publish still held";
+  EXPECT_TRUE(third.get()) << err;
   int st = 0;
   ::waitpid(child, &st, 0);
   EXPECT_EQ(WEXITSTATUS(st), 0);
@@ -300,12 +307,10 @@ TEST(Spool, ExactlyOnceWhenProcessesDie) {
   std::vector<pid_t> pids = {producer("t:0"), producer("t:1"), consumer("d:0"), consumer("d:1"), consumer("d:2")};
   // Kill d:1 and t:1 once about a third of the frames are done.
   std::string err;
-  for (int i = 0; i < 2000; ++i) {
+  EXPECT_TRUE(test::WaitUntil([&] {
     std::vector<std::string> done;
-    ASSERT_TRUE(ListFrames(root + "/done", &done, &err));
-    if (done.size() >= kFrames * 2 / 3) break;
-    ::usleep(2000);
-  }
+    return ListFrames(root + "/done", &done, &err) && done.size() >= kFrames * 2 / 3;
+  })) << err;
   ::kill(pids[3], SIGKILL);
   ::kill(pids[1], SIGKILL);
   ::waitpid(pids[3], nullptr, 0);
