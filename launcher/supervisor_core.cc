@@ -198,7 +198,6 @@ void SupervisorCore::Spawn(size_t i) {
 void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
   CoreProc& p = procs_[i];
   const ProcessPlan& pp = *p.plan;
-  const RoleSpec& role = plan_.RoleOf(pp);
   p.pid = pid;
   p.current().pid = pid;
   p.exec_pending = exec_pending;

@@ -225,7 +225,11 @@ int RunGated(const GatedRunOptions& o) {
   };
   // A watched process (the supervisor set WATCHDOG_USEC, systemd's name): its
   // payload's WATCHDOG=1 pings go up as ours.
-  if (std::getenv("WATCHDOG_USEC")) h.on_watchdog = [&] { report("WATCHDOG=1"); };
+  if (std::getenv("WATCHDOG_USEC")) h.on_watchdog = [&] {
+    NotifyFields f;
+    f.watchdog = true;
+    report(f);
+  };
   h.on_ready = [&] {
     double ready_s = std::chrono::duration<double>(Clock::now() - spawned).count();
     NotifyFields facts;
