@@ -182,6 +182,8 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
   if (!r.Has("key")) g->key.clear();
   std::string mode;
   if (r.Enum("mode", &mode)) ParseIn(kGateModeNames, mode, &g->mode);
+  std::string hold;
+  if (r.Enum("hold", &hold)) ParseIn(kGateHoldNames, hold, &g->hold);
   r.StringArray("key_files", &g->key_files);
   if (r.Has("key_files") && r.Has("key"))
     r.Error("key_files", r.ValuePos("key_files"), "key_files only go into a derived key", "no explicit key",

@@ -436,6 +436,7 @@ std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
   return out;
 }
 
+const char* GateHoldName(GateHold h) { return NameIn(kGateHoldNames, h).data(); }
 const char* TorchWorldName(TorchWorld w) { return NameIn(kTorchWorldNames, w).data(); }
 
 }  // namespace dflash

@@ -126,7 +126,11 @@ std::string PlanText(const Plan& plan) {
            "ROLE_WORLD_SIZE=1 DFLASH_WARMUP=1, its own MASTER_PORT): " +
            Join(r.warmup.empty() ? (r.builtin.empty() ? r.command : std::vector<std::string>{"dflash-builtin", r.builtin})
                                  : r.warmup) +
-           "; stopped once ready; then the role's " + std::to_string(r.process_count()) + " processes start together\n";
+           "; stopped once ready; " +
+           (r.gate_hold() == GateHold::kOne
+                ? "its first process waits for it (hold one), the others start at once and wait for that one in "
+                  "init_process_group\n"
+                : "then the role's " + std::to_string(r.process_count()) + " processes start together\n");
     o += "  " + Pad("", 10) + "ready    " + DescribeReady(r.ready) + "\n";
     o += "  " + Pad("", 10) + "restart  " + DescribeRestart(r.restart) + "\n";
     o += "  " + Pad("", 10) + "stop     " + SignalName(r.stop.signal) + ", then SIGKILL after " +
@@ -235,7 +239,8 @@ std::string PlanJson(const Plan& plan) {
         {"torch_version", plan.role_torch_version[i].empty() ? ojson() : ojson(plan.role_torch_version[i])},
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
-                  {"mode", GateModeName(r.gate_mode())}, {"idle_hint_ms", r.gate.idle_hint.count()},
+                  {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},
+                  {"idle_hint_ms", r.gate.idle_hint.count()},
                   {"key_files", KeyFilesJson(plan.role_key_files[i])}}},
         {"ready", {{"mode", ReadyModeName(r.ready.mode)},
                    {"pattern", r.ready.mode == ReadyMode::kLog ? ojson(r.ready.arg) : ojson()},

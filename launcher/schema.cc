@@ -155,6 +155,15 @@ std::vector<SectionSpec> MakeSchema() {
             "the first compiles and keeps running, the others wait -- for independent processes only. auto: "
             "serial for a role of one process, warmup otherwise.",
             "\"warmup\"", NamesIn(kGateModeNames)},
+           {"hold", K::kEnum, NameIn(kGateHoldNames, GateSpec{}.hold),
+            "Mode warmup: which processes wait for the warm-up. all: every one. one: only the role's first "
+            "process on each node; the others start with the warm-up (their Python, torch and model load overlap "
+            "its compile) and wait inside init_process_group's rendezvous, which cannot complete without the held "
+            "one; they compile after it, on the warm cache. For a torch world whose script joins the world before "
+            "it compiles (DDP and FSDP do: they wrap the model in the group); a process that compiles before it "
+            "joins would compile beside the warm-up. auto: one if the role declares a torch world (world = \"role\" "
+            "or \"run\"), all otherwise.",
+            "\"one\"", NamesIn(kGateHoldNames)},
            {"key_files", K::kStringArray, "[]",
             "Extra files whose content goes into the derived key (glob(7) patterns, relative to the role's cwd), "
             "beside the script the command runs, which is always in it.",

@@ -140,7 +140,14 @@ std::vector<size_t> SupervisorCore::RestartUnit(size_t i) const {
 
 bool SupervisorCore::HeldForWarmup(size_t i) const {
   const ProcessPlan& pp = *procs_[i].plan;
-  return !pp.warmup && !role_warm_[pp.role_index];
+  if (pp.warmup || role_warm_[pp.role_index]) return false;
+  if (plan_.RoleOf(pp).gate_hold() != GateHold::kOne) return true;
+  // Hold one: the role's first process on this node. Its world's rendezvous cannot complete
+  // without it, so the others may start now and wait there; every node holds its own first,
+  // so no rank anywhere compiles before its node's warm-up has.
+  for (size_t j = 0; j < i; ++j)
+    if (!procs_[j].plan->warmup && procs_[j].plan->role_index == pp.role_index) return false;
+  return true;
 }
 
 void SupervisorCore::Start() {

@@ -511,6 +511,30 @@ TEST(SupervisorCoreWarmup, TheRoleWaitsForItsWarmupThenStartsOnTheWarmCache) {
   EXPECT_EQ(h.Proc("d:0").gate["role"], "reuse");
 }
 
+TEST(SupervisorCoreWarmup, HoldOneHoldsOnlyTheFirstProcessOfADeclaredWorld) {
+  // world = "role": hold auto means one. The others start with the warm-up; the held
+  // first one keeps the world's rendezvous from completing until the cache is warm.
+  Harness h(Role("d", 3, "gate = true\nworld = \"role\"\nrestart = { policy = \"never\" }"));
+  h.Start();
+  EXPECT_EQ(h.Spawns("d:warmup"), 1);
+  EXPECT_EQ(h.State("d:0"), "WAITING");
+  EXPECT_EQ(h.Spawns("d:1"), 1);
+  EXPECT_EQ(h.Spawns("d:2"), 1);
+  h.Exit("d:warmup", 0);
+  EXPECT_EQ(h.Spawns("d:0"), 1);
+  EXPECT_EQ(h.Spawns("d:1"), 1) << "started once, never again";
+}
+
+TEST(SupervisorCoreWarmup, HoldAllWinsOverADeclaredWorld) {
+  Harness h(Role("d", 2, "gate = { hold = \"all\" }\nworld = \"role\"\nrestart = { policy = \"never\" }"));
+  h.Start();
+  EXPECT_EQ(h.State("d:0"), "WAITING");
+  EXPECT_EQ(h.State("d:1"), "WAITING");
+  h.Exit("d:warmup", 0);
+  EXPECT_EQ(h.Spawns("d:0"), 1);
+  EXPECT_EQ(h.Spawns("d:1"), 1);
+}
+
 TEST(SupervisorCoreWarmup, AFailedWarmupFailsTheRunAndItsRoleNeverStarts) {
   Harness h(Role("d", 2, "gate = true") + Role("t", 1, ""));
   h.Start();

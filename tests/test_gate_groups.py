@@ -71,6 +71,23 @@ command = ["sh", "-c", "echo loading; sleep 2"]
     assert "drafter:warmup" in r.out  # in the console's table
 
 
+def test_a_declared_world_holds_only_its_first_rank(launch, tmp_path):
+    """world = "role" (gate hold auto -> one): ranks 1 and 2 start with the warm-up and wait in
+    init_process_group for rank 0, which starts once the warm-up has compiled; nobody misses."""
+    cfg = write_config(tmp_path, header(tmp_path) + ddp_role(extra='world = "role"'))
+    r = launch(cfg, env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    s = r.summary()
+    for p in s["processes"]:
+        m = p["metrics"]
+        assert m["fxgraph_cache_miss"] == 0 and m["fxgraph_cache_hit"] > 0, (p["name"], m)
+        assert m["world"] == 3 and m["all_reduce_sum"] == 6.0
+    log = (r.run_dir / "supervisor.log").read_text()
+    warm_done = log.index("drafter:warmup RUNNING -> EXITED")
+    assert log.index("drafter:1 STARTING (pid") < warm_done and log.index("drafter:2 STARTING (pid") < warm_done
+    assert warm_done < log.index("drafter:0 STARTING (pid")
+
+
 def test_ddp_role_ungated_every_rank_compiles(launch, tmp_path):
     cfg = write_config(tmp_path, header(tmp_path) + ddp_role(gate="false"))
     r = launch(cfg, env=ENV)
