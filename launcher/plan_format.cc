@@ -131,6 +131,12 @@ std::string PlanText(const Plan& plan) {
     o += "  " + Pad("", 10) + "restart  " + DescribeRestart(r.restart) + "\n";
     o += "  " + Pad("", 10) + "stop     " + SignalName(r.stop.signal) + ", then SIGKILL after " +
          FormatDuration(r.stop.grace) + "\n";
+    if (r.world != TorchWorld::kNone)
+      o += "  " + Pad("", 10) + "world    " + TorchWorldName(r.world) +
+           " (one torch world: its processes restart together)\n";
+    if (r.watchdog.count() > 0)
+      o += "  " + Pad("", 10) + "watchdog " + FormatDuration(r.watchdog) + ", then " + SignalName(r.watchdog_signal) +
+           " (hung: no WATCHDOG=1, or no output/STATUS= from one that never sent it)\n";
     if (r.gate.enabled) o += "  " + Pad("", 10) + "torch    " + plan.role_torch_version[i] + " (in the gate key)\n";
   }
   // The environment: what all processes share once, then what differs.
@@ -240,6 +246,8 @@ std::string PlanJson(const Plan& plan) {
                      {"backoff_min_ms", r.restart.backoff_min.count()}, {"backoff_max_ms", r.restart.backoff_max.count()},
                      {"reset_after_ms", r.restart.reset_after.count()}, {"no_restart_exit_codes", codes}}},
         {"stop", {{"signal", SignalName(r.stop.signal)}, {"grace_ms", r.stop.grace.count()}}},
+        {"world", TorchWorldName(r.world)},
+        {"watchdog", {{"ms", r.watchdog.count()}, {"signal", SignalName(r.watchdog_signal)}}},
     });
   }
   j["world_size"] = plan.world_size;

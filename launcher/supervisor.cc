@@ -238,7 +238,7 @@ void Supervisor::Impl::DoSpawn(size_t i) {
   // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
   // often to send WATCHDOG=1; dflash-worker relays those pings when it is set.
   if (role.watchdog.count() > 0) {
-    SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");
+    if (!GetEnvVar(so.env, "PYTHONFAULTHANDLER")) SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");  // yours wins
     SetEnvVar(&so.env, "WATCHDOG_USEC", std::to_string(role.watchdog.count() * 1000));
   }
   so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
@@ -434,7 +434,7 @@ void Supervisor::Impl::OnNotify() {
   for (const NotifyMessage& m : msgs) {
     int i = core_.FindSender(m.pid, m.pgid);
     if (i < 0) continue;  // a late message from a process already gone
-    core_.OnReport(static_cast<size_t>(i), DecodeNotify(m));
+    core_.OnReport(static_cast<size_t>(i), ReportFromNotify(m));
   }
 }
 

@@ -200,7 +200,6 @@ class SupervisorCore final : public ControlHandler {
   RestartTracker& TrackerFor(size_t i);
   void Info(const std::string& text);
   void Warn(const std::string& text);
-  void Publish();
   double Since(SteadyTime t) const;
 
   const Plan& plan_;

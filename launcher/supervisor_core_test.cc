@@ -314,12 +314,12 @@ TEST(SupervisorCore, NotifyReadyMakesItRunning) {
   EXPECT_EQ(h.core().Status().processes[0].status, "step 1 loss 2.5");
 }
 
-TEST(SupervisorCore, DecodeNotifyReadsEveryField) {
+TEST(SupervisorCore, ReportFromNotifyReadsEveryField) {
   NotifyMessage m;
   m.fields = {{"READY", "1"}, {"MAINPID", "42"}, {"STATUS", "hi"}, {"WATCHDOG", "1"},
               {"X_DFLASH_GATE_ROLE", "lead"}, {"X_DFLASH_GATE_WAIT_S", "1.5"}, {"X_DFLASH_EXIT", "killed"},
               {"X_DFLASH_SIGNAL", "11"}, {"X_DFLASH_GATE_WARNING", "w"}};
-  WorkerReport r = DecodeNotify(m);
+  WorkerReport r = ReportFromNotify(m);
   EXPECT_TRUE(r.ready);
   EXPECT_TRUE(r.watchdog);
   EXPECT_EQ(*r.main_pid, 42);

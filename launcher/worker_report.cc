@@ -7,7 +7,7 @@ namespace dflash {
 
 /// What the notify socket says, decoded in this one place (the protocol's
 /// field names: worker/gated_run.cc sends them).
-WorkerReport DecodeNotify(const NotifyMessage& m) {
+WorkerReport ReportFromNotify(const NotifyMessage& m) {
   WorkerReport r;
   for (const auto& [k, v] : m.fields) {
     if (k == "MAINPID") r.main_pid = std::atoi(v.c_str());

@@ -14,7 +14,7 @@
 
 namespace dflash {
 
-/// What a process told us over NOTIFY_SOCKET, decoded once (DecodeNotify in
+/// What a process told us over NOTIFY_SOCKET, decoded once (ReportFromNotify in
 /// the shell). Every field is optional: a datagram carries some of them.
 struct WorkerReport {
   std::optional<pid_t> main_pid;             // MAINPID=: the payload under the worker
@@ -30,7 +30,8 @@ struct WorkerReport {
 };
 
 /// Decodes one datagram (the protocol's field names: worker/gated_run.cc sends
-/// them). The one place a notify field is read.
-WorkerReport DecodeNotify(const NotifyMessage& m);
+/// them). The one place the supervisor reads a notify field: once
+/// worker/protocol.h lands, its body is DecodeNotify(m.fields) mapped here.
+WorkerReport ReportFromNotify(const NotifyMessage& m);
 
 }  // namespace dflash

@@ -56,6 +56,8 @@ def test_one_world_scope_process_culprit_is_the_first_failure(launch, bin_dir, t
     assert s["culprit"] == "drafter:1" and s["culprit_attempt"] == 0, (s["culprit"], s["reason"])
     assert s["exit_code"] == 3
     assert "drafter:1 exited with code 3" in s["reason"] and "restarted" in s["reason"], s["reason"]
+    # The table marks the root cause's attempt, not its last one (stopped with the run).
+    assert "<- culprit: exited with code 3 (attempt 0, restarted)" in r.out, r.out
     by = {p["name"]: p for p in s["processes"]}
     first = by["drafter:1"]["attempts"][0]
     assert first["exit_code"] == 3 and first["outcome"] == "restarted" and first["restarted"] is True

@@ -1,7 +1,7 @@
 """A rank of one gloo world spanning every role (MASTER_ADDR/MASTER_PORT): all-reduces
 in a loop. $FAIL_PROCESS on attempt 0 exits $FAIL_CODE after a few steps; its peers
 then fail on their next collective (exit 1, "Connection closed by peer"), as a real
-torch.distributed world does. Exits 0 after $STEPS steps otherwise."""
+torch.distributed world does, after the supervisor has recorded that first failure. Exits 0 after $STEPS steps otherwise."""
 import datetime
 import os
 import sys
@@ -21,6 +21,14 @@ for step in range(int(env.get("STEPS", "100000"))):
         dist.all_reduce(t)
     except Exception as e:  # a peer is gone: this rank cannot go on
         print(f"{me}: step {step}: {e}", file=sys.stderr, flush=True)
+        # In a real world the peers fail seconds later (a collective's timeout);
+        # here, once the supervisor has recorded the failure that started it.
+        events, deadline = os.path.join(env["DFLASH_RUN_DIR"], "events.jsonl"), time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with open(events) as f:
+                if any(f'"{env.get("FAIL_PROCESS")}"' in line and '"to":"BACKOFF"' in line for line in f):
+                    break
+            time.sleep(0.02)
         sys.exit(1)
     if fail and step == 3:
         print(f"{me}: failing on purpose with {env['FAIL_CODE']}", flush=True)
