@@ -431,6 +431,8 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
           FormatDuration(plan_.RoleOf(*p.plan).watchdog) + "; " + how;
     rec.hung = true;
   }
+  // Not ready in time: the timeout is why it failed, the stop signal only how it ended.
+  if (rec.ready_timeout && !p.reason.empty()) how = p.reason + "; " + how;
   rec.reason = how;
   p.reason = how;
   CoreAction ended;
