@@ -249,21 +249,25 @@ void Console::WriterMain() {
     batch.swap(pending_);
     in_flight_ = batch.size();
     const bool broken = !error_.empty();
-    lock.unlock();
-    std::string err;
-    bool ok = broken || WriteBatch(batch);
-    if (!ok) err = ErrnoMessage("write(console fd " + std::to_string(fd_) + ")", errno);
-    lock.lock();
-    if (!ok && error_.empty()) error_ = err;
-    in_flight_ = 0;
+    WriteReleased(lock, batch, broken);
     batch.clear();
-    // Sources that skipped lines and queued nothing since get their notice
-    // now, so a process that went quiet after a burst is not left unexplained.
-    if (sources_skipping_ != 0 && QueuedLocked() <= max_queued_ / 2) {
-      dropping_ = false;
-      AppendNoticesLocked();
-    }
     idle_cv_.notify_all();
+  }
+}
+
+void Console::WriteReleased(std::unique_lock<std::mutex>& lock, const std::string& bytes, bool broken) {
+  lock.unlock();
+  std::string err;
+  bool ok = broken || bytes.empty() || WriteBatch(bytes);
+  if (!ok) err = ErrnoMessage("write(console fd " + std::to_string(fd_) + ")", errno);
+  lock.lock();
+  if (!ok && error_.empty()) error_ = err;
+  in_flight_ = 0;
+  // Sources that skipped lines and queued nothing since get their notice
+  // now, so a process that went quiet after a burst is not left unexplained.
+  if (sources_skipping_ != 0 && QueuedLocked() <= max_queued_ / 2) {
+    dropping_ = false;
+    AppendNoticesLocked();
   }
 }
 
@@ -482,19 +486,8 @@ bool Console::LiveFrameLocked(std::unique_lock<std::mutex>& lock, std::string& b
   if (ending) frame = screen_.Clear() + batch;
   else if (!batch.empty() || block != last_block_) frame = screen_.Frame(batch, block);
   last_block_ = block;
-  lock.unlock();
-  std::string err;
-  bool ok = broken || frame.empty() || WriteBatch(frame);
-  if (!ok) err = ErrnoMessage("write(console fd " + std::to_string(fd_) + ")", errno);
-  lock.lock();
-  if (!ok && error_.empty()) error_ = err;
-  in_flight_ = 0;
+  WriteReleased(lock, frame, broken);
   batch.clear();
-  // As in the plain path: notices owed to sources that went quiet after a drop.
-  if (sources_skipping_ != 0 && QueuedLocked() <= max_queued_ / 2) {
-    dropping_ = false;
-    AppendNoticesLocked();
-  }
   if (ending) {
     live_ = false;
     end_live_ = false;

@@ -154,6 +154,9 @@ class Console {
   /// (erases the block) when EndLive() asked or the console stops.
   bool LiveFrameLocked(std::unique_lock<std::mutex>& lock, std::string& batch);
   bool WriteBatch(const std::string& batch);
+  /// Writes `bytes` (unless the console is `broken`) with mu_ released, then,
+  /// locked again: the first error kept, the batch done, owed skip notices queued.
+  void WriteReleased(std::unique_lock<std::mutex>& lock, const std::string& bytes, bool broken);
 
   const int fd_;
   const size_t max_queued_;
