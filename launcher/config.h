@@ -52,20 +52,18 @@ const char* GateModeName(GateMode m);
 
 /// Which of a warmup-gated role's processes wait for its warm-up (docs/cachelock.md, "Who waits").
 enum class GateHold {
-  kAuto,  ///< one if the role declares a torch world (world = "role" | "run"), all otherwise
-  kAll,   ///< every process starts after the warm-up
-  kOne,   ///< only the role's first process on each node waits: the others start at once and wait in
-          ///< init_process_group's rendezvous, which cannot complete without it
+  kAll,  ///< every process starts after the warm-up
+  kOne,  ///< only the role's first process on each node waits: the others start at once and wait in
+         ///< init_process_group's rendezvous, which cannot complete without it
 };
-inline constexpr EnumName<GateHold> kGateHoldNames[] = {
-    {GateHold::kAuto, "auto"}, {GateHold::kAll, "all"}, {GateHold::kOne, "one"}};
+inline constexpr EnumName<GateHold> kGateHoldNames[] = {{GateHold::kAll, "all"}, {GateHold::kOne, "one"}};
 const char* GateHoldName(GateHold h);
 
 /// The compile gate: one process per key compiles, the others wait and reuse.
 struct GateSpec {
   bool enabled = false;
   GateMode mode = GateMode::kAuto;
-  GateHold hold = GateHold::kAuto;
+  GateHold hold = GateHold::kAll;
   std::string key;      // empty: derived from role, [model], torch version, command, script, env
   std::vector<std::string> key_files;  // glob patterns (role cwd) whose files go into the derived key
   Millis timeout{};     // how long a follower waits for the gate
@@ -144,11 +142,7 @@ struct RoleSpec {
     return process_count() > 1 ? GateMode::kWarmup : GateMode::kSerial;
   }
   bool warmup_gated() const { return gate.enabled && gate_mode() == GateMode::kWarmup; }
-  /// The hold in force: kAuto resolved by the declared torch world.
-  GateHold gate_hold() const {
-    if (gate.hold != GateHold::kAuto) return gate.hold;
-    return world != TorchWorld::kNone ? GateHold::kOne : GateHold::kAll;
-  }
+  GateHold gate_hold() const { return gate.hold; }
   /// Whether the role runs on node `rank` (of any number of nodes).
   bool RunsOnNode(int rank) const;
 };

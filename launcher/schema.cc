@@ -161,8 +161,8 @@ std::vector<SectionSpec> MakeSchema() {
             "its compile) and wait inside init_process_group's rendezvous, which cannot complete without the held "
             "one; they compile after it, on the warm cache. For a torch world whose script joins the world before "
             "it compiles (DDP and FSDP do: they wrap the model in the group); a process that compiles before it "
-            "joins would compile beside the warm-up. auto: one if the role declares a torch world (world = \"role\" "
-            "or \"run\"), all otherwise.",
+            "joins would compile beside the warm-up. Measured on 2 cores, one was slower than all (docs/benchmarks.md): "
+            "it pays where cores are plenty and start-up is long.",
             "\"one\"", NamesIn(kGateHoldNames)},
            {"key_files", K::kStringArray, "[]",
             "Extra files whose content goes into the derived key (glob(7) patterns, relative to the role's cwd), "

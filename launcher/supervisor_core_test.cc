@@ -512,9 +512,9 @@ TEST(SupervisorCoreWarmup, TheRoleWaitsForItsWarmupThenStartsOnTheWarmCache) {
 }
 
 TEST(SupervisorCoreWarmup, HoldOneHoldsOnlyTheFirstProcessOfADeclaredWorld) {
-  // world = "role": hold auto means one. The others start with the warm-up; the held
-  // first one keeps the world's rendezvous from completing until the cache is warm.
-  Harness h(Role("d", 3, "gate = true\nworld = \"role\"\nrestart = { policy = \"never\" }"));
+  // The others start with the warm-up; the held first one keeps the world's
+  // rendezvous from completing until the cache is warm.
+  Harness h(Role("d", 3, "gate = { hold = \"one\" }\nworld = \"role\"\nrestart = { policy = \"never\" }"));
   h.Start();
   EXPECT_EQ(h.Spawns("d:warmup"), 1);
   EXPECT_EQ(h.State("d:0"), "WAITING");
@@ -525,8 +525,8 @@ TEST(SupervisorCoreWarmup, HoldOneHoldsOnlyTheFirstProcessOfADeclaredWorld) {
   EXPECT_EQ(h.Spawns("d:1"), 1) << "started once, never again";
 }
 
-TEST(SupervisorCoreWarmup, HoldAllWinsOverADeclaredWorld) {
-  Harness h(Role("d", 2, "gate = { hold = \"all\" }\nworld = \"role\"\nrestart = { policy = \"never\" }"));
+TEST(SupervisorCoreWarmup, HoldAllIsTheDefaultEvenForADeclaredWorld) {
+  Harness h(Role("d", 2, "gate = true\nworld = \"role\"\nrestart = { policy = \"never\" }"));
   h.Start();
   EXPECT_EQ(h.State("d:0"), "WAITING");
   EXPECT_EQ(h.State("d:1"), "WAITING");

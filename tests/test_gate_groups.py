@@ -71,10 +71,10 @@ command = ["sh", "-c", "echo loading; sleep 2"]
     assert "drafter:warmup" in r.out  # in the console's table
 
 
-def test_a_declared_world_holds_only_its_first_rank(launch, tmp_path):
-    """world = "role" (gate hold auto -> one): ranks 1 and 2 start with the warm-up and wait in
-    init_process_group for rank 0, which starts once the warm-up has compiled; nobody misses."""
-    cfg = write_config(tmp_path, header(tmp_path) + ddp_role(extra='world = "role"'))
+def test_hold_one_holds_only_the_first_rank(launch, tmp_path):
+    """gate hold = "one": ranks 1 and 2 start with the warm-up and wait in init_process_group
+    for rank 0, which starts once the warm-up has compiled; nobody misses."""
+    cfg = write_config(tmp_path, header(tmp_path) + ddp_role(gate='{ hold = "one" }', extra='world = "role"'))
     r = launch(cfg, env=ENV)
     assert r.wait(timeout=600) == 0, r.out + r.err
     s = r.summary()
