@@ -201,7 +201,9 @@ TEST(ConsoleLive, LinesScrollAboveABlockRedrawnInPlace) {
     return n;
   };
   EXPECT_EQ(count("-- run r1"), count("\x1b[J"));
-  if (count("-- run r1") > 0) EXPECT_EQ(all.substr(hello - 3, 3), "\x1b[J") << all;
+  if (count("-- run r1") > 0) {
+    EXPECT_EQ(all.substr(hello - 3, 3), "\x1b[J") << all;
+  }
   EXPECT_EQ(all.find("[dflash] target:0: step 1"), std::string::npos) << all;
   EXPECT_NE(all.find("step 1"), std::string::npos) << all;
   EXPECT_EQ(all.size() - all.rfind("\r\x1b[3A\x1b[Jsummary\n"), std::string("\r\x1b[3A\x1b[Jsummary\n").size())

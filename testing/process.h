@@ -27,15 +27,15 @@ struct Output {
 
 struct ProcessOptions {
   /// argv[0] without a '/' is looked up in PATH.
-  std::vector<std::string> argv;
+  std::vector<std::string> argv{};
   /// The whole environment; unset: this process's (plus `set_env`).
-  std::optional<std::vector<std::string>> env;
+  std::optional<std::vector<std::string>> env{};
   /// NAME, VALUE pairs set on top of `env`.
-  std::vector<std::pair<std::string, std::string>> set_env;
+  std::vector<std::pair<std::string, std::string>> set_env{};
   Output out = Output::Pipe();
   Output err = Output::Pipe();
   /// {fd here, fd in the child}: dup2'd in the child (e.g. a start barrier's read end as fd 100).
-  std::vector<std::pair<int, int>> fds;
+  std::vector<std::pair<int, int>> fds{};
   /// A session of its own (setsid): signals to the test's group do not reach it.
   bool new_session = false;
 };
