@@ -15,6 +15,7 @@ import tempfile
 LAYERS = [
     ("common", 0),          # OS helpers: fds, spawn, notify, durations, hashes
     ("contract", 1),        # what the processes agree on: shapes, readiness, shared defaults (no I/O)
+    ("store", 1),           # the Redis client: multi-node coordination, the cluster-wide gate
     ("cachelock", 2),       # the compile gate and its CLI (status, forget)
     ("worker/builtin", 2),  # the LibTorch roles: payloads like any other, they know no gate nor worker
     ("worker", 3),          # dflash-worker, dflash-cachelock-run, the worker's wire protocol
@@ -75,6 +76,7 @@ def self_test():
         ("cachelock/gate.h", '#include "launcher/plan.h"'),
         ("common/spawn.cc", '#include "contract/ready_spec.h"'),
         ("common/fd.h", '#include "cachelock/gate.h"'),
+        ("store/redis_client.cc", '#include "launcher/plan.h"'),
         ("contract/readiness.cc", '#include "worker/protocol.h"'),
         ("worker/builtin/roles.cc", '#include "cachelock/gate.h"'),  # same layer, another module
         ("worker/main.cc", '#include "launcher/supervisor.h"'),

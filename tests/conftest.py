@@ -39,3 +39,12 @@ def launch(bin_dir):
     yield start
     for r in runs:
         r.kill()
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A private redis-server on a free loopback port, killed at the end of the test (tests/redis_server.py)."""
+    from redis_server import RedisServer
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.kill()

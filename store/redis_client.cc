@@ -1,0 +1,170 @@
+#include "store/redis_client.h"
+
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <charconv>
+#include <cstring>
+
+namespace dflash {
+namespace {
+
+timeval ToTimeval(Millis m) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(m.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((m.count() % 1000) * 1000);
+  return tv;
+}
+
+bool ParseInt(std::string_view s, int lo, int hi, int* out) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+RedisReply Copy(const redisReply* r) {
+  RedisReply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING: out.type = RedisReply::Type::kString; out.str.assign(r->str, r->len); break;
+    case REDIS_REPLY_STATUS: out.type = RedisReply::Type::kStatus; out.str.assign(r->str, r->len); break;
+    case REDIS_REPLY_ERROR: out.type = RedisReply::Type::kError; out.str.assign(r->str, r->len); break;
+    case REDIS_REPLY_INTEGER: out.type = RedisReply::Type::kInteger; out.integer = r->integer; break;
+    case REDIS_REPLY_ARRAY:
+      out.type = RedisReply::Type::kArray;
+      for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(Copy(r->element[i]));
+      break;
+    default: out.type = RedisReply::Type::kNil; break;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string StoreUrl::ToString() const {
+  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return "redis://" + h + ":" + std::to_string(port) + (db ? "/" + std::to_string(db) : "");
+}
+
+bool ParseStoreUrl(const std::string& text, StoreUrl* url, std::string* err) {
+  const std::string scheme = "redis://";
+  auto fail = [&](const std::string& why) {
+    *err = "store \"" + text + "\": " + why + " (expected redis://HOST[:PORT][/DB])";
+    return false;
+  };
+  if (text.rfind(scheme, 0) != 0) return fail("only redis:// is supported");
+  std::string rest = text.substr(scheme.size());
+  StoreUrl u;
+  if (rest.find('@') != std::string::npos || rest.find('?') != std::string::npos ||
+      rest.find('#') != std::string::npos)
+    return fail("user, password and options are not supported");
+  std::string path;
+  if (auto slash = rest.find('/'); slash != std::string::npos) {
+    path = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (!path.empty() && !ParseInt(path, 0, 15, &u.db)) return fail("the db must be a number 0-15");
+  }
+  std::string port;
+  if (!rest.empty() && rest[0] == '[') {
+    auto close = rest.find(']');
+    if (close == std::string::npos) return fail("an IPv6 host needs its ']'");
+    u.host = rest.substr(1, close - 1);
+    std::string after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return fail("junk after the host");
+      port = after.substr(1);
+    }
+  } else if (auto colon = rest.rfind(':'); colon != std::string::npos) {
+    u.host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  } else {
+    u.host = rest;
+  }
+  if (u.host.empty()) return fail("no host");
+  for (char c : u.host)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' || c == ':'))
+      return fail("the host has a character that is not allowed: '" + std::string(1, c) + "'");
+  if (!port.empty() && !ParseInt(port, 1, 65535, &u.port)) return fail("the port must be 1-65535");
+  *url = u;
+  return true;
+}
+
+struct RedisClient::Impl {
+  redisContext* ctx = nullptr;
+  ~Impl() { Close(); }
+  void Close() {
+    if (ctx) redisFree(ctx);
+    ctx = nullptr;
+  }
+};
+
+RedisClient::RedisClient(StoreUrl url, Millis timeout)
+    : url_(std::move(url)), timeout_(timeout), impl_(std::make_unique<Impl>()) {}
+RedisClient::~RedisClient() = default;
+
+bool RedisClient::connected() const { return impl_->ctx != nullptr; }
+void RedisClient::Disconnect() { impl_->Close(); }
+
+bool RedisClient::Connect(std::string* err) {
+  if (impl_->ctx) return true;
+  redisContext* c = redisConnectWithTimeout(url_.host.c_str(), url_.port, ToTimeval(timeout_));
+  if (c == nullptr) {
+    *err = url_.ToString() + ": cannot allocate a connection";
+    return false;
+  }
+  if (c->err) {
+    *err = url_.ToString() + ": " + c->errstr;
+    redisFree(c);
+    return false;
+  }
+  // hiredis 0.14 opens its socket without SOCK_CLOEXEC: mark it at once (our
+  // spawn core also closes every fd above 2 in the child, so a fork racing
+  // this line still hands no payload the connection).
+  ::fcntl(c->fd, F_SETFD, FD_CLOEXEC);
+  redisSetTimeout(c, ToTimeval(timeout_));
+  impl_->ctx = c;
+  if (url_.db != 0) {
+    RedisReply r;
+    if (!Command({"SELECT", std::to_string(url_.db)}, &r, err)) {
+      Disconnect();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool RedisClient::Command(const std::vector<std::string>& argv, RedisReply* reply, std::string* err) {
+  if (!Connect(err)) return false;
+  std::vector<const char*> args;
+  std::vector<size_t> lens;
+  for (const std::string& a : argv) {
+    args.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(impl_->ctx, static_cast<int>(args.size()), args.data(), lens.data()));
+  if (r == nullptr) {
+    *err = url_.ToString() + ": " + (impl_->ctx->errstr[0] ? impl_->ctx->errstr : "connection lost");
+    Disconnect();  // hiredis cannot reuse a context after an I/O error
+    return false;
+  }
+  *reply = Copy(r);
+  freeReplyObject(r);
+  if (reply->type == RedisReply::Type::kError) {
+    *err = url_.ToString() + ": " + argv[0] + ": " + reply->str;
+    return false;
+  }
+  return true;
+}
+
+bool RedisClient::Eval(const std::string& script, const std::vector<std::string>& keys,
+                       const std::vector<std::string>& args, RedisReply* reply, std::string* err) {
+  std::vector<std::string> argv{"EVAL", script, std::to_string(keys.size())};
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Command(argv, reply, err);
+}
+
+}  // namespace dflash
