@@ -15,13 +15,14 @@
 #include "common/fd.h"
 
 namespace dflash {
-namespace {
 
-std::string Octal(mode_t m) {
+std::string FormatMode(mode_t m) {
   char buf[8];
   std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
   return buf;
 }
+
+namespace {
 
 std::string Who(const struct stat& st) {
   return UserNameOf(st.st_uid) + " (uid " + std::to_string(st.st_uid) + ")";
@@ -128,7 +129,7 @@ bool CheckSecurePath(const std::string& path, std::string* err) {
                     " with a link of their own; fix: use a directory whose every parent is yours or root's (or chown " +
                     std::to_string(me) + " " + cur + ")");
     if (OthersCanWrite(st) && !(st.st_mode & S_ISVTX))
-      return refuse(cur + " is writable by " + Writers(st.st_mode) + " (mode " + Octal(st.st_mode) +
+      return refuse(cur + " is writable by " + Writers(st.st_mode) + " (mode " + FormatMode(st.st_mode) +
                     ", not sticky), who could swap " + comp + " for a link of their own; fix: chmod go-w " + cur);
     std::string next = Join(cur, comp);
     if (::lstat(next.c_str(), &st) != 0) {
@@ -160,7 +161,7 @@ bool CheckSecurePath(const std::string& path, std::string* err) {
                   "); whoever owns it can plant code Inductor loads and forge READY markers; fix: chown " +
                   std::to_string(me) + " " + cur + " (or use a directory of your own)");
   if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return refuse("it is writable by " + std::string(Writers(st.st_mode)) + " (mode " + Octal(st.st_mode) +
+    return refuse("it is writable by " + std::string(Writers(st.st_mode)) + " (mode " + FormatMode(st.st_mode) +
                   "), who could plant code Inductor loads and forge READY markers; fix: chmod go-w " + cur);
   return true;
 }
@@ -237,7 +238,7 @@ bool CheckPrivateTree(const std::string& dir, const std::function<bool(const std
       return S_ISDIR(st.st_mode);
     }
     if (OthersCanWrite(st)) {
-      flag(rel, std::string("is writable by ") + Writers(st.st_mode) + " (mode " + Octal(st.st_mode) +
+      flag(rel, std::string("is writable by ") + Writers(st.st_mode) + " (mode " + FormatMode(st.st_mode) +
                     "): they could plant code Inductor loads",
            "chmod -R go-w " + dir);
     }

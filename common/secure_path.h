@@ -56,6 +56,9 @@ bool WalkTree(const std::string& dir, const std::function<bool(const std::string
 /// adds the number of non-directories removed to `*files`.
 bool RemoveTreeAt(int dirfd, const std::string& name, uint64_t* files, std::string* err);
 
+/// A mode's permission bits as people read them: "0755".
+std::string FormatMode(mode_t m);
+
 /// The user name of `uid` ("65534" if it has none).
 std::string UserNameOf(uid_t uid);
 

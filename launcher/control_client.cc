@@ -11,18 +11,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/secure_path.h"
 #include "launcher/control_wire.h"
 
 namespace dflash {
-namespace {
-
-std::string Mode(mode_t m) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
-  return buf;
-}
-
-}  // namespace
 
 ConnectResult ConnectControl(const std::string& run_dir, UniqueFd* out, std::string* err) {
   const std::string path = run_dir + "/control.sock";
@@ -39,7 +31,7 @@ ConnectResult ConnectControl(const std::string& run_dir, UniqueFd* out, std::str
   const uid_t me = ::geteuid();
   if (st.st_uid != me || (st.st_mode & 022) != 0) {
     *err = "refusing " + path + ": its directory (owner uid " + std::to_string(st.st_uid) + ", mode " +
-           Mode(st.st_mode) + ") could let another user put a socket there; the run's dir must be yours and "
+           FormatMode(st.st_mode) + ") could let another user put a socket there; the run's dir must be yours and "
            "not group/other-writable (chmod go-w " + run_dir + ")";
     return ConnectResult::kInsecure;
   }
@@ -51,7 +43,7 @@ ConnectResult ConnectControl(const std::string& run_dir, UniqueFd* out, std::str
   if (!S_ISSOCK(st.st_mode) || st.st_uid != me || (st.st_mode & 077) != 0) {
     *err = "refusing " + path + ": " +
            (!S_ISSOCK(st.st_mode) ? std::string("not a socket")
-                                  : "owner uid " + std::to_string(st.st_uid) + ", mode " + Mode(st.st_mode)) +
+                                  : "owner uid " + std::to_string(st.st_uid) + ", mode " + FormatMode(st.st_mode)) +
            "; a run's control socket is yours and mode 0600 (someone changed it: anyone could be listening)";
     return ConnectResult::kInsecure;
   }
