@@ -79,7 +79,9 @@ void ReadMasterPort(TableReader& r, RunSpec* run) {
 /// store: "private" or a redis:// URL (store/redis_client.h parses it); the store_* timings.
 void ReadStore(TableReader& r, RunSpec* run) {
   run->store_pos = r.ValuePos("store");
-  if (r.String("store", &run->store) && r.Has("store") && run->store != "private") {
+  r.String("store", &run->store);
+  if (!r.Has("store")) run->store.clear();  // the schema's "<none>" is for people, not a value
+  if (r.Has("store") && run->store != "private") {
     StoreUrl url;
     std::string err;
     if (!ParseStoreUrl(run->store, &url, &err))
