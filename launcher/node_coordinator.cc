@@ -486,6 +486,14 @@ void NodeCoordinator::Loop() {
     if (now - last_heartbeat_ >= beat || !connected_) {
       ok = Heartbeat(&err);
       if (ok) last_heartbeat_ = now;
+      if (ok && !connected_) {
+        // Back (re-registered by Heartbeat), before the watch looks: the others were away
+        // from it too, so each gets a ttl to register again before its absence counts.
+        connected_ = true;
+        peers_->Grace(now);
+        Info("the store " + o_.url.ToString() + " is back after " +
+             FormatSeconds(std::chrono::duration<double>(now - outage_since_).count()) + "; registered again");
+      }
     }
     if (ok && !finish) ok = CarryOutRequests(&err) && Watch(&err);
     if (ok && finish) {
@@ -533,11 +541,6 @@ void NodeCoordinator::Loop() {
         e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text}};
         Emit(std::move(e));
       }
-    } else if (!connected_) {
-      connected_ = true;
-      peers_->Grace(now);  // they were away from it too: a ttl to re-register
-      Info("the store " + o_.url.ToString() + " is back after " +
-           FormatSeconds(std::chrono::duration<double>(now - outage_since_).count()) + "; registered again");
     }
     std::unique_lock<std::mutex> l(mu_);
     wake_.wait_for(l, poll);

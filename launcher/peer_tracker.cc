@@ -8,7 +8,8 @@ PeerTracker::PeerTracker(int nnodes, int self, Millis ttl)
 void PeerTracker::Observe(int node, const PeerView& v, SteadyTime now) {
   if (node == self_ || node < 0 || node >= nnodes_) return;
   Peer& p = peers_[static_cast<size_t>(node)];
-  p.done = p.done || v.done;
+  // Done in this session: it was alive (it passed the barrier and ended before we saw two heartbeats).
+  if (v.done) p.done = p.alive = true;
   if (!v.present) {
     if (p.present || !p.seen) p.absent_since = now;
     p.present = false;

@@ -92,6 +92,16 @@ TEST(PeerTracker, AStalledHeartbeatAndAReplacedInstanceAreLost) {
   EXPECT_EQ(lost->second.rfind("replaced", 0), 0u);
 }
 
+TEST(PeerTracker, APeerThatFinishedBeforeWeSawItsHeartbeatWasAlive) {
+  SteadyTime t{};
+  PeerTracker p(2, 0, kTtl);
+  PeerView done;
+  done.done = true;
+  p.Observe(1, done, t);
+  EXPECT_TRUE(p.AllSeenAlive());
+  EXPECT_FALSE(p.Lost(t + Millis(10000)));
+}
+
 TEST(PeerTracker, ItselfIsNeverWatched) {
   PeerTracker p(1, 0, kTtl);
   EXPECT_TRUE(p.AllSeenAlive());

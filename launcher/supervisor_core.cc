@@ -460,7 +460,10 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
     // Stopped by us, or ended on its own after the run began to stop (its peer
     // died and NCCL failed, say): the culprit came first, this is collateral.
     bool by_hand = p.held || (p.manual && p.intent == EndIntent::kStop);
-    rec.outcome = by_hand ? "stopped by ctl" : culprit_ >= 0 && culprit_ != static_cast<int>(i) ? "collateral" : "stopped";
+    // Another node's failure is a culprit too: what it stopped here is collateral.
+    rec.outcome = by_hand                                                              ? "stopped by ctl"
+                  : (culprit_ >= 0 && culprit_ != static_cast<int>(i)) || !node_culprit_.empty() ? "collateral"
+                                                                                       : "stopped";
     SetState(i, ProcState::kExited,
              (p.intent == EndIntent::kStop ? (by_hand ? "stopped by ctl; " : "stopped; ") : "") + how);
     return;

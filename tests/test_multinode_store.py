@@ -128,7 +128,8 @@ def test_sigkill_of_node_1s_launcher_stops_node_0_naming_it(bin_dir, tmp_path, r
         assert wait_until(lambda: started(out), timeout=EVENT_TIMEOUT), "the processes did not start"
         t0 = time.monotonic()
         os.kill(nodes[1].pid, signal.SIGKILL)
-        rc0, _, err0 = finish(nodes[0], timeout=60)
+        rc0, out0, err0 = finish(nodes[0], timeout=60)
+        err0 += out0  # the console (stdout) says it once the run is under way
         elapsed = time.monotonic() - t0
     finally:
         for p in nodes:
@@ -191,25 +192,6 @@ def test_scope_all_failure_on_node_1_restarts_both_nodes_processes(bin_dir, tmp_
 def test_non_restartable_failure_on_node_1_stops_node_0_with_the_culprit(bin_dir, tmp_path, redis_server):
     out = tmp_path / "out"
     out.mkdir()
-    config = store_config(tmp_path, redis_server.url, waiters(out, tail='[ "$RANK" = 3 ] && exit 7; exit 0'))
-    nodes = [launch_node(bin_dir, config, "nf", r) for r in (0, 1)]
-    assert wait_until(lambda: started(out), timeout=EVENT_TIMEOUT)
-    # Only rank 3 (node 1) reacts to "go" by failing; the others would end with 0, but node 0 is told
-    # first: so "go" is given to rank 3 alone, by a file only it looks for.
-    (out / "go").touch()
-    (rc0, _, err0), (rc1, _, err1) = finish(nodes[0]), finish(nodes[1])
-    assert rc1 == 7, err1
-    s1 = summary(tmp_path, "nf", 1)
-    assert s1["culprit"] == "w:3"
-    assert rc0 in (0, 70), err0  # node 0's processes may have ended 0 before the news came
-    failed = redis_cmd(redis_server.port, "KEYS", "dflash:nf:*:failed")
-    rec = json.loads(redis_cmd(redis_server.port, "GET", failed[0]))
-    assert rec["node"] == 1 and rec["process"] == "w:3" and rec["exit_code"] == 7
-
-
-def test_node_0_still_running_is_stopped_by_node_1s_failure(bin_dir, tmp_path, redis_server):
-    out = tmp_path / "out"
-    out.mkdir()
     # Rank 3 fails as soon as it starts; node 0's processes only wait: they end because node 0 stops them.
     cmd = json.dumps(["sh", "-c", f'touch {out}/$RANK.started; [ "$RANK" = 3 ] && exit 7; exec sleep 1000'])
     roles = f"""
@@ -220,7 +202,8 @@ def test_node_0_still_running_is_stopped_by_node_1s_failure(bin_dir, tmp_path, r
         """
     config = store_config(tmp_path, redis_server.url, roles)
     nodes = [launch_node(bin_dir, config, "nf2", r) for r in (0, 1)]
-    (rc0, _, err0), (rc1, _, err1) = finish(nodes[0], timeout=60), finish(nodes[1], timeout=60)
+    (rc0, out0, err0), (rc1, _, err1) = finish(nodes[0], timeout=60), finish(nodes[1], timeout=60)
+    err0 += out0
     assert rc1 == 7, err1
     assert rc0 == 70, err0
     s0 = summary(tmp_path, "nf2", 0)
@@ -230,6 +213,10 @@ def test_node_0_still_running_is_stopped_by_node_1s_failure(bin_dir, tmp_path, r
     assert "exited with code 7" in s0["node_culprit"]["reason"]
     assert "node 1 failed: w:3" in err0
     assert all(p["collateral"] for p in s0["processes"])
+    assert summary(tmp_path, "nf2", 1)["culprit"] == "w:3"
+    failed = redis_cmd(redis_server.port, "KEYS", "dflash:nf2:*:failed")
+    rec = json.loads(redis_cmd(redis_server.port, "GET", failed[0]))
+    assert rec["node"] == 1 and rec["process"] == "w:3" and rec["exit_code"] == 7
     assert wait_until(lambda: not survivors("nf2"), timeout=EVENT_TIMEOUT)
 
 
@@ -318,9 +305,9 @@ def test_a_redis_restarted_mid_run_loses_nothing(bin_dir, tmp_path, redis_server
     assert holds_for(lambda: all(p.poll() is None for p in nodes), 2.0)
     (out / "go").touch()
     for p in nodes:
-        rc, _, err = finish(p)
+        rc, out_text, err = finish(p)
         assert rc == 0, err
-        assert "registered again" in err or "is back after" in err
+        assert "registered again" in out_text or "is back after" in out_text
 
 
 def test_a_store_gone_for_longer_than_store_outage_stops_the_node(bin_dir, tmp_path, redis_server):
@@ -331,9 +318,9 @@ def test_a_store_gone_for_longer_than_store_outage_stops_the_node(bin_dir, tmp_p
     assert wait_until(lambda: started(out), timeout=EVENT_TIMEOUT)
     redis_server.kill()
     for p in nodes:
-        rc, _, err = finish(p, timeout=60)
+        rc, out_text, err = finish(p, timeout=60)
         assert rc == 70, err
-        assert "was unreachable for longer than 2s" in err
+        assert "was unreachable for longer than 2s" in out_text
     assert summary(tmp_path, "so", 0)["culprit"] == "the store"
     assert wait_until(lambda: not survivors("so"), timeout=EVENT_TIMEOUT)
 
