@@ -394,3 +394,15 @@ def test_a_bad_store_is_a_config_error_with_its_place(bin_dir, tmp_path):
     assert r.returncode == 2
     assert "run.toml:5:9" in r.stderr and "run.store" in r.stderr and "user, password" in r.stderr
     assert "run.store_ttl" in r.stderr and "at least 300ms" in r.stderr
+
+
+def test_the_start_barrier_runs_out_naming_the_missing_node_and_nothing_starts(bin_dir, tmp_path, redis_server):
+    out = tmp_path / "out"
+    out.mkdir()
+    config = store_config(tmp_path, redis_server.url, waiters(out), extra_run='store_barrier_timeout = "1s"')
+    r = run([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", "bt", "--nnodes", "2",
+             "--node-rank", "0", "--color", "never"], timeout=60)
+    assert r.returncode == 75, r.stderr
+    assert "the start barrier: node(s) 1 of 2 did not register" in r.stderr and "nothing was started" in r.stderr
+    assert not list(out.glob("*.started"))
+    assert node_keys(redis_server.port, "bt") == []  # it unregistered on its way out
