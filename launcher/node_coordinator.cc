@@ -459,7 +459,30 @@ bool NodeCoordinator::Watch(std::string* err) {
     e.text = "round " + std::to_string(round) + " asked by a node";
     Emit(std::move(e));
   }
+  if (waiting_round > round_started_) {
+    // A node that already ended cannot join the round; one that never stops is bounded.
+    std::string why;
+    if (round_wait_since_ == SteadyTime{}) round_wait_since_ = now;
+    for (int r = 0; r < n && why.empty(); ++r)
+      if (r != o_.node_rank && peers_->Done(r))
+        why = "node " + std::to_string(r) + " had already finished: round " + std::to_string(waiting_round) +
+              " cannot restart every node";
+    if (why.empty() && now - round_wait_since_ > o_.barrier_timeout)
+      why = "round " + std::to_string(waiting_round) + ": not every node stopped within " +
+            FormatDuration(o_.barrier_timeout) + " ([run] store_barrier_timeout)";
+    if (!why.empty()) {
+      stop_sent_ = true;
+      Event e;
+      e.kind = Event::Kind::kStop;
+      e.culprit = "round " + std::to_string(waiting_round);
+      e.text = why;
+      e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", why}};
+      Emit(std::move(e));
+      return true;
+    }
+  }
   if (waiting_round > round_started_ && waiting_round == round_seen_ && stopped >= n) {
+    round_wait_since_ = SteadyTime{};
     round_started_ = waiting_round;
     Event e;
     e.kind = Event::Kind::kStartRound;

@@ -134,7 +134,7 @@ class NodeCoordinator {
   bool barrier_passed_ = false, stop_sent_ = false, failure_published_ = false;
   int round_seen_ = 0, round_started_ = 0;
   bool connected_ = true;
-  SteadyTime outage_since_{}, last_heartbeat_{};
+  SteadyTime outage_since_{}, last_heartbeat_{}, round_wait_since_{};
 };
 
 }  // namespace dflash

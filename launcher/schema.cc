@@ -58,8 +58,9 @@ std::vector<SectionSpec> MakeSchema() {
             "launcher that dies is noticed by the others within store_ttl + store_ttl/3.",
             "\"5s\""},
            {"store_barrier_timeout", K::kDuration, "5m",
-            "With a store: the longest wait for every node at the start barrier (and a restart round's); "
-            "then the run fails naming the missing nodes.",
+            "With a store: the longest wait for every node at the start barrier (then exit 75 naming the "
+            "missing nodes) and at a restart round's; also how long node 0 keeps a private store up for nodes "
+            "still running after it ended.",
             "\"5m\""},
            {"store_outage", K::kDuration, "30s",
             "With a store: how long it may be unreachable (at start, or mid-run: the processes go on) before "
