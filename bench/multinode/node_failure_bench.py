@@ -28,6 +28,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 from benchmarks_md import write_section  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
 
+# Without collectives: nothing but the store can tell node 0 that node 1 is gone.
+QUIET = textwrap.dedent("""\
+    import os, pathlib, sys, time
+    out, limit = pathlib.Path(sys.argv[1]), float(sys.argv[2])
+    (out / f"{os.environ['RANK']}.up").touch()
+    time.sleep(limit)
+    """)
+
 PAYLOAD = textwrap.dedent("""\
     import datetime, os, pathlib, sys, time
     import torch, torch.distributed as dist
@@ -58,17 +66,25 @@ def wait_for(pred, timeout):
     return pred()
 
 
-def session_members(sid):
-    """Live processes of session `sid` (node 1's launcher/agent was started in its own)."""
-    n = 0
+def payload_procs(out, group_rank=None):
+    """Live payload processes of this repetition (their command line names its `out` dir), of one node if given
+    (GROUP_RANK: both launchers set it). torchrun starts its workers in sessions of their own, so a session or
+    process-group scan would miss them."""
+    found = []
     for d in pathlib.Path("/proc").iterdir():
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+        if not d.name.isdigit():
             continue
-        if d.name.isdigit() and int(fields[3]) == sid and fields[0] != "Z":
-            n += 1
-    return n
+        try:
+            if str(out).encode() not in (d / "cmdline").read_bytes():
+                continue
+            if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if group_rank is None or f"GROUP_RANK={group_rank}".encode() in env:
+            found.append(int(d.name))
+    return found
 
 
 def one_rep(nodes, out, limit, log0=None):
@@ -86,7 +102,7 @@ def one_rep(nodes, out, limit, log0=None):
             nodes[0].wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             pass
-        left = session_members(nodes[1].pid)
+        left = len(payload_procs(out, 1))
         # torchrun's agent may report the failure (ChildFailedError in its log) long before its process exits.
         reported = None
         deadline = t0 + limit + 30
@@ -102,13 +118,18 @@ def one_rep(nodes, out, limit, log0=None):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+        for pid in payload_procs(out):  # workers in sessions of their own (torchrun's)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
-def run_dflash(bin_dir, py, work, rep, ttl, limit):
-    out = work / f"d{rep}"
+def run_dflash(bin_dir, py, work, rep, ttl, limit, script_name="payload.py"):
+    out = work / f"d{rep}{script_name}"
     out.mkdir()
-    redis = RedisServer(work / f"redis{rep}").start()
-    script = work / "payload.py"
+    redis = RedisServer(work / f"redis{rep}{script_name}").start()
+    script = work / script_name
     (work / "cache").mkdir(mode=0o700, exist_ok=True)
     config = work / "run.toml"
     config.write_text(textwrap.dedent(f"""\
@@ -124,7 +145,7 @@ def run_dflash(bin_dir, py, work, rep, ttl, limit):
         cpu = 2
         command = {json.dumps([str(py), str(script), str(out), str(limit)])}
         """))
-    nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", f"b{rep}",
+    nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", f"b{rep}{out.name}",
                                "--nnodes", "2", "--node-rank", str(r), "--color", "never"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
              for r in (0, 1)]
@@ -164,12 +185,15 @@ def main():
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="dflash-nodebench-"))
     (work / "payload.py").write_text(PAYLOAD)
-    ours, theirs = [], []
+    (work / "quiet.py").write_text(QUIET)
+    ours, theirs, quiet = [], [], []
     try:
         for rep in range(a.reps):
             ours.append(run_dflash(a.bin, a.python, work, rep, a.ttl, a.payload_s))
             theirs.append(run_torchrun(a.python, work, rep, a.payload_s))
-            print(f"rep {rep}: dflash-launch {ours[-1]}, torchrun c10d {theirs[-1]}", flush=True)
+            quiet.append(run_dflash(a.bin, a.python, work, rep, a.ttl, a.payload_s, "quiet.py"))
+            print(f"rep {rep}: dflash-launch {ours[-1]}, torchrun c10d {theirs[-1]}, dflash-launch quiet {quiet[-1]}",
+                  flush=True)
     finally:
         logs = {p.name: p.read_text()[-2000:] for p in work.glob("torchrun*.log")}
         shutil.rmtree(work, ignore_errors=True)
@@ -178,12 +202,19 @@ def main():
         secs = [s for s, _, _, _ in results if s is not None]
         med = statistics.median(secs) if secs else None
         return med, "; ".join(("did not exit" if s is None else f"{s:.2f} s (exit {rc})") +
-                              ("" if rep is None else f", failure reported at {rep:.2f} s")
+                              ("" if rep is None else f", failure reported at {rep:.2f} s") +
+                              f", {left} of node 1's processes alive 1 s after the kill"
                               for s, rc, left, rep in results)
 
     our_med, our_all = fmt(ours)
     their_med, their_all = fmt(theirs)
-    ratio = f"{their_med / our_med:.1f}x" if our_med and their_med else "n/a"
+    quiet_med, quiet_all = fmt(quiet)
+    if our_med and their_med:
+        ratio = f"{their_med / our_med:.1f}x"
+    elif our_med and all(r[0] is None for r in theirs):
+        ratio = f"> {(a.payload_s + 30) / our_med:.0f}x (torchrun never exited in the window)"
+    else:
+        ratio = "n/a"
     print(f"dflash-launch median {our_med}, torchrun median {their_med}, ratio {ratio}")
     md = f"""## node failure: SIGKILL of one node's launcher
 
@@ -197,12 +228,16 @@ rendezvous store, `--max-restarts 0`), then time until node 0's launcher / agent
 |---|---|---|---|
 | SIGKILL node 1 -> node 0 exits, median of {a.reps} | {f"{our_med:.2f} s" if our_med else "n/a"} | {f"{their_med:.2f} s" if their_med else "n/a"} | {ratio} |
 | every repetition | {our_all} | {their_all} | |
+| the same, payload without collectives (only the store can tell), median | {f"{quiet_med:.2f} s" if quiet_med else "n/a"} ({quiet_all}) | not run (its agent acts on its own workers' exits) | |
 
 Why: node 1's processes die with its launcher (`PR_SET_PDEATHSIG`, the guardian), so node 0's next `all_reduce`
-fails at once and node 0 stops on that failure (exit = its culprit's code); without collectives, the store notices
-the launcher itself within `store_ttl` + 0.2 s (tests/test_multinode_store.py, exit 70, culprit "node 1 (launcher
-lost)"). torchrun's agent 0 learns of it only through its own workers' failure. "did not stop": nothing ended node
-0 within the payload's {a.payload_s:g} s + 30 s.
+fails at once and node 0 stops on that failure (exit = its culprit's code, here 1); without collectives (third row)
+only the store can tell, and does within `store_ttl` + 0.2 s (exit 70, culprit "node 1 (launcher lost)";
+tests/test_multinode_store.py checks the same with store_ttl 1 s). torchrun: "did not exit" = agent 0 was still
+running {a.payload_s + 30:g} s after the kill. Node 1's workers outlive their SIGKILLed agent (torchrun starts them
+in sessions of their own; "N of node 1's processes alive" above) and go on training with node 0's as orphans; when
+the payload ends, agent 0 waits in its exit barrier for the dead agent (torchrun's default `exit_barrier_timeout`
+is 300 s). A scheduler that kills the whole node hides this; a lone agent crash does not.
 """
     if a.out:
         write_section(a.out, "## node failure: SIGKILL of one node's launcher", md)
