@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/exit_codes.h"
+#include "common/fd.h"
 #include "common/proc_info.h"
 #include "launcher/node_store_scripts.h"
 
@@ -39,6 +40,19 @@ std::string Describe(const nlohmann::json& holder) {
          Field(holder, "started");
 }
 
+/// Where a pid means something: this boot of this kernel, this pid namespace. A host name
+/// alone is not enough (containers on two machines may share one); without both, a holder
+/// is never taken for "on this host", so it is waited out, never taken over.
+std::string PidScope() {
+  std::string boot, err;
+  char ns[128] = {0};
+  if (!ReadFile("/proc/sys/kernel/random/boot_id", &boot, &err)) return "";
+  while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+  ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (n <= 0) return "";
+  return boot + "/" + std::string(ns, static_cast<size_t>(n));
+}
+
 Millis PollPeriod(Millis ttl) { return std::clamp(ttl / 10, Millis(50), Millis(200)); }
 
 }  // namespace
@@ -48,6 +62,7 @@ NodeCoordinator::NodeCoordinator(CoordinatorOptions options)
       client_(o_.url, std::clamp(o_.ttl / 3, Millis(200), Millis(2000))),
       nonce_(RandomNonce()),
       host_(HostName()),
+      pid_scope_(PidScope()),
       started_(UtcNow()),
       pid_(::getpid()),
       pid_start_(ProcessStartTime(::getpid())),
@@ -73,7 +88,7 @@ std::string NodeCoordinator::SessionKey(const std::string& what) const {
 }
 
 std::vector<std::string> NodeCoordinator::RecordArgs() const {
-  return {"host", host_, "pid", std::to_string(pid_), "pid_start", std::to_string(pid_start_),
+  return {"host", host_, "pid_scope", pid_scope_, "pid", std::to_string(pid_), "pid_start", std::to_string(pid_start_),
           "started", started_, "nonce", nonce_, "hb", std::to_string(heartbeat_)};
 }
 
@@ -117,7 +132,7 @@ bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std
     }
     if (claimed) return true;
     std::string nonce = Field(holder, "nonce"), hb = Field(holder, "hb");
-    if (Field(holder, "host") == host_) {
+    if (Field(holder, "host") == host_ && !pid_scope_.empty() && Field(holder, "pid_scope") == pid_scope_) {
       pid_t pid = static_cast<pid_t>(std::atoll(Field(holder, "pid").c_str()));
       unsigned long long start = std::strtoull(Field(holder, "pid_start").c_str(), nullptr, 10);
       if (pid > 0 && ProcessAlive(pid, start)) {

@@ -108,7 +108,7 @@ class NodeCoordinator {
 
   CoordinatorOptions o_;
   RedisClient client_;
-  std::string nonce_, host_, started_;
+  std::string nonce_, host_, pid_scope_, started_;
   pid_t pid_ = 0;
   unsigned long long pid_start_ = 0;
   long long heartbeat_ = 0;

@@ -232,8 +232,9 @@ def test_a_stale_registration_of_a_dead_launcher_on_this_host_is_taken_over(bin_
     out = tmp_path / "out"
     out.mkdir()
     key = "dflash:sl:node:1"
-    redis_cmd(redis_server.port, "HSET", key, "host", socket.gethostname(), "pid", dead_pid(), "pid_start", "1",
-              "started", "earlier", "nonce", "old", "hb", "3")
+    pid_scope = pathlib.Path("/proc/sys/kernel/random/boot_id").read_text().strip() + "/" + os.readlink("/proc/self/ns/pid")
+    redis_cmd(redis_server.port, "HSET", key, "host", socket.gethostname(), "pid_scope", pid_scope, "pid", dead_pid(),
+              "pid_start", "1", "started", "earlier", "nonce", "old", "hb", "3")
     redis_cmd(redis_server.port, "PEXPIRE", key, 600000)  # it would outlive the test: only a take-over explains success
     config = store_config(tmp_path, redis_server.url, waiters(out))
     nodes = [launch_node(bin_dir, config, "sl", r) for r in (0, 1)]
