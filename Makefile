@@ -43,6 +43,7 @@ bench: build
 	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md --model drafter --layers 4
+	$(PY) bench/multinode/node_failure_bench.py --reps 3 --payload-s 20 --out docs/benchmarks.md
 	$(BUILD)/bin/spool_bench --mb 1 --frames 2000 --repeat 5
 
 fuzz: setup

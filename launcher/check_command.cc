@@ -7,6 +7,7 @@
 #include "launcher/commands.h"
 #include "launcher/plan_format.h"
 #include "launcher/torch_version.h"
+#include "store/redis_client.h"
 
 namespace dflash {
 
@@ -100,6 +101,14 @@ int PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::str
   po.node_rank = setup.node_rank;
   po.master_addr = setup.master_addr;
   po.master_port = setup.master_port;
+  if (!flags.store.empty() && flags.store != "private") {
+    StoreUrl url;
+    if (!ParseStoreUrl(flags.store, &url, &err)) {
+      std::fprintf(stderr, "dflash-launch: --store: %s\n", err.c_str());
+      return exit_code::kUsage;
+    }
+  }
+  po.store = flags.store;
   *plan = BuildPlan(config, po);
   return exit_code::kOk;
 }

@@ -159,6 +159,13 @@ struct RunSpec {
   int nnodes = 0;                  // 0: not written (flags, the scheduler's env, else 1)
   std::vector<int> forward_signals;
   bool share_gpus = false;  // several processes may use one GPU (docs/config.md)
+  /// The coordination store of a multi-node run (docs/multinode.md): "" none (static
+  /// mode), "private" (node 0 starts a redis-server for the run), or redis://host:port[/db].
+  std::string store;
+  SourcePos store_pos;
+  Millis store_ttl{5000};                 // a node's registration lives this long unrefreshed
+  Millis store_barrier_timeout{300000};   // the longest wait for every node at the start barrier
+  Millis store_outage{30000};             // the store may be away this long before the node stops
 };
 
 struct RunConfig {

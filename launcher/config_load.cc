@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <regex>
 
+#include "common/duration.h"
 #include "common/fd.h"
 #include "common/signal_names.h"
 #include "launcher/config.h"
 #include "launcher/config_internal.h"
 #include "launcher/toml_guard.h"
 #include "launcher/toml_reader.h"
+#include "store/redis_client.h"
 
 namespace dflash {
 namespace fs = std::filesystem;
@@ -74,6 +76,27 @@ void ReadMasterPort(TableReader& r, RunSpec* run) {
   run->master_port = static_cast<int>(v);
 }
 
+/// store: "private" or a redis:// URL (store/redis_client.h parses it); the store_* timings.
+void ReadStore(TableReader& r, RunSpec* run) {
+  run->store_pos = r.ValuePos("store");
+  r.String("store", &run->store);
+  if (!r.Has("store")) run->store.clear();  // the schema's "<none>" is for people, not a value
+  if (r.Has("store") && run->store != "private") {
+    StoreUrl url;
+    std::string err;
+    if (!ParseStoreUrl(run->store, &url, &err))
+      r.Error("store", run->store_pos, "not a store", "\"private\" or \"redis://HOST[:PORT][/DB]\"",
+              "\"" + run->store + "\"",
+              err + "; e.g. store = \"redis://10.0.0.5:6379\", or store = \"private\" (node 0 starts one)");
+  }
+  r.Duration("store_ttl", &run->store_ttl);
+  r.Duration("store_barrier_timeout", &run->store_barrier_timeout);
+  r.Duration("store_outage", &run->store_outage);
+  if (run->store_ttl.count() > 0 && run->store_ttl < Millis(300))
+    r.Error("store_ttl", r.ValuePos("store_ttl"), "too short", "at least 300ms",
+            FormatDuration(run->store_ttl), "a node refreshes its registration every ttl/3; e.g. store_ttl = \"5s\"");
+}
+
 void ReadRun(const toml::table* t, const std::string& file, const std::string& base_dir, RunSpec* run,
              std::vector<ConfigError>* errors) {
   static const toml::table empty;
@@ -105,6 +128,7 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   if (r.Has("nnodes")) r.Int("nnodes", &run->nnodes, 1, 65536); else r.Get("nnodes");
   r.SignalArray("forward_signals", &run->forward_signals);
   r.Bool("share_gpus", &run->share_gpus);
+  ReadStore(r, run);
   if (const toml::node* n = t ? t->get("forward_signals") : nullptr; n && n->is_array()) {
     for (const toml::node& e : *n->as_array()) {
       int sig = e.is_string() ? SignalFromName(e.as_string()->get()) : 0;

@@ -60,6 +60,8 @@ int Main(int argc, char** argv) {
         ->check(CLI::Range(1, 65536));
     cmd->add_option("--node-rank", nodes->node_rank, "This node's rank, 0..nnodes-1")->check(CLI::Range(0, 65535));
     cmd->add_option("--master-addr", nodes->master_addr, "MASTER_ADDR: the address of node 0");
+    cmd->add_option("--store", nodes->store,
+                    "The coordination store: redis://HOST[:PORT][/DB], or private (node 0 starts one); beats [run] store");
   }
 
   SeedOptions seed;

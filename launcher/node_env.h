@@ -17,6 +17,7 @@ struct NodeFlags {
   int nnodes = 0;          // 0: not given
   int node_rank = -1;      // -1: not given
   std::string master_addr; // empty: not given
+  std::string store;       // --store: "private" or redis://...; empty: [run] store
 };
 
 struct NodeSetup {

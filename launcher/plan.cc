@@ -98,6 +98,14 @@ int DerivedMasterPort(const std::string& run_id, size_t roles) {
   return kLow + static_cast<int>(h % static_cast<unsigned long long>(span > 1 ? span : 1));
 }
 
+int PrivateStorePort(int master_port, size_t roles) { return master_port + 1 + 2 * static_cast<int>(roles); }
+
+std::string Plan::StoreUrlText() const {
+  if (!store_private()) return store;
+  std::string host = master_addr.find(':') != std::string::npos ? "[" + master_addr + "]" : master_addr;
+  return "redis://" + host + ":" + (store_port ? std::to_string(store_port) : std::string("<auto>"));
+}
+
 Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   Plan plan;
   plan.config = config;
@@ -114,6 +122,10 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     plan.master_port = DerivedMasterPort(options.run_id, config.roles.size());
   for (size_t ri = 0; ri < config.roles.size(); ++ri)
     plan.role_master_ports.push_back(plan.master_port ? plan.master_port + 1 + static_cast<int>(ri) : 0);
+  plan.store = options.store.empty() ? config.run.store : options.store;
+  // A private store of several nodes sits after the role and warm-up ports: every node knows it.
+  if (plan.store_private() && options.nnodes > 1 && plan.master_port)
+    plan.store_port = PrivateStorePort(plan.master_port, config.roles.size());
 
   std::vector<std::string> keys;
   for (size_t ri = 0; ri < config.roles.size(); ++ri) {
@@ -243,6 +255,8 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
       {"DFLASH_NODE_RANK", std::to_string(node_rank)},
       {"DFLASH_NNODES", std::to_string(nnodes)},
   };
+  // The cluster-wide compile gate (worker) and payloads find the run's store here.
+  if (!store.empty()) env.emplace_back("DFLASH_STORE", StoreUrlText());
   if (p.warmup) {
     env.emplace_back("DFLASH_WARMUP", "1");
     // The worlds it stands in for: a graph with collectives inside it needs

@@ -42,6 +42,7 @@ struct PlanOptions {
   int node_rank = 0;
   std::string master_addr;  // empty: [run] master_addr
   int master_port = -1;     // -1: [run] master_port; 0: auto; else this port (e.g. the scheduler's MASTER_PORT)
+  std::string store;        // --store: "private" or a redis:// URL; empty: [run] store
 };
 
 struct Plan {
@@ -69,6 +70,14 @@ struct Plan {
   /// OMP_NUM_THREADS=1 for processes whose role does not set it: several share
   /// this host and the launcher's env does not set it (torchrun's default).
   bool default_omp_threads = false;
+  /// The coordination store (docs/multinode.md): "" (static mode), "private" or a redis:// URL.
+  std::string store;
+  /// "private": the port node 0's redis-server listens on, on MASTER_ADDR (0 while not resolved:
+  /// one node picks a free one as it starts; several nodes derive it from MASTER_PORT).
+  int store_port = 0;
+  bool store_private() const { return store == "private"; }
+  /// DFLASH_STORE: where the store is (redis://...), "" without one; "<auto>" for a private port not chosen yet.
+  std::string StoreUrlText() const;
 
   /// The first node that runs any process: where rank 0 and MASTER_ADDR are.
   int FirstNode() const;
@@ -107,6 +116,8 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options);
 /// the same ones from the shared run id, in [20000, 32767) (below Linux's
 /// ephemeral range, where outgoing connections take their source ports).
 int DerivedMasterPort(const std::string& run_id, size_t roles);
+/// A private store's port with several nodes: after MASTER_PORT, the role ports and the warm-up ports.
+int PrivateStorePort(int master_port, size_t roles);
 
 /// The default gate key: "<role>-<16 hex>" over the role name, the [model]
 /// contract, torch's version, the command, the content of the files it runs

@@ -81,6 +81,10 @@ std::string PlanText(const Plan& plan) {
     for (int sig : c.run.forward_signals) s.push_back(SignalName(sig));
     o += "  forward  " + Join(s, ", ") + "\n";
   }
+  if (!plan.store.empty())
+    o += "  store    " + plan.StoreUrlText() +
+         (plan.store_private() ? "  (private: node 0's launcher starts a redis-server for the run)" : "") +
+         "  (ttl " + FormatDuration(c.run.store_ttl) + ")\n";
   if (c.run.share_gpus) o += "  gpus     shared: several processes may use one GPU ([run] share_gpus)\n";
   const ModelSpec& m = c.model;
   if (m.present) {
@@ -207,6 +211,16 @@ std::string PlanJson(const Plan& plan) {
   for (int s : c.run.forward_signals) fwd.push_back(SignalName(s));
   j["run"]["forward_signals"] = fwd;
   j["run"]["share_gpus"] = c.run.share_gpus;
+  // The coordination store (docs/multinode.md): null in static mode.
+  if (plan.store.empty()) {
+    j["run"]["store"] = nullptr;
+  } else {
+    j["run"]["store"] = {{"url", plan.store_private() && !plan.store_port ? ojson() : ojson(plan.StoreUrlText())},
+                         {"private", plan.store_private()},
+                         {"ttl_ms", c.run.store_ttl.count()},
+                         {"barrier_timeout_ms", c.run.store_barrier_timeout.count()},
+                         {"outage_ms", c.run.store_outage.count()}};
+  }
   const ModelSpec& m = c.model;
   if (m.present) {
     j["model"] = {{"target_layers", m.target_layers}, {"hidden", m.hidden}, {"tapped_layers", m.tapped_layers},

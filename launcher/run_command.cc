@@ -19,6 +19,7 @@
 #include "launcher/fd_limit.h"
 #include "launcher/run_cgroup.h"
 #include "launcher/run_registry.h"
+#include "launcher/store_session.h"
 #include "launcher/supervisor.h"
 #include "launcher/supervisor_log.h"
 #include "launcher/torch_version.h"
@@ -92,6 +93,12 @@ int RunRun(const RunOptions& opts, char** env) {
   // only from the supervisor's signalfd, in its loop.
   BlockSignals(Supervisor::HandledSignals(plan));
   std::signal(SIGPIPE, SIG_IGN);  // a closed console is an error return, not a death
+  // With a store (docs/multinode.md): registered, and every node at the start
+  // barrier, before anything starts. After BlockSignals: its thread must not take them.
+  StoreSession store;
+  if (!plan.store.empty()) {
+    if (int rc = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, &store); rc != 0) return rc;
+  }
 
   Console::Options co;
   co.color = opts.color;
@@ -117,6 +124,17 @@ int RunRun(const RunOptions& opts, char** env) {
   if (auto sd = GetEnvVar(so.base_env, "NOTIFY_SOCKET")) so.systemd_notify_socket = std::string(*sd);
   UnsetEnvVar(&so.base_env, "NOTIFY_SOCKET");  // never pass the supervisor's own on
   so.cgroup = cgroup_mode;
+  NodeCoordinator* coord = store.coordinator.get();
+  if (store.private_store) so.keep_pid = store.private_store->pid();
+  if (coord) {
+    so.node_rounds = plan.nnodes > 1;
+    so.on_round_request = [coord](int round, const std::string& why) { coord->RequestRound(round, why); };
+    so.on_round_stopped = [coord](int round) { coord->RoundStopped(round); };
+    so.on_failure = [coord](const std::string& process, int code, const std::string& reason) {
+      coord->PublishFailure(process, code, reason);
+    };
+  }
+  nlohmann::json node_record;  // what another node's failure said, if that ended the run
   if (!fd_note.empty()) log->info(fd_note);
   if (!fds_ok) log->warn(fd_err);
   int rc;
@@ -132,10 +150,41 @@ int RunRun(const RunOptions& opts, char** env) {
       console.Supervisor("[dflash] warning: no control socket (`dflash-launch ctl` cannot reach this run): " + err);
       control.Close();
     }
+    if (coord && !sup.AddWatch(coord->event_fd(), [&] {
+          for (const NodeCoordinator::Event& e : coord->TakeEvents()) {
+            using K = NodeCoordinator::Event::Kind;
+            switch (e.kind) {
+              case K::kInfo: log->info("store: {}", e.text); console.Supervisor("[dflash] " + e.text); break;
+              case K::kWarn:
+                log->warn("store: {}", e.text);
+                console.Supervisor("[dflash] warning: " + e.text);
+                break;
+              case K::kBarrier: break;
+              case K::kStop:
+                if (node_record.is_null()) node_record = e.record;
+                sup.StopForNode(e.culprit, e.text);
+                break;
+              case K::kBeginRound: sup.BeginRound(e.round, e.text); break;
+              case K::kStartRound: sup.StartRound(e.round); break;
+            }
+          }
+        }, &err)) {
+      log->error("cannot watch the store's events: {}", err);
+      console.Supervisor("[dflash] cannot watch the store's events: " + err);
+      CloseStoreSession(plan, exit_code::kFailure, err, log, &store);
+      return exit_code::kFailure;
+    }
     rc = sup.Run();
+    if (coord) sup.RemoveWatch(coord->event_fd());
     control.Close();  // before the registry entry goes: `ps` never lists a run whose socket is gone
     summary = sup.Summary();
+    if (!sup.node_culprit().empty()) {
+      summary.culprit = sup.node_culprit();
+      summary.node_culprit = node_record;
+    }
   }
+  // Done (and the failure, if ours) for the other nodes before this one unregisters.
+  CloseStoreSession(plan, rc, summary.reason, log, &store);
   // The run's hidden-state frames live in RAM (/dev/shm): nobody reads them after the run.
   std::error_code ec;
   std::filesystem::remove_all(plan.SpoolDir(), ec);

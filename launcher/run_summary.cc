@@ -87,6 +87,7 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
   j["culprit"] = s.culprit.empty() ? ojson() : ojson(s.culprit);
   j["culprit_attempt"] = s.culprit.empty() ? ojson() : ojson(s.culprit_attempt);
   j["reason"] = s.reason;
+  j["node_culprit"] = s.node_culprit.is_null() ? ojson() : ojson::parse(s.node_culprit.dump());
   j["wall_s"] = s.wall_s;
   j["warnings"] = s.warnings;
   auto entry = [](const ProcessSummary& p) {

@@ -60,6 +60,9 @@ struct RunSummary {
   std::string culprit;  // empty: none
   int culprit_attempt = -1;  // which of its attempts was the root cause
   std::string reason;
+  /// Store mode: the other node's failure that stopped this one ({node, process,
+  /// exit_code, reason}; docs/multinode.md), or null.
+  nlohmann::json node_culprit;
   double wall_s = 0;
   std::vector<std::string> warnings;  // e.g. a gate reuse that still missed the cache
   std::vector<ProcessSummary> processes;

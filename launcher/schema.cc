@@ -47,6 +47,25 @@ std::vector<SectionSpec> MakeSchema() {
             "Nodes of the run, one dflash-launch each (docs/multinode.md). Usually left to `--nnodes` or "
             "the scheduler (SLURM_NNODES, NNODES); if written, they must agree.",
             "2"},
+           {"store", K::kString, "<none>",
+            "The coordination store of a multi-node run (docs/multinode.md): node launchers register, meet "
+            "at a start barrier, publish failures and restart rounds there. \"private\": node 0's launcher "
+            "starts a redis-server for the run on MASTER_ADDR (port master_port + 1 + 2 x roles; one node: a "
+            "free port); or \"redis://HOST[:PORT][/DB]\". Unset: static mode. `--store` comes first.",
+            "\"redis://10.0.0.5:6379\""},
+           {"store_ttl", K::kDuration, "5s",
+            "With a store: a node's registration expires this long after its last refresh (every ttl/3); a "
+            "launcher that dies is noticed by the others within store_ttl + store_ttl/3.",
+            "\"5s\""},
+           {"store_barrier_timeout", K::kDuration, "5m",
+            "With a store: the longest wait for every node at the start barrier (then exit 75 naming the "
+            "missing nodes) and at a restart round's; also how long node 0 keeps a private store up for nodes "
+            "still running after it ended.",
+            "\"5m\""},
+           {"store_outage", K::kDuration, "30s",
+            "With a store: how long it may be unreachable (at start, or mid-run: the processes go on) before "
+            "the node stops with the reason.",
+            "\"30s\""},
            {"forward_signals", K::kSignalArray, "[]",
             "Signals the supervisor passes through to every process (e.g. preemption notices).",
             "[\"SIGUSR1\"]"},

@@ -52,6 +52,7 @@ struct Supervisor::Impl : public ControlHandler {
         router_(console) {
     os_.resize(core_.size());
     core_.settle_exec = [this](size_t i) { OnExecStatus(i); };
+    core_.node_rounds = options_.node_rounds;
     core_.on_status_text = [this](size_t i, const std::string& text) {
       const std::string& name = core_.proc(i).plan->name;
       if (log_) log_->info("{}: {}", name, text);
@@ -123,6 +124,7 @@ struct Supervisor::Impl : public ControlHandler {
   std::string run_token_;       // DFLASH_RUN_TOKEN of every process of this run
   std::string start_error_;     // Run() could not even set up its loop (fds exhausted, say)
   bool sweep_pending_ = false;  // a process or orphan ended since the last SweepOrphans
+  bool failure_told_ = false;   // on_failure was called
   bool status_dirty_ = true;
   SteadyTime last_status_{};
   SteadyTime t0_ = std::chrono::steady_clock::now();
@@ -133,6 +135,13 @@ void Supervisor::Impl::Drain() {
   // queues more: run until none is left, in order.
   while (core_.HasActions())
     for (const CoreAction& a : core_.TakeActions()) Execute(a);
+  // The culprit is this node's: every other node must hear of it now, not when we have stopped.
+  if (core_.culprit() >= 0 && !failure_told_ && options_.on_failure) {
+    failure_told_ = true;
+    const CoreProc& c = core_.proc(static_cast<size_t>(core_.culprit()));
+    const AttemptRecord* a = core_.culprit_attempt();
+    options_.on_failure(c.plan->name, core_.ExitCode(), a ? a->reason : c.reason);
+  }
 }
 
 void Supervisor::Impl::Execute(const CoreAction& a) {
@@ -157,6 +166,12 @@ void Supervisor::Impl::Execute(const CoreAction& a) {
     case K::kLog: a.warn ? Warn(a.text) : Info(a.text); break;
     case K::kEvent: WriteEvent(a.event); break;
     case K::kCheckReuse: CheckReuseHitTheCache(a.index); break;
+    case K::kRoundRequest:
+      if (options_.on_round_request) options_.on_round_request(static_cast<int>(a.index), a.text);
+      break;
+    case K::kRoundStopped:
+      if (options_.on_round_stopped) options_.on_round_stopped(static_cast<int>(a.index));
+      break;
   }
 }
 
@@ -405,6 +420,11 @@ void Supervisor::Impl::Reap() {
     for (size_t i = 0; i < core_.size(); ++i)
       if (core_.proc(i).pid == pid) found = static_cast<int>(i);
     if (found < 0) {
+      if (pid == options_.keep_pid) {
+        options_.keep_pid = -1;
+        Warn("the private store (redis-server pid " + std::to_string(pid) + ") " + DecodeWaitStatus(status).Describe());
+        continue;
+      }
       if (pid == guard_.guardian_pid()) {
         guard_.GuardianReaped();
         Warn("dflash-guardian " + DecodeWaitStatus(status).Describe() +
@@ -479,7 +499,7 @@ std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
   }
   pid_t own_group = ::getpgrp();
   for (pid_t pid : children) {
-    if (pid == guard_.guardian_pid() || by_pid.count(pid)) continue;
+    if (pid == guard_.guardian_pid() || pid == options_.keep_pid || by_pid.count(pid)) continue;
     ProcStat st;
     if (!ReadProcStat(pid, &st) || st.state == 'Z') continue;  // the reaper collects it
     // Whose is it? The environment it was exec'd with survives setsid and
@@ -568,6 +588,20 @@ RunSummary Supervisor::Summary() const {
 }
 
 ControlHandler& Supervisor::control() { return *impl_; }
+
+void Supervisor::BeginRound(int round, const std::string& why) {
+  impl_->core_.BeginRound(round, why);
+  impl_->Drain();
+}
+void Supervisor::StartRound(int round) {
+  impl_->core_.StartRound(round);
+  impl_->Drain();
+}
+void Supervisor::StopForNode(const std::string& culprit, const std::string& reason) {
+  impl_->core_.StopForNode(culprit, reason);
+  impl_->Drain();
+}
+const std::string& Supervisor::node_culprit() const { return impl_->core_.node_culprit(); }
 
 bool Supervisor::AddWatch(int fd, std::function<void()> on_readable, std::string* err) {
   if (!impl_->epoll_) {

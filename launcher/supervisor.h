@@ -28,6 +28,17 @@ struct SupervisorOptions {
   std::string systemd_notify_socket;
   /// cgroup v2 use (DFLASH_CGROUP); see launcher/run_guard.h.
   CgroupMode cgroup = CgroupMode::kAuto;
+  /// A child of the launcher that is not a process of the run (the private
+  /// store's redis-server): never swept as an orphan; -1: none.
+  pid_t keep_pid = -1;
+
+  // Nodes (a coordination store, launcher/node_coordinator.h): set, restarts wider than one
+  // process become rounds of every node, and these are called on the loop thread.
+  bool node_rounds = false;
+  std::function<void(int current_round, const std::string& why)> on_round_request;
+  std::function<void(int round)> on_round_stopped;
+  /// The run's culprit was chosen on this node (a failure with no restart left): once.
+  std::function<void(const std::string& process, int exit_code, const std::string& reason)> on_failure;
 };
 
 class Supervisor {
@@ -55,6 +66,12 @@ class Supervisor {
   /// caller's; RemoveWatch before closing it. False with `err` if epoll refuses it.
   bool AddWatch(int fd, std::function<void()> on_readable, std::string* err);
   void RemoveWatch(int fd);
+
+  // Nodes: what the coordinator saw, carried out on the loop thread (from a watch's callback).
+  void BeginRound(int round, const std::string& why);
+  void StartRound(int round);
+  void StopForNode(const std::string& culprit, const std::string& reason);
+  const std::string& node_culprit() const;
 
   /// SIGCHLD, SIGINT, SIGTERM, SIGHUP and [run] forward_signals.
   static std::vector<int> HandledSignals(const Plan& plan);

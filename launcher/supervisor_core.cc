@@ -447,6 +447,7 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
   if (p.intent == EndIntent::kRestart && !stopping_) {  // stopped because its unit restarts
     rec.outcome = p.manual ? "restarted by ctl" : "restarted";
     SetState(i, ProcState::kBackoff, "stopped for a restart; " + how);
+    MaybeRoundStopped();
     return;
   }
   if ((stopping_ || p.intent == EndIntent::kStop) && rec.start_failed) {
@@ -459,7 +460,10 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
     // Stopped by us, or ended on its own after the run began to stop (its peer
     // died and NCCL failed, say): the culprit came first, this is collateral.
     bool by_hand = p.held || (p.manual && p.intent == EndIntent::kStop);
-    rec.outcome = by_hand ? "stopped by ctl" : culprit_ >= 0 && culprit_ != static_cast<int>(i) ? "collateral" : "stopped";
+    // Another node's failure is a culprit too: what it stopped here is collateral.
+    rec.outcome = by_hand                                                              ? "stopped by ctl"
+                  : (culprit_ >= 0 && culprit_ != static_cast<int>(i)) || !node_culprit_.empty() ? "collateral"
+                                                                                       : "stopped";
     SetState(i, ProcState::kExited,
              (p.intent == EndIntent::kStop ? (by_hand ? "stopped by ctl; " : "stopped; ") : "") + how);
     return;
@@ -470,6 +474,23 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
       TrackerFor(i).OnExit(rec.exit_code, std::chrono::duration_cast<Millis>(now - p.started), now);
   switch (d.kind) {
     case RestartDecision::Kind::kRestart: {
+      if (node_rounds && (role.restart.scope != RestartScope::kProcess || role.world != TorchWorld::kNone)) {
+        // Its unit spans the nodes: every node stops and starts again together.
+        ++p.restarts;
+        rec.outcome = "restarted";
+        p.restart_at = SteadyTime::max();  // held until StartRound
+        round_not_before_ = std::max(round_not_before_, now + d.delay);
+        SetState(i, ProcState::kBackoff, how + "; " + d.reason + "; every node restarts in a new round");
+        if (round_pending_ <= round_) {
+          CoreAction a;
+          a.kind = CoreAction::Kind::kRoundRequest;
+          a.index = static_cast<size_t>(round_);
+          a.text = p.plan->name + " " + how;
+          actions_.push_back(std::move(a));
+        }
+        MaybeRoundStopped();
+        return;
+      }
       SteadyTime at = now + d.delay;
       ++p.restarts;
       rec.outcome = "restarted";
@@ -686,11 +707,65 @@ const AttemptRecord* SupervisorCore::culprit_attempt() const {
   return c.last();
 }
 
+void SupervisorCore::BeginRound(int round, const std::string& why) {
+  if (stopping_ || round <= round_ || round <= round_pending_) return;
+  round_pending_ = round;
+  round_stopped_sent_ = false;
+  Info("round " + std::to_string(round) + ": every node restarts its processes (" + why + ")");
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    CoreProc& p = procs_[i];
+    if (p.plan->warmup || p.held) continue;  // a warm-up's work is done; one stopped by hand stays stopped
+    if (p.alive()) {
+      p.restart_at = SteadyTime::max();
+      StopProc(i, EndIntent::kRestart, "round " + std::to_string(round));
+      if (p.intent == EndIntent::kHung) p.intent = EndIntent::kRestart;
+    } else if (p.state == ProcState::kBackoff) {
+      p.restart_at = SteadyTime::max();
+    } else if (p.state == ProcState::kExited || p.state == ProcState::kFailed) {
+      p.restart_at = SteadyTime::max();
+      SetState(i, ProcState::kBackoff, "restarts in round " + std::to_string(round));
+    }
+  }
+  MaybeRoundStopped();
+}
+
+void SupervisorCore::MaybeRoundStopped() {
+  if (round_pending_ <= round_ || round_stopped_sent_ || stopping_) return;
+  for (const CoreProc& p : procs_)
+    if (p.alive() && !p.plan->warmup) return;
+  round_stopped_sent_ = true;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kRoundStopped;
+  a.index = static_cast<size_t>(round_pending_);
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::StartRound(int round) {
+  if (stopping_ || round != round_pending_ || !round_stopped_sent_) return;
+  round_ = round;
+  round_pending_ = -1;
+  SteadyTime at = std::max(clock_(), round_not_before_);
+  round_not_before_ = SteadyTime{};
+  Info("round " + std::to_string(round) + ": every node has stopped; starting again");
+  for (CoreProc& p : procs_)
+    if (p.state == ProcState::kBackoff && !p.alive() && !p.held && p.restart_at == SteadyTime::max())
+      p.restart_at = at;
+}
+
+void SupervisorCore::StopForNode(const std::string& culprit, const std::string& reason) {
+  if (stopping_) return;
+  node_culprit_ = culprit;
+  node_reason_ = reason;
+  Warn(reason + ": stopping every process");
+  BeginStop(reason);
+}
+
 int SupervisorCore::ExitCode() const {
   if (const AttemptRecord* a = culprit_attempt()) {
     if (a->ready_timeout) return exit_code::kTimeout;
     return a->exit_code > 0 ? a->exit_code : exit_code::kFailure;
   }
+  if (!node_culprit_.empty()) return exit_code::kNodeFailed;
   if (stop_signal_) return exit_code::kSignalBase + stop_signal_;
   return 0;
 }
@@ -705,6 +780,7 @@ std::string SupervisorCore::ExitReason() const {
              stop_reason_;
     return c.plan->name + " " + c.reason;
   }
+  if (!node_culprit_.empty()) return node_reason_;
   if (stop_signal_ || manual_stop_) return stop_reason_;
   return "all processes succeeded";
 }

@@ -104,6 +104,8 @@ struct CoreAction {
     kLog,            ///< `text` for supervisor.log and the console (`warn`: a warning)
     kEvent,          ///< one line of events.jsonl (`event`, without its wall time)
     kCheckReuse,     ///< proc `index` reused a gate and is ready: did it hit the cache?
+    kRoundRequest,   ///< nodes: ask every node for the round after round `index` (`text`: why)
+    kRoundStopped,   ///< nodes: every process here has stopped for round `index`
   };
   Kind kind = Kind::kLog;
   size_t index = 0;
@@ -150,6 +152,23 @@ class SupervisorCore final : public ControlHandler {
   /// If set, a STATUS= of proc `i` goes here instead of an Info line (the
   /// shell logs it and hands it to the console, which shows it once).
   std::function<void(size_t, const std::string&)> on_status_text;
+
+  // --- nodes (a coordination store, docs/multinode.md) ----------------------
+  /// Set by the shell when a store coordinates several nodes: a restart wider than
+  /// one process (scope "role"/"all", or a torch world) is then a round of every
+  /// node (kRoundRequest) instead of a restart of this node's processes alone.
+  bool node_rounds = false;
+  /// Round `round` began (any node asked): stop every process for it, hold them,
+  /// and say kRoundStopped once none is left running.
+  void BeginRound(int round, const std::string& why);
+  /// Every node stopped for `round`: start every held process again (after the
+  /// backoff of the failure that asked for the round, if later).
+  void StartRound(int round);
+  /// The run stops because of another node (its failure, its launcher lost, the
+  /// store lost): `culprit` names it ("node 1 (launcher lost)"), the exit is kNodeFailed.
+  void StopForNode(const std::string& culprit, const std::string& reason);
+  int round() const { return round_; }
+  const std::string& node_culprit() const { return node_culprit_; }
 
   // --- control (launcher/control.h) ---------------------------------------
   RunStatus Status() override;
@@ -201,6 +220,7 @@ class SupervisorCore final : public ControlHandler {
   RestartTracker& TrackerFor(size_t i);
   void Info(const std::string& text);
   void Warn(const std::string& text);
+  void MaybeRoundStopped();
   double Since(SteadyTime t) const;
 
   const Plan& plan_;
@@ -225,6 +245,13 @@ class SupervisorCore final : public ControlHandler {
   /// ends before it recovers (docs/summary-json.md, "culprit").
   int incident_proc_ = -1;
   int incident_attempt_ = -1;
+  // Node rounds: the round running, the one being stopped for (-1: none), and
+  // the earliest start the failure that asked for it allows (its backoff).
+  int round_ = 0;
+  int round_pending_ = -1;
+  bool round_stopped_sent_ = false;
+  SteadyTime round_not_before_{};
+  std::string node_culprit_, node_reason_;
 };
 
 }  // namespace dflash
