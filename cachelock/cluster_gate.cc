@@ -201,7 +201,7 @@ bool ClusterGate::FetchAndImport(ClusterDecision* d, std::string* why) {
   d->role = ClusterRole::kFetched;
   d->fetched_bytes = archive.size();
   d->fetch_s = Seconds(Clock::now() - t0);
-  d->from = meta.role + " on host " + meta.host + ", compiled in " + FormatSeconds(meta.compile_s);
+  d->from = meta.role + " on host " + meta.host + " in " + FormatSeconds(meta.compile_s);
   return true;
 }
 

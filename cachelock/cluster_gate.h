@@ -56,7 +56,7 @@ struct ClusterDecision {
   uint64_t fetched_bytes = 0; ///< kFetched: archive size
   double fetch_s = 0;         ///< kFetched: fetch + check + import
   double wait_s = 0;          ///< time spent waiting on another node's lease
-  std::string from;           ///< kFetched: "drafter:0 on host n0, compiled in 31.2 s"
+  std::string from;           ///< kFetched: who compiled: "drafter:0 on host n0 in 31.2 s"
   std::string warning;        ///< kLocalFallback: why, for the console and summary.json
 };
 
