@@ -61,6 +61,13 @@ class IdleLeaderHint {
     OwnerRecord h;
     if (window_.count() <= 0 || !gate.CurrentHolder(&h) || h.host != gate.Self().host) return "";
     std::string token = HolderToken(h);
+    // A holder with no marked process runs no payload yet: it is not blocked on peers, it is waiting
+    // for something else -- another node's cluster lease (which has its own hint, relayed from the
+    // remote leader's renewals). The window starts over when its payload appears.
+    if (HolderTreePids(token).empty()) {
+      token_.clear();
+      return "";
+    }
     double cpu = HolderTreeCpuSeconds(token);
     Clock::time_point now = Clock::now();
     if (token != token_) {
