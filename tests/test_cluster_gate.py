@@ -273,3 +273,15 @@ def test_a_store_that_is_down_falls_back_to_the_local_gate_with_a_warning(launch
     assert any("cannot be used" in w and "compiling locally, without the cluster lease" in w for w in s["warnings"])
     assert sorted(p.read_text().strip() for p in out.glob("role.*")) == ["lead", "reuse"]  # the local gate still works
     assert [p["gate"].get("cluster") for p in s["processes"] if p["gate"]["role"] == "lead"] == ["local-fallback"]
+
+
+@pytest.mark.parametrize("ttl", ["abc", "5ms"])
+def test_a_bad_lease_ttl_is_a_usage_error_not_a_silent_default(launch, tmp_path, redis_server, ttl):
+    out = tmp_path / "out"
+    out.mkdir()
+    r = launch(write_config(tmp_path, shell_role(out, n=1)),
+               env=dict(ENV, DFLASH_STORE=redis_server.url, DFLASH_GATE_LEASE_TTL=ttl))
+    assert r.wait(timeout=120) == 64, r.err
+    log = (r.run_dir / "attempt_0/p-0.stderr.log").read_text()
+    assert f"DFLASH_GATE_LEASE_TTL={ttl}" in log, log
+    assert not list(out.glob("role.*"))  # the payload never ran
