@@ -42,6 +42,7 @@ bench: build
 	python3 bench/supervisor/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md
+	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md --vec-isa-ok
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md --model drafter --layers 4
 	$(BUILD)/bin/spool_bench --mb 1 --frames 2000 --repeat 5

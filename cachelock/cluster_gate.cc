@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -89,10 +90,9 @@ ClusterGate::~ClusterGate() {
   if (me_.token > 0) Abandon();
 }
 
-std::string ClusterGate::ScratchDir(std::string* err) {
+std::string ClusterGate::ScratchDir() const {
   if (!o_.scratch_dir.empty()) return o_.scratch_dir;
   const char* t = std::getenv("TMPDIR");
-  (void)err;
   return t && *t ? t : "/tmp";
 }
 
@@ -180,9 +180,8 @@ bool ClusterGate::FetchAndImport(ClusterDecision* d, std::string* why) {
     return false;
   }
   if (!present) return false;  // gone meanwhile; why stays empty
-  std::string base = ScratchDir(&err);
   Scratch scratch;
-  if (!scratch.Make(base, &err) || !WriteNewFile(scratch.File(), archive, &err)) {
+  if (!scratch.Make(ScratchDir(), &err) || !WriteNewFile(scratch.File(), archive, &err)) {
     *why = "cannot stage the cluster's kernels: " + err;
     return false;
   }
@@ -247,11 +246,10 @@ bool ClusterGate::Publish(double compile_s, uint64_t* archive_bytes, std::string
     *err = "not the cluster leader";
     return false;
   }
-  std::string base = ScratchDir(err);
   Scratch scratch;
   ExportReport report;
   std::string archive;
-  if (!scratch.Make(base, err) || !ExportCache(o_.cache_dir, scratch.File(), o_.here, &report, err) ||
+  if (!scratch.Make(ScratchDir(), err) || !ExportCache(o_.cache_dir, scratch.File(), o_.here, &report, err) ||
       !ReadFile(scratch.File(), &archive, err)) {
     *err = "exporting the cache for the cluster failed: " + *err;
     Abandon();

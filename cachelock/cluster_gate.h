@@ -87,7 +87,7 @@ class ClusterGate {
 
  private:
   bool FetchAndImport(ClusterDecision* d, std::string* why);
-  std::string ScratchDir(std::string* err);
+  std::string ScratchDir() const;
   void StopRenewing();
 
   ClusterGateOptions o_;

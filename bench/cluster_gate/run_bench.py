@@ -13,7 +13,11 @@ on this host, each with its own EMPTY cache dir) x 3 gated reference drafters (r
 CPU is each drafter's own rusage, self + children, from its start to its first compiled step
 (TORCHINDUCTOR_COMPILE_THREADS=1 keeps the compile in-process and its g++ children reaped).
 
-Usage: python3 bench/cluster_gate/run_bench.py [--bin build/bin] [--out docs/benchmarks.md]
+--vec-isa-ok adds TORCHINDUCTOR_VEC_ISA_OK=1 to every drafter (skips Inductor's per-process CPU ISA probe, ~1 s
+of every follower's CPU; see "compile gate: what a follower still pays for" in docs/benchmarks.md) and writes its
+own section.
+
+Usage: python3 bench/cluster_gate/run_bench.py [--bin build/bin] [--out docs/benchmarks.md] [--vec-isa-ok]
 """
 import argparse
 import datetime
@@ -46,10 +50,13 @@ vocab = 256
 """
 
 
+ISA_OK = ""
+
+
 def config(d, n, extra_env=""):
     d.mkdir(parents=True)
     (d / "cache").mkdir(mode=0o700)
-    env = 'DFLASH_STEPS = "1", TORCHINDUCTOR_COMPILE_THREADS = "1"' + extra_env
+    env = 'DFLASH_STEPS = "1", TORCHINDUCTOR_COMPILE_THREADS = "1"' + ISA_OK + extra_env
     path = d / "run.toml"
     path.write_text(f'[run]\nname = "cg"\ncache_dir = "cache"\nlog_dir = "runs"\n{MODEL}\n'
                     f'[[role]]\nname = "drafter"\ncpu = {n}\n'
@@ -86,7 +93,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/bin")
     ap.add_argument("--out", type=pathlib.Path)
+    ap.add_argument("--vec-isa-ok", action="store_true")
     args = ap.parse_args()
+    global ISA_OK
+    if args.vec_isa_ok:
+        ISA_OK = ', TORCHINDUCTOR_VEC_ISA_OK = "1"'
     base_env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench-cgate-"))
     redis = RedisServer(work / "redis").start()
@@ -135,8 +146,13 @@ def main():
     n1 = [p for p in cluster if p["node"] != leader["node"]]
     fetched = [p for p in cluster if p["cluster"] == "fetched"]
     r_lead = [p for p in remote if p["role"] == "lead"]
+    others = [p for p in cluster if p is not leader]
+    same_node = [p["cpu"] for p in others if p["node"] == leader["node"]]
+    floor = sum(p["cpu"] for p in others) / len(others) / unit
+    heading = "## cluster gate" + (", TORCHINDUCTOR_VEC_ISA_OK=1" if args.vec_isa_ok else "")
+    verdict = "met" if c_sum / unit <= 1.5 else "not met"
     cmd = "python3 bench/cluster_gate/run_bench.py " + " ".join(sys.argv[1:])
-    md = f"""## cluster gate
+    md = f"""{heading}
 
 `{cmd.strip()}` — {datetime.date.today()}, this 2-core machine, torch {__import__('torch').__version__} (CPU),
 redis-server {subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2][2:]}
@@ -150,6 +166,13 @@ together <= 1.5x one compile.
 node's processes {", ".join(f"{p['name']} {p['cpu']:.1f} s = {p['cpu'] / leader['cpu'] * 100:.0f}%" for p in n1)}
 of the leader's; the fetch (archive {fetched[0]['fetch_bytes'] if fetched else 0} bytes, checked and imported)
 took {fetched[0]['fetch_s'] if fetched else 0:.2f} s of wall. Warnings: {warnings or "none"}.
+
+Goal {verdict}: every process but the leader costs what a *local* follower costs (here {floor * 100:.0f}% of one
+compile on average; on the leader's own node {sum(same_node) / max(len(same_node), 1):.1f} s, on the other node
+{sum(p["cpu"] for p in n1) / max(len(n1), 1):.1f} s), so the other node's compile is gone entirely and 6 processes cost
+1 + 5 x {floor:.2f} = {1 + 5 * floor:.2f}x. The 1.5x goal would need a per-process floor of 10%; what that floor
+is made of (imports, Dynamo re-tracing, Inductor's ISA probe, loading the kernels) is in "compile gate: what a
+follower still pays for" above, and is paid by every process that calls torch.compile, warm cache or not.
 
 | node | process | local gate | cluster | CPU s | / one compile | spawn to ready s | fxgraph hit/miss |
 |---|---|---|---|---|---|---|---|
@@ -168,7 +191,7 @@ Ratio, same run: cluster gate / remote cache alone = {c_sum / r_sum:.2f}x the CP
 """
     print(md)
     if args.out:
-        write_section(args.out, "## cluster gate", md)
+        write_section(args.out, heading, md)
 
 
 if __name__ == "__main__":
