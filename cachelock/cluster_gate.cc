@@ -148,13 +148,15 @@ bool ClusterGate::Resolve(ClusterDecision* d, std::string* err) {
         o_.on_progress("waiting for gate " + o_.key + ": cluster lease held by " + h.Describe() + " for " +
                        FormatSeconds(held_for) + " (store " + store + ")");
     }
-    // The idle hint, from the CPU time the holder's renewals carry.
+    // The idle hint, from the CPU time the holder's renewals carry. They come every TTL/3, so the window
+    // is at least one TTL: a shorter one could see no renewal at all and call a busy leader idle.
+    Millis window_len = std::max(o_.idle_hint, o_.lease_ttl);
     if (o_.idle_hint.count() > 0) {
       if (h.token != hint_token) {
         hint_token = h.token;
         hint_since = now;
         hint_cpu0 = h.cpu_s;
-      } else if (now - hint_since >= o_.idle_hint) {
+      } else if (now - hint_since >= window_len) {
         double window = Seconds(now - hint_since), used = h.cpu_s - hint_cpu0;
         hint_since = now;
         hint_cpu0 = h.cpu_s;

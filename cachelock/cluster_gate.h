@@ -38,7 +38,7 @@ struct ClusterGateOptions {
   Millis timeout = kDefaultGateTimeout;  ///< bound on waiting for another node's lease
   Millis progress_every{5000};
   Millis poll{250};  ///< how often a waiter asks the store
-  Millis idle_hint = kDefaultGateIdleHint;
+  Millis idle_hint = kDefaultGateIdleHint;  ///< judged over max(idle_hint, lease_ttl): renewals carry the CPU
   Millis io_timeout{2000};  ///< connect and each command
   std::function<void(const std::string&)> on_progress;  ///< "waiting for gate K: cluster lease held by ..."
   std::function<void(const std::string&)> on_hint;      ///< the remote leader is not compiling

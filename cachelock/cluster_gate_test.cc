@@ -287,6 +287,39 @@ TEST(ClusterGate, ALeaderThatStopsRenewingIsTakenOverAndCannotPublishAfterwards)
   EXPECT_TRUE(KeyExists(Url(server), "dflash:gate:drafter-0123456789abcdef:kernels"));
 }
 
+TEST(ClusterGate, AWaiterSaysWhenTheRemoteLeadersRenewalsShowNoCpu) {
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  Node n0, n1;
+  ClusterGateOptions o0 = Options(server, n0, "drafter:0");
+  o0.lease_ttl = Millis(300);
+  ClusterGate g0(o0);
+  ClusterDecision d0, d1;
+  std::string err0, err1;
+  ASSERT_TRUE(g0.Resolve(&d0, &err0)) << err0;
+  g0.StartRenewing("");  // no tree: its renewals carry 0 s of CPU, as a leader blocked on its peers would
+  std::atomic<int> hints{0};
+  std::string hint;
+  ClusterGateOptions o1 = Options(server, n1, "drafter:3");
+  o1.lease_ttl = Millis(300);
+  o1.idle_hint = Millis(200);  // judged over one TTL (300ms): the renewals' pace
+  o1.on_hint = [&](const std::string& line) {
+    if (hints++ == 0) hint = line;
+  };
+  ClusterGate g1(o1);
+  bool ok1 = false;
+  std::thread waiter([&] { ok1 = g1.Resolve(&d1, &err1); });
+  ASSERT_TRUE(test::WaitUntil([&] { return hints.load() > 0; }));
+  Compile(n0);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(g0.Publish(1.0, &bytes, &err0)) << err0;
+  waiter.join();
+  ASSERT_TRUE(ok1) << err1;
+  EXPECT_EQ(d1.role, ClusterRole::kFetched);
+  EXPECT_NE(hint.find("gate drafter-0123456789abcdef: the cluster leader drafter:0 (pid "), std::string::npos) << hint;
+  EXPECT_NE(hint.find("it is not compiling, it is blocked"), std::string::npos) << hint;
+}
+
 TEST(ClusterGate, WaitingIsBoundedByTheTimeoutNamingTheHolder) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());

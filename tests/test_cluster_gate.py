@@ -34,14 +34,15 @@ vocab = 256
 
 
 def drafters(n):
-    """Independent drafters, each taking the gate as it starts (serial): the cluster gate's case."""
+    """Independent drafters, each taking the gate as it starts (serial): the cluster gate's case. A short idle
+    hint: a waiter whose leader is busy compiling (here or on the other node) must not be told it is blocked."""
     return MODEL + f"""
 [[role]]
 name = "drafter"
 cpu = {n}
 command = ["python", "-m", "dflash_launch.reference_drafter"]
 env = {{ DFLASH_STEPS = "2", TORCHINDUCTOR_COMPILE_THREADS = "1" }}
-gate = {{ timeout = "10m", mode = "serial" }}
+gate = {{ timeout = "10m", mode = "serial", idle_hint = "5s" }}
 ready = {{ mode = "notify", timeout = "10m" }}
 """
 
