@@ -121,6 +121,7 @@ bool ClusterGate::Resolve(ClusterDecision* d, std::string* err) {
     if (take == ClusterLease::Take::kTaken) {
       d->role = ClusterRole::kLeader;
       d->token = me_.token = h.token;
+      me_.lease = h.lease;
       d->took_over = waited;
       d->previous = last;
       return true;
@@ -269,7 +270,7 @@ bool ClusterGate::Publish(double compile_s, uint64_t* archive_bytes, std::string
   meta.published_at = UnixNow();
   bool published = false;
   std::string perr;
-  bool asked = lease_.Publish(me_.token, archive, meta, &published, &perr);
+  bool asked = lease_.Publish(me_.lease, archive, meta, &published, &perr);
   StopRenewing();
   if (!asked) {
     *err = "publishing to " + o_.store.ToString() + " failed: " + perr;
@@ -291,7 +292,7 @@ void ClusterGate::Abandon() {
   StopRenewing();
   if (me_.token <= 0) return;
   std::string err;
-  lease_.Release(me_.token, &err);  // best effort: if the store is down, the lease expires on its own
+  lease_.Release(me_.lease, &err);  // best effort: if the store is down, the lease expires on its own
   me_.token = 0;
 }
 

@@ -74,7 +74,12 @@ TEST(ClusterLease, OneTakesTheOthersSeeWhoThenThePublication) {
   EXPECT_GT(h.ttl_left_ms, 0);
   std::string archive("tar\0bytes", 9);
   bool published = false;
-  ASSERT_TRUE(a.Publish(token, archive, MetaOf(archive, token), &published, &err)) << err;
+  std::string lease = h.lease;
+  EXPECT_EQ(lease.rfind(std::to_string(token) + ":", 0), 0u) << lease;
+  EXPECT_EQ(lease.size(), std::to_string(token).size() + 17) << lease;  // "<token>:<16 hex>"
+  ASSERT_TRUE(b.TryTake(Who("drafter:3"), &take, &h, &err)) << err;
+  EXPECT_EQ(h.lease, lease);  // a waiter sees the whole value, and the token in it
+  ASSERT_TRUE(a.Publish(lease, archive, MetaOf(archive, token), &published, &err)) << err;
   EXPECT_TRUE(published);
   EXPECT_FALSE(KeyExists(Url(server), a.Key("lease")));  // publishing let go of the lease
   ASSERT_TRUE(b.TryTake(Who("drafter:3"), &take, &h, &err)) << err;
@@ -108,16 +113,16 @@ TEST(ClusterLease, AStaleLeaderWhoseLeaseExpiredCannotRenewPublishOrRelease) {
   ASSERT_TRUE(old_leader.Renew(h, &ours, &err)) << err;
   EXPECT_FALSE(ours);
   std::string stale("stale kernels");
-  ASSERT_TRUE(old_leader.Publish(h.token, stale, MetaOf(stale, h.token), &published, &err)) << err;
+  ASSERT_TRUE(old_leader.Publish(h.lease, stale, MetaOf(stale, h.token), &published, &err)) << err;
   EXPECT_FALSE(published);
   EXPECT_FALSE(KeyExists(url, next.Key("kernels")));
-  ASSERT_TRUE(old_leader.Release(h.token, &err)) << err;
+  ASSERT_TRUE(old_leader.Release(h.lease, &err)) << err;
   EXPECT_TRUE(KeyExists(url, next.Key("lease")));
   // The current leader still can.
   ASSERT_TRUE(next.Renew(h2, &ours, &err)) << err;
   EXPECT_TRUE(ours);
   std::string fresh("fresh kernels");
-  ASSERT_TRUE(next.Publish(h2.token, fresh, MetaOf(fresh, h2.token), &published, &err)) << err;
+  ASSERT_TRUE(next.Publish(h2.lease, fresh, MetaOf(fresh, h2.token), &published, &err)) << err;
   EXPECT_TRUE(published);
   std::string got;
   ClusterKernelsMeta meta;
@@ -125,6 +130,33 @@ TEST(ClusterLease, AStaleLeaderWhoseLeaseExpiredCannotRenewPublishOrRelease) {
   ASSERT_TRUE(next.Fetch(&got, &meta, &present, &err)) << err;
   EXPECT_EQ(got, fresh);
   EXPECT_EQ(meta.token, h2.token);
+}
+
+TEST(ClusterLease, AfterARedisRestartTheTokenRepeatsButTheOldLeaderIsStillFencedOut) {
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  StoreUrl url = Url(server);
+  ClusterLease old_leader(url, "k", Millis(10'000)), next(url, "k", Millis(10'000));
+  ClusterLease::Take take;
+  ClusterHolder h, h2;
+  std::string err;
+  ASSERT_TRUE(old_leader.TryTake(Who("drafter:0"), &take, &h, &err)) << err;
+  ASSERT_EQ(take, ClusterLease::Take::kTaken);
+  ASSERT_TRUE(server.Restart());  // no persistence: the lease and the fence counter are gone
+  ASSERT_TRUE(next.TryTake(Who("drafter:3"), &take, &h2, &err)) << err;
+  ASSERT_EQ(take, ClusterLease::Take::kTaken);
+  EXPECT_EQ(h2.token, h.token);  // the counter started over...
+  EXPECT_NE(h2.lease, h.lease);  // ...but the value did not repeat
+  bool ours = true, published = true;
+  // Its connection went with the old server: the first call fails, the next reconnects.
+  if (!old_leader.Renew(h, &ours, &err)) {
+    ASSERT_TRUE(old_leader.Renew(h, &ours, &err)) << err;
+  }
+  EXPECT_FALSE(ours);
+  std::string stale("stale kernels");
+  ASSERT_TRUE(old_leader.Publish(h.lease, stale, MetaOf(stale, h.token), &published, &err)) << err;
+  EXPECT_FALSE(published);
+  EXPECT_TRUE(KeyExists(url, next.Key("lease")));
 }
 
 TEST(ClusterLease, FetchRefusesWhatDoesNotMatchItsMetaAndGarbledMeta) {

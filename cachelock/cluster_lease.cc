@@ -1,24 +1,31 @@
 #include "cachelock/cluster_lease.h"
 
+#include <sys/random.h>
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstring>
 
 #include "common/hash.h"
 
 namespace dflash {
 namespace {
 
-// KEYS: lease, fence, holder, kernels. ARGV: ttl ms, holder JSON.
+// KEYS: lease, fence, holder, kernels. ARGV: ttl ms, holder JSON, nonce.
 constexpr const char* kTakeScript = R"lua(
 if redis.call('HEXISTS', KEYS[4], 'archive') == 1 then return {'published'} end
 local cur = redis.call('GET', KEYS[1])
 if cur then return {'held', cur, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or ''} end
 local t = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], tostring(t), 'PX', ARGV[1])
+local v = tostring(t) .. ':' .. ARGV[3]
+redis.call('SET', KEYS[1], v, 'PX', ARGV[1])
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[1])
-return {'taken', t}
+return {'taken', t, v}
 )lua";
 
-// KEYS: lease, holder. ARGV: token, ttl ms, holder JSON.
+// KEYS: lease, holder. ARGV: lease value, ttl ms, holder JSON.
 constexpr const char* kRenewScript = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -26,7 +33,7 @@ redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
 return 1
 )lua";
 
-// KEYS: lease, holder, kernels. ARGV: token, archive, meta.
+// KEYS: lease, holder, kernels. ARGV: lease value, archive, meta.
 constexpr const char* kPublishScript = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[3], 'archive', ARGV[2], 'meta', ARGV[3])
@@ -34,14 +41,16 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 )lua";
 
-// KEYS: lease, holder. ARGV: token.
+// KEYS: lease, holder. ARGV: lease value.
 constexpr const char* kReleaseScript = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 )lua";
 
-bool ParseToken(const std::string& s, int64_t* out) {
+/// The token of a lease value "<token>:<nonce>".
+bool ParseToken(const std::string& value, int64_t* out) {
+  std::string s = value.substr(0, value.find(':'));
   if (s.empty() || s.size() > 18) return false;
   int64_t v = 0;
   for (char c : s) {
@@ -64,6 +73,24 @@ void ReadHolder(const std::string& text, ClusterHolder* h) {
   if (j.contains("pid") && j["pid"].is_number_integer()) h->pid = j["pid"].get<int64_t>();
   if (j.contains("since") && j["since"].is_number()) h->since = j["since"].get<double>();
   if (j.contains("cpu_s") && j["cpu_s"].is_number()) h->cpu_s = j["cpu_s"].get<double>();
+}
+
+/// 16 random hex digits (getrandom): what makes a lease value unique beyond its token.
+std::string Nonce() {
+  unsigned char b[8] = {};
+  if (::getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
+    // No entropy call: the pid and a clock still differ between the processes that could meet.
+    uint64_t v = static_cast<uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
+                 static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    std::memcpy(b, &v, sizeof b);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : b) {
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
 }
 
 }  // namespace
@@ -135,7 +162,7 @@ ClusterLease::ClusterLease(StoreUrl store, std::string gate_key, Millis ttl, Mil
 bool ClusterLease::TryTake(const ClusterHolder& me, Take* out, ClusterHolder* holder, std::string* err) {
   RedisReply r;
   if (!client_.Eval(kTakeScript, {Key("lease"), Key("fence"), Key("holder"), Key("kernels")},
-                    {std::to_string(ttl_.count()), me.ToJson()}, &r, err))
+                    {std::to_string(ttl_.count()), me.ToJson(), Nonce()}, &r, err))
     return false;
   if (r.type != RedisReply::Type::kArray || r.elements.empty()) {
     *err = client_.url().ToString() + ": unexpected reply to the lease script";
@@ -147,16 +174,18 @@ bool ClusterLease::TryTake(const ClusterHolder& me, Take* out, ClusterHolder* ho
     *out = Take::kPublished;
     return true;
   }
-  if (what == "taken" && r.elements.size() == 2) {
+  if (what == "taken" && r.elements.size() == 3) {
     *out = Take::kTaken;
     *holder = me;
     holder->token = r.elements[1].integer;
+    holder->lease = r.elements[2].str;
     holder->ttl_left_ms = ttl_.count();
     return true;
   }
   if (what == "held" && r.elements.size() == 4) {
     *out = Take::kHeld;
-    ParseToken(r.elements[1].str, &holder->token);  // a foreign value stays token 0: it is still held
+    holder->lease = r.elements[1].str;
+    ParseToken(holder->lease, &holder->token);  // a foreign value stays token 0: it is still held
     holder->ttl_left_ms = r.elements[2].integer;
     ReadHolder(r.elements[3].str, holder);
     return true;
@@ -168,25 +197,25 @@ bool ClusterLease::TryTake(const ClusterHolder& me, Take* out, ClusterHolder* ho
 bool ClusterLease::Renew(const ClusterHolder& me, bool* still_ours, std::string* err) {
   RedisReply r;
   if (!client_.Eval(kRenewScript, {Key("lease"), Key("holder")},
-                    {std::to_string(me.token), std::to_string(ttl_.count()), me.ToJson()}, &r, err))
+                    {me.lease, std::to_string(ttl_.count()), me.ToJson()}, &r, err))
     return false;
   *still_ours = r.type == RedisReply::Type::kInteger && r.integer == 1;
   return true;
 }
 
-bool ClusterLease::Publish(int64_t token, const std::string& archive, const ClusterKernelsMeta& meta,
+bool ClusterLease::Publish(const std::string& lease, const std::string& archive, const ClusterKernelsMeta& meta,
                            bool* published, std::string* err) {
   RedisReply r;
   if (!client_.Eval(kPublishScript, {Key("lease"), Key("holder"), Key("kernels")},
-                    {std::to_string(token), archive, meta.ToJson()}, &r, err))
+                    {lease, archive, meta.ToJson()}, &r, err))
     return false;
   *published = r.type == RedisReply::Type::kInteger && r.integer == 1;
   return true;
 }
 
-bool ClusterLease::Release(int64_t token, std::string* err) {
+bool ClusterLease::Release(const std::string& lease, std::string* err) {
   RedisReply r;
-  return client_.Eval(kReleaseScript, {Key("lease"), Key("holder")}, {std::to_string(token)}, &r, err);
+  return client_.Eval(kReleaseScript, {Key("lease"), Key("holder")}, {lease}, &r, err);
 }
 
 bool ClusterLease::Fetch(std::string* archive, ClusterKernelsMeta* meta, bool* present, std::string* err) {

@@ -6,7 +6,8 @@
 // lease (it stalled past the TTL and another took over) can therefore never publish.
 //
 // Keys, for gate key K:
-//   dflash:gate:K:lease    the token (decimal) of the holder; PX ttl, renewed by the holder
+//   dflash:gate:K:lease    "<token>:<nonce>" of the holder (the nonce: 16 random hex digits, so a value stays
+//                          unique even if a Redis restarted without persistence starts the fence over); PX ttl
 //   dflash:gate:K:fence    INCR counter: every take gets a token larger than any before
 //   dflash:gate:K:holder   JSON {host, role, pid, since, cpu_s} of the holder, same PX as the lease
 //   dflash:gate:K:kernels  hash {archive: the cache archive (cachelock/cache_archive.h), meta: JSON}
@@ -23,6 +24,7 @@ namespace dflash {
 /// Who holds (or held) a lease, for people: in waiters' progress lines and the idle hint.
 struct ClusterHolder {
   int64_t token = 0;
+  std::string lease;  ///< the lease's value, "<token>:<nonce>": what every fenced step compares
   std::string host;
   std::string role;  ///< "drafter:0"
   int64_t pid = 0;
@@ -60,16 +62,16 @@ class ClusterLease {
   /// its token and time left); else a fresh token is drawn and the lease is ours (kTaken, `holder.token`).
   /// False (with `err`) only when the store could not be asked.
   bool TryTake(const ClusterHolder& me, Take* out, ClusterHolder* holder, std::string* err);
-  /// Extends the lease by the TTL and refreshes the holder record, only while its value is `token`.
+  /// Extends the lease by the TTL and refreshes the holder record, only while its value is `me.lease`.
   /// `*still_ours` false: the lease expired or another process holds it now.
   bool Renew(const ClusterHolder& me, bool* still_ours, std::string* err);
-  /// Stores `archive` and `meta` and drops the lease, in one step, only while the lease is `token`.
-  /// `*published` false: the lease was lost (fencing), nothing was stored.
-  bool Publish(int64_t token, const std::string& archive, const ClusterKernelsMeta& meta, bool* published,
-               std::string* err);
-  /// Drops the lease if it is still `token` (a leader that ends without kernels: the next one takes
-  /// it at once instead of after the TTL).
-  bool Release(int64_t token, std::string* err);
+  /// Stores `archive` and `meta` and drops the lease, in one step, only while the lease's value is
+  /// `lease` (ClusterHolder::lease). `*published` false: the lease was lost (fencing), nothing was stored.
+  bool Publish(const std::string& lease, const std::string& archive, const ClusterKernelsMeta& meta,
+               bool* published, std::string* err);
+  /// Drops the lease if its value is still `lease` (a leader that ends without kernels: the next one
+  /// takes it at once instead of after the TTL).
+  bool Release(const std::string& lease, std::string* err);
   /// The published kernels. `*present` false if nothing is published. The meta is type-checked and the
   /// archive's size and SHA-256 checked against it; a mismatch is false with `err` (corrupt).
   bool Fetch(std::string* archive, ClusterKernelsMeta* meta, bool* present, std::string* err);
