@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import sys
 import tarfile
@@ -211,6 +212,9 @@ def test_shell_payloads_one_compile_across_nodes_and_inductors_remote_cache_env(
     assert sorted(roles.values()) == ["lead", "reuse", "reuse", "reuse"], roles
     p1 = procs(n1)
     assert sorted(p["gate"].get("cluster") for p in p1.values() if "cluster" in p["gate"]) == ["fetched"]
+    # The console's gate table says it too: who led for the cluster, who fetched how much.
+    assert "cluster" in n0.out and "leader (token 1)" in n0.out, n0.out
+    assert re.search(r"fetched \d+ B in \d", n1.out), n1.out
     # Node 1's cache holds node 0's kernel, imported.
     lead = [n for n, v in roles.items() if v == "lead"][0]
     assert lead in ("p:0", "p:1")  # node 0 ran first: its leader compiled
