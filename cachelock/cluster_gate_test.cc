@@ -436,6 +436,22 @@ TEST(ClusterGate, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
     EXPECT_EQ(e.path().filename(), ".dflash") << e.path();
 }
 
+TEST(ClusterGate, ALeaderWhoseStoreDiedSaysItsKernelsWereNotPublished) {
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  Node n0;
+  ClusterGate g0(Options(server, n0, "drafter:0"));
+  ClusterDecision d0;
+  std::string err;
+  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
+  g0.StartRenewing("");
+  Compile(n0);
+  server.Kill();
+  uint64_t bytes = 0;
+  EXPECT_FALSE(g0.Publish(3.0, &bytes, &err));  // never a success it did not earn
+  EXPECT_NE(err.find("publishing to redis://127.0.0.1:"), std::string::npos) << err;
+}
+
 TEST(ClusterGate, AStoreThatIsDownFallsBackAtOnceWithAWarning) {
   Node n1;
   ClusterGateOptions o;
