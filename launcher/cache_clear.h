@@ -1,5 +1,5 @@
 // `dflash-launch cache clear`: removes what Inductor, Triton and the gate wrote
-// in a cache dir (launcher/cache_inventory.h names those paths), and nothing
+// in a cache dir (cachelock/cache_inventory.h names those paths), and nothing
 // else. A cache_dir pointed at a home directory by mistake loses no file that
 // Inductor did not write there: those are listed and left.
 #pragma once
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/cache_inventory.h"
+#include "cachelock/cache_inventory.h"
 
 namespace dflash {
 

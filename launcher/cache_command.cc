@@ -15,9 +15,9 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/secure_path.h"
-#include "launcher/cache_archive.h"
+#include "cachelock/cache_archive.h"
 #include "launcher/cache_clear.h"
-#include "launcher/cache_inventory.h"
+#include "cachelock/cache_inventory.h"
 #include "launcher/commands.h"
 #include "launcher/torch_version.h"
 

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cachelock/cache_inventory.h"  // HumanBytes
 #include "common/signal_names.h"
 
 namespace dflash {
@@ -49,11 +50,14 @@ std::string SummaryTable(const RunSummary& s, bool color) {
     o += row + "\n";
   }
   // The compile gate, per gated process: who compiled, who waited, what the cache gave.
-  bool gated = false;
-  for (const ProcessSummary* p : all) gated |= p->gate.is_object();
+  bool gated = false, cluster = false;  // cluster: a store was in use (the cluster-wide gate)
+  for (const ProcessSummary* p : all) {
+    gated |= p->gate.is_object();
+    cluster |= p->gate.is_object() && p->gate.contains("cluster");
+  }
   if (gated) {
     o += "\n" + Pad("compile gate", 14) + Pad("role", 7) + Pad("waited", 9) + Pad("ready", 9) +
-         Pad("fxgraph hit/miss", 18) + "autograd hit/miss\n";
+         Pad("fxgraph hit/miss", 18) + (cluster ? Pad("autograd hit/miss", 19) + "cluster\n" : "autograd hit/miss\n");
     for (const ProcessSummary* pp : all) {
       const ProcessSummary& p = *pp;
       if (!p.gate.is_object()) continue;
@@ -65,8 +69,21 @@ std::string SummaryTable(const RunSummary& s, bool color) {
         return h < 0 ? std::string("-") : std::to_string(static_cast<int>(h)) + "/" + std::to_string(static_cast<int>(m));
       };
       o += Pad(p.name, 14) + Pad(p.gate.contains("role") && p.gate["role"].is_string() ? p.gate["role"].get<std::string>() : "?", 7) + Pad(Seconds(std::max(0.0, num(p.gate, "wait_s"))), 9) +
-           Pad(p.ready_s > 0 ? Seconds(p.ready_s) : "-", 9) + Pad(pair("fxgraph_cache_hit", "fxgraph_cache_miss"), 18) +
-           pair("autograd_cache_hit", "autograd_cache_miss") + "\n";
+           Pad(p.ready_s > 0 ? Seconds(p.ready_s) : "-", 9) + Pad(pair("fxgraph_cache_hit", "fxgraph_cache_miss"), 18);
+      std::string autograd = pair("autograd_cache_hit", "autograd_cache_miss");
+      if (!cluster) {
+        o += autograd + "\n";
+        continue;
+      }
+      // leader (token 3) / fetched 243.0 KB in 0.1s / local-fallback / - (a local follower)
+      std::string c = p.gate.contains("cluster") && p.gate["cluster"].is_string() ? p.gate["cluster"].get<std::string>()
+                                                                                 : "-";
+      if (c == "leader" && num(p.gate, "cluster_token") > 0)
+        c += " (token " + std::to_string(static_cast<long long>(num(p.gate, "cluster_token"))) + ")";
+      if (c == "fetched" && num(p.gate, "fetch_bytes") >= 0)
+        c += " " + HumanBytes(static_cast<uint64_t>(num(p.gate, "fetch_bytes"))) + " in " +
+             Seconds(std::max(0.0, num(p.gate, "fetch_s")));
+      o += Pad(autograd, 19) + c + "\n";
     }
   }
   for (const std::string& w : s.warnings) o += std::string(red) + "warning: " + w + off + "\n";

@@ -19,7 +19,7 @@
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
 #include "common/spawn.h"
-#include "launcher/cache_inventory.h"
+#include "cachelock/cache_inventory.h"
 #include "launcher/commands.h"
 #include "launcher/port_reservation.h"
 #include "launcher/payload_files.h"

@@ -307,6 +307,11 @@ void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
   if (r.gate_role) gate("role", *r.gate_role);
   if (r.gate_wait_s) gate("wait_s", *r.gate_wait_s);
   if (r.gate_compile_s) gate("compile_s", *r.gate_compile_s);
+  if (r.gate_cluster) gate("cluster", *r.gate_cluster);  // the cluster-wide gate (docs/cachelock.md)
+  if (r.gate_cluster_token) gate("cluster_token", *r.gate_cluster_token);
+  if (r.gate_fetch_bytes) gate("fetch_bytes", *r.gate_fetch_bytes);
+  if (r.gate_fetch_s) gate("fetch_s", *r.gate_fetch_s);
+  if (r.gate_published_bytes) gate("published_bytes", *r.gate_published_bytes);
   std::string gate_state = r.gate_state ? GateStateName(*r.gate_state) : "";
   if (!gate_state.empty()) gate("state", gate_state);
   if (!gate_state.empty()) {

@@ -16,7 +16,7 @@ LAYERS = [
     ("common", 0),          # OS helpers: fds, spawn, notify, durations, hashes
     ("contract", 1),        # what the processes agree on: shapes, readiness, shared defaults (no I/O)
     ("store", 1),           # the Redis client: multi-node coordination, the cluster-wide gate
-    ("cachelock", 2),       # the compile gate and its CLI (status, forget)
+    ("cachelock", 2),       # the compile gate, its CLI, cache archives, the cluster lease (uses store/)
     ("worker/builtin", 2),  # the LibTorch roles: payloads like any other, they know no gate nor worker
     ("worker", 3),          # dflash-worker, dflash-cachelock-run, the worker's wire protocol
     ("launcher", 4),        # dflash-launch: config, plan, supervisor, cache tools

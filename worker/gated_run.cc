@@ -3,10 +3,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 
 #include "cachelock/cache_snapshot.h"
+#include "cachelock/cluster_gate.h"
+#include "cachelock/gate_dir.h"
 #include "cachelock/gate.h"
 #include "cachelock/holder_tree.h"
 #include "cachelock/records.h"
@@ -58,6 +61,13 @@ class IdleLeaderHint {
     OwnerRecord h;
     if (window_.count() <= 0 || !gate.CurrentHolder(&h) || h.host != gate.Self().host) return "";
     std::string token = HolderToken(h);
+    // A holder with no marked process runs no payload yet: it is not blocked on peers, it is waiting
+    // for something else -- another node's cluster lease (which has its own hint, relayed from the
+    // remote leader's renewals). The window starts over when its payload appears.
+    if (HolderTreePids(token).empty()) {
+      token_.clear();
+      return "";
+    }
     double cpu = HolderTreeCpuSeconds(token);
     Clock::time_point now = Clock::now();
     if (token != token_) {
@@ -85,6 +95,94 @@ class IdleLeaderHint {
   Clock::time_point since_{};
   double cpu0_ = 0;
 };
+
+using Say = std::function<void(const std::string&)>;
+using Report = std::function<void(const NotifyFields&)>;
+
+/// Inductor's own Redis remote caches, for what they carry (docs/cachelock.md): the FX-graph and
+/// AOTAutograd entries (on GPU with the Triton kernels bundled in) and autotuning results. On CPU a
+/// remote FX hit still rebuilds the C++ kernels, which is why the cluster gate ships the cache archive.
+/// Whatever the payload's environment (the role's env) already sets is left as it is.
+void AddInductorRemoteCacheEnv(const std::string& store, std::vector<std::pair<std::string, std::string>>* env) {
+  StoreUrl url;
+  std::string err;
+  if (!ParseStoreUrl(store, &url, &err)) return;  // the gate says so, once, where it matters
+  auto set = [&](const char* k, const std::string& v) {
+    if (!std::getenv(k)) env->emplace_back(k, v);
+  };
+  set("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "1");
+  set("TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE", "1");
+  set("TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE", "1");
+  if (std::getenv("TORCHINDUCTOR_REDIS_URL") || std::getenv("TORCHINDUCTOR_REDIS_HOST") ||
+      std::getenv("TORCHINDUCTOR_REDIS_PORT"))
+    return;
+  env->emplace_back("TORCHINDUCTOR_REDIS_HOST", url.host);
+  env->emplace_back("TORCHINDUCTOR_REDIS_PORT", std::to_string(url.port));
+  if (url.db != 0) env->emplace_back("TORCHINDUCTOR_REDIS_URL", url.ToString());  // redis-py reads the db from it
+}
+
+/// A local leader with a store: fetch the cluster's kernels, or take the cluster lease, or wait for
+/// another node's (cachelock/cluster_gate.h). On return `*lead` says whether we compile, and `*cluster`
+/// holds the lease when we do it for the cluster. Not kOk: waiting for another node timed out (75).
+int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<ClusterGate>* cluster,
+                   ClusterDecision* cd, bool* lead, const Say& say, const Say& warn, const Report& report) {
+  StoreUrl url;
+  std::string err;
+  if (!ParseStoreUrl(o.cluster_store, &url, &err)) {
+    cd->role = ClusterRole::kLocalFallback;
+    warn("gate " + o.gate_key + ": DFLASH_STORE is not usable (" + err +
+         "); compiling locally, without the cluster lease");
+    return exit_code::kOk;
+  }
+  ClusterGateOptions c;
+  c.store = url;
+  c.key = o.gate_key;
+  c.cache_dir = o.gate_dir;
+  c.here = {o.torch_version, o.device};
+  c.role = o.name.empty() ? o.argv[0] : o.name;
+  c.lease_ttl = o.cluster_lease_ttl;
+  c.timeout = o.gate_timeout;
+  c.progress_every = o.progress_every;
+  c.idle_hint = o.idle_hint;
+  c.on_progress = [&](const std::string& line) {
+    say(line);
+    NotifyFields f;
+    f.status = line;
+    report(f);
+  };
+  c.on_hint = warn;
+  auto g = std::make_unique<ClusterGate>(c);
+  if (!g->Resolve(cd, &err)) {
+    say(err);
+    NotifyFields f;
+    f.error = err;
+    report(f);
+    return GateExitCode(GateError::kTimeout);
+  }
+  switch (cd->role) {
+    case ClusterRole::kLocalFallback:
+      warn(cd->warning);
+      return exit_code::kOk;
+    case ClusterRole::kLeader:
+      if (cd->took_over)
+        say("gate " + o.gate_key + ": took the cluster lease over from " + cd->previous.Describe() +
+            ": it let its lease expire (it died or stalled) or let go unpublished");
+      *cluster = std::move(g);
+      return exit_code::kOk;
+    case ClusterRole::kFetched: {
+      // The archive carries the exporter's READY markers; if READY(key) was not among them, this
+      // node's READY is ours to write (we hold the gate as its leader, and the cache is warm now).
+      GateLayout layout;
+      std::string text;
+      if (!LocateGate(o.gate_dir, &layout, &err) || !ReadTrustedMarker(layout.ReadyPath(o.gate_key), &text, &err))
+        if (gate.Publish(&err) != GateError::kOk) say("gate " + o.gate_key + ": READY after the import: " + err);
+      gate.Release();
+      *lead = false;
+      return exit_code::kOk;
+    }
+  }
+  return exit_code::kOk;
+}
 
 }  // namespace
 
@@ -115,10 +213,13 @@ int RunGated(const GatedRunOptions& o) {
   };
 
   std::unique_ptr<CompileGate> gate;
+  std::unique_ptr<ClusterGate> cluster;  // a local leader's cluster lease, while it compiles
+  ClusterDecision cd;
   bool lead = false;
   std::string err, token;
   CacheSnapshot before;
   PayloadHostOptions h;
+  if (!o.cluster_store.empty()) AddInductorRemoteCacheEnv(o.cluster_store, &h.extra_env);
   h.name = o.name;
   h.argv = o.argv;
   h.ready = o.ready;
@@ -159,9 +260,7 @@ int RunGated(const GatedRunOptions& o) {
       return GateExitCode(e);
     }
     lead = got.decision == GateDecision::kLead;
-    h.extra_env.emplace_back("DFLASH_GATE_ROLE", GateDecisionName(got.decision));
     if (lead) {
-      say("gate " + o.gate_key + ": lead, compiling" + (got.recovered ? " (took over from a dead holder)" : ""));
       // One compile at a time, really: a leader that died holding the gate
       // may have left compile workers running. None may run while we compile.
       if (got.dead_holder.pid > 0) {
@@ -172,16 +271,38 @@ int RunGated(const GatedRunOptions& o) {
           say("gate " + o.gate_key + ": killed " + std::to_string(killed) + " leftover process(es) of the dead leader " +
               DescribeOwner(got.dead_holder, got.dead_holder.host) + (gone ? "" : "; " + kerr));
       }
+      // The local leader asks the cluster before it compiles (cachelock/cluster_gate.h).
+      if (!o.cluster_store.empty()) {
+        int rc = ResolveCluster(o, *gate, &cluster, &cd, &lead, say, warn, report);
+        if (rc != exit_code::kOk) return rc;
+      }
+    }
+    h.extra_env.emplace_back("DFLASH_GATE_ROLE", GateDecisionName(lead ? GateDecision::kLead : GateDecision::kReuse));
+    if (lead) {
+      say("gate " + o.gate_key + ": lead, compiling" + (got.recovered ? " (took over from a dead holder)" : "") +
+          (cluster ? " (cluster lease, token " + std::to_string(cd.token) + ")" : ""));
       token = HolderToken(gate->Self());
       h.extra_env.emplace_back(kHolderEnvVar, token);
+      if (cluster) cluster->StartRenewing(token);
       if (o.require_cache_change) before = SnapshotCache(o.gate_dir);
+    } else if (cd.role == ClusterRole::kFetched) {
+      say("gate " + o.gate_key + ": reuse (fetched " + std::to_string(cd.fetched_bytes) + " bytes of kernels from the "
+          "cluster in " + FormatSeconds(cd.fetch_s) + ", compiled by " + cd.from + ")");
     } else {
       say("gate " + o.gate_key + ": reuse (READY by " + got.marker.role + ", compiled in " +
           FormatSeconds(got.marker.compile_seconds) + ")");
     }
     NotifyFields decided = gate_state(lead ? GateState::kLeading : GateState::kReusing);
-    decided.gate_role = GateDecisionName(got.decision);
-    decided.gate_wait_s = got.waited_seconds;
+    decided.gate_role = lead ? "lead" : "reuse";
+    decided.gate_wait_s = got.waited_seconds + cd.wait_s;
+    if (!o.cluster_store.empty() && got.decision == GateDecision::kLead) {
+      decided.gate_cluster = ClusterRoleName(cd.role);
+      if (cd.role == ClusterRole::kLeader) decided.gate_cluster_token = cd.token;
+      if (cd.role == ClusterRole::kFetched) {
+        decided.gate_fetch_bytes = static_cast<int64_t>(cd.fetched_bytes);
+        decided.gate_fetch_s = cd.fetch_s;
+      }
+    }
     report(decided);
     if (o.warmup && !lead) {
       say("gate " + o.gate_key + ": warm-up: READY is there, nothing to compile");
@@ -207,7 +328,18 @@ int RunGated(const GatedRunOptions& o) {
       say("gate " + o.gate_key + ": READY published after " + FormatSeconds(ready_s));
       facts.gate_compile_s = ready_s;
       facts.gate_state = GateState::kReady;
+      if (cluster) {  // still under the local gate: nobody writes the cache while it is exported
+        uint64_t bytes = 0;
+        if (cluster->Publish(ready_s, &bytes, &err)) {
+          say("gate " + o.gate_key + ": kernels published to the cluster (" + std::to_string(bytes) + " bytes, token " +
+              std::to_string(cd.token) + ")");
+          facts.gate_published_bytes = static_cast<int64_t>(bytes);
+        } else {
+          warn("gate " + o.gate_key + ": this node's READY is published, but not the cluster's: " + err);
+        }
+      }
     }
+    if (cluster) cluster->Abandon();  // a no-op after a publish
     gate->Release();
     return facts;
   };
@@ -256,6 +388,7 @@ int RunGated(const GatedRunOptions& o) {
          (r.status ? r.status->Describe() : r.message) + "): READY not published, the next waiter compiles" +
          (killed > 0 ? "; killed " + std::to_string(killed) + " leftover process(es) of its tree" : ""));
     report(gate_state(GateState::kAbandoned));
+    if (cluster) cluster->Abandon();  // the next node takes the cluster lease at once, not after its TTL
     gate->Release();
   }
   if (r.stopped_when_ready) {

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cachelock/cluster_lease.h"  // kDefaultClusterLeaseTtl
 #include "common/duration.h"
 #include "contract/defaults.h"
 #include "contract/ready_spec.h"
@@ -42,6 +43,16 @@ struct GatedRunOptions {
   /// Inductor caches dflash-worker fronts; `dflash-cachelock run` guards any
   /// script's output, which need not land in the gate's dir, so it is off there.
   bool require_cache_change = true;
+
+  /// The cluster-wide gate (docs/cachelock.md, "Cluster-wide gate"): the store URL
+  /// (`redis://host:port[/db]`, dflash-worker reads $DFLASH_STORE) that a LOCAL
+  /// leader consults before it compiles: fetch the kernels another node
+  /// published, or take the cluster lease, compile and publish them. Empty: the
+  /// local gate alone. When set, the payload also gets Inductor's Redis remote
+  /// caches (TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1, ...) unless its env sets them.
+  std::string cluster_store;
+  Millis cluster_lease_ttl = kDefaultClusterLeaseTtl;  ///< $DFLASH_GATE_LEASE_TTL
+  std::string device = "cpu";  ///< "cpu" or "cuda": in the shipped archive's manifest, checked on import
 
   /// Lines for people (gate decisions, progress, failures); stderr by default.
   std::function<void(const std::string& line)> say;

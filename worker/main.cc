@@ -47,6 +47,19 @@ int main(int argc, char** argv) {
   if (const char* m = std::getenv("DFLASH_METRICS_FILE")) o.metrics_file = m;
   if (o.torch_version.empty())
     if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) o.torch_version = v;
+  // The cluster-wide gate: the run's store (the launcher sets DFLASH_STORE for every process).
+  if (const char* s = std::getenv("DFLASH_STORE")) o.cluster_store = s;
+  if (const char* t = std::getenv("DFLASH_GATE_LEASE_TTL"); t && *t) {
+    Millis ttl;
+    if (!ParseDuration(t, &ttl, &err) || ttl.count() < 100) {
+      std::fprintf(stderr, "dflash-worker: DFLASH_GATE_LEASE_TTL=%s: %s\n", t,
+                   err.empty() ? "at least 100ms" : err.c_str());
+      return exit_code::kUsage;
+    }
+    o.cluster_lease_ttl = ttl;
+  }
+  // One GPU per process (CUDA_VISIBLE_DEVICES=<index>); a CPU process gets it empty.
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v && std::string(v) != "-1") o.device = "cuda";
   o.say = [](const std::string& line) { std::fprintf(stderr, "dflash-worker: %s\n", line.c_str()); };
   return RunGated(o);
 }

@@ -227,6 +227,19 @@ struct FieldCodec {
           return true;                                                                                    \
         }                                                                                                 \
   }
+#define DFLASH_COUNT_FIELD(KEY, member)                                                                   \
+  FieldCodec {                                                                                            \
+    KEY, [](const NotifyFields& f, std::vector<std::string>* l) {                                         \
+      if (f.member) l->push_back(std::string(KEY) + "=" + std::to_string(*f.member));                     \
+    },                                                                                                    \
+        [](std::string_view v, NotifyFields* f) {                                                         \
+          int64_t n = 0;                                                                                  \
+          auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);                             \
+          if (ec != std::errc() || end != v.data() + v.size() || n < 0) return false;                     \
+          f->member = n;                                                                                  \
+          return true;                                                                                    \
+        }                                                                                                 \
+  }
 #define DFLASH_FLAG_FIELD(KEY, member)                                                                    \
   FieldCodec {                                                                                            \
     KEY, [](const NotifyFields& f, std::vector<std::string>* l) {                                         \
@@ -282,12 +295,18 @@ const FieldCodec kFields[] = {
                  return true;
                }},
     DFLASH_TEXT_FIELD("X_DFLASH_GATE_WARNING", gate_warning),
+    DFLASH_TEXT_FIELD("X_DFLASH_GATE_CLUSTER", gate_cluster),
+    DFLASH_COUNT_FIELD("X_DFLASH_GATE_CLUSTER_TOKEN", gate_cluster_token),
+    DFLASH_COUNT_FIELD("X_DFLASH_GATE_FETCH_BYTES", gate_fetch_bytes),
+    DFLASH_SECONDS_FIELD("X_DFLASH_GATE_FETCH_S", gate_fetch_s),
+    DFLASH_COUNT_FIELD("X_DFLASH_GATE_PUBLISHED_BYTES", gate_published_bytes),
     DFLASH_FLAG_FIELD("READY", ready),
 };
 
 #undef DFLASH_TEXT_FIELD
 #undef DFLASH_SECONDS_FIELD
 #undef DFLASH_FLAG_FIELD
+#undef DFLASH_COUNT_FIELD
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -92,6 +93,14 @@ struct NotifyFields {
   std::optional<double> gate_wait_s;          ///< X_DFLASH_GATE_WAIT_S=: time spent waiting for the gate
   std::optional<double> gate_compile_s;       ///< X_DFLASH_GATE_COMPILE_S=: the leader's spawn to READY
   std::optional<std::string> gate_warning;    ///< X_DFLASH_GATE_WARNING=: say it loudly
+  /// The cluster-wide gate (a local leader with DFLASH_STORE): "leader" (took the cluster
+  /// lease and compiles), "fetched" (imported another node's kernels), "local-fallback"
+  /// (store unusable or its kernels refused: compiles locally, with a warning).
+  std::optional<std::string> gate_cluster;        ///< X_DFLASH_GATE_CLUSTER=
+  std::optional<int64_t> gate_cluster_token;      ///< X_DFLASH_GATE_CLUSTER_TOKEN=: the leader's fencing token
+  std::optional<int64_t> gate_fetch_bytes;        ///< X_DFLASH_GATE_FETCH_BYTES=: the archive fetched
+  std::optional<double> gate_fetch_s;             ///< X_DFLASH_GATE_FETCH_S=: fetch + check + import
+  std::optional<int64_t> gate_published_bytes;    ///< X_DFLASH_GATE_PUBLISHED_BYTES=: the archive the leader shipped
 
   /// Lines Decode did not take: an unknown key ("BARRIER=1", a newer
   /// worker's field), or a known key with a garbled value ("MAINPID=abc").

@@ -101,6 +101,11 @@ NotifyFields Full() {
   f.gate_wait_s = 0.25;
   f.gate_compile_s = 31.125;
   f.gate_warning = "the leader is blocked = not compiling";  // '=' in a value stays in the value
+  f.gate_cluster = "fetched";
+  f.gate_cluster_token = 7;
+  f.gate_fetch_bytes = 3'145'728;
+  f.gate_fetch_s = 0.5;
+  f.gate_published_bytes = 1'048'576;
   return f;
 }
 
@@ -129,7 +134,7 @@ TEST(NotifyProtocolTest, EachFieldAloneRoundTrips) {
     ++n;
     start = nl == std::string::npos ? all.size() : nl + 1;
   }
-  EXPECT_EQ(n, 15);  // one line per field of NotifyFields: a new field needs a codec row
+  EXPECT_EQ(n, 20);  // one line per field of NotifyFields: a new field needs a codec row
 }
 
 TEST(NotifyProtocolTest, EveryGateStateRoundTrips) {
@@ -144,17 +149,20 @@ TEST(NotifyProtocolTest, EveryGateStateRoundTrips) {
 TEST(NotifyProtocolTest, UnknownAndGarbledLinesAreSetAsideNotFatal) {
   NotifyFields f = DecodeNotify(
       "MAINPID=abc\nX_DFLASH_SIGNAL=-3\nX_DFLASH_READY_S=nan\nX_DFLASH_GATE_WAIT_S=-1\nX_DFLASH_GATE_STATE=dancing\n"
-      "READY=0\nWATCHDOG=yes\nBARRIER=1\nX_DFLASH_FROM_THE_FUTURE=7\nnoequals\n=x\n\nSTATUS=still fine");
+      "X_DFLASH_GATE_CLUSTER_TOKEN=-2\nX_DFLASH_GATE_FETCH_BYTES=12x\nREADY=0\nWATCHDOG=yes\nBARRIER=1\nX_DFLASH_FROM_THE_FUTURE=7\nnoequals\n=x\n\nSTATUS=still fine");
   EXPECT_FALSE(f.main_pid);
   EXPECT_FALSE(f.payload_signal);
   EXPECT_FALSE(f.ready_s);
   EXPECT_FALSE(f.gate_wait_s);
   EXPECT_FALSE(f.gate_state);
+  EXPECT_FALSE(f.gate_cluster_token);
+  EXPECT_FALSE(f.gate_fetch_bytes);
   EXPECT_FALSE(f.ready);
   EXPECT_FALSE(f.watchdog);
   EXPECT_EQ(f.status, "still fine");  // one bad line never spoils the others
   std::vector<std::string> want = {"MAINPID=abc", "X_DFLASH_SIGNAL=-3", "X_DFLASH_READY_S=nan",
-                                   "X_DFLASH_GATE_WAIT_S=-1", "X_DFLASH_GATE_STATE=dancing", "READY=0",
+                                   "X_DFLASH_GATE_WAIT_S=-1", "X_DFLASH_GATE_STATE=dancing",
+                                   "X_DFLASH_GATE_CLUSTER_TOKEN=-2", "X_DFLASH_GATE_FETCH_BYTES=12x", "READY=0",
                                    "WATCHDOG=yes", "BARRIER=1", "X_DFLASH_FROM_THE_FUTURE=7", "noequals", "=x"};
   EXPECT_EQ(f.ignored, want);
 }

@@ -14,9 +14,9 @@
 #include "common/fd.h"
 #include "common/hash.h"
 #include "common/secure_path.h"
-#include "launcher/cache_archive.h"
-#include "launcher/cache_archive_io.h"
-#include "launcher/cache_inventory.h"
+#include "cachelock/cache_archive.h"
+#include "cachelock/cache_archive_io.h"
+#include "cachelock/cache_inventory.h"
 
 namespace dflash {
 namespace {

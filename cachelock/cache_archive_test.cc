@@ -1,4 +1,4 @@
-#include "launcher/cache_archive.h"
+#include "cachelock/cache_archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>

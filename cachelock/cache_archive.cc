@@ -1,5 +1,5 @@
 // `cache export` and the manifest reader shared with import (cache_import.cc).
-#include "launcher/cache_archive.h"
+#include "cachelock/cache_archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -18,8 +18,8 @@
 #include "common/hash.h"
 #include "common/proc_info.h"
 #include "common/secure_path.h"
-#include "launcher/cache_archive_io.h"
-#include "launcher/cache_inventory.h"
+#include "cachelock/cache_archive_io.h"
+#include "cachelock/cache_inventory.h"
 
 namespace dflash {
 namespace {

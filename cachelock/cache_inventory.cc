@@ -1,4 +1,4 @@
-#include "launcher/cache_inventory.h"
+#include "cachelock/cache_inventory.h"
 
 #include <sys/stat.h>
 

@@ -1,4 +1,4 @@
-#include "launcher/cache_manifest.h"
+#include "cachelock/cache_manifest.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Portable compile-cache archives (`dflash-launch cache export|import`): a tar
 // (zstd; gzip for .tar.gz/.tgz; none for .tar) written with libarchive, its
-// first entry a manifest (launcher/cache_manifest.h) naming the torch version,
+// first entry a manifest (cachelock/cache_manifest.h) naming the torch version,
 // the device kind, the READY keys and every file's size and SHA-256.
 //
 // Both directions stream: a file's bytes pass through one fixed buffer, so
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cache_manifest.h"
+#include "cachelock/cache_manifest.h"
 
 namespace dflash {
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "launcher/cache_manifest.h"
+#include "cachelock/cache_manifest.h"
 
 namespace dflash {
 
