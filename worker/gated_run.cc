@@ -344,7 +344,6 @@ int RunGated(const GatedRunOptions& o) {
     return facts;
   };
   h.on_spawned = [&](pid_t pid) {
-    spawned = Clock::now();
     NotifyFields f;
     f.main_pid = pid;
     report(f);
@@ -372,6 +371,10 @@ int RunGated(const GatedRunOptions& o) {
     if (o.verbose) say(o.name + " ready");
   };
 
+  // From the moment we ask for the payload, not from when its exec is confirmed:
+  // on a loaded machine the payload may already have run a while by then, and
+  // a compile time must never come out shorter than the payload's own.
+  spawned = Clock::now();
   PayloadResult r = RunPayload(h);
   if (!r.message.empty()) say(r.message);
   bool exited_ok = r.status && r.status->exited && r.status->code == 0;
