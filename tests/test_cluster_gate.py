@@ -14,24 +14,12 @@ import tarfile
 
 import pytest
 
-from supervise import descendants, wait_until, write_config
+from supervise import SMALL_MODEL, descendants, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
 
-MODEL = """
-[model]
-target_layers = 64
-hidden = 64
-tapped_layers = [1, 16, 31, 46, 61]
-draft_layers = 2
-block_size = 4
-seq_len = 64
-dtype = "fp32"
-heads = 4
-kv_heads = 2
-vocab = 256
-"""
+MODEL = SMALL_MODEL
 
 
 def drafters(n):

@@ -8,24 +8,12 @@ import time
 import pytest
 
 from conftest import ROOT, run
-from supervise import proc_table, wait_until, write_config
+from supervise import SMALL_MODEL, proc_table, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
 
-MODEL = """
-[model]
-target_layers = 64
-hidden = 64
-tapped_layers = [1, 16, 31, 46, 61]
-draft_layers = 2
-block_size = 4
-seq_len = 64
-dtype = "fp32"
-heads = 4
-kv_heads = 2
-vocab = 256
-"""
+MODEL = SMALL_MODEL
 
 
 def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }', mode="serial"):

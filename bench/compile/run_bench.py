@@ -26,21 +26,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests"))
 from benchmarks_md import write_section  # noqa: E402
+from supervise import SMALL_MODEL  # noqa: E402
 
-MODEL = """
-[model]
-target_layers = 64
-hidden = 64
-tapped_layers = [1, 16, 31, 46, 61]
-draft_layers = 2
-block_size = 4
-seq_len = 64
-dtype = "fp32"
-heads = 4
-kv_heads = 2
-vocab = 256
-"""
+MODEL = SMALL_MODEL
 
 
 def config(d, n, gate, per_process_cache, isa_ok):
