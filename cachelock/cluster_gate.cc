@@ -161,7 +161,8 @@ bool ClusterGate::Resolve(ClusterDecision* d, std::string* err) {
         double window = Seconds(now - hint_since), used = h.cpu_s - hint_cpu0;
         hint_since = now;
         hint_cpu0 = h.cpu_s;
-        if (used < kIdleCpuShare * window && o_.on_hint)
+        // Less than at the window's start: a process of its tree ended (it ran): not idle.
+        if (used >= 0 && used < kIdleCpuShare * window && o_.on_hint)
           o_.on_hint("gate " + o_.key + ": the cluster leader " + h.Describe() + " has used " + Num(used) +
                      " s of CPU in the last " + FormatSeconds(window) +
                      ": it is not compiling, it is blocked. If the role's processes form a process group "

@@ -1,11 +1,14 @@
 #include "cachelock/holder_tree.h"
 
+#include <algorithm>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,7 +21,8 @@
 namespace dflash {
 namespace {
 
-/// utime + stime of /proc/<pid>/stat in seconds; 0 if it is gone.
+/// utime + stime + cutime + cstime of /proc/<pid>/stat in seconds; 0 if it is gone. The children's
+/// part keeps a tree's sum from dropping when a compiler child (g++) exits and is reaped.
 double CpuSeconds(pid_t pid) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
@@ -30,11 +34,15 @@ double CpuSeconds(pid_t pid) {
   buf[n] = '\0';
   const char* p = std::strrchr(buf, ')');  // the command may hold spaces and parens
   if (!p) return 0;
-  // Fields after ") ": 3 state ... 14 utime, 15 stime.
+  // Fields after ") ": 3 state ... 14 utime, 15 stime, 16 cutime, 17 cstime.
   unsigned long long utime = 0, stime = 0;
-  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) return 0;
+  long long cutime = 0, cstime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %lld %lld", &utime, &stime, &cutime,
+                  &cstime) != 4)
+    return 0;
   static const long ticks = ::sysconf(_SC_CLK_TCK);
-  return static_cast<double>(utime + stime) / static_cast<double>(ticks > 0 ? ticks : 100);
+  return static_cast<double>(utime + stime + static_cast<unsigned long long>(std::max(0LL, cutime + cstime))) /
+         static_cast<double>(ticks > 0 ? ticks : 100);
 }
 
 }  // namespace

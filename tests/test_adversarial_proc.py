@@ -124,14 +124,15 @@ def test_a_dead_workers_payload_tree_goes_with_it(launch, tmp_path):
     r = launch(write_config(tmp_path, body), env=no_cgroup_env())
     r.wait_for_log("all 2 processes are running")
     assert wait_until(lambda: len(alive_with_marker(m)) >= 5, timeout=30)  # worker, sh, sleep, sleep, daemon
-    worker = [p for p in alive_with_marker(m) if "dflash-worker" in proc_table()[p][2]]
+    table = proc_table()  # one snapshot: a process may end between two looks
+    worker = [p for p in alive_with_marker(m) if p in table and "dflash-worker" in table[p][2]]
     assert len(worker) == 1
     os.kill(worker[0], signal.SIGKILL)
     # One /proc snapshot per look: a process may end between two (keep:0 is stopped meanwhile).
     def hosted_left():
         table = proc_table()
         return [p for p in alive_with_marker(m) if p in table and m + "1" not in table[p][2]]
-    assert wait_until(lambda: not hosted_left(), timeout=5)
+    assert wait_until(lambda: not hosted_left())  # a hang detector: none may be left, however slow the machine
     r.wait()  # the worker's death fails the run (no restart)
     assert "leftover" in (r.run_dir / "supervisor.log").read_text()
     assert "of hosted:0" in (r.run_dir / "supervisor.log").read_text()

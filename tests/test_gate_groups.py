@@ -31,15 +31,6 @@ ready = {{ mode = "notify", timeout = "10m" }}
 """
 
 
-def port_of(tmp_path):
-    # Distinct per test and per worker: pytest's tmp dirs are unique; a hash keeps ports apart.
-    return 20000 + (hash(str(tmp_path)) % 20000)
-
-
-def header(tmp_path):
-    return f"master_port = {port_of(tmp_path)}\n"
-
-
 def test_ddp_role_gated_compiles_once_and_targets_do_not_wait(launch, tmp_path):
     """An unmodified DDP script, `gate = true`: no deadlock; the warm-up is the
     only compile of the run; every rank hits the cache; the all_reduce spans 3."""
@@ -49,7 +40,7 @@ name = "target"
 cpu = 1
 command = ["sh", "-c", "echo loading; sleep 2"]
 """
-    cfg = write_config(tmp_path, header(tmp_path) + target + ddp_role())
+    cfg = write_config(tmp_path, target + ddp_role())
     r = launch(cfg, env=ENV)
     assert r.wait(timeout=600) == 0, r.out + r.err
     s = r.summary()
@@ -74,7 +65,7 @@ command = ["sh", "-c", "echo loading; sleep 2"]
 def test_hold_one_holds_only_the_first_rank(launch, tmp_path):
     """gate hold = "one": ranks 1 and 2 start with the warm-up and wait in init_process_group
     for rank 0, which starts once the warm-up has compiled; nobody misses."""
-    cfg = write_config(tmp_path, header(tmp_path) + ddp_role(gate='{ hold = "one" }', extra='world = "role"'))
+    cfg = write_config(tmp_path, ddp_role(gate='{ hold = "one" }', extra='world = "role"'))
     r = launch(cfg, env=ENV)
     assert r.wait(timeout=600) == 0, r.out + r.err
     s = r.summary()
@@ -89,7 +80,7 @@ def test_hold_one_holds_only_the_first_rank(launch, tmp_path):
 
 
 def test_ddp_role_ungated_every_rank_compiles(launch, tmp_path):
-    cfg = write_config(tmp_path, header(tmp_path) + ddp_role(gate="false"))
+    cfg = write_config(tmp_path, ddp_role(gate="false"))
     r = launch(cfg, env=ENV)
     assert r.wait(timeout=600) == 0, r.out + r.err
     s = r.summary()
@@ -102,7 +93,7 @@ def test_serial_mode_on_a_process_group_is_caught_by_the_idle_hint(launch, tmp_p
     """The old deadlock, asked for on purpose (mode = "serial"): the leader blocks
     in init_process_group; the waiter says why long before its timeout."""
     role = ddp_role(n=2, gate='{ mode = "serial", timeout = "20s", idle_hint = "2s" }')
-    r = launch(write_config(tmp_path, header(tmp_path) + role), env=ENV)
+    r = launch(write_config(tmp_path, role), env=ENV)
     assert r.wait(timeout=120) == 75, r.out + r.err
     s = r.summary()
     hints = [w for w in s["warnings"] if "it is not compiling, it is blocked" in w]
@@ -292,7 +283,7 @@ command = ["{PY}", "{ROOT / 'tests' / 'payloads' / 'gather_step.py'}"]
 env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1", FAKE_WORLD = "{1 if fake else 0}" }}
 gate = true
 """
-    r = launch(write_config(tmp_path, header(tmp_path) + role), env=ENV)
+    r = launch(write_config(tmp_path, role), env=ENV)
     assert r.wait(timeout=600) == 0, r.out + r.err
     s = r.summary()
     (warm,) = s["warmups"]

@@ -81,7 +81,8 @@ class IdleLeaderHint {
     double used = cpu - cpu0_;
     since_ = now;
     cpu0_ = cpu;
-    if (used >= kIdleCpuShare * window_s) return "";
+    // Less than at the window's start: a process of the tree ended (it ran): not idle.
+    if (used < 0 || used >= kIdleCpuShare * window_s) return "";
     return "gate " + key_ + ": the leader " + DescribeOwner(h, h.host) + " has used " + Num(used) +
            " s of CPU in the last " + FormatSeconds(window_s) +
            ": it is not compiling, it is blocked. If the role's processes form a process group (DDP/FSDP, "
