@@ -248,7 +248,14 @@ void NodeCoordinator::Finish(int exit_code, const std::string& reason) {
   thread_.join();
 }
 
-bool NodeCoordinator::WaitForPeers(Millis max, std::vector<int>* left) {
+bool NodeCoordinator::LingerWhilePeersRegistered(Millis max, std::vector<int>* left) {
+  RedisClient own(o_.url, o_.ttl);  // client_ belongs to the coordinator thread, which still runs
+  return WaitForPeersWith(own, max, left);
+}
+
+bool NodeCoordinator::WaitForPeers(Millis max, std::vector<int>* left) { return WaitForPeersWith(client_, max, left); }
+
+bool NodeCoordinator::WaitForPeersWith(RedisClient& client, Millis max, std::vector<int>* left) {
   auto deadline = std::chrono::steady_clock::now() + max;
   for (;;) {
     left->clear();
@@ -256,7 +263,7 @@ bool NodeCoordinator::WaitForPeers(Millis max, std::vector<int>* left) {
     for (int r = 0; r < o_.nnodes; ++r) {
       RedisReply reply;
       if (r == o_.node_rank) continue;
-      if (!client_.Command({"EXISTS", NodeKey(r)}, &reply, &err)) return false;
+      if (!client.Command({"EXISTS", NodeKey(r)}, &reply, &err)) return false;
       if (reply.integer == 1) left->push_back(r);
     }
     if (left->empty()) return true;

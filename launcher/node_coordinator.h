@@ -89,6 +89,12 @@ class NodeCoordinator {
   /// and none was), unregister, end the thread. Waits at most ~2 s for the store.
   void Finish(int exit_code, const std::string& reason);
 
+  /// Before Finish, on the calling thread (its own connection), while this node's
+  /// registration is still refreshed: waits until no other node is registered,
+  /// at most `max`. Node 0 does this after a clean end, because a peer still at
+  /// the start barrier learns the run's session only from node 0's live record.
+  bool LingerWhilePeersRegistered(Millis max, std::vector<int>* left);
+
   /// After Finish, on the calling thread: waits until no other node is registered
   /// (each done or gone), at most `max`. False: `left` names those still there.
   bool WaitForPeers(Millis max, std::vector<int>* left);
@@ -97,6 +103,7 @@ class NodeCoordinator {
   std::string SessionKey(const std::string& what) const;
 
  private:
+  bool WaitForPeersWith(RedisClient& client, Millis max, std::vector<int>* left);
   void Loop();
   bool Heartbeat(std::string* err);
   bool Watch(std::string* err);

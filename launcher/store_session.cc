@@ -143,6 +143,14 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
 void CloseStoreSession(const Plan& plan, int exit_code, const std::string& reason,
                        const std::shared_ptr<spdlog::logger>& log, StoreSession* session) {
   if (session->coordinator) {
+    // Node 0's nonce is the run's session: a peer that is still at the start barrier (it has not yet seen
+    // node 0's heartbeat advance) learns it only from node 0's live record. So after a clean end node 0 stays
+    // registered until the others are done or gone (torchrun's exit barrier, bounded likewise).
+    std::vector<int> left;
+    if (plan.node_rank == 0 && plan.nnodes > 1 && exit_code == 0 &&
+        !session->coordinator->LingerWhilePeersRegistered(plan.config.run.store_barrier_timeout, &left) && log &&
+        !left.empty())
+      log->warn("ending while node(s) {} are still registered", JoinNodes(left));
     session->coordinator->Finish(exit_code, reason);
     if (session->private_store) {
       std::vector<int> left;
