@@ -17,8 +17,7 @@ CPU is each drafter's own rusage, self + children, from its start to its first c
 of every follower's CPU; see "compile gate: what a follower still pays for" in docs/benchmarks.md) and writes its
 own section.
 
---draft-layers N --hidden H run a bigger drafter than the demo shapes (its own section): the compile grows with the
-model, what every follower pays (imports, tracing, loading) much less.
+--draft-layers N --hidden H run a bigger drafter than the demo shapes, in a section of its own.
 
 Usage: python3 bench/cluster_gate/run_bench.py [--bin build/bin] [--out docs/benchmarks.md] [--vec-isa-ok]
        [--draft-layers N] [--hidden H]
