@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dflash_launch import notify_ready
+from leave_world import leave
 
 rank = int(os.environ["ROLE_RANK"])
 world = int(os.environ["ROLE_WORLD_SIZE"])
@@ -105,7 +106,4 @@ dist.all_reduce(total)
 metrics = write_metrics(all_reduce_sum=float(total.item()), first_step_cpu_s=first_step_cpu_s)
 print(f"rank {rank}/{world}: {metrics}", flush=True)
 dist.barrier()  # nobody tears gloo's pairs down under a peer still using them
-# Past the barrier nobody uses the group: leave without torch's teardown, which under a heavy CPU load once
-# aborted rank 0 after a good run ("terminate called without an active exception": a joinable thread destroyed).
-sys.stdout.flush()
-os._exit(0)
+leave(0)

@@ -34,4 +34,5 @@ for step in range(int(env.get("STEPS", "100000"))):
         print(f"{me}: failing on purpose with {env['FAIL_CODE']}", flush=True)
         os._exit(int(env["FAIL_CODE"]))
     time.sleep(0.05)
-dist.destroy_process_group()
+dist.barrier()
+leave(0)
