@@ -12,7 +12,6 @@ head; narrow (hidden 64, seq 32) so running it is cheap and compiling it dominat
 import json
 import os
 import resource
-import sys
 
 if os.environ.get("PER_RANK_CACHE") == "1":  # the usual workaround (pytorch#153791), for the benchmark
     os.environ["TORCHINDUCTOR_CACHE_DIR"] += f"/rank{os.environ['ROLE_RANK']}"
