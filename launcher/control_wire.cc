@@ -1,5 +1,7 @@
 #include "launcher/control_wire.h"
 
+#include "launcher/json_field.h"
+
 namespace dflash {
 
 std::string EncodeRequest(const ControlRequest& r) {
@@ -68,7 +70,7 @@ bool DecodeReply(const std::string& line, ControlReply* out, std::string* err) {
   ControlReply r;
   r.ok = j["ok"].get<bool>();
   if (r.ok) r.body = j.value("body", nlohmann::json());
-  else r.error = j.contains("error") && j["error"].is_string() ? j["error"].get<std::string>() : "refused";
+  else r.error = JsonText(j, "error", "refused");
   *out = std::move(r);
   return true;
 }

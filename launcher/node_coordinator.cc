@@ -10,6 +10,7 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/proc_info.h"
+#include "launcher/json_field.h"
 #include "launcher/node_store_scripts.h"
 
 namespace dflash {
@@ -31,13 +32,9 @@ std::string UtcNow() {
   return s;
 }
 
-std::string Field(const nlohmann::json& rec, const char* k) {
-  return rec.contains(k) && rec[k].is_string() ? rec[k].get<std::string>() : "";
-}
-
 std::string Describe(const nlohmann::json& holder) {
-  return "dflash-launch pid " + Field(holder, "pid") + " on host " + Field(holder, "host") + ", since " +
-         Field(holder, "started");
+  return "dflash-launch pid " + JsonText(holder, "pid") + " on host " + JsonText(holder, "host") + ", since " +
+         JsonText(holder, "started");
 }
 
 /// Where a pid means something: this boot of this kernel, this pid namespace. A host name
@@ -131,10 +128,10 @@ bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std
       continue;
     }
     if (claimed) return true;
-    std::string nonce = Field(holder, "nonce"), hb = Field(holder, "hb");
-    if (Field(holder, "host") == host_ && !pid_scope_.empty() && Field(holder, "pid_scope") == pid_scope_) {
-      pid_t pid = static_cast<pid_t>(std::atoll(Field(holder, "pid").c_str()));
-      unsigned long long start = std::strtoull(Field(holder, "pid_start").c_str(), nullptr, 10);
+    std::string nonce = JsonText(holder, "nonce"), hb = JsonText(holder, "hb");
+    if (JsonText(holder, "host") == host_ && !pid_scope_.empty() && JsonText(holder, "pid_scope") == pid_scope_) {
+      pid_t pid = static_cast<pid_t>(std::atoll(JsonText(holder, "pid").c_str()));
+      unsigned long long start = std::strtoull(JsonText(holder, "pid_start").c_str(), nullptr, 10);
       if (pid > 0 && ProcessAlive(pid, start)) {
         *err = where + " is held by " + Describe(holder) + " (its registration in " + o_.url.ToString() +
                "); stop it, or pick another --run-id";
@@ -380,12 +377,12 @@ bool NodeCoordinator::Watch(std::string* err) {
     if (rec.is_object() && rec.value("node", -1) != o_.node_rank) {
       stop_sent_ = true;
       int node = rec.value("node", -1);
-      std::string proc = rec.contains("process") && rec["process"].is_string() ? rec["process"].get<std::string>() : "";
+      std::string proc = JsonText(rec, "process");
       Event e;
       e.kind = Event::Kind::kStop;
       e.culprit = "node " + std::to_string(node) + (proc.empty() ? "" : ": " + proc);
       e.text = "node " + std::to_string(node) + " failed: " + (proc.empty() ? "" : proc + " ") +
-               (rec.contains("reason") && rec["reason"].is_string() ? rec["reason"].get<std::string>() : "");
+               JsonText(rec, "reason");
       e.record = rec;
       Emit(std::move(e));
       return true;

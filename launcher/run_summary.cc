@@ -4,6 +4,7 @@
 
 #include "cachelock/cache_inventory.h"  // HumanBytes
 #include "common/signal_names.h"
+#include "launcher/json_field.h"
 
 namespace dflash {
 namespace {
@@ -61,14 +62,12 @@ std::string SummaryTable(const RunSummary& s, bool color) {
     for (const ProcessSummary* pp : all) {
       const ProcessSummary& p = *pp;
       if (!p.gate.is_object()) continue;
-      auto num = [](const nlohmann::json& j, const char* k) {
-        return j.is_object() && j.contains(k) && j[k].is_number() ? j[k].get<double>() : -1.0;
-      };
+      auto num = [](const nlohmann::json& j, const char* k) { return JsonNumber(j, k, -1.0); };
       auto pair = [&](const char* hit, const char* miss) {
         double h = num(p.metrics, hit), m = num(p.metrics, miss);
         return h < 0 ? std::string("-") : std::to_string(static_cast<int>(h)) + "/" + std::to_string(static_cast<int>(m));
       };
-      o += Pad(p.name, 14) + Pad(p.gate.contains("role") && p.gate["role"].is_string() ? p.gate["role"].get<std::string>() : "?", 7) + Pad(Seconds(std::max(0.0, num(p.gate, "wait_s"))), 9) +
+      o += Pad(p.name, 14) + Pad(JsonText(p.gate, "role", "?"), 7) + Pad(Seconds(std::max(0.0, num(p.gate, "wait_s"))), 9) +
            Pad(p.ready_s > 0 ? Seconds(p.ready_s) : "-", 9) + Pad(pair("fxgraph_cache_hit", "fxgraph_cache_miss"), 18);
       std::string autograd = pair("autograd_cache_hit", "autograd_cache_miss");
       if (!cluster) {
@@ -76,8 +75,7 @@ std::string SummaryTable(const RunSummary& s, bool color) {
         continue;
       }
       // leader (token 3) / fetched 243.0 KB in 0.1s / local-fallback / - (a local follower)
-      std::string c = p.gate.contains("cluster") && p.gate["cluster"].is_string() ? p.gate["cluster"].get<std::string>()
-                                                                                 : "-";
+      std::string c = JsonText(p.gate, "cluster", "-");
       if (c == "leader" && num(p.gate, "cluster_token") > 0)
         c += " (token " + std::to_string(static_cast<long long>(num(p.gate, "cluster_token"))) + ")";
       if (c == "fetched" && num(p.gate, "fetch_bytes") >= 0)

@@ -21,6 +21,7 @@
 #include "common/spawn.h"
 #include "cachelock/cache_inventory.h"
 #include "launcher/commands.h"
+#include "launcher/json_field.h"
 #include "launcher/port_reservation.h"
 #include "launcher/payload_files.h"
 #include "launcher/run_summary.h"
@@ -156,7 +157,7 @@ int Verify(const Warmup& w) {
     return rc;
   }
   nlohmann::json m = ReadMetricsFile(w.metrics);
-  auto get = [&](const char* k) { return m.is_object() && m.contains(k) && m[k].is_number() ? m[k].get<int>() : -1; };
+  auto get = [&](const char* k) { return static_cast<int>(JsonNumber(m, k, -1)); };
   int miss = get("fxgraph_cache_miss"), hit = get("fxgraph_cache_hit");
   if (miss < 0) {
     Say("verify " + name + ": cannot tell: the warm-up wrote no Inductor counters to $DFLASH_METRICS_FILE (" +

@@ -21,6 +21,7 @@
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
 #include "common/spawn.h"
+#include "launcher/json_field.h"
 #include "launcher/log_router.h"
 #include "launcher/payload_files.h"
 #include "launcher/supervisor_core.h"
@@ -35,10 +36,6 @@ uint64_t Tag(uint64_t kind, uint64_t id) { return kind << 32 | id; }
 
 /// How often, at least, the console's live status is refreshed.
 constexpr Millis kStatusPeriod{1000};
-
-std::string GateText(const nlohmann::json& gate, const char* k) {
-  return gate.is_object() && gate.contains(k) && gate[k].is_string() ? gate[k].get<std::string>() : "";
-}
 
 }  // namespace
 
@@ -553,7 +550,7 @@ void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
   nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"));
   int64_t misses = MetricsCounter(m, "fxgraph_cache_miss");
   if (misses <= 0) return;
-  core_.AddWarning(p.plan->name + " reused gate " + GateText(p.gate, "key") + " but missed the FX graph cache " +
+  core_.AddWarning(p.plan->name + " reused gate " + JsonText(p.gate, "key") + " but missed the FX graph cache " +
                    std::to_string(misses) +
                    " time(s): the gate key does not cover something Inductor's cache key sees "
                    "(a TORCHINDUCTOR_* setting, another torch, other shapes?); it compiled on its own");

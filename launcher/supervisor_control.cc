@@ -5,17 +5,10 @@
 #include <csignal>
 
 #include "common/signal_names.h"
+#include "launcher/json_field.h"
 #include "launcher/supervisor_core.h"
 
 namespace dflash {
-namespace {
-
-std::string GateText(const nlohmann::json& gate, const char* k) {
-  return gate.is_object() && gate.contains(k) && gate[k].is_string() ? gate[k].get<std::string>() : "";
-}
-
-}  // namespace
-
 RunStatus SupervisorCore::Status() {
   RunStatus s = status_base;
   SteadyTime now = clock_();
@@ -31,7 +24,7 @@ RunStatus SupervisorCore::Status() {
     e.pid = p.pid;
     e.payload_pid = p.alive() ? p.payload_pid : -1;
     e.gpu = pp.gpu >= 0 ? std::to_string(pp.gpu) : "";
-    std::string role = GateText(p.gate, "role"), state = GateText(p.gate, "state");
+    std::string role = JsonText(p.gate, "role"), state = JsonText(p.gate, "state");
     e.gate = state == "waiting" ? "waiting" : role == "lead" || role == "reuse" ? role : "";
     e.status = p.status;
     e.attempt = std::max(0, p.attempt);
