@@ -228,10 +228,15 @@ void Compile(const Node& n) {
             R"("torch_version":"2.13.0+cpu","compile_seconds":3})");
 }
 
-TEST(ClusterGate, LeaderPublishesAndTheOtherNodeImportsAllOfIt) {
+/// Two nodes' caches and the store they share (a redis-server of the test's own).
+class ClusterGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server.Start()); }
   test::RedisServer server;
-  ASSERT_TRUE(server.Start());
   Node n0, n1;
+};
+
+TEST_F(ClusterGateTest, LeaderPublishesAndTheOtherNodeImportsAllOfIt) {
   ClusterGate g0(Options(server, n0, "drafter:0"));
   ClusterDecision d0, d1;
   std::string err;
@@ -258,10 +263,7 @@ TEST(ClusterGate, LeaderPublishesAndTheOtherNodeImportsAllOfIt) {
       EXPECT_EQ(e.path().filename().string().rfind("dflash-cluster-", 0), std::string::npos) << e.path();
 }
 
-TEST(ClusterGate, AWaiterFetchesWhenTheLeaderPublishesAndSaysWhoItWaitsFor) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0, n1;
+TEST_F(ClusterGateTest, AWaiterFetchesWhenTheLeaderPublishesAndSaysWhoItWaitsFor) {
   ClusterGate g0(Options(server, n0, "drafter:0"));
   ClusterDecision d0, d1;
   std::string err0, err1;
@@ -291,10 +293,7 @@ TEST(ClusterGate, AWaiterFetchesWhenTheLeaderPublishesAndSaysWhoItWaitsFor) {
   EXPECT_EQ(test::Slurp(n1.cache + "/ab/cabkernel.cpp"), "kernel source");
 }
 
-TEST(ClusterGate, ALeaderThatStopsRenewingIsTakenOverAndCannotPublishAfterwards) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0, n1;
+TEST_F(ClusterGateTest, ALeaderThatStopsRenewingIsTakenOverAndCannotPublishAfterwards) {
   ClusterGateOptions o0 = Options(server, n0, "drafter:0");
   o0.lease_ttl = Millis(300);  // and no StartRenewing: a leader that died or stalled
   ClusterGate g0(o0);
@@ -319,10 +318,7 @@ TEST(ClusterGate, ALeaderThatStopsRenewingIsTakenOverAndCannotPublishAfterwards)
   EXPECT_TRUE(KeyExists(Url(server), "dflash:gate:drafter-0123456789abcdef:kernels"));
 }
 
-TEST(ClusterGate, AWaiterSaysWhenTheRemoteLeadersRenewalsShowNoCpu) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0, n1;
+TEST_F(ClusterGateTest, AWaiterSaysWhenTheRemoteLeadersRenewalsShowNoCpu) {
   ClusterGateOptions o0 = Options(server, n0, "drafter:0");
   o0.lease_ttl = Millis(300);
   ClusterGate g0(o0);
@@ -352,10 +348,7 @@ TEST(ClusterGate, AWaiterSaysWhenTheRemoteLeadersRenewalsShowNoCpu) {
   EXPECT_NE(hint.find("it is not compiling, it is blocked"), std::string::npos) << hint;
 }
 
-TEST(ClusterGate, WaitingIsBoundedByTheTimeoutNamingTheHolder) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0, n1;
+TEST_F(ClusterGateTest, WaitingIsBoundedByTheTimeoutNamingTheHolder) {
   ClusterGate g0(Options(server, n0, "drafter:0"));
   ClusterDecision d0, d1;
   std::string err;
@@ -372,10 +365,7 @@ TEST(ClusterGate, WaitingIsBoundedByTheTimeoutNamingTheHolder) {
   EXPECT_NE(err.find("its lease is held by drafter:0 (pid "), std::string::npos) << err;
 }
 
-TEST(ClusterGate, ALeaderThatGivesUpLetsTheNextTakeTheLeaseAtOnce) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0, n1;
+TEST_F(ClusterGateTest, ALeaderThatGivesUpLetsTheNextTakeTheLeaseAtOnce) {
   ClusterDecision d0, d1;
   std::string err;
   {
@@ -391,10 +381,7 @@ TEST(ClusterGate, ALeaderThatGivesUpLetsTheNextTakeTheLeaseAtOnce) {
   EXPECT_FALSE(d1.took_over);
 }
 
-TEST(ClusterGate, KernelsOfAnotherTorchAreRefusedAndTheCacheIsUntouched) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0, n1;
+TEST_F(ClusterGateTest, KernelsOfAnotherTorchAreRefusedAndTheCacheIsUntouched) {
   ClusterGate g0(Options(server, n0, "drafter:0", "1.0.0"));
   ClusterDecision d0, d1;
   std::string err;
@@ -413,10 +400,7 @@ TEST(ClusterGate, KernelsOfAnotherTorchAreRefusedAndTheCacheIsUntouched) {
   EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
 }
 
-TEST(ClusterGate, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n1;
+TEST_F(ClusterGateTest, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
   // Hostile: a meta that matches its archive, but the archive is no tar at all.
   std::string junk = "this is not a tar archive, whatever its meta says";
   ClusterKernelsMeta m = MetaOf(junk, 9);
@@ -436,10 +420,7 @@ TEST(ClusterGate, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
     EXPECT_EQ(e.path().filename(), ".dflash") << e.path();
 }
 
-TEST(ClusterGate, ALeaderWhoseStoreDiedSaysItsKernelsWereNotPublished) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0;
+TEST_F(ClusterGateTest, ALeaderWhoseStoreDiedSaysItsKernelsWereNotPublished) {
   ClusterGate g0(Options(server, n0, "drafter:0"));
   ClusterDecision d0;
   std::string err;
@@ -468,10 +449,7 @@ TEST(ClusterGate, AStoreThatIsDownFallsBackAtOnceWithAWarning) {
   EXPECT_NE(d.warning.find("Connection refused"), std::string::npos) << d.warning;
 }
 
-TEST(ClusterGate, AStoreThatDiesWhileWaitingFallsBackInsteadOfWaitingOn) {
-  test::RedisServer server;
-  ASSERT_TRUE(server.Start());
-  Node n0, n1;
+TEST_F(ClusterGateTest, AStoreThatDiesWhileWaitingFallsBackInsteadOfWaitingOn) {
   ClusterGate g0(Options(server, n0, "drafter:0"));
   ClusterDecision d0, d1;
   std::string err0, err1;

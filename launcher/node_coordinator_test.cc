@@ -39,19 +39,25 @@ bool WaitEvent(NodeCoordinator& c, NodeCoordinator::Event::Kind kind, NodeCoordi
   return found;
 }
 
+/// Registers both nodes, starts them, and waits until both are past the start barrier.
+testing::AssertionResult Meet(NodeCoordinator& a, NodeCoordinator& b) {
+  std::string err;
+  int rc = 0;
+  std::vector<std::string> notes;
+  if (!a.Register(&err, &rc, &notes) || !b.Register(&err, &rc, &notes))
+    return testing::AssertionFailure() << "register: " << err;
+  if (!a.Start(&err) || !b.Start(&err)) return testing::AssertionFailure() << "start: " << err;
+  if (!WaitEvent(a, NodeCoordinator::Event::Kind::kBarrier) || !WaitEvent(b, NodeCoordinator::Event::Kind::kBarrier))
+    return testing::AssertionFailure() << "a node never passed the start barrier";
+  return testing::AssertionSuccess();
+}
+
 TEST(NodeCoordinator, TwoNodesMeetRoundTripAndEndCleanly) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   NodeCoordinator a(Options(server, 0)), b(Options(server, 1));
-  std::string err;
-  int rc = 0;
-  std::vector<std::string> notes;
-  ASSERT_TRUE(a.Register(&err, &rc, &notes)) << err;
-  ASSERT_TRUE(b.Register(&err, &rc, &notes)) << err;
-  ASSERT_TRUE(a.Start(&err) && b.Start(&err)) << err;
+  ASSERT_TRUE(Meet(a, b));
   using K = NodeCoordinator::Event::Kind;
-  ASSERT_TRUE(WaitEvent(a, K::kBarrier));
-  ASSERT_TRUE(WaitEvent(b, K::kBarrier));
   // Both ask for the round after 0 at once: one round, both begin it.
   a.RequestRound(0, "a failed");
   b.RequestRound(0, "b failed");
@@ -90,13 +96,8 @@ TEST(NodeCoordinator, APublishedFailureStopsTheOtherNodeNamingIt) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   NodeCoordinator a(Options(server, 0)), b(Options(server, 1));
-  std::string err;
-  int rc = 0;
-  std::vector<std::string> notes;
-  ASSERT_TRUE(a.Register(&err, &rc, &notes) && b.Register(&err, &rc, &notes)) << err;
-  ASSERT_TRUE(a.Start(&err) && b.Start(&err)) << err;
+  ASSERT_TRUE(Meet(a, b));
   using K = NodeCoordinator::Event::Kind;
-  ASSERT_TRUE(WaitEvent(a, K::kBarrier) && WaitEvent(b, K::kBarrier));
   b.PublishFailure("w:3", 7, "exited with code 7");
   NodeCoordinator::Event e;
   ASSERT_TRUE(WaitEvent(a, K::kStop, &e));
@@ -109,13 +110,8 @@ TEST(NodeCoordinator, APeerWhoseHeartbeatStopsIsLost) {
   ASSERT_TRUE(server.Start());
   NodeCoordinator a(Options(server, 0));
   auto b = std::make_unique<NodeCoordinator>(Options(server, 1));
-  std::string err;
-  int rc = 0;
-  std::vector<std::string> notes;
-  ASSERT_TRUE(a.Register(&err, &rc, &notes) && b->Register(&err, &rc, &notes)) << err;
-  ASSERT_TRUE(a.Start(&err) && b->Start(&err)) << err;
+  ASSERT_TRUE(Meet(a, *b));
   using K = NodeCoordinator::Event::Kind;
-  ASSERT_TRUE(WaitEvent(a, K::kBarrier) && WaitEvent(b.get()[0], K::kBarrier));
   b.reset();  // its thread ends without "done": as a launcher that died (its key expires within the ttl)
   NodeCoordinator::Event e;
   ASSERT_TRUE(WaitEvent(a, K::kStop, &e));

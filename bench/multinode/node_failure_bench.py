@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 from benchmarks_md import write_section  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
+from supervise import write_config  # noqa: E402
 
 # Without collectives: nothing but the store can tell node 0 that node 1 is gone.
 QUIET = textwrap.dedent("""\
@@ -130,13 +131,7 @@ def run_dflash(bin_dir, py, work, rep, ttl, limit, script_name="payload.py"):
     out.mkdir()
     redis = RedisServer(work / f"redis{rep}{script_name}").start()
     script = work / script_name
-    (work / "cache").mkdir(mode=0o700, exist_ok=True)
-    config = work / "run.toml"
-    config.write_text(textwrap.dedent(f"""\
-        [run]
-        name = "bench"
-        cache_dir = "cache"
-        log_dir = "runs"
+    config = write_config(work, f"""\
         store = "{redis.url}"
         store_ttl = "{ttl}"
 
@@ -144,7 +139,7 @@ def run_dflash(bin_dir, py, work, rep, ttl, limit, script_name="payload.py"):
         name = "w"
         cpu = 2
         command = {json.dumps([str(py), str(script), str(out), str(limit)])}
-        """))
+        """, name="bench")
     nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", f"b{rep}{out.name}",
                                "--nnodes", "2", "--node-rank", str(r), "--color", "never"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
