@@ -145,6 +145,7 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
       aj["start_failed"] = a.start_failed;
       aj["ready_timeout"] = a.ready_timeout;
       aj["ready_s"] = a.ready_s > 0 ? ojson(a.ready_s) : ojson();
+      aj["gate"] = a.gate.is_null() ? ojson() : ojson::parse(a.gate.dump());
       e["attempts"].push_back(std::move(aj));
     }
     return e;

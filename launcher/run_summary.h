@@ -24,6 +24,7 @@ struct AttemptSummary {
   bool start_failed = false;
   bool ready_timeout = false;
   double ready_s = 0;
+  nlohmann::json gate;  // this attempt's gate facts, or null
 };
 
 struct ProcessSummary {

@@ -165,6 +165,7 @@ void SupervisorCore::Spawn(size_t i) {
   p.payload_exit.clear();
   p.payload_signal = 0;
   p.status.clear();
+  if (!p.attempts.empty()) p.attempts.back().gate = std::move(p.gate);
   p.gate = nlohmann::json();
   if (!pp.warmup && !pp.gate_key.empty() && role.warmup_gated())
     // No gate of its own: it starts after the warm-up, on the cache that one filled.

@@ -56,6 +56,7 @@ struct AttemptRecord {
   bool ready_timeout = false; ///< not ready within ready.timeout (the run exits 75)
   bool hung = false;          ///< killed by its watchdog
   double ready_s = 0;         ///< spawn to ready (0: never ready)
+  nlohmann::json gate;        ///< its gate facts, kept when the next attempt starts (until then: CoreProc::gate)
 };
 
 /// One process: its plan, its state and its attempts.
@@ -89,6 +90,8 @@ struct CoreProc {
 
   AttemptRecord& current() { return attempts.back(); }
   const AttemptRecord* last() const { return attempts.empty() ? nullptr : &attempts.back(); }
+  /// An attempt's gate facts: the live ones for the last, the kept ones for those before.
+  const nlohmann::json& GateOf(const AttemptRecord& a) const { return &a == last() ? gate : a.gate; }
   bool alive() const { return pid > 0; }
 };
 

@@ -1,6 +1,7 @@
 // The supervisor's decisions with a fake clock and no processes: every spawn
 // gets a made-up pid, every exit is an event we send.
 #include "launcher/supervisor_core.h"
+#include "launcher/supervisor_summary.h"
 
 #include <gtest/gtest.h>
 
@@ -652,6 +653,39 @@ TEST(SupervisorCoreWarmup, AFailedWarmupFailsTheRunAndItsRoleNeverStarts) {
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 2);
   EXPECT_EQ(h.Spawns("d:0"), 0);
+}
+
+TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
+  // A leader that crashed mid-compile, then reused what a peer published: summary.json says both.
+  Harness h(Role("d", 1, "gate = { mode = \"serial\" }\nrestart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\" }"));
+  h.Start();
+  NotifyFields lead;
+  lead.gate_role = "lead";
+  lead.gate_state = GateState::kLeading;
+  h.Report("d:0", lead);
+  h.Killed("d:0", SIGSEGV);
+  h.Advance(Millis(1000));
+  ASSERT_EQ(h.Spawns("d:0"), 2);
+  EXPECT_TRUE(h.Proc("d:0").gate.is_null()) << "a new attempt starts with no gate facts";
+  NotifyFields reuse;
+  reuse.gate_role = "reuse";
+  reuse.gate_state = GateState::kReusing;
+  reuse.gate_wait_s = 4.0;
+  h.Report("d:0", reuse);
+  h.Exit("d:0", 0);
+  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
+  ASSERT_EQ(s.processes.size(), 1u);
+  const ProcessSummary& d = s.processes[0];
+  ASSERT_EQ(d.attempts.size(), 2u);
+  EXPECT_EQ(d.attempts[0].gate["role"], "lead");
+  EXPECT_EQ(d.attempts[0].gate["state"], "leading");
+  EXPECT_FALSE(d.attempts[0].gate.contains("wait_s"));
+  EXPECT_EQ(d.attempts[1].gate["role"], "reuse");
+  EXPECT_EQ(d.attempts[1].gate["wait_s"], 4.0);
+  EXPECT_EQ(d.gate, d.attempts[1].gate) << "the process's gate is its last attempt's";
+  nlohmann::ordered_json j = SummaryJson(s);
+  EXPECT_EQ(j["processes"][0]["attempts"][0]["gate"]["role"], "lead");
+  EXPECT_EQ(j["processes"][0]["attempts"][1]["gate"]["role"], "reuse");
 }
 
 }  // namespace

@@ -59,6 +59,8 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
       as.start_failed = a.start_failed;
       as.ready_timeout = a.ready_timeout;
       as.ready_s = a.ready_s;
+      const nlohmann::json& gate = p.GateOf(a);
+      as.gate = gate.is_object() && !gate.empty() ? gate : nlohmann::json();
       e.attempts.push_back(std::move(as));
     }
     (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
