@@ -3,11 +3,10 @@ import json
 import os
 import signal
 import sys
-import time
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import run
 from supervise import SMALL_MODEL, proc_table, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)

@@ -6,7 +6,6 @@ import os
 import pathlib
 import signal
 import socket
-import stat
 import subprocess
 import sys
 

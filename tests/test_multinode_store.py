@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 
-from conftest import ROOT, run
+from conftest import run
 from supervise import EVENT_TIMEOUT, holds_for, wait_until, write_config
 from test_nodes import PY, GLOO, finish, gloo_roles, results, start
 

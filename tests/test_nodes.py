@@ -4,10 +4,8 @@ ranks with real gloo worlds, and the scheduler's env (Slurm with a fake scontrol
 Kubernetes)."""
 import json
 import os
-import pathlib
 import socket
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -107,7 +105,7 @@ def test_same_run_id_twice_second_fails_at_once_naming_the_holder(bin_dir, tmp_p
         # The first sleeps 600 s: the second returning at all proves it did not wait for it.
         r = run([bin_dir / "dflash-launch", "run", config, "--run-id", "same"], timeout=60)
         assert r.returncode == 69, r.stderr
-        assert f"run id same is in use" in r.stderr and f"pid {first.pid}" in r.stderr
+        assert "run id same is in use" in r.stderr and f"pid {first.pid}" in r.stderr
         assert (tmp_path / "runs/same/supervisor.log").read_text() == log_before  # it wrote nothing there
         assert not (tmp_path / "runs/same/summary.json").exists()
         assert first.poll() is None

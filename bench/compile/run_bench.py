@@ -110,7 +110,7 @@ def main():
             + f". (c)/(a): CPU {c_cpu / a_cpu:.2f}x, wall {c_wall / a_wall:.2f}x; (b)/(a): CPU {b_cpu / a_cpu:.2f}x, "
               f"wall {b_wall / a_wall:.2f}x.")
         f = followers[0]["breakdown"]
-        detail.append(f"  A follower's compile phases (s): " + ", ".join(f"{k} {v}" for k, v in sorted(f.items())))
+        detail.append("  A follower's compile phases (s): " + ", ".join(f"{k} {v}" for k, v in sorted(f.items())))
 
     cmd = "python3 bench/compile/run_bench.py " + " ".join(sys.argv[1:])
     md = f"""## compile gate

@@ -18,7 +18,6 @@ counters and compile times to $DFLASH_METRICS_FILE.
 
 import argparse
 import json
-import math
 import os
 import resource
 import sys

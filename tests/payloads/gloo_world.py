@@ -9,6 +9,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from leave_world import leave
 
 out_dir = sys.argv[1]
 env = os.environ

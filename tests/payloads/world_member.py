@@ -9,6 +9,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from leave_world import leave
 
 env = os.environ
 rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
