@@ -19,10 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// A remote leader whose tree used less than this share of one core over the idle window is not
-/// compiling (the same rule as the local gate's hint, worker/gated_run.cc).
-constexpr double kIdleCpuShare = 0.02;
-
 double UnixNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -161,8 +157,7 @@ bool ClusterGate::Resolve(ClusterDecision* d, std::string* err) {
         double window = Seconds(now - hint_since), used = h.cpu_s - hint_cpu0;
         hint_since = now;
         hint_cpu0 = h.cpu_s;
-        // Less than at the window's start: a process of its tree ended (it ran): not idle.
-        if (used >= 0 && used < kIdleCpuShare * window && o_.on_hint)
+        if (HolderTreeLooksIdle(used, window) && o_.on_hint)
           o_.on_hint("gate " + o_.key + ": the cluster leader " + h.Describe() + " has used " + Num(used) +
                      " s of CPU in the last " + FormatSeconds(window) +
                      ": it is not compiling, it is blocked. If the role's processes form a process group "

@@ -1,7 +1,5 @@
 #include "cachelock/holder_tree.h"
 
-#include <algorithm>
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>

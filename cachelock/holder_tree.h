@@ -30,7 +30,14 @@ std::vector<pid_t> HolderTreePids(const std::string& token);
 /// (unkillable: D state), with their pids in `err`.
 bool KillHolderTree(const std::string& token, std::chrono::milliseconds wait, int* killed, std::string* err);
 
-/// CPU seconds (user + system) the tree's live processes have used so far.
+/// CPU seconds (user + system, their reaped children's included) the tree's live processes have used so far.
 double HolderTreeCpuSeconds(const std::string& token);
+
+/// Whether a holder tree that used `used_cpu_s` of CPU over `window_s` is blocked rather than compiling:
+/// under 2% of one core (compiling keeps at least one busy). Less CPU than at the window's start (a
+/// process of the tree ended and took its count along) is never idle: that process ran.
+inline bool HolderTreeLooksIdle(double used_cpu_s, double window_s) {
+  return used_cpu_s >= 0 && used_cpu_s < 0.02 * window_s;
+}
 
 }  // namespace dflash

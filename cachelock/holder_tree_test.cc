@@ -84,5 +84,13 @@ TEST(HolderTree, AnEmptyTokenMatchesNothing) {
   EXPECT_EQ(killed, 0);
 }
 
+TEST(HolderTree, IdleIsUnderTwoPercentOfACoreAndNeverALossOfCpu) {
+  EXPECT_TRUE(HolderTreeLooksIdle(0.0, 10.0));    // blocked in a collective
+  EXPECT_TRUE(HolderTreeLooksIdle(0.19, 10.0));
+  EXPECT_FALSE(HolderTreeLooksIdle(0.2, 10.0));   // 2% of one core
+  EXPECT_FALSE(HolderTreeLooksIdle(9.5, 10.0));   // compiling
+  EXPECT_FALSE(HolderTreeLooksIdle(-3.0, 10.0));  // a process of the tree ended: it ran, whatever the sum says
+}
+
 }  // namespace
 }  // namespace dflash

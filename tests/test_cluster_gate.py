@@ -19,13 +19,11 @@ from supervise import SMALL_MODEL, descendants, wait_until, write_config
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
 
-MODEL = SMALL_MODEL
-
 
 def drafters(n):
     """Independent drafters, each taking the gate as it starts (serial): the cluster gate's case. A short idle
     hint: a waiter whose leader is busy compiling (here or on the other node) must not be told it is blocked."""
-    return MODEL + f"""
+    return SMALL_MODEL + f"""
 [[role]]
 name = "drafter"
 cpu = {n}

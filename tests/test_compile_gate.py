@@ -12,13 +12,11 @@ from supervise import SMALL_MODEL, proc_table, wait_until, write_config
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
 
-MODEL = SMALL_MODEL
-
 
 def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }', mode="serial"):
     """Independent drafters; mode "serial" (each takes the gate as it starts) is
     what these tests are about, "warmup" is the default for several processes."""
-    return MODEL + f"""
+    return SMALL_MODEL + f"""
 [[role]]
 name = "drafter"
 cpu = {n}

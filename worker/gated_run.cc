@@ -28,9 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 /// How long a new leader waits for a dead leader's tree to go after SIGKILL.
 constexpr auto kLeftoverWait = std::chrono::seconds(5);
-/// A leader tree that used less than this share of one core over the idle
-/// window is "idle": compiling keeps at least one core busy.
-constexpr double kIdleCpuShare = 0.02;
 
 std::string Num(double v) {
   char buf[32];
@@ -81,8 +78,7 @@ class IdleLeaderHint {
     double used = cpu - cpu0_;
     since_ = now;
     cpu0_ = cpu;
-    // Less than at the window's start: a process of the tree ended (it ran): not idle.
-    if (used < 0 || used >= kIdleCpuShare * window_s) return "";
+    if (!HolderTreeLooksIdle(used, window_s)) return "";
     return "gate " + key_ + ": the leader " + DescribeOwner(h, h.host) + " has used " + Num(used) +
            " s of CPU in the last " + FormatSeconds(window_s) +
            ": it is not compiling, it is blocked. If the role's processes form a process group (DDP/FSDP, "
