@@ -54,9 +54,12 @@ bool ParseCgroupMode(const char* value, CgroupMode* out, std::string* err) {
   return true;
 }
 
-bool OwnCgroupDir(std::string* dir, std::string* err) {
+bool OwnCgroupDir(std::string* dir, std::string* err) { return ProcessCgroupDir(0, dir, err); }
+
+bool ProcessCgroupDir(pid_t pid, std::string* dir, std::string* err) {
   std::string text, e;
-  if (!ReadFile("/proc/self/cgroup", &text, &e)) {
+  std::string proc = pid > 0 ? "/proc/" + std::to_string(pid) : std::string("/proc/self");
+  if (!ReadFile(proc + "/cgroup", &text, &e)) {
     *err = e;
     return false;
   }
@@ -69,7 +72,7 @@ bool OwnCgroupDir(std::string* dir, std::string* err) {
       found = true;
     }
   if (!found) {
-    *err = "not in a cgroup v2 hierarchy (/proc/self/cgroup has no 0:: line)";
+    *err = "not in a cgroup v2 hierarchy (" + proc + "/cgroup has no 0:: line)";
     return false;
   }
   if (!ReadFile("/proc/self/mountinfo", &text, &e)) {

@@ -4,6 +4,8 @@
 // may create cgroups (root, a delegated sub-tree); docs/design.md has the matrix.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -24,6 +26,8 @@ bool ParseCgroupMode(const char* value, CgroupMode* out, std::string* err);
 /// "0::" line and the cgroup2 mount in /proc/self/mountinfo); false if there
 /// is no cgroup2 mount or the process is not in the v2 hierarchy.
 bool OwnCgroupDir(std::string* dir, std::string* err);
+/// The same for process `pid` (its /proc/<pid>/cgroup, seen through our mounts).
+bool ProcessCgroupDir(pid_t pid, std::string* dir, std::string* err);
 
 class RunCgroup {
  public:

@@ -24,6 +24,7 @@
 #include "launcher/json_field.h"
 #include "launcher/log_router.h"
 #include "launcher/payload_files.h"
+#include "launcher/pid_claim.h"
 #include "launcher/supervisor_core.h"
 #include "launcher/supervisor_summary.h"
 #include "worker/protocol.h"
@@ -73,6 +74,7 @@ struct Supervisor::Impl : public ControlHandler {
   struct Os {
     int out_stream = -1, err_stream = -1;
     Child exec;  // until OnExecStatus reads its outcome
+    VerifiedPid payload;  // its MAINPID=, once checked (launcher/pid_claim.h)
   };
 
   int Run();
@@ -82,6 +84,7 @@ struct Supervisor::Impl : public ControlHandler {
   void OnExecStatus(size_t i);
   void Reap();
   void OnNotify();
+  void CheckMainPid(size_t i, NotifyFields* f);
   void Ended(size_t i);
   void KillAll();
   void CheckReuseHitTheCache(size_t i);
@@ -149,13 +152,12 @@ void Supervisor::Impl::Execute(const CoreAction& a) {
     case K::kSignal:
       if (!p || !p->alive()) break;
       // A watchdog's signal goes to the payload (its faulthandler), not to the worker.
-      if (a.payload && p->payload_pid > 0) ::kill(-p->payload_pid, a.signal);
-      else ::kill(-p->pid, a.signal);
+      if (!a.payload || !SignalVerified(os_[a.index].payload, a.signal)) ::kill(-p->pid, a.signal);
       break;
     case K::kKill:
       if (!p || !p->alive()) break;
       ::kill(-p->pid, SIGKILL);
-      if (p->payload_pid > 0) ::kill(-p->payload_pid, SIGKILL);
+      SignalVerified(os_[a.index].payload, SIGKILL);
       break;
     case K::kEnded: Ended(a.index); break;
     case K::kKillAll: KillAll(); break;
@@ -274,6 +276,7 @@ void Supervisor::Impl::DoSpawn(size_t i) {
   guard_.Spawned(child.pid);  // its own session: the guardian's second marker
   pid_t pid = child.pid;
   os_[i].exec = std::move(child);
+  os_[i].payload = VerifiedPid{};
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = Tag(kTagExec, static_cast<uint64_t>(i));
@@ -452,8 +455,24 @@ void Supervisor::Impl::OnNotify() {
   for (const NotifyMessage& m : msgs) {
     int i = core_.FindSender(m.pid, m.pgid);
     if (i < 0) continue;  // a late message from a process already gone
-    core_.OnReport(static_cast<size_t>(i), DecodeNotify(m.fields));
+    NotifyFields f = DecodeNotify(m.fields);
+    if (f.main_pid) CheckMainPid(static_cast<size_t>(i), &f);
+    core_.OnReport(static_cast<size_t>(i), f);
   }
+}
+
+void Supervisor::Impl::CheckMainPid(size_t i, NotifyFields* f) {
+  const CoreProc& p = core_.proc(i);
+  std::string leaf = guard_.cgroup() ? guard_.cgroup_dir() + "/" + LeafName(i, p.attempt) : std::string();
+  std::string why;
+  VerifiedPid v;
+  if (p.alive() && CheckPidClaim(*f->main_pid, p.pid, leaf, &v, &why)) {
+    os_[i].payload = v;
+    return;
+  }
+  if (why.empty()) why = "MAINPID=" + std::to_string(*f->main_pid) + " came after its process ended";
+  f->main_pid.reset();  // the claim never reaches the core: nothing is shown, measured or killed by it
+  Warn(p.plan->name + ": " + why + ": ignored");
 }
 
 void Supervisor::Impl::Ended(size_t i) {
@@ -466,7 +485,7 @@ void Supervisor::Impl::Ended(size_t i) {
   pid_t last_pid = p.last() ? p.last()->pid : -1;
   int groups = 0;
   if (last_pid > 0 && ::kill(-last_pid, SIGKILL) == 0) ++groups;
-  if (p.payload_pid > 0 && ::kill(-p.payload_pid, SIGKILL) == 0) ++groups;
+  if (SignalVerified(os_[i].payload, SIGKILL)) ++groups;
   if (groups > 0 && log_)
     log_->info("killing the leftovers of {} (pid {}, ended) in its process group(s)", p.plan->name, last_pid);
   sweep_pending_ = true;
@@ -477,7 +496,7 @@ void Supervisor::Impl::KillAll() {
     const CoreProc& p = core_.proc(i);
     if (!p.alive()) continue;
     ::kill(-p.pid, SIGKILL);
-    if (p.payload_pid > 0) ::kill(-p.payload_pid, SIGKILL);
+    SignalVerified(os_[i].payload, SIGKILL);
   }
   guard_.KillAll();
   SweepOrphans(true);
