@@ -8,6 +8,7 @@
 namespace dflash {
 
 using Millis = std::chrono::milliseconds;
+using SteadyTime = std::chrono::steady_clock::time_point;
 
 /// Parses a duration: one or more <number><unit> parts, units ms, s, m, h, d.
 /// A bare "0" is zero. Returns false with a reason in `err` otherwise.

@@ -1,6 +1,6 @@
 // The defaults every tool shares (dflash-launch, dflash-worker, dflash-cachelock):
 // one constant each, so `timeout = "30m"` in run.toml, the worker's flag and the
-// gate CLI cannot drift apart. launcher/schema.cc prints these (config_test checks).
+// gate CLI cannot drift apart. launcher/config/schema.cc prints these (config_test checks).
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,6 @@
 // An enum's spellings, written once: one table per enum gives its names to the
 // parser (text -> value), to every printer (value -> text) and to the schema
-// (launcher/schema.cc's `choices`, so config errors and docs/config.md list them).
+// (launcher/config/schema.cc's `choices`, so config errors and docs/config.md list them).
 #pragma once
 
 #include <string_view>

@@ -19,8 +19,17 @@ LAYERS = [
     ("cachelock", 2),       # the compile gate, its CLI, cache archives, the cluster lease (uses store/)
     ("worker/builtin", 2),  # the LibTorch roles: payloads like any other, they know no gate nor worker
     ("worker", 3),          # dflash-worker, dflash-cachelock-run, the worker's wire protocol
-    ("launcher", 4),        # dflash-launch: config, plan, supervisor, cache tools
+    # dflash-launch, in rooms; the arrows between rooms are checked like the layers are
+    ("launcher/config", 4.0),     # run.toml: schema, reader, errors
+    ("launcher/plan", 4.1),       # the plan: processes, environments, ports, gate keys
+    ("launcher/control", 4.2),    # the control socket, the registry of live runs
+    ("launcher/console", 4.3),    # logs and the live view
+    ("launcher/supervise", 4.4),  # the supervisor's core and shell, kill-on-death, summary.json
+    ("launcher/cluster", 4.4),    # multi-node: the node coordinator, peers, the private store
+    ("launcher/commands", 4.5),   # the CLI
+    ("launcher", 4),              # nothing may live here outside a room (a new room is registered above)
 ]
+ROOMS = ", ".join(n.split("/")[1] for n, _ in LAYERS if n.startswith("launcher/"))
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCES = (".h", ".cc", ".cpp", ".hpp")
 
@@ -54,6 +63,9 @@ def violations(root):
                 own = module_of(rel)
                 if own is None or own[0] != name:
                     continue  # a file of a more specific module (worker/builtin under worker): checked as that
+                if name == "launcher":
+                    found.append(f"{rel}:1: launcher/ holds its code in rooms ({ROOMS}): put it in one, or "
+                                 f"register a new room in scripts/check_layers.py")
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     for n, line in enumerate(fh, 1):
                         m = INCLUDE.match(line)
@@ -73,13 +85,16 @@ def self_test():
     """Each planted include must be caught; a clean tree must pass."""
     plants = [
         ("cachelock/cli.cc", '#include "worker/gated_run.h"'),
-        ("cachelock/gate.h", '#include "launcher/plan.h"'),
+        ("cachelock/gate.h", '#include "launcher/plan/plan.h"'),
         ("common/spawn.cc", '#include "contract/ready_spec.h"'),
         ("common/fd.h", '#include "cachelock/gate.h"'),
-        ("store/redis_client.cc", '#include "launcher/plan.h"'),
+        ("store/redis_client.cc", '#include "launcher/plan/plan.h"'),
         ("contract/readiness.cc", '#include "worker/protocol.h"'),
         ("worker/builtin/roles.cc", '#include "cachelock/gate.h"'),  # same layer, another module
-        ("worker/main.cc", '#include "launcher/supervisor.h"'),
+        ("worker/main.cc", '#include "launcher/supervise/supervisor.h"'),
+        ("launcher/plan/plan.cc", '#include "launcher/supervise/supervisor.h"'),  # a room's arrow upward
+        ("launcher/cluster/peer_tracker.h", '#include "launcher/supervise/restart_policy.h"'),  # a sibling room
+        ("launcher/stray.cc", '#include "launcher/config/config.h"'),  # outside any room
     ]
     failures = []
     with tempfile.TemporaryDirectory() as root:
@@ -94,7 +109,8 @@ def self_test():
             "cachelock/gate.h": '#include "contract/defaults.h"\n#include "common/fd.h"\n',
             "worker/builtin/roles.cc": '#include "worker/builtin/model.h"\n#include "contract/shape_contract.h"\n',
             "worker/main.cc": '#include "cachelock/gate.h"\n#include "worker/builtin/frame_contract.h"\n',
-            "launcher/plan.cc": '#include "worker/protocol.h"\n#include "cachelock/gate.h"\n',
+            "launcher/plan/plan.cc": '#include "worker/protocol.h"\n#include "launcher/config/config.h"\n',
+            "launcher/cluster/peer_tracker.h": '#include "launcher/plan/plan.h"\n#include "common/duration.h"\n',
         }
         for rel, text in clean.items():
             write(rel, text)

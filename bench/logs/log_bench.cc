@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "launcher/console.h"
-#include "launcher/log_router.h"
-#include "launcher/log_test_lines.h"
-#include "launcher/log_test_util.h"
+#include "launcher/console/console.h"
+#include "launcher/console/log_router.h"
+#include "launcher/console/log_test_lines.h"
+#include "launcher/console/log_test_util.h"
 #include "testing/process.h"
 
 namespace {

@@ -1,0 +1,535 @@
+#include "launcher/cluster/node_coordinator.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "common/exit_codes.h"
+#include "common/fd.h"
+#include "common/proc_info.h"
+#include "common/json_field.h"
+#include "launcher/cluster/node_store_scripts.h"
+
+namespace dflash {
+namespace {
+
+using namespace node_store;  // the scripts
+
+std::string RandomNonce() {
+  std::random_device rd;
+  char buf[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(buf + 8 * i, 9, "%08x", rd());
+  return std::string(buf, 32);
+}
+
+std::string UtcNow() {
+  char s[32];
+  std::time_t t = std::time(nullptr);
+  std::strftime(s, sizeof s, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return s;
+}
+
+std::string Describe(const nlohmann::json& holder) {
+  return "dflash-launch pid " + JsonText(holder, "pid") + " on host " + JsonText(holder, "host") + ", since " +
+         JsonText(holder, "started");
+}
+
+/// Where a pid means something: this boot of this kernel, this pid namespace. A host name
+/// alone is not enough (containers on two machines may share one); without both, a holder
+/// is never taken for "on this host", so it is waited out, never taken over.
+std::string PidScope() {
+  std::string boot, err;
+  char ns[128] = {0};
+  if (!ReadFile("/proc/sys/kernel/random/boot_id", &boot, &err)) return "";
+  while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+  ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (n <= 0) return "";
+  return boot + "/" + std::string(ns, static_cast<size_t>(n));
+}
+
+Millis PollPeriod(Millis ttl) { return std::clamp(ttl / 10, Millis(50), Millis(200)); }
+
+}  // namespace
+
+NodeCoordinator::NodeCoordinator(CoordinatorOptions options)
+    : o_(std::move(options)),
+      client_(o_.url, std::clamp(o_.ttl / 3, Millis(200), Millis(2000))),
+      nonce_(RandomNonce()),
+      host_(HostName()),
+      pid_scope_(PidScope()),
+      started_(UtcNow()),
+      pid_(::getpid()),
+      pid_start_(ProcessStartTime(::getpid())),
+      event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      peers_(std::make_unique<PeerTracker>(o_.nnodes, o_.node_rank, o_.ttl)) {
+  if (o_.node_rank == 0) session_ = nonce_;
+}
+
+NodeCoordinator::~NodeCoordinator() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    quit_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string NodeCoordinator::NodeKey(int node) const {
+  return "dflash:" + o_.run_id + ":node:" + std::to_string(node);
+}
+std::string NodeCoordinator::SessionKey(const std::string& what) const {
+  return "dflash:" + o_.run_id + ":" + (session_.empty() ? "-" : session_) + ":" + what;
+}
+
+std::vector<std::string> NodeCoordinator::RecordArgs() const {
+  return {"host", host_, "pid_scope", pid_scope_, "pid", std::to_string(pid_), "pid_start", std::to_string(pid_start_),
+          "started", started_, "nonce", nonce_, "hb", std::to_string(heartbeat_)};
+}
+
+bool NodeCoordinator::ClaimOnce(bool* claimed, nlohmann::json* holder, std::string* err) {
+  std::vector<std::string> args{std::to_string(o_.ttl.count())};
+  for (std::string& a : RecordArgs()) args.push_back(std::move(a));
+  RedisReply r;
+  if (!client_.Eval(kClaim, {NodeKey(o_.node_rank)}, args, &r, err)) return false;
+  *claimed = !r.elements.empty() && r.elements[0].integer == 1;
+  *holder = nlohmann::json::object();
+  if (!*claimed && r.elements.size() > 1)
+    for (size_t i = 0; i + 1 < r.elements[1].elements.size(); i += 2)
+      (*holder)[r.elements[1].elements[i].str] = r.elements[1].elements[i + 1].str;
+  return true;
+}
+
+bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std::string>* notes) {
+  using Clock = std::chrono::steady_clock;
+  const std::string where = "node " + std::to_string(o_.node_rank) + " of run " + o_.run_id;
+  SteadyTime deadline = Clock::now() + o_.outage;
+  std::string cerr;
+  while (!client_.Connect(&cerr)) {
+    if (Clock::now() >= deadline) {
+      *err = "cannot reach the store " + o_.url.ToString() + " (tried for " + FormatDuration(o_.outage) +
+             ", [run] store_outage): " + cerr + "; nothing was started";
+      *exit_code = exit_code::kInUse;
+      return false;
+    }
+    ::usleep(200 * 1000);
+  }
+  // A stale registration expires within ttl; one that is refreshed is a live launcher.
+  deadline = Clock::now() + 3 * o_.ttl + o_.outage;
+  std::string watched_nonce, watched_hb;
+  bool said_waiting = false;
+  while (Clock::now() < deadline) {
+    bool claimed = false;
+    nlohmann::json holder;
+    if (!ClaimOnce(&claimed, &holder, &cerr)) {
+      ::usleep(200 * 1000);
+      continue;
+    }
+    if (claimed) return true;
+    std::string nonce = JsonText(holder, "nonce"), hb = JsonText(holder, "hb");
+    if (JsonText(holder, "host") == host_ && !pid_scope_.empty() && JsonText(holder, "pid_scope") == pid_scope_) {
+      pid_t pid = static_cast<pid_t>(std::atoll(JsonText(holder, "pid").c_str()));
+      unsigned long long start = std::strtoull(JsonText(holder, "pid_start").c_str(), nullptr, 10);
+      if (pid > 0 && ProcessAlive(pid, start)) {
+        *err = where + " is held by " + Describe(holder) + " (its registration in " + o_.url.ToString() +
+               "); stop it, or pick another --run-id";
+        *exit_code = exit_code::kInUse;
+        return false;
+      }
+      RedisReply r;
+      if (client_.Eval(kTakeOver, {NodeKey(o_.node_rank)}, {nonce}, &r, &cerr) && r.integer == 1)
+        notes->push_back("took over the stale registration of " + where + " by " + Describe(holder) +
+                         ": that launcher is dead");
+      continue;
+    }
+    // Another host: alive if its heartbeat advances; stale if it expires.
+    if (nonce == watched_nonce && hb != watched_hb) {
+      *err = where + " is held by " + Describe(holder) + " (its heartbeat in " + o_.url.ToString() +
+             " advances: it is alive); stop it, or pick another --run-id";
+      *exit_code = exit_code::kInUse;
+      return false;
+    }
+    watched_nonce = nonce;
+    watched_hb = hb;
+    if (!said_waiting) {
+      notes->push_back("waiting for the registration of " + where + " by " + Describe(holder) +
+                       " to expire (an earlier run's? it is not being refreshed so far)");
+      said_waiting = true;
+    }
+    ::usleep(static_cast<useconds_t>(std::max<long long>(50, o_.ttl.count() / 6) * 1000));
+  }
+  *err = "could not register " + where + " in " + o_.url.ToString() + (cerr.empty() ? "" : ": " + cerr);
+  *exit_code = exit_code::kInUse;
+  return false;
+}
+
+bool NodeCoordinator::Start(std::string* err) {
+  if (!event_fd_) {
+    *err = "eventfd: " + std::string(std::strerror(errno));
+    return false;
+  }
+  last_heartbeat_ = std::chrono::steady_clock::now();
+  thread_ = std::thread([this] { Loop(); });
+  return true;
+}
+
+void NodeCoordinator::Emit(Event e) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    events_.push_back(std::move(e));
+  }
+  uint64_t one = 1;
+  (void)!::write(event_fd_.get(), &one, sizeof one);
+}
+
+void NodeCoordinator::Info(const std::string& text) {
+  Event e;
+  e.text = text;
+  Emit(std::move(e));
+}
+
+std::vector<NodeCoordinator::Event> NodeCoordinator::TakeEvents() {
+  uint64_t n;
+  (void)!::read(event_fd_.get(), &n, sizeof n);
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<Event> out(events_.begin(), events_.end());
+  events_.clear();
+  return out;
+}
+
+std::vector<int> NodeCoordinator::Missing() {
+  std::lock_guard<std::mutex> l(mu_);
+  return missing_;
+}
+
+void NodeCoordinator::PublishFailure(const std::string& process, int exit_code, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!failure_.is_null()) return;
+    failure_ = {{"node", o_.node_rank}, {"process", process}, {"exit_code", exit_code}, {"reason", reason}};
+  }
+  wake_.notify_all();
+}
+
+void NodeCoordinator::RequestRound(int current, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (round_request_ >= current) return;
+    round_request_ = current;
+    round_why_ = why;
+  }
+  wake_.notify_all();
+}
+
+void NodeCoordinator::RoundStopped(int round) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    round_stopped_ = std::max(round_stopped_, round);
+  }
+  wake_.notify_all();
+}
+
+void NodeCoordinator::Finish(int exit_code, const std::string& reason) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (!thread_.joinable()) return;
+  finish_ = true;
+  finish_code_ = exit_code;
+  finish_reason_ = reason;
+  wake_.notify_all();
+  wake_.wait_for(l, std::chrono::seconds(3), [this] { return finished_; });
+  quit_ = true;
+  l.unlock();
+  wake_.notify_all();
+  thread_.join();
+}
+
+bool NodeCoordinator::LingerWhilePeersRegistered(Millis max, std::vector<int>* left) {
+  RedisClient own(o_.url, o_.ttl);  // client_ belongs to the coordinator thread, which still runs
+  return WaitForPeersWith(own, max, left);
+}
+
+bool NodeCoordinator::WaitForPeers(Millis max, std::vector<int>* left) { return WaitForPeersWith(client_, max, left); }
+
+bool NodeCoordinator::WaitForPeersWith(RedisClient& client, Millis max, std::vector<int>* left) {
+  auto deadline = std::chrono::steady_clock::now() + max;
+  for (;;) {
+    left->clear();
+    std::string err;
+    for (int r = 0; r < o_.nnodes; ++r) {
+      RedisReply reply;
+      if (r == o_.node_rank) continue;
+      if (!client.Command({"EXISTS", NodeKey(r)}, &reply, &err)) return false;
+      if (reply.integer == 1) left->push_back(r);
+    }
+    if (left->empty()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    ::usleep(static_cast<useconds_t>(PollPeriod(o_.ttl).count() * 1000));
+  }
+}
+
+bool NodeCoordinator::Heartbeat(std::string* err) {
+  ++heartbeat_;
+  std::vector<std::string> args{std::to_string(o_.ttl.count()), nonce_};
+  for (std::string& a : RecordArgs()) args.push_back(std::move(a));
+  RedisReply r;
+  if (!client_.Eval(kRefresh, {NodeKey(o_.node_rank)}, args, &r, err)) return false;
+  if (r.integer == 0 && !stop_sent_) {
+    stop_sent_ = true;
+    Event e;
+    e.kind = Event::Kind::kStop;
+    e.culprit = "node " + std::to_string(o_.node_rank) + " (replaced)";
+    e.text = "another launcher registered as node " + std::to_string(o_.node_rank) + " of run " + o_.run_id +
+             " in the store: this one stops";
+    Emit(std::move(e));
+  } else if (r.integer == 2 && barrier_passed_) {
+    Info("registered again in " + o_.url.ToString() + " (the store had lost the registration: restarted?)");
+  }
+  return true;
+}
+
+bool NodeCoordinator::CarryOutRequests(std::string* err) {
+  nlohmann::json failure;
+  int round_request, round_stopped;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    failure = failure_;
+    round_request = round_request_;
+    round_stopped = round_stopped_;
+    why = round_why_;
+  }
+  RedisReply r;
+  if (!failure.is_null() && !session_.empty()) {
+    // SET NX: the first failure of the run wins; again each poll (a restarted Redis lost it).
+    if (!client_.Command({"SET", SessionKey("failed"), failure.dump(), "NX", "PX", kKeepMs}, &r, err)) return false;
+    if (!failure_published_ && r.ok())
+      Info("published this node's failure for every node: " + failure.dump());
+    failure_published_ = true;
+  }
+  if (round_request >= round_seen_ && round_request >= 0 && !stop_sent_ && !session_.empty()) {
+    if (!client_.Eval(kAdvanceRound, {SessionKey("round")}, {std::to_string(round_request), kKeepMs}, &r, err))
+      return false;
+    if (r.integer == round_request + 1) Info("asked every node for round " + std::to_string(r.integer) + ": " + why);
+    std::lock_guard<std::mutex> l(mu_);
+    if (round_request_ == round_request) round_request_ = -1;
+  }
+  if (round_stopped > round_started_ && !session_.empty()) {
+    std::string key = SessionKey("stopped:" + std::to_string(round_stopped));
+    if (!client_.Command({"SADD", key, std::to_string(o_.node_rank)}, &r, err) ||
+        !client_.Command({"PEXPIRE", key, kKeepMs}, &r, err))
+      return false;
+  }
+  return true;
+}
+
+bool NodeCoordinator::Watch(std::string* err) {
+  int n = o_.nnodes;
+  int waiting_round;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    waiting_round = round_stopped_ > round_started_ ? round_stopped_ : 0;
+  }
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(NodeKey(i));
+  for (int i = 0; i < n; ++i) keys.push_back(SessionKey("done:" + std::to_string(i)));
+  keys.push_back(SessionKey("failed"));
+  keys.push_back(SessionKey("round"));
+  keys.push_back(SessionKey("stopped:" + std::to_string(waiting_round)));
+  RedisReply r;
+  if (!client_.Eval(kWatch, keys, {std::to_string(n)}, &r, err)) return false;
+  if (r.elements.size() != static_cast<size_t>(3 * n + 3)) {
+    *err = "unexpected reply to the watch script";
+    return false;
+  }
+  SteadyTime now = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    PeerView v;
+    v.nonce = r.elements[3 * i].str;
+    v.present = !v.nonce.empty();
+    v.heartbeat = std::atoll(r.elements[3 * i + 1].str.c_str());
+    v.done = !session_.empty() && r.elements[3 * i + 2].integer == 1;
+    peers_->Observe(i, v, now);
+  }
+  const std::string& failed = r.elements[3 * n].str;
+  const std::string& round_text = r.elements[3 * n + 1].str;
+  long long stopped = r.elements[3 * n + 2].integer;
+
+  if (session_.empty() && peers_->SeenAlive(0)) session_ = peers_->Nonce(0);
+  if (!barrier_passed_) {
+    std::vector<int> missing = peers_->NotSeenAlive();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      missing_ = missing;
+    }
+    if (missing.empty() && !session_.empty()) {
+      barrier_passed_ = true;
+      Event e;
+      e.kind = Event::Kind::kBarrier;
+      Emit(std::move(e));
+    }
+    return true;
+  }
+  if (stop_sent_) return true;
+  if (!failed.empty()) {
+    nlohmann::json rec = nlohmann::json::parse(failed, nullptr, false);
+    if (rec.is_object() && rec.value("node", -1) != o_.node_rank) {
+      stop_sent_ = true;
+      int node = rec.value("node", -1);
+      std::string proc = JsonText(rec, "process");
+      Event e;
+      e.kind = Event::Kind::kStop;
+      e.culprit = "node " + std::to_string(node) + (proc.empty() ? "" : ": " + proc);
+      e.text = "node " + std::to_string(node) + " failed: " + (proc.empty() ? "" : proc + " ") +
+               JsonText(rec, "reason");
+      e.record = rec;
+      Emit(std::move(e));
+      return true;
+    }
+  }
+  if (auto lost = peers_->Lost(now)) {
+    stop_sent_ = true;
+    std::string reason = lost->second == "launcher lost"
+                             ? "launcher lost: its registration expired (no heartbeat for " +
+                                   FormatDuration(o_.ttl) + ", [run] store_ttl)"
+                             : lost->second;
+    Event e;
+    e.kind = Event::Kind::kStop;
+    e.culprit = "node " + std::to_string(lost->first) + " (" +
+                (lost->second.rfind("replaced", 0) == 0 ? "replaced" : "launcher lost") + ")";
+    e.text = "node " + std::to_string(lost->first) + "'s " + reason;
+    e.record = {{"node", lost->first}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", reason}};
+    // For every other node too (first failure wins): they need not each wait for the expiry.
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (failure_.is_null()) failure_ = e.record;
+    }
+    Emit(std::move(e));
+    return true;
+  }
+  int round = round_text.empty() ? 0 : std::atoi(round_text.c_str());
+  if (round_text.empty() && round_seen_ > 0) {  // a restarted Redis forgot the round: put it back
+    RedisReply ignored;
+    client_.Command({"SET", SessionKey("round"), std::to_string(round_seen_), "NX", "PX", kKeepMs}, &ignored, err);
+  }
+  if (round > round_seen_) {
+    round_seen_ = round;
+    Event e;
+    e.kind = Event::Kind::kBeginRound;
+    e.round = round;
+    e.text = "round " + std::to_string(round) + " asked by a node";
+    Emit(std::move(e));
+  }
+  if (waiting_round > round_started_) {
+    // A node that already ended cannot join the round; one that never stops is bounded.
+    std::string why;
+    if (round_wait_since_ == SteadyTime{}) round_wait_since_ = now;
+    for (int r = 0; r < n && why.empty(); ++r)
+      if (r != o_.node_rank && peers_->Done(r))
+        why = "node " + std::to_string(r) + " had already finished: round " + std::to_string(waiting_round) +
+              " cannot restart every node";
+    if (why.empty() && now - round_wait_since_ > o_.barrier_timeout)
+      why = "round " + std::to_string(waiting_round) + ": not every node stopped within " +
+            FormatDuration(o_.barrier_timeout) + " ([run] store_barrier_timeout)";
+    if (!why.empty()) {
+      stop_sent_ = true;
+      Event e;
+      e.kind = Event::Kind::kStop;
+      e.culprit = "round " + std::to_string(waiting_round);
+      e.text = why;
+      e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", why}};
+      Emit(std::move(e));
+      return true;
+    }
+  }
+  if (waiting_round > round_started_ && waiting_round == round_seen_ && stopped >= n) {
+    round_wait_since_ = SteadyTime{};
+    round_started_ = waiting_round;
+    Event e;
+    e.kind = Event::Kind::kStartRound;
+    e.round = waiting_round;
+    Emit(std::move(e));
+  }
+  return true;
+}
+
+void NodeCoordinator::Loop() {
+  using Clock = std::chrono::steady_clock;
+  const Millis poll = PollPeriod(o_.ttl), beat = o_.ttl / 3;
+  std::string err;
+  for (;;) {
+    bool finish;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (quit_) return;
+      finish = finish_;
+    }
+    SteadyTime now = Clock::now();
+    err.clear();
+    bool ok = true;
+    if (now - last_heartbeat_ >= beat || !connected_) {
+      ok = Heartbeat(&err);
+      if (ok) last_heartbeat_ = now;
+      if (ok && !connected_) {
+        // Back (re-registered by Heartbeat), before the watch looks: the others were away
+        // from it too, so each gets a ttl to register again before its absence counts.
+        connected_ = true;
+        peers_->Grace(now);
+        Info("the store " + o_.url.ToString() + " is back after " +
+             FormatSeconds(std::chrono::duration<double>(now - outage_since_).count()) + "; registered again");
+      }
+    }
+    if (ok && !finish) ok = CarryOutRequests(&err) && Watch(&err);
+    if (ok && finish) {
+      // Done before unregistering: a clean end must never look like a death.
+      int code;
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        code = finish_code_;
+        reason = finish_reason_;
+        if (code != 0 && failure_.is_null() && !stop_sent_)
+          failure_ = {{"node", o_.node_rank}, {"process", nullptr}, {"exit_code", code}, {"reason", reason}};
+      }
+      RedisReply r;
+      ok = CarryOutRequests(&err) &&
+           (session_.empty() ||
+            client_.Command({"SET", SessionKey("done:" + std::to_string(o_.node_rank)), std::to_string(code), "PX",
+                             kKeepMs},
+                            &r, &err)) &&
+           client_.Eval(kUnregister, {NodeKey(o_.node_rank)}, {nonce_}, &r, &err);
+      if (ok) {
+        std::lock_guard<std::mutex> l(mu_);
+        finished_ = true;
+        wake_.notify_all();
+        return;
+      }
+    }
+    if (!ok) {
+      if (connected_) {
+        connected_ = false;
+        outage_since_ = now;
+        Event e;
+        e.kind = Event::Kind::kWarn;
+        e.text = "the store " + o_.url.ToString() + " is unreachable (" + err +
+                 "): the processes go on; this node stops if it stays away for " + FormatDuration(o_.outage) +
+                 " ([run] store_outage)";
+        Emit(std::move(e));
+      } else if (now - outage_since_ > o_.outage && !stop_sent_) {
+        stop_sent_ = true;
+        Event e;
+        e.kind = Event::Kind::kStop;
+        e.culprit = "the store";
+        e.text = "the store " + o_.url.ToString() + " was unreachable for longer than " +
+                 FormatDuration(o_.outage) + " ([run] store_outage): " + err;
+        e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text}};
+        Emit(std::move(e));
+      }
+    }
+    std::unique_lock<std::mutex> l(mu_);
+    wake_.wait_for(l, poll);
+  }
+}
+
+}  // namespace dflash

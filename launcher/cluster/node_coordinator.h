@@ -1,0 +1,147 @@
+// The node launchers of one run, coordinated through Redis (docs/multinode.md,
+// "The store"): this node's registration with a TTL, the start barrier, failures
+// published for every node, restart rounds across nodes, and the other nodes'
+// launchers watched so a dead one is noticed within store_ttl + a poll.
+//
+// A thread of its own with its own synchronous RedisClient (docs/design.md says
+// why not an async client in the supervisor's loop): it never touches the
+// supervisor; it queues Events and makes event_fd() readable, and the loop
+// thread takes them. Requests from the loop (a failure to publish, a round) are
+// queued the other way and wake the thread. Keys: dflash:<run_id>:node:<r>, and
+// per session (node 0's instance nonce) dflash:<run_id>:<session>:{failed,round,
+// stopped:<n>,done:<r>}.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/duration.h"
+#include "common/fd.h"
+#include "launcher/cluster/peer_tracker.h"
+#include "store/redis_client.h"
+
+namespace dflash {
+
+struct CoordinatorOptions {
+  StoreUrl url;
+  std::string run_id;
+  int nnodes = 1;
+  int node_rank = 0;
+  Millis ttl{5000};
+  Millis barrier_timeout{300000};
+  Millis outage{30000};
+};
+
+class NodeCoordinator {
+ public:
+  struct Event {
+    enum class Kind {
+      kInfo,        ///< `text` for supervisor.log and the console
+      kWarn,
+      kBarrier,     ///< every node registered and seen alive: start
+      kStop,        ///< stop the run: `culprit` (a node), `text` the reason, `record` the failure
+      kBeginRound,  ///< round `round` began: stop every process for it
+      kStartRound,  ///< every node has stopped for `round`: start again
+    };
+    Kind kind = Kind::kInfo;
+    int round = 0;
+    std::string culprit;
+    std::string text;
+    nlohmann::json record;  ///< kStop: {node, process, exit_code, reason}
+  };
+
+  explicit NodeCoordinator(CoordinatorOptions options);
+  ~NodeCoordinator();  ///< stops the thread (without publishing anything)
+  NodeCoordinator(const NodeCoordinator&) = delete;
+  NodeCoordinator& operator=(const NodeCoordinator&) = delete;
+
+  /// On the calling thread, before anything starts: reaches the store (retrying
+  /// for `outage`), then claims this node's registration. Another live launcher
+  /// holding it: false, exit 69, `err` names it. A stale one (an earlier run of
+  /// the same id): taken over at once when its launcher is provably dead on this
+  /// host, else waited for (it expires within ttl unless it is refreshed, which
+  /// proves it live). Unreachable store: false, exit 69. `notes`: what it did.
+  bool Register(std::string* err, int* exit_code, std::vector<std::string>* notes);
+  /// Starts the thread: heartbeats, the watch, the requests. Its first Events
+  /// come before the barrier (kBarrier once every node is seen alive).
+  bool Start(std::string* err);
+  /// Readable (EFD) when Events wait; O_CLOEXEC.
+  int event_fd() const { return event_fd_.get(); }
+  std::vector<Event> TakeEvents();
+  /// The nodes not seen alive yet (for the barrier's error).
+  std::vector<int> Missing();
+
+  // --- requests from the supervisor's loop (queued; the thread carries them out) ---
+  /// This node's failure ended its run (no restart left): first one published wins.
+  void PublishFailure(const std::string& process, int exit_code, const std::string& reason);
+  /// Ask every node for the round after `current` (if nobody has yet).
+  void RequestRound(int current, const std::string& why);
+  /// Every process of this node has stopped for `round`.
+  void RoundStopped(int round);
+  /// The run ended here with `exit_code`: publish done (and a failure, if non-zero
+  /// and none was), unregister, end the thread. Waits at most ~2 s for the store.
+  void Finish(int exit_code, const std::string& reason);
+
+  /// Before Finish, on the calling thread (its own connection), while this node's
+  /// registration is still refreshed: waits until no other node is registered,
+  /// at most `max`. Node 0 does this after a clean end, because a peer still at
+  /// the start barrier learns the run's session only from node 0's live record.
+  bool LingerWhilePeersRegistered(Millis max, std::vector<int>* left);
+
+  /// After Finish, on the calling thread: waits until no other node is registered
+  /// (each done or gone), at most `max`. False: `left` names those still there.
+  bool WaitForPeers(Millis max, std::vector<int>* left);
+
+  std::string NodeKey(int node) const;
+  std::string SessionKey(const std::string& what) const;
+
+ private:
+  bool WaitForPeersWith(RedisClient& client, Millis max, std::vector<int>* left);
+  void Loop();
+  bool Heartbeat(std::string* err);
+  bool Watch(std::string* err);
+  bool CarryOutRequests(std::string* err);
+  void Emit(Event e);
+  void Info(const std::string& text);
+  bool ClaimOnce(bool* claimed, nlohmann::json* holder, std::string* err);
+  std::vector<std::string> RecordArgs() const;
+
+  CoordinatorOptions o_;
+  RedisClient client_;
+  std::string nonce_, host_, pid_scope_, started_;
+  pid_t pid_ = 0;
+  unsigned long long pid_start_ = 0;
+  long long heartbeat_ = 0;
+  UniqueFd event_fd_;
+  std::thread thread_;
+
+  std::mutex mu_;  // guards everything below
+  std::condition_variable wake_;
+  bool quit_ = false;
+  std::deque<Event> events_;
+  std::vector<int> missing_;
+  nlohmann::json failure_;       // to publish (null: none)
+  int round_request_ = -1;       // the round it was in when it asked (-1: none)
+  std::string round_why_;
+  int round_stopped_ = -1;       // the round this node stopped for (-1: none)
+  bool finish_ = false, finished_ = false;
+  int finish_code_ = 0;
+  std::string finish_reason_;
+
+  // The thread's own state (no lock: only the thread touches it after Start).
+  std::unique_ptr<PeerTracker> peers_;
+  std::string session_;
+  bool barrier_passed_ = false, stop_sent_ = false, failure_published_ = false;
+  int round_seen_ = 0, round_started_ = 0;
+  bool connected_ = true;
+  SteadyTime outage_since_{}, last_heartbeat_{}, round_wait_since_{};
+};
+
+}  // namespace dflash

@@ -1,0 +1,165 @@
+#include "launcher/cluster/store_session.h"
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "common/exit_codes.h"
+#include "common/signal_fd.h"
+#include "common/signal_names.h"
+#include "launcher/plan/holder_lock.h"
+
+namespace dflash {
+namespace {
+
+void Say(const std::shared_ptr<spdlog::logger>& log, const std::string& text, bool error) {
+  std::fprintf(stderr, "dflash-launch: %s%s\n", error ? "" : "", text.c_str());
+  if (log) error ? log->error(text) : log->info(text);
+}
+
+std::string JoinNodes(const std::vector<int>& nodes) {
+  std::string s;
+  for (int n : nodes) s += (s.empty() ? "" : ", ") + std::to_string(n);
+  return s;
+}
+
+}  // namespace
+
+int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
+                     const std::shared_ptr<spdlog::logger>& log, StoreSession* session) {
+  const RunSpec& run = plan->config.run;
+  std::string err;
+  StoreUrl url;
+  if (plan->store_private()) {
+    if (!plan->store_port && plan->nnodes > 1) {
+      Say(log, "store = \"private\" with several nodes needs MASTER_PORT to derive its port from", true);
+      return exit_code::kUsage;
+    }
+    if (plan->store_port > 65535) {
+      Say(log, "the private store's port " + std::to_string(plan->store_port) +
+                   " (master_port + 1 + 2 x roles) is not a port: pick a lower master_port", true);
+      return exit_code::kUsage;
+    }
+    if (plan->node_rank == 0) {
+      std::string dir, warning;
+      if (!PortLockDir(&dir, &warning, &err)) {
+        Say(log, err, true);
+        return exit_code::kCannotCreate;
+      }
+      std::string record = HolderRecord("run " + plan->run_id + ", its private store");
+      ReserveResult rr = plan->store_port ? ReservePort(dir, plan->store_port, record, ports, &err)
+                                          : ReserveFreePort(dir, record, &plan->store_port, ports, &err);
+      if (rr != ReserveResult::kReserved) {
+        Say(log, "the private store's port: " + err + "; nothing was started", true);
+        return rr == ReserveResult::kInUse ? exit_code::kInUse : exit_code::kFailure;
+      }
+      session->private_store = std::make_unique<PrivateStore>();
+      if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir, env, &err)) {
+        Say(log, err + "; nothing was started", true);
+        return exit_code::kInUse;
+      }
+      if (log) log->info("private store: redis-server pid {} on {}", session->private_store->pid(), plan->StoreUrlText());
+    }
+  }
+  if (!ParseStoreUrl(plan->StoreUrlText(), &url, &err)) {
+    Say(log, err, true);
+    return exit_code::kUsage;
+  }
+  CoordinatorOptions co;
+  co.url = url;
+  co.run_id = plan->run_id;
+  co.nnodes = plan->nnodes;
+  co.node_rank = plan->node_rank;
+  co.ttl = run.store_ttl;
+  co.barrier_timeout = run.store_barrier_timeout;
+  co.outage = run.store_outage;
+  session->coordinator = std::make_unique<NodeCoordinator>(co);
+  NodeCoordinator& c = *session->coordinator;
+  int rc = 0;
+  std::vector<std::string> notes;
+  bool registered = c.Register(&err, &rc, &notes);
+  for (const std::string& n : notes) Say(log, n, false);
+  if (!registered) {
+    Say(log, err, true);
+    session->coordinator.reset();
+    return rc;
+  }
+  if (log) log->info("registered as node {} of {} in {} (ttl {})", plan->node_rank, plan->nnodes, url.ToString(),
+                     FormatDuration(run.store_ttl));
+  if (!c.Start(&err)) {
+    Say(log, err, true);
+    return exit_code::kFailure;
+  }
+  // The start barrier: every node registered and seen alive.
+  SignalFd signals;
+  signals.Open({SIGINT, SIGTERM, SIGHUP}, &err);
+  auto t0 = std::chrono::steady_clock::now();
+  auto deadline = t0 + run.store_barrier_timeout;
+  bool said_waiting = false;
+  for (;;) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      std::string reason = "the start barrier: node(s) " + JoinNodes(c.Missing()) + " of " +
+                           std::to_string(plan->nnodes) + " did not register (or were not seen alive) within " +
+                           FormatDuration(run.store_barrier_timeout) +
+                           " ([run] store_barrier_timeout); nothing was started";
+      Say(log, reason, true);
+      c.Finish(exit_code::kTimeout, reason);
+      return exit_code::kTimeout;
+    }
+    if (!said_waiting && now - t0 > std::chrono::seconds(2)) {
+      Say(log, "waiting at the start barrier for node(s) " + JoinNodes(c.Missing()), false);
+      said_waiting = true;
+    }
+    pollfd fds[2] = {{c.event_fd(), POLLIN, 0}, {signals.fd(), POLLIN, 0}};
+    int ms = static_cast<int>(std::min<long long>(
+        1000, std::chrono::duration_cast<Millis>(deadline - now).count() + 1));
+    ::poll(fds, signals.fd() >= 0 ? 2 : 1, ms);
+    signalfd_siginfo si;
+    if (signals.fd() >= 0 && signals.Read(&si)) {
+      int sig = static_cast<int>(si.ssi_signo);
+      std::string reason = "stopped by " + SignalName(sig) + " at the start barrier; nothing was started";
+      Say(log, reason, true);
+      c.Finish(exit_code::kSignalBase + sig, reason);
+      return exit_code::kSignalBase + sig;
+    }
+    for (const NodeCoordinator::Event& e : c.TakeEvents()) {
+      using K = NodeCoordinator::Event::Kind;
+      if (e.kind == K::kBarrier) {
+        if (log) log->info("start barrier passed: all {} nodes registered and alive", plan->nnodes);
+        return 0;
+      }
+      if (e.kind == K::kStop) {
+        Say(log, e.text + "; nothing was started", true);
+        c.Finish(exit_code::kNodeFailed, e.text);
+        return exit_code::kNodeFailed;
+      }
+      Say(log, e.text, false);
+    }
+  }
+}
+
+void CloseStoreSession(const Plan& plan, int exit_code, const std::string& reason,
+                       const std::shared_ptr<spdlog::logger>& log, StoreSession* session) {
+  if (session->coordinator) {
+    // Node 0's nonce is the run's session: a peer that is still at the start barrier (it has not yet seen
+    // node 0's heartbeat advance) learns it only from node 0's live record. So after a clean end node 0 stays
+    // registered until the others are done or gone (torchrun's exit barrier, bounded likewise).
+    std::vector<int> left;
+    if (plan.node_rank == 0 && plan.nnodes > 1 && exit_code == 0 &&
+        !session->coordinator->LingerWhilePeersRegistered(plan.config.run.store_barrier_timeout, &left) && log &&
+        !left.empty())
+      log->warn("ending while node(s) {} are still registered", JoinNodes(left));
+    session->coordinator->Finish(exit_code, reason);
+    if (session->private_store) {
+      std::vector<int> left;
+      if (!session->coordinator->WaitForPeers(plan.config.run.store_barrier_timeout, &left) && log)
+        log->warn("stopping the private store while node(s) {} are still registered", JoinNodes(left));
+    }
+  }
+  if (session->private_store) session->private_store->Stop();
+  session->coordinator.reset();
+}
+
+}  // namespace dflash

@@ -1,0 +1,246 @@
+// `dflash-launch cache status|export|import|clear run.toml`: the compile cache
+// the config points at. Everything that writes it does so under the gate.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <set>
+
+#include "cachelock/gate.h"
+#include "cachelock/records.h"
+#include "cachelock/status.h"
+#include "common/exit_codes.h"
+#include "common/fd.h"
+#include "common/secure_path.h"
+#include "cachelock/cache_archive.h"
+#include "launcher/commands/cache_clear.h"
+#include "cachelock/cache_inventory.h"
+#include "launcher/commands/commands.h"
+#include "launcher/plan/torch_version.h"
+
+namespace dflash {
+namespace fs = std::filesystem;
+namespace {
+
+void Say(const std::string& line) { std::fprintf(stderr, "dflash-launch: %s\n", line.c_str()); }
+
+int Status(const Plan& plan, bool json) {
+  const std::string& dir = plan.config.run.cache_dir;
+  CacheInventory inv = ScanCache(dir);
+  GateStatusReport gate;
+  std::string err;
+  if (!ReadGateStatus(dir, &gate, &err)) {
+    Say(err);
+    return exit_code::kCannotCreate;
+  }
+  double now = static_cast<double>(std::time(nullptr));
+  std::set<std::string> torch;
+  for (const ReadyRecord& r : gate.ready)
+    if (!r.torch_version.empty()) torch.insert(r.torch_version);
+  if (json) {
+    nlohmann::json j = {{"cache_dir", dir}, {"inventory", inv.ToJson()}, {"gate", StatusJson(gate, now)},
+                        {"torch_versions", torch}, {"roles", nlohmann::json::array()}};
+    for (const ProcessPlan& p : plan.processes) {
+      if (p.role_rank != 0 || p.gate_key.empty()) continue;
+      bool ready = std::any_of(gate.ready.begin(), gate.ready.end(), [&](const ReadyRecord& r) { return r.key == p.gate_key; });
+      j["roles"].push_back({{"role", p.role}, {"key", p.gate_key}, {"ready", ready}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return exit_code::kOk;
+  }
+  std::cout << "cache " << dir << (inv.exists ? "" : " (does not exist yet)") << "\n";
+  std::cout << "  content  " << inv.total_files << " files: " << inv.Describe() << "\n";
+  std::string torch_list;
+  for (const std::string& t : torch) torch_list += (torch_list.empty() ? "" : ", ") + t;
+  std::cout << "  torch    " << (torch_list.empty() ? "unknown (no READY record)" : torch_list + " (from the READY records)")
+            << "\n";
+  for (const ProcessPlan& p : plan.processes) {
+    if (p.role_rank != 0 || p.gate_key.empty()) continue;
+    bool ready = std::any_of(gate.ready.begin(), gate.ready.end(), [&](const ReadyRecord& r) { return r.key == p.gate_key; });
+    std::cout << "  role     " << p.role << ": key " << p.gate_key
+              << (ready ? " (READY: the next run reuses)" : " (no READY: the next run compiles)") << "\n";
+  }
+  std::cout << StatusText(gate, now);
+  return exit_code::kOk;
+}
+
+/// The gate of the cache, held for maintenance until destroyed.
+struct HeldGate {
+  std::unique_ptr<CompileGate> gate;
+  ~HeldGate() {
+    if (gate) gate->Release();
+  }
+};
+
+int TakeGate(const std::string& dir, const std::string& purpose, Millis timeout, HeldGate* held) {
+  std::string err;
+  if (!MakeDirs(dir, 0700, &err)) {
+    Say(err);
+    return exit_code::kCannotCreate;
+  }
+  GateOptions o;
+  o.dir = dir;
+  o.role = "dflash-launch " + purpose;
+  o.timeout = timeout;
+  o.on_progress = [](std::string_view line) { Say(std::string(line)); };
+  if (GateError e = CompileGate::Open(o, &held->gate, &err); e != GateError::kOk) {
+    Say(err);
+    return GateExitCode(e);
+  }
+  if (GateError e = held->gate->Hold(purpose, &err); e != GateError::kOk) {
+    Say(err);
+    held->gate.reset();
+    return GateExitCode(e);
+  }
+  return exit_code::kOk;
+}
+
+/// The cache dir must be ours, reached only through links and parents that nobody else
+/// controls (exit 73 otherwise, with the fix). An absent dir passes: nothing to act on.
+int CheckCacheDir(const std::string& dir) {
+  std::string err;
+  if (!CheckSecurePath(dir, &err)) {
+    Say(err);
+    return exit_code::kCannotCreate;
+  }
+  return exit_code::kOk;
+}
+
+int Export(const Plan& plan, const CacheOptions& o) {
+  const std::string& dir = plan.config.run.cache_dir;
+  if (int rc = CheckCacheDir(dir)) return rc;
+  if (!ScanCache(dir).exists) {
+    Say("cache " + dir + " does not exist: nothing to export");
+    return exit_code::kFailure;
+  }
+  HeldGate held;  // nobody compiles into it while we read it
+  if (int rc = TakeGate(dir, "cache-export", o.timeout, &held)) return rc;
+  ExportReport report;
+  std::string err;
+  if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config)}, &report, &err)) {
+    Say("export failed: " + err);
+    return exit_code::kFailure;
+  }
+  for (size_t i = 0; i < report.skipped.size() && i < 20; ++i) Say("skipped " + report.skipped[i]);
+  if (report.skipped.size() > 20) Say("skipped " + std::to_string(report.skipped.size() - 20) + " more");
+  const CacheManifest& m = report.manifest;
+  std::cout << "exported " << m.files.size() << " files and " << m.keys.size() << " READY key(s) of " << dir
+            << " to " << o.file << " (" << HumanBytes(report.archive_bytes) << ", torch " << m.torch_version << ", "
+            << m.device << ")\n";
+  return exit_code::kOk;
+}
+
+int Import(const Plan& plan, const CacheOptions& o) {
+  const std::string& dir = plan.config.run.cache_dir;
+  if (int rc = CheckCacheDir(dir)) return rc;
+  ArchiveFacts here{CacheTorchVersion(plan), DeviceKind(plan.config)};
+  // Check before waiting for the gate: a wrong archive is refused at once.
+  CacheManifest manifest;
+  std::string err;
+  if (!ReadArchiveManifest(o.file, &manifest, &err)) {
+    Say("refused: " + err + "; the cache is untouched");
+    return exit_code::kFailure;
+  }
+  HeldGate held;  // a running compile finishes first; nobody reads a half-imported cache
+  if (int rc = TakeGate(dir, "cache-import", o.timeout, &held)) return rc;
+  ImportReport r;
+  if (ImportCache(o.file, dir, here, o.force, &r, &err) != ImportResult::kOk) {
+    if (r.cache_changed)
+      Say("import failed: " + err + "; rolling back also failed (" + r.rollback_error +
+          "): some imported files remain in " + dir + ", but no READY marker was installed");
+    else if (r.rolled_back)
+      Say("import failed: " + err + "; the files already renamed in were taken out again: the cache is as it was");
+    else
+      Say("refused: " + err + "; the cache is untouched");
+    return exit_code::kFailure;
+  }
+  std::cout << "imported " << r.manifest.files.size() << " files and " << r.manifest.keys.size()
+            << " READY key(s) into " << dir << " (torch " << r.manifest.torch_version << ")\n";
+  return exit_code::kOk;
+}
+
+int Clear(const Plan& plan, const CacheOptions& o) {
+  const std::string& dir = plan.config.run.cache_dir;
+  if (int rc = CheckCacheDir(dir)) return rc;
+  if (!ScanCache(dir).exists) {
+    std::cout << "cache " << dir << " does not exist: nothing to clear\n";
+    return exit_code::kOk;
+  }
+  std::string err;
+  if (!o.key.empty()) {
+    // One key: its READY goes (the next run of that key compiles); the entries stay (content-addressed).
+    if (!ValidGateKey(o.key, &err)) {
+      Say(err);
+      return exit_code::kUsage;
+    }
+    GateOptions g;
+    g.dir = dir;
+    g.role = "dflash-launch cache-clear";
+    g.timeout = o.timeout;
+    g.on_progress = [](std::string_view line) { Say(std::string(line)); };
+    std::unique_ptr<CompileGate> gate;
+    if (GateError e = CompileGate::Open(g, &gate, &err); e != GateError::kOk) {
+      Say(err);
+      return GateExitCode(e);
+    }
+    bool existed = false;
+    if (GateError e = gate->Forget(o.key, &existed, &err); e != GateError::kOk) {
+      Say(err);
+      return GateExitCode(e);
+    }
+    std::cout << (existed ? "cleared READY(" + o.key + "): the next run of that key compiles\n"
+                          : "READY(" + o.key + ") was not there\n");
+    return exit_code::kOk;
+  }
+  HeldGate held;  // never under a running compile
+  if (int rc = TakeGate(dir, "cache-clear", o.timeout, &held)) return rc;
+  ClearReport report;
+  bool ok = ClearCache(dir, &report, &err);
+  std::cout << (ok ? "cleared " : "clear stopped in ") << dir << ": " << report.Describe() << "\n";
+  if (!report.left.empty()) {
+    std::cout << "left " << report.left.size() << " entr" << (report.left.size() == 1 ? "y" : "ies")
+              << " that Inductor, Triton and the gate did not write (not touched):";
+    for (size_t i = 0; i < report.left.size() && i < 20; ++i) {
+      const auto& [path, files] = report.left[i];
+      std::cout << (i ? ", " : " ") << path;
+      if (path.back() == '/') std::cout << " (" << files << " file" << (files == 1 ? "" : "s") << ")";
+    }
+    if (report.left.size() > 20) std::cout << " and " << report.left.size() - 20 << " more";
+    std::cout << "\n";
+  }
+  if (!ok) {
+    Say("clear failed: " + err);
+    return exit_code::kFailure;
+  }
+  return exit_code::kOk;
+}
+
+}  // namespace
+
+std::string DeviceKind(const RunConfig& config) {
+  for (const RoleSpec& r : config.roles)
+    if (!r.is_cpu()) return "cuda";
+  return "cpu";
+}
+
+std::string CacheTorchVersion(const Plan& plan) {
+  const RunConfig& c = plan.config;
+  for (size_t i = 0; i < c.roles.size(); ++i)
+    if (c.roles[i].gate.enabled) return plan.role_torch_version[i];
+  // No gated role: ask the first role's Python (what would compile into the cache).
+  return c.roles.empty() ? "unknown" : TorchVersionFor(c.roles[0]);
+}
+
+int RunCache(const CacheOptions& o, char** env) {
+  Plan plan;
+  if (!LoadPlanOrReport(o.config, "cache", o.bin_dir, env, &plan)) return exit_code::kConfig;
+  if (o.action == "status") return Status(plan, o.json);
+  if (o.action == "export") return Export(plan, o);
+  if (o.action == "import") return Import(plan, o);
+  return Clear(plan, o);
+}
+
+}  // namespace dflash

@@ -1,0 +1,171 @@
+// dflash-launch: one isolated process per GPU role, a compile gate on the shared
+// Inductor cache, restarts by policy, and a summary that names the root cause.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "common/duration.h"
+#include "common/exit_codes.h"
+#include "cachelock/gate.h"
+#include "dflash_build_info.h"
+#include "launcher/commands/commands.h"
+#include "launcher/config/schema.h"
+
+extern char** environ;
+
+namespace dflash {
+namespace {
+
+bool IsSubcommand(const std::string& a) {
+  for (const char* s : {"run", "check", "seed", "cache", "schema", "ctl", "ps"})
+    if (a == s) return true;
+  return false;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{"dflash-launch: run one isolated process per GPU role with a shared, gated compile cache.\n"
+               "  dflash-launch run.toml           same as `dflash-launch run run.toml`\n"
+               "Exit codes: 0 ok, 2 config error, 64 usage; a run exits with its culprit's code (128+N for signal N);\n"
+               "ctl: 66 no such run, 67 unknown target, 77 refused (docs/exit-codes.md).",
+               "dflash-launch"};
+  app.set_version_flag("--version", std::string("dflash-launch ") + DFLASH_VERSION + "\ncommit " + DFLASH_GIT_COMMIT +
+                                        "\ntested with torch " + DFLASH_TESTED_TORCH + "\nbuild " + DFLASH_BUILD_FLAGS);
+  app.require_subcommand(1);
+
+  CheckOptions check;
+  CLI::App* check_cmd = app.add_subcommand("check", "Validate the config and print the resolved plan; spawn nothing.");
+  check_cmd->add_option("config", check.config, "run.toml")->required();
+  check_cmd->add_flag("--json", check.json, "Machine-readable plan (format dflash-plan/1, see docs/check-json.md)");
+  check_cmd->add_option("--run-id", check.run_id, "Show the plan for this run id (ports derived from it)");
+
+  RunOptions run;
+  std::string color = "auto";
+  CLI::App* run_cmd = app.add_subcommand("run", "Run every process of the plan under the supervisor (the default).");
+  run_cmd->add_option("config", run.config, "run.toml")->required();
+  run_cmd->add_option("--run-id", run.run_id, "Name of this run's log directory (default: <name>-<date>-<time>-<pid>)");
+  run_cmd->add_flag("--plain", run.plain,
+                    "Prefixed lines only, no live status block (the default when stdout is not a terminal)");
+  run_cmd->add_option("--color", color, "Colour on the console: auto (a TTY without NO_COLOR), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+
+  // torchrun's names; without them, the scheduler's env (Slurm, Kubernetes) or [run] decide (docs/multinode.md).
+  for (auto [cmd, nodes] : {std::pair{check_cmd, &check.nodes}, {run_cmd, &run.nodes}}) {
+    cmd->add_option("--nnodes", nodes->nnodes, "Nodes of the run, one dflash-launch each")
+        ->check(CLI::Range(1, 65536));
+    cmd->add_option("--node-rank", nodes->node_rank, "This node's rank, 0..nnodes-1")->check(CLI::Range(0, 65535));
+    cmd->add_option("--master-addr", nodes->master_addr, "MASTER_ADDR: the address of node 0");
+    cmd->add_option("--store", nodes->store,
+                    "The coordination store: redis://HOST[:PORT][/DB], or private (node 0 starts one); beats [run] store");
+  }
+
+  SeedOptions seed;
+  CLI::App* seed_cmd = app.add_subcommand(
+      "seed", "Pre-compile each gated role's graphs into the cache, as the real run would (ready = exit).");
+  seed_cmd->add_option("config", seed.config, "run.toml")->required();
+  seed_cmd->add_option("--role", seed.role, "Only this role (default: every gated role)");
+  seed_cmd->add_flag("--verify", seed.verify, "Then start a fresh process the same way and require 0 FX-graph misses");
+  seed_cmd->add_flag("--force", seed.force, "Seed again even if READY already exists for the key");
+
+  CacheOptions cache;
+  std::string cache_timeout = FormatDuration(kDefaultGateTimeout);
+  CLI::App* cache_cmd = app.add_subcommand("cache", "The config's compile cache: status, export, import, clear.");
+  cache_cmd->require_subcommand(1);
+  CLI::App* c_status = cache_cmd->add_subcommand("status", "Size, entries per kind, READY keys, gate holder, torch version");
+  c_status->add_option("config", cache.config, "run.toml")->required();
+  c_status->add_flag("--json", cache.json, "Machine-readable");
+  CLI::App* c_export = cache_cmd->add_subcommand("export", "Write the cache to a compressed archive with a manifest");
+  c_export->add_option("config", cache.config, "run.toml")->required();
+  c_export->add_option("file", cache.file, "FILE (.tar.zst, or .tar.gz)")->required();
+  CLI::App* c_import = cache_cmd->add_subcommand("import", "Check an archive's manifest against this machine, then unpack it in");
+  c_import->add_option("config", cache.config, "run.toml")->required();
+  c_import->add_option("file", cache.file, "FILE")->required();
+  c_import->add_flag("--force", cache.force, "Import even if the manifest names another torch version or device");
+  CLI::App* c_clear = cache_cmd->add_subcommand("clear", "Under the gate: move the cache (or one key's READY) aside, then delete it");
+  c_clear->add_option("config", cache.config, "run.toml")->required();
+  c_clear->add_option("--key", cache.key, "Only forget READY(KEY): the next run of that key compiles");
+  for (CLI::App* sub : {c_export, c_import, c_clear})
+    sub->add_option("--timeout", cache_timeout, "Longest wait for the gate (default " + FormatDuration(kDefaultGateTimeout) + ")");
+
+  // Live control (docs/control.md): `ctl [RUN] VERB ...` talks to the run's control socket.
+  CtlOptions ctl;
+  CLI::App* ctl_cmd = app.add_subcommand("ctl", "Ask or steer a live run: status, restart, stop, start, signal, logs.");
+  ctl_cmd->add_option("run", ctl.run, "RUN_ID or RUN_DIR (default: your only live run on this host)");
+  ctl_cmd->require_subcommand(1);
+  CLI::App* ctl_status = ctl_cmd->add_subcommand("status", "One line per process: state, pid, GPU, gate, STATUS=, restarts");
+  ctl_status->add_flag("--json", ctl.json, "The run's status as JSON (docs/control.md)");
+  std::vector<CLI::App*> ctl_verbs = {ctl_status};
+  for (auto [name, help] : {std::pair{"restart", "Restart TARGET now (not counted against the restart budget)"},
+                            {"stop", "Stop TARGET; it stays stopped, the run goes on (until `stop all`)"},
+                            {"start", "Start TARGET stopped by `ctl stop`"}}) {
+    CLI::App* v = ctl_cmd->add_subcommand(name, help);
+    v->add_option("target", ctl.target, "role, role:rank or all")->required();
+    ctl_verbs.push_back(v);
+  }
+  CLI::App* ctl_signal = ctl_cmd->add_subcommand("signal", "Send SIG to TARGET's processes");
+  ctl_signal->add_option("sig", ctl.signal, "SIGUSR1, USR1, ...")->required();
+  ctl_signal->add_option("target", ctl.target, "role, role:rank or all")->required();
+  ctl_verbs.push_back(ctl_signal);
+  CLI::App* ctl_logs = ctl_cmd->add_subcommand("logs", "Print TARGET's output (its latest attempt) from the run dir");
+  ctl_logs->add_flag("-f,--follow", ctl.follow, "Keep printing until the run ends (or Ctrl-C)");
+  ctl_logs->add_option("target", ctl.target, "role, role:rank or all")->required();
+  ctl_verbs.push_back(ctl_logs);
+  bool ps_json = false;
+  CLI::App* ps_cmd = app.add_subcommand("ps", "Your live runs on this host: id, supervisor pid, uptime, processes running");
+  ps_cmd->add_flag("--json", ps_json, "Machine-readable");
+
+  bool markdown = false;
+  CLI::App* schema_cmd = app.add_subcommand("schema", "Print every run.toml key with type, default and meaning.");
+  schema_cmd->add_flag("--markdown", markdown, "As the markdown reference in docs/config.md");
+
+  // `dflash-launch run.toml` means `dflash-launch run run.toml`.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && !IsSubcommand(args[0]) && args[0].rfind("-", 0) != 0) args.insert(args.begin(), "run");
+  std::reverse(args.begin(), args.end());  // CLI11 takes them reversed
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? exit_code::kOk : exit_code::kUsage;
+  }
+  check.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  run.bin_dir = check.bin_dir;
+  run.color = color == "always" ? ColorMode::kAlways : color == "never" ? ColorMode::kNever : ColorMode::kAuto;
+  if (run_cmd->parsed()) return RunRun(run, environ);
+  if (seed_cmd->parsed()) {
+    seed.bin_dir = check.bin_dir;
+    return RunSeed(seed, environ);
+  }
+  if (cache_cmd->parsed()) {
+    cache.bin_dir = check.bin_dir;
+    for (CLI::App* sub : {c_status, c_export, c_import, c_clear})
+      if (sub->parsed()) cache.action = sub->get_name();
+    std::string err;
+    if (!ParseDuration(cache_timeout, &cache.timeout, &err)) {
+      std::fprintf(stderr, "dflash-launch: --timeout %s: %s\n", cache_timeout.c_str(), err.c_str());
+      return exit_code::kUsage;
+    }
+    return RunCache(cache, environ);
+  }
+  if (check_cmd->parsed()) return RunCheck(check, environ);
+  if (ctl_cmd->parsed()) {
+    for (CLI::App* v : ctl_verbs)
+      if (v->parsed()) ctl.action = v->get_name();
+    return RunCtl(ctl);
+  }
+  if (ps_cmd->parsed()) return RunPs(ps_json);
+  if (schema_cmd->parsed()) {
+    std::fputs(SchemaMarkdown().c_str(), stdout);
+    return exit_code::kOk;
+  }
+  return exit_code::kUsage;
+}
+
+}  // namespace dflash
+
+int main(int argc, char** argv) { return dflash::Main(argc, argv); }

@@ -1,0 +1,442 @@
+// Rules that span keys: GPUs shared by roles, duplicate names, the shape
+// contract, restart budgets, and a cache dir that is safe to load code from.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "common/duration.h"
+#include "contract/shape_contract.h"
+#include "common/inductor_layout.h"
+#include "common/secure_path.h"
+#include "launcher/config/config_internal.h"
+
+namespace dflash {
+namespace {
+
+const char* const kReserved[] = {
+    "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_MASTER_PORT",
+    "ROLE_MASTER_ADDR", "GROUP_WORLD_SIZE",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT",
+    "NOTIFY_SOCKET",
+    // DFLASH_* that dflash-launch and dflash-worker set (others are the payload's own knobs).
+    "DFLASH_RUN_ID", "DFLASH_RUN_DIR", "DFLASH_PROCESS", "DFLASH_ATTEMPT", "DFLASH_METRICS_FILE",
+    "DFLASH_SPOOL_DIR", "DFLASH_GATE_KEY", "DFLASH_GATE_ROLE", "DFLASH_WARMUP", "DFLASH_HIDDEN_SHAPE",
+    "DFLASH_TAPPED_LAYERS", "DFLASH_TARGET_LAYERS", "DFLASH_HIDDEN", "DFLASH_DRAFT_LAYERS", "DFLASH_BLOCK_SIZE",
+    "DFLASH_SEQ_LEN", "DFLASH_BATCH", "DFLASH_DTYPE", "DFLASH_VOCAB", "DFLASH_SEED", "DFLASH_HEADS",
+    "DFLASH_KV_HEADS", "DFLASH_TORCH_VERSION", "DFLASH_SPOOL_PRODUCERS", "DFLASH_NODE_RANK", "DFLASH_NNODES", "DFLASH_RUN_TOKEN",
+};
+
+const toml::node* At(const toml::table& root, std::initializer_list<std::string_view> path) {
+  const toml::node* n = &root;
+  for (std::string_view k : path) {
+    if (!n || !n->is_table()) return nullptr;
+    n = n->as_table()->get(k);
+  }
+  return n;
+}
+
+SourcePos PosIn(const toml::table& root, std::initializer_list<std::string_view> path, const std::string& file) {
+  if (const toml::node* n = At(root, path)) return PosOf(n->source());
+  // Fall back to the enclosing table, then the file.
+  if (path.size() > 1) {
+    if (const toml::node* n = At(root, {*path.begin()})) return PosOf(n->source());
+  }
+  return {file, 1, 1};
+}
+
+bool SharesANode(const RoleSpec& a, const RoleSpec& b) {
+  if (a.nodes.empty() || b.nodes.empty()) return true;
+  for (int n : a.nodes)
+    if (b.RunsOnNode(n)) return true;
+  return false;
+}
+
+/// [run] nnodes against the roles' `nodes`, and the explicit ports' room: what the file alone can tell.
+/// (With nnodes from flags or the scheduler, BuildPlanForNode checks the rest.)
+void CheckNodesAndPorts(RunConfig* cfg, std::vector<ConfigError>* errors) {
+  const RunSpec& run = cfg->run;
+  if (run.nnodes > 0)
+    for (const RoleSpec& r : cfg->roles)
+      for (int n : r.nodes)
+        if (n >= run.nnodes) {
+          errors->push_back({r.nodes_pos, "role[" + r.name + "].nodes", "node " + std::to_string(n) +
+                                 " does not exist", "node ranks from 0 to " + std::to_string(run.nnodes - 1),
+                             std::to_string(n), "[run] nnodes = " + std::to_string(run.nnodes) +
+                                 ": raise it or drop the node from the list"});
+          break;
+        }
+  if (run.master_port > 0) {
+    // The role ports follow master_port, then the warm-ups' (gate mode warmup).
+    long long last = run.master_port + 2 * static_cast<long long>(cfg->roles.size());
+    if (last > 65535)
+      errors->push_back({run.master_port_pos, "run.master_port", "no room for the role ports",
+                         "master_port + 2 * roles <= 65535 (a ROLE_MASTER_PORT per role and one per warm-up)",
+                         std::to_string(run.master_port), "pick a lower port, or \"auto\""});
+  }
+}
+
+void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  if (cfg->roles.empty() && !root.contains("role")) {  // a malformed `role` is reported already
+    errors->push_back({{cfg->path, 1, 1}, "role", "no roles", "at least one [[role]]", "none",
+                       "add a [[role]] with name, devices (or cpu) and command (or builtin)"});
+    return;
+  }
+  std::map<std::string, const RoleSpec*> names;
+  struct GpuUse { const RoleSpec* role; SourcePos pos; };
+  std::multimap<int, GpuUse> gpus;
+  for (const RoleSpec& r : cfg->roles) {
+    if (!r.name.empty()) {
+      auto [it, inserted] = names.emplace(r.name, &r);
+      if (!inserted)
+        errors->push_back({r.name_pos, "role[" + r.name + "].name", "duplicate role name \"" + r.name + "\"",
+                           "unique role names", "also at " + it->second->name_pos.ToString(),
+                           "rename one of them, e.g. \"" + r.name + "2\""});
+    }
+    for (size_t i = 0; !cfg->run.share_gpus && i < r.devices.size(); ++i) {
+      int gpu = r.devices[i];
+      SourcePos pos = i < r.device_pos.size() ? r.device_pos[i] : r.pos;
+      // Roles on disjoint nodes may use the same GPU index: each node has its own GPU 0.
+      auto it = gpus.lower_bound(gpu);
+      for (; it != gpus.end() && it->first == gpu; ++it)
+        if (it->second.role == &r || SharesANode(*it->second.role, r)) break;
+      bool clash = it != gpus.end() && it->first == gpu;
+      if (!clash) {
+        gpus.emplace(gpu, GpuUse{&r, pos});
+        continue;
+      }
+      bool same = it->second.role == &r;
+      errors->push_back({pos, "role[" + r.name + "].devices",
+                         "GPU " + std::to_string(gpu) + (same ? " is listed twice" : " is used by two roles"),
+                         "each GPU in one process only (one process per GPU)",
+                         std::to_string(gpu) + " here and " +
+                             (same ? "" : "in role \"" + it->second.role->name + "\" ") + "at " +
+                             it->second.pos.ToString(),
+                         (same ? "remove the duplicate " + std::to_string(gpu)
+                               : "give each role its own GPUs: remove " + std::to_string(gpu) + " from one of them") +
+                             ", or set [run] share_gpus = true to put several processes on one GPU on purpose"});
+    }
+  }
+}
+
+void CheckModel(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  ModelSpec& m = cfg->model;
+  const std::string& file = cfg->path;
+  bool has_builtin = false;
+  for (const RoleSpec& r : cfg->roles) has_builtin |= !r.builtin.empty();
+  if (!m.present) {
+    if (has_builtin)
+      for (const RoleSpec& r : cfg->roles)
+        if (!r.builtin.empty()) {
+          errors->push_back({r.pos, "role[" + r.name + "].builtin", "builtin roles need the [model] contract",
+                             "a [model] table", "no [model]",
+                             "add [model] with target_layers, hidden, tapped_layers and seq_len"});
+          break;
+        }
+    return;
+  }
+  if (m.target_layers <= 0 || m.hidden <= 0 || m.seq_len <= 0) return;  // already reported
+  auto err = [&](std::initializer_list<std::string_view> path, std::string key, std::string msg,
+                 std::string expected, std::string found, std::string hint, SourcePos* at = nullptr) {
+    errors->push_back({at ? *at : PosIn(root, path, file), "model." + key, std::move(msg), std::move(expected),
+                       std::move(found), std::move(hint)});
+  };
+  if (m.tapped_layers_derived) {
+    m.tapped_layers = DefaultTappedLayers(m.target_layers, m.draft_layers);
+    std::set<int> uniq(m.tapped_layers.begin(), m.tapped_layers.end());
+    if (uniq.size() != m.tapped_layers.size())
+      err({"model", "target_layers"}, "target_layers",
+          "too few target layers for " + std::to_string(m.draft_layers) + " distinct taps", "target_layers >= " +
+          std::to_string(m.draft_layers + 3), std::to_string(m.target_layers),
+          "set tapped_layers explicitly, or lower draft_layers");
+  } else {
+    const toml::node* arr = At(root, {"model", "tapped_layers"});
+    std::vector<SourcePos> pos;
+    if (arr && arr->is_array())
+      for (const toml::node& e : *arr->as_array()) pos.push_back(PosOf(e.source()));
+    if (m.tapped_layers.empty() && arr && arr->is_array() && arr->as_array()->empty())
+      err({"model", "tapped_layers"}, "tapped_layers", "no tapped layers", "at least one layer id", "[]",
+          "remove the key to spread draft_layers taps over the target, e.g. [1, 16, 31, 46, 61] for 64 layers");
+    for (size_t i = 0; i < m.tapped_layers.size(); ++i) {
+      int id = m.tapped_layers[i];
+      SourcePos* at = i < pos.size() ? &pos[i] : nullptr;
+      if (id >= m.target_layers) {
+        err({"model", "tapped_layers"}, "tapped_layers", "layer id " + std::to_string(id) + " does not exist",
+            "ids from 0 to target_layers-1 = " + std::to_string(m.target_layers - 1), std::to_string(id),
+            "layer id i is the output of layer i (HF hidden_states[i+1]); the last is " +
+                std::to_string(m.target_layers - 1), at);
+      } else if (i > 0 && id == m.tapped_layers[i - 1]) {
+        err({"model", "tapped_layers"}, "tapped_layers", "layer " + std::to_string(id) + " is tapped twice",
+            "distinct layer ids", std::to_string(id) + " twice", "remove the duplicate", at);
+      } else if (i > 0 && id < m.tapped_layers[i - 1]) {
+        std::vector<int> sorted = m.tapped_layers;
+        std::sort(sorted.begin(), sorted.end());
+        std::string s = "[";
+        for (size_t j = 0; j < sorted.size(); ++j) s += (j ? ", " : "") + std::to_string(sorted[j]);
+        err({"model", "tapped_layers"}, "tapped_layers", "layer ids are not in ascending order",
+            "ascending ids (the concatenation order of the drafter input)",
+            std::to_string(id) + " after " + std::to_string(m.tapped_layers[i - 1]), "tapped_layers = " + s + "]", at);
+      }
+    }
+  }
+  if (m.heads > 0 && m.hidden % m.heads != 0)
+    err({"model", "heads"}, "heads", "hidden is not divisible by heads", "hidden % heads == 0",
+        "hidden " + std::to_string(m.hidden) + ", heads " + std::to_string(m.heads),
+        "pick heads dividing " + std::to_string(m.hidden) + " (head_dim = hidden / heads)");
+  if (m.kv_heads > 0 && m.heads == 0)
+    err({"model", "kv_heads"}, "kv_heads", "kv_heads without heads", "heads set too", "kv_heads only",
+        "add heads = N to [model]");
+  if (m.kv_heads > 0 && m.heads > 0 && m.heads % m.kv_heads != 0)
+    err({"model", "kv_heads"}, "kv_heads", "heads is not divisible by kv_heads", "heads % kv_heads == 0",
+        "heads " + std::to_string(m.heads) + ", kv_heads " + std::to_string(m.kv_heads),
+        "each key/value head serves heads/kv_heads query heads");
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+
+  ShapeContract c{m.batch, m.seq_len, m.NumTaps(), m.hidden};
+  if (const toml::node* n = At(root, {"model", "input_layout"}); n && n->is_string() &&
+      n->as_string()->get() == "stacked") {
+    ContractViolation v = StackedLayoutViolation(c);
+    err({"model", "input_layout"}, "input_layout", v.message, v.expected, v.found, v.hint);
+  }
+  if (const toml::node* n = At(root, {"model", "input_shape"}); n && n->is_array()) {
+    std::vector<int64_t> shape;
+    bool ints = true;
+    for (const toml::node& e : *n->as_array()) {
+      if (!e.is_integer()) ints = false;
+      else shape.push_back(e.as_integer()->get());
+    }
+    ContractViolation v;
+    if (!ints)
+      err({"model", "input_shape"}, "input_shape", "wrong element type", "an array of integers", DescribeNode(*n),
+          "e.g. input_shape = " + ShapeString(c.Shape()));
+    else if (!m.NumTaps()) {
+    } else if (!CheckHiddenShape(c, shape, &v))
+      err({"model", "input_shape"}, "input_shape", v.message, v.expected, v.found, v.hint);
+  }
+  if (const toml::node* n = At(root, {"model", "fc_in"}); n && n->is_integer() && m.NumTaps()) {
+    int64_t fc = n->as_integer()->get();
+    if (fc != c.n_taps * c.hidden) {
+      std::string hint = fc == c.hidden ? "fc_in equals one tap's hidden: the drafter reads all " +
+                                              std::to_string(c.n_taps) + " taps concatenated"
+                                        : "fc: n_taps*hidden -> hidden is Linear(" +
+                                              std::to_string(c.n_taps * c.hidden) + ", " + std::to_string(m.hidden) +
+                                              ", bias=False)";
+      err({"model", "fc_in"}, "fc_in", "fc width does not match the concatenated taps",
+          std::to_string(c.n_taps * c.hidden) + " = " + std::to_string(c.n_taps) + " taps * hidden " +
+              std::to_string(m.hidden) + " (input " + ShapeString(c.Shape()) + ")",
+          std::to_string(fc), hint);
+    }
+  }
+}
+
+void CheckCacheDir(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  const std::string& dir = cfg->run.cache_dir;
+  struct stat st {};
+  SourcePos pos = PosIn(root, {"run", "cache_dir"}, cfg->path);
+  if (::stat(dir.c_str(), &st) != 0) {  // created 0700 at run time, if the way there is safe
+    std::string why;
+    if (!dir.empty() && !CheckSecurePath(dir, &why))
+      errors->push_back({pos, "run.cache_dir", "cache_dir is not safe to create", "a path only you (or root) control",
+                         why, "use a directory of your own"});
+    return;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    errors->push_back({pos, "run.cache_dir", "cache_dir is not a directory", "a directory (or a path to create)",
+                       dir + " is a file", "point cache_dir at a directory, or move the file away"});
+    return;
+  }
+  // Inductor loads pickles and .so files from here: whoever can write it runs code in your training.
+  if (st.st_uid != ::geteuid()) {
+    errors->push_back({pos, "run.cache_dir", "cache_dir belongs to another user",
+                       "a directory owned by uid " + std::to_string(::geteuid()),
+                       dir + " owned by uid " + std::to_string(st.st_uid),
+                       "Inductor loads code from it: use your own directory, or sudo chown $(id -u) " + dir});
+    return;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%o", st.st_mode & 0777);
+    errors->push_back({pos, "run.cache_dir", "cache_dir is writable by group or others",
+                       "no group/other write permission", dir + " has mode " + mode,
+                       "Inductor loads code from it, so others could run code in your training: chmod go-w " + dir});
+    return;
+  }
+  // The way there (links, parents) and the tree Inductor reads (sub-dirs, kernels, READY markers).
+  std::string why;
+  if (!CheckSecurePath(dir, &why) || !CheckPrivateTree(dir, InductorReads, &why)) {
+    size_t fix = why.rfind("; fix: ");
+    std::string found = fix == std::string::npos ? why : why.substr(0, fix);
+    std::string hint = fix == std::string::npos ? "use a directory of your own" : why.substr(fix + 7);
+    errors->push_back({pos, "run.cache_dir", "cache_dir is not safe to load code from",
+                       "a path only you (or root) control, and a cache tree that is yours alone, with no symlinks",
+                       found, hint});
+  }
+}
+
+void CheckCwd(RunConfig* cfg, const toml::table& root, std::vector<ConfigError>* errors) {
+  const toml::node* roles = root.get("role");
+  for (size_t i = 0; i < cfg->roles.size(); ++i) {
+    const RoleSpec& r = cfg->roles[i];
+    if (r.cwd.empty()) continue;
+    std::error_code ec;
+    if (std::filesystem::is_directory(r.cwd, ec)) continue;
+    SourcePos pos = r.pos;
+    if (roles && roles->is_array() && i < roles->as_array()->size())
+      if (const toml::node* n = (*roles->as_array())[i].as_table()->get("cwd")) pos = PosOf(n->source());
+    errors->push_back({pos, "role[" + r.name + "].cwd", "cwd is not a directory", "an existing directory",
+                       r.cwd, "create it or fix the path (relative paths start at the config file)"});
+  }
+}
+
+}  // namespace
+
+bool ValidEnvName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+bool IsReservedEnv(const std::string& name) {
+  for (const char* r : kReserved)
+    if (name == r) return true;
+  return false;
+}
+
+std::string ReservedEnvHint(const std::string& name) {
+  if (name == "CUDA_VISIBLE_DEVICES") return "list the GPUs in devices = [...]; each process gets one";
+  if (name == "TORCHINDUCTOR_CACHE_DIR" || name == "TRITON_CACHE_DIR") return "set [run] cache_dir";
+  if (name == "MASTER_ADDR" || name == "MASTER_PORT") return "set [run] master_addr / master_port";
+  if (name.rfind("DFLASH_", 0) == 0) return name + " comes from [model] or the plan; change that instead";
+  return "remove it: `dflash-launch check` shows the value each process gets";
+}
+
+void CheckRestartBudget(TableReader& r, const std::string& policy, const RestartSpec& rs) {
+  if (policy == "never") {
+    for (const char* k : {"scope", "max", "window", "backoff", "reset_after", "no_restart_exit_codes"})
+      if (r.Has(k)) {
+        r.Error(k, r.ValuePos(k), std::string(k) + " has no effect with policy = \"never\"",
+                "policy = \"on-failure\" or \"always\"", "policy = \"never\" (the default)",
+                "add policy = \"on-failure\" to restart failed processes, or remove " + std::string(k));
+        return;
+      }
+    return;
+  }
+  if (rs.max < 0) {
+    r.Error("max", r.ValuePos("max"), "negative restart budget", "max >= 1", std::to_string(rs.max),
+            "e.g. max = 3");
+    return;
+  }
+  if (rs.max == 0) {
+    r.Error("max", r.ValuePos("max"), "max = 0 allows no restart", "max >= 1 with policy = \"" + policy + "\"", "0",
+            "use policy = \"never\" to never restart, or max >= 1");
+    return;
+  }
+  // The backoff alone spaces restarts out; if `max` of them cannot fit in the
+  // window, the budget never runs out and a crash loop restarts forever.
+  long long needed = 0, b = rs.backoff_min.count();
+  for (int i = 0; i < rs.max && needed <= rs.window.count(); ++i) {
+    needed += std::min<long long>(b, rs.backoff_max.count());
+    b = std::min<long long>(b * 2, rs.backoff_max.count());
+  }
+  if (needed > rs.window.count()) {
+    r.Error("window", r.ValuePos("window"), "the restart budget can never run out",
+            "window >= " + FormatDuration(Millis(needed)) + " (the backoff before " + std::to_string(rs.max) +
+                " restarts)",
+            "window = \"" + FormatDuration(rs.window) + "\" with max = " + std::to_string(rs.max) +
+                " and backoff " + FormatDuration(rs.backoff_min) + ".." + FormatDuration(rs.backoff_max),
+            "a crash loop would restart forever: widen window to at least \"" + FormatDuration(Millis(needed)) +
+                "\", or lower max or the backoff");
+  }
+}
+
+void ValidateConfig(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  CheckRoles(root, cfg, errors);
+  CheckNodesAndPorts(cfg, errors);
+  CheckModel(root, cfg, errors);
+  CheckCacheDir(root, cfg, errors);
+  CheckCwd(cfg, root, errors);
+}
+
+// ---- RunConfig helpers ----
+
+std::vector<int64_t> ModelSpec::HiddenShape() const {
+  return {batch, seq_len, static_cast<int64_t>(NumTaps()) * hidden};
+}
+
+int RunConfig::world_size() const {
+  int n = 0;
+  for (const RoleSpec& r : roles) n += r.process_count();
+  return n;
+}
+
+bool RoleSpec::RunsOnNode(int rank) const {
+  return nodes.empty() || std::find(nodes.begin(), nodes.end(), rank) != nodes.end();
+}
+
+const RoleSpec* RunConfig::FindRole(const std::string& name) const {
+  for (const RoleSpec& r : roles)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+std::vector<int> DefaultTappedLayers(int target_layers, int draft_layers) {
+  if (draft_layers == 1) return {target_layers / 2};
+  std::vector<int> ids;
+  double start = 1, end = target_layers - 3, span = end - start;
+  for (int i = 0; i < draft_layers; ++i)
+    ids.push_back(static_cast<int>(std::nearbyint(start + i * span / (draft_layers - 1))));  // round half to even, as Python
+  return ids;
+}
+
+const char* RestartPolicyName(RestartPolicy p) { return NameIn(kRestartPolicyNames, p).data(); }
+const char* GateModeName(GateMode m) { return NameIn(kGateModeNames, m).data(); }
+const char* RestartScopeName(RestartScope s) { return NameIn(kRestartScopeNames, s).data(); }
+
+std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
+  std::vector<ConfigError> out;
+  int run_world = 0;
+  for (const RoleSpec& r : config.roles)
+    if (r.world == TorchWorld::kRun) run_world += r.process_count() * std::max<int>(1, r.nodes.size());
+  for (const RoleSpec& r : config.roles) {
+    if (r.restart.policy == RestartPolicy::kNever || r.restart.scope != RestartScope::kProcess) continue;
+    int n = r.process_count() * std::max<int>(1, r.nodes.size());
+    std::string key = "role[" + r.name + "].restart.scope";
+    ConfigError w;
+    w.warning = true;
+    w.key = key;
+    if (r.world != TorchWorld::kNone) {
+      int world = r.world == TorchWorld::kRun ? run_world : n;
+      if (world <= 1) continue;
+      w.pos = r.world_pos;
+      w.message = "scope = \"process\", but the " + std::to_string(world) + " processes of its torch world (world = \"" +
+                  TorchWorldName(r.world) + "\") restart together: a lone rank cannot rejoin a live world";
+      w.expected = "scope = \"role\" (or \"all\") for the ranks of one world";
+      w.found = "scope = \"process\"";
+      w.hint = std::string("write scope = \"") + (r.world == TorchWorld::kRun ? "all" : "role") +
+               "\" to say what happens; world = \"none\" if the processes are independent";
+    } else {
+      if (n <= 1 || r.world_pos.line > 0) continue;  // world = "none" written: independent, as said
+      w.pos = r.pos;
+      w.message = "scope = \"process\" for " + std::to_string(n) +
+                  " processes whose torch world is not said: if they call torch.distributed.init_process_group, "
+                  "the ranks left running fail when one is restarted, and the run names the wrong culprit";
+      w.expected = "world = \"role\" or \"run\" (one torch world), or world = \"none\" (independent)";
+      w.found = "no world";
+      w.hint = "one world: world = \"role\" (or \"run\" across roles) and scope = \"role\"; independent processes: "
+               "world = \"none\"";
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+const char* GateHoldName(GateHold h) { return NameIn(kGateHoldNames, h).data(); }
+const char* TorchWorldName(TorchWorld w) { return NameIn(kTorchWorldNames, w).data(); }
+
+}  // namespace dflash

@@ -1,0 +1,79 @@
+#include "launcher/control/control.h"
+
+#include <gtest/gtest.h>
+
+namespace dflash {
+namespace {
+
+const std::vector<std::string> kNames = {"target:0", "target:1", "drafter:warmup", "drafter:0", "drafter:1"};
+
+std::vector<size_t> Resolve(const std::string& target, std::string* err = nullptr) {
+  std::vector<size_t> out;
+  std::string e;
+  if (!ResolveTarget(target, kNames, &out, &e)) out = {999};
+  if (err) *err = e;
+  return out;
+}
+
+TEST(ControlTarget, AllRoleAndRankResolveWithoutTheWarmupUnlessNamed) {
+  EXPECT_EQ(Resolve("all"), (std::vector<size_t>{0, 1, 3, 4}));
+  EXPECT_EQ(Resolve("drafter"), (std::vector<size_t>{3, 4}));
+  EXPECT_EQ(Resolve("drafter:1"), (std::vector<size_t>{4}));
+  EXPECT_EQ(Resolve("drafter:warmup"), (std::vector<size_t>{2}));
+}
+
+TEST(ControlTarget, UnknownTargetsSayWhatExists) {
+  std::string err;
+  EXPECT_EQ(Resolve("drafter:7", &err), (std::vector<size_t>{999}));
+  EXPECT_EQ(err, "no process drafter:7; drafter has ranks 0, 1");
+  EXPECT_EQ(Resolve("drafters", &err), (std::vector<size_t>{999}));
+  EXPECT_EQ(err, "no role or process \"drafters\"; the run has: target, drafter (or all)");
+  EXPECT_EQ(Resolve("", &err), (std::vector<size_t>{999}));
+  EXPECT_NE(err.find("no target"), std::string::npos);
+}
+
+TEST(ControlStatus, RoundTripsThroughJsonAndRejectsAStrangerShape) {
+  RunStatus s;
+  s.run_id = "r1";
+  s.run_dir = "/tmp/r1";
+  s.supervisor_pid = 42;
+  s.uptime_s = 3.5;
+  ProcessStatus p;
+  p.name = "drafter:1";
+  p.role = "drafter";
+  p.rank = 1;
+  p.state = "RUNNING";
+  p.pid = 7;
+  p.gate = "reuse";
+  p.status = "step 3 loss 2.5";
+  p.restarts = 2;
+  p.held = true;
+  p.rss_bytes = 1 << 20;
+  s.processes.push_back(p);
+  RunStatus back;
+  std::string err;
+  ASSERT_TRUE(FromJson(ToJson(s), &back, &err)) << err;
+  EXPECT_EQ(ToJson(back), ToJson(s));
+  auto j = ToJson(s);
+  j["processes"][0].erase("state");
+  EXPECT_FALSE(FromJson(j, &back, &err));
+  EXPECT_EQ(err, "missing \"state\"");
+  j = ToJson(s);
+  j["supervisor_pid"] = "x";
+  EXPECT_FALSE(FromJson(j, &back, &err));
+  EXPECT_EQ(err, "\"supervisor_pid\" has the wrong type");
+}
+
+TEST(ControlVerbs, NamesParseBack) {
+  for (ControlVerb v : {ControlVerb::kStatus, ControlVerb::kRestart, ControlVerb::kStop, ControlVerb::kStart,
+                        ControlVerb::kSignal}) {
+    ControlVerb back;
+    ASSERT_TRUE(ParseControlVerb(ControlVerbName(v), &back));
+    EXPECT_EQ(back, v);
+  }
+  ControlVerb back;
+  EXPECT_FALSE(ParseControlVerb("reboot", &back));
+}
+
+}  // namespace
+}  // namespace dflash

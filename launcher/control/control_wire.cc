@@ -1,0 +1,78 @@
+#include "launcher/control/control_wire.h"
+
+#include "common/json_field.h"
+
+namespace dflash {
+
+std::string EncodeRequest(const ControlRequest& r) {
+  nlohmann::json j = {{"verb", ControlVerbName(r.verb)}};
+  if (r.verb != ControlVerb::kStatus) j["target"] = r.target;
+  if (r.verb == ControlVerb::kSignal) j["signal"] = r.signal;
+  return j.dump() + "\n";
+}
+
+bool DecodeRequest(const std::string& line, ControlRequest* out, std::string* err) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    *err = "bad request: not JSON (one JSON object per line, e.g. {\"verb\":\"status\"})";
+    return false;
+  }
+  if (!j.is_object()) {
+    *err = "bad request: not a JSON object";
+    return false;
+  }
+  ControlRequest r;
+  auto verb = j.find("verb");
+  if (verb == j.end() || !verb->is_string()) {
+    *err = "bad request: no \"verb\" string";
+    return false;
+  }
+  if (!ParseControlVerb(verb->get<std::string>(), &r.verb)) {
+    *err = "bad request: unknown verb \"" + verb->get<std::string>() +
+           "\"; verbs: status, restart, stop, start, signal";
+    return false;
+  }
+  if (r.verb != ControlVerb::kStatus) {
+    auto target = j.find("target");
+    if (target == j.end() || !target->is_string() || target->get<std::string>().empty()) {
+      *err = std::string("bad request: ") + ControlVerbName(r.verb) + " needs a \"target\" (role, role:rank or all)";
+      return false;
+    }
+    r.target = target->get<std::string>();
+  }
+  if (r.verb == ControlVerb::kSignal) {
+    auto sig = j.find("signal");
+    if (sig == j.end() || !sig->is_number_integer() || sig->get<int64_t>() < 1 || sig->get<int64_t>() > 64) {
+      *err = "bad request: signal needs a \"signal\" number 1..64";
+      return false;
+    }
+    r.signal = sig->get<int>();
+  }
+  *out = std::move(r);
+  return true;
+}
+
+std::string EncodeReply(const ControlReply& r) {
+  nlohmann::json j = {{"ok", r.ok}};
+  if (r.ok) j["body"] = r.body;
+  else j["error"] = r.error;
+  // Process names and STATUS= texts are the payloads' bytes: never let one
+  // invalid UTF-8 sequence make the whole reply unencodable.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+bool DecodeReply(const std::string& line, ControlReply* out, std::string* err) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("ok") || !j["ok"].is_boolean()) {
+    *err = "the run's reply is not a control reply";
+    return false;
+  }
+  ControlReply r;
+  r.ok = j["ok"].get<bool>();
+  if (r.ok) r.body = j.value("body", nlohmann::json());
+  else r.error = JsonText(j, "error", "refused");
+  *out = std::move(r);
+  return true;
+}
+
+}  // namespace dflash

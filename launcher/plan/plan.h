@@ -1,0 +1,132 @@
+// The resolved plan: one entry per process (role, device) with everything it
+// will get. `dflash-launch check` prints it; the supervisor spawns from it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/config/config.h"
+#include "launcher/plan/gate_key_files.h"
+
+namespace dflash {
+
+using EnvList = std::vector<std::pair<std::string, std::string>>;
+
+struct ProcessPlan {
+  std::string name;  // "drafter:1"
+  std::string role;
+  size_t role_index = 0;
+  int role_rank = 0;
+  int role_world_size = 0;
+  int rank = 0;
+  int gpu = -1;                      // the one GPU it sees as cuda:0; -1 for CPU processes
+  std::vector<std::string> command;  // the payload (for a builtin: dflash-builtin <role>)
+  std::string gate_key;              // empty if ungated
+  /// The warm-up of a role in gate mode "warmup" ("drafter:warmup"): compiles
+  /// under the gate in a world of one before the role's processes start.
+  bool warmup = false;
+};
+
+struct PlanOptions {
+  std::string run_id = "<run_id>";   // `check` shows placeholders; `run` makes a real one
+  std::string bin_dir;               // where dflash-worker and dflash-builtin are
+  /// torch's version as the role's processes will see it (part of the gate key).
+  std::function<std::string(const RoleSpec&)> torch_version;
+  /// The launcher's environment: TORCHINDUCTOR_* & co. in it change the gate key.
+  EnvList launcher_env;
+  /// Where this launcher sits among the run's nodes (docs/multinode.md): one
+  /// dflash-launch per node; ranks are global, node by node, then role by role.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;  // empty: [run] master_addr
+  int master_port = -1;     // -1: [run] master_port; 0: auto; else this port (e.g. the scheduler's MASTER_PORT)
+  std::string store;        // --store: "private" or a redis:// URL; empty: [run] store
+};
+
+struct Plan {
+  RunConfig config;
+  std::string run_id;
+  std::string run_dir;  // <log_dir>/<run_id>
+  std::string bin_dir;
+  std::vector<std::string> role_torch_version;  // per role
+  std::vector<std::vector<KeyFile>> role_key_files;  // per role: the files in its derived gate key
+  /// One per role in gate mode "warmup" (RoleSpec::warmup_gated), run before
+  /// that role's processes start. Not part of the world: no rank of its own.
+  std::vector<ProcessPlan> warmups;
+  std::vector<ProcessPlan> processes;           // this node's
+  int nnodes = 1;
+  int node_rank = 0;
+  int world_size = 0;        // processes on every node (WORLD_SIZE)
+  int local_world_size = 0;  // processes on this node (LOCAL_WORLD_SIZE)
+  std::string master_addr;
+  /// 0 while "auto" is not resolved yet: `check` shows <auto>; `run` picks one (ReservePorts).
+  int master_port = 0;
+  std::vector<int> role_master_ports;  // per role: ROLE_MASTER_PORT, 0 likewise
+  std::vector<int> warmup_master_ports;  // per role: its warm-up's own MASTER_PORT, 0 likewise (or none)
+  std::vector<int> role_world_size;    // per role, every node
+  std::vector<int> role_first_node;    // per role: the node of its role rank 0 (-1: none)
+  /// OMP_NUM_THREADS=1 for processes whose role does not set it: several share
+  /// this host and the launcher's env does not set it (torchrun's default).
+  bool default_omp_threads = false;
+  /// The coordination store (docs/multinode.md): "" (static mode), "private" or a redis:// URL.
+  std::string store;
+  /// "private": the port node 0's redis-server listens on, on MASTER_ADDR (0 while not resolved:
+  /// one node picks a free one as it starts; several nodes derive it from MASTER_PORT).
+  int store_port = 0;
+  bool store_private() const { return store == "private"; }
+  /// DFLASH_STORE: where the store is (redis://...), "" without one; "<auto>" for a private port not chosen yet.
+  std::string StoreUrlText() const;
+
+  /// The first node that runs any process: where rank 0 and MASTER_ADDR are.
+  int FirstNode() const;
+  /// Whether this node binds the port: it hosts rank 0 (role < 0) or the role's role rank 0.
+  bool BindsMasterPort() const { return FirstNode() == node_rank; }
+  bool BindsRolePort(size_t role) const { return role_first_node[role] == node_rank; }
+
+  const RoleSpec& RoleOf(const ProcessPlan& p) const { return config.roles[p.role_index]; }
+  /// <run_dir>/attempt_<k>/<role>-<rank>.<suffix>
+  std::string AttemptPath(const ProcessPlan& p, int attempt, const std::string& suffix) const;
+  /// The variables dflash-launch sets for this process on this attempt, in a
+  /// stable order; the rest of the environment is the launcher's own.
+  EnvList ProcessEnv(const ProcessPlan& p, int attempt) const;
+  /// Hidden-state frames of this run: <run.spool_dir>/<run_id> (DFLASH_SPOOL_DIR).
+  std::string SpoolDir() const;
+  /// Processes that publish frames there: those of builtin target roles (DFLASH_SPOOL_PRODUCERS).
+  int SpoolProducers() const;
+  /// Whether the process needs dflash-worker in between: for the gate, or a
+  /// readiness only a host can observe (log lines, a file). Otherwise the
+  /// supervisor executes the payload itself and sees its readiness (none,
+  /// notify, exit) and its exit status first-hand: one exec less per process.
+  bool NeedsWorker(const ProcessPlan& p) const;
+  /// What the supervisor executes: dflash-worker with the gate/ready options
+  /// and then the payload, or the payload alone (see NeedsWorker).
+  std::vector<std::string> ExecArgv(const ProcessPlan& p) const;
+};
+
+/// Whether `nnodes`/`node_rank` place the config sensibly: node_rank < nnodes,
+/// every role's `nodes` exist, node 0 and this node run something. False: `err` says why.
+bool CheckPlacement(const RunConfig& config, int nnodes, int node_rank, std::string* err);
+
+/// REQUIRES: CheckPlacement(config, options.nnodes, options.node_rank).
+Plan BuildPlan(const RunConfig& config, const PlanOptions& options);
+
+/// The ports of a multi-node run with master_port = "auto": every node derives
+/// the same ones from the shared run id, in [20000, 32767) (below Linux's
+/// ephemeral range, where outgoing connections take their source ports).
+int DerivedMasterPort(const std::string& run_id, size_t roles);
+/// A private store's port with several nodes: after MASTER_PORT, the role ports and the warm-up ports.
+int PrivateStorePort(int master_port, size_t roles);
+
+/// The default gate key: "<role>-<16 hex>" over the role name, the [model]
+/// contract, torch's version, the command, the content of the files it runs
+/// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
+/// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env).
+std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
+                          const EnvList& launcher_env, const std::vector<KeyFile>& files = {});
+
+/// "1,2000,25600"
+std::string JoinInts(const std::vector<int64_t>& v, const char* sep = ",");
+
+}  // namespace dflash

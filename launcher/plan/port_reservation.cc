@@ -1,0 +1,185 @@
+#include "launcher/plan/port_reservation.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <random>
+
+#include "common/exit_codes.h"
+
+#include "launcher/plan/holder_lock.h"
+
+namespace dflash {
+namespace {
+
+constexpr int kAutoLow = 20000, kAutoHigh = 32767;  // [low, high): below ip_local_port_range (32768-60999)
+constexpr int kAutoTries = 200;
+
+/// Binds a throw-away socket of `family` to the port on every address.
+/// EAFNOSUPPORT (no IPv6 on the host) counts as bindable.
+bool TryBind(int family, int port, std::string* why) {
+  UniqueFd s(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) {
+    if (errno == EAFNOSUPPORT) return true;
+    *why = ErrnoMessage("socket", errno);
+    return false;
+  }
+  int one = 1;
+  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as TCPStore: TIME_WAIT is no obstacle
+  int rc;
+  if (family == AF_INET6) {
+    ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);  // the IPv4 probe covers the rest
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    rc = ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    rc = ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc == 0) return true;
+  if (family == AF_INET6 && errno == EADDRNOTAVAIL) return true;  // IPv6 disabled
+  *why = errno == EADDRINUSE ? "something on this host already uses it (" +
+                                   std::string(family == AF_INET6 ? "IPv6" : "IPv4") + ")"
+                             : ErrnoMessage("bind", errno);
+  return false;
+}
+
+bool SafeSharedDir(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  if (st.st_uid == ::getuid()) return true;
+  // Someone else's: only usable if nobody can delete or replace our lock files in it.
+  return (st.st_mode & S_ISVTX) != 0 && (st.st_uid == 0 || (st.st_mode & S_IWOTH) != 0);
+}
+
+std::string LockPath(const std::string& dir, int port) { return dir + "/" + std::to_string(port) + ".lock"; }
+
+}  // namespace
+
+bool PortLockDir(std::string* dir, std::string* warning, std::string* err) {
+  const std::string shared = "/tmp/dflash-ports";
+  if (::mkdir(shared.c_str(), 01777) == 0) ::chmod(shared.c_str(), 01777);  // past the umask
+  if (SafeSharedDir(shared)) {
+    *dir = shared;
+    return true;
+  }
+  std::string own = shared + "-" + std::to_string(::getuid());
+  if (::mkdir(own.c_str(), 0700) != 0 && errno != EEXIST) {
+    *err = ErrnoMessage("mkdir(" + own + ")", errno);
+    return false;
+  }
+  struct stat st {};
+  if (::lstat(own.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) {
+    *err = own + " is not a directory of yours: remove it (port locks live there)";
+    return false;
+  }
+  *dir = own;
+  *warning = shared + " is not a safe shared directory (a symlink, or not sticky): port locks go to " + own +
+             ", so runs of other users on this host are not excluded";
+  return true;
+}
+
+bool PortBindable(int port, std::string* why) { return TryBind(AF_INET, port, why) && TryBind(AF_INET6, port, why); }
+
+ReserveResult ReservePort(const std::string& lock_dir, int port, const std::string& record, PortReservations* held,
+                          std::string* err) {
+  UniqueFd fd;
+  std::string holder;
+  switch (TryHolderLock(LockPath(lock_dir, port), record, &fd, &holder)) {
+    case HolderLockResult::kFailed:
+      *err = holder;
+      return ReserveResult::kFailed;
+    case HolderLockResult::kHeld:
+      *err = "port " + std::to_string(port) + " is reserved by " + holder;
+      return ReserveResult::kInUse;
+    case HolderLockResult::kAcquired:
+      break;
+  }
+  std::string why;
+  if (!PortBindable(port, &why)) {
+    *err = "port " + std::to_string(port) + " is in use: " + why;
+    return ReserveResult::kInUse;  // fd closes: the lock is dropped
+  }
+  held->locks.push_back(std::move(fd));
+  return ReserveResult::kReserved;
+}
+
+ReserveResult ReserveFreePort(const std::string& lock_dir, const std::string& record, int* port,
+                              PortReservations* held, std::string* err) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(kAutoLow, kAutoHigh - 1);
+  std::string last;
+  for (int i = 0; i < kAutoTries; ++i) {
+    int candidate = pick(rng);
+    ReserveResult r = ReservePort(lock_dir, candidate, record, held, &last);
+    if (r == ReserveResult::kFailed) {
+      *err = last;
+      return r;
+    }
+    if (r == ReserveResult::kReserved) {
+      *port = candidate;
+      return r;
+    }
+  }
+  *err = "no free port in " + std::to_string(kAutoTries) + " tries in [" + std::to_string(kAutoLow) + ", " +
+         std::to_string(kAutoHigh) + "); last: " + last;
+  return ReserveResult::kInUse;
+}
+
+ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err) {
+  const std::string record = HolderRecord("run " + plan->run_id);
+  auto one = [&](int* port, const std::string& what) {
+    ReserveResult r = *port == 0 ? ReserveFreePort(lock_dir, record, port, held, err)
+                                 : ReservePort(lock_dir, *port, record, held, err);
+    if (r != ReserveResult::kReserved) *err = what + ": " + *err;
+    return r;
+  };
+  if (plan->BindsMasterPort()) {
+    if (ReserveResult r = one(&plan->master_port, "MASTER_PORT"); r != ReserveResult::kReserved) return r;
+  }
+  for (size_t i = 0; i < plan->role_master_ports.size(); ++i) {
+    if (!plan->BindsRolePort(i)) continue;
+    std::string what = "ROLE_MASTER_PORT of role " + plan->config.roles[i].name;
+    if (ReserveResult r = one(&plan->role_master_ports[i], what); r != ReserveResult::kReserved) return r;
+  }
+  // Each warm-up is a world of one on this host with a port of its own.
+  for (const ProcessPlan& w : plan->warmups) {
+    std::string what = "MASTER_PORT of the warm-up " + w.name;
+    if (ReserveResult r = one(&plan->warmup_master_ports[w.role_index], what); r != ReserveResult::kReserved) return r;
+  }
+  return ReserveResult::kReserved;
+}
+
+int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
+  std::string lock_dir, warning, err;
+  if (!PortLockDir(&lock_dir, &warning, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  if (!warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", warning.c_str());
+  switch (ReservePlanPorts(plan, lock_dir, held, &err)) {
+    case ReserveResult::kReserved:
+      return exit_code::kOk;
+    case ReserveResult::kInUse:
+      std::fprintf(stderr,
+                   "dflash-launch: %s; nothing was started. Use master_port = \"auto\" (the default) for a free "
+                   "port, or another port%s\n",
+                   err.c_str(), plan->nnodes > 1 ? " (several nodes: or another run id, from which auto derives it)" : "");
+      return exit_code::kInUse;
+    case ReserveResult::kFailed:
+      break;
+  }
+  std::fprintf(stderr, "dflash-launch: cannot reserve ports: %s\n", err.c_str());
+  return exit_code::kCannotCreate;
+}
+
+}  // namespace dflash

@@ -1,0 +1,58 @@
+// MASTER_PORT and ROLE_MASTER_PORT without collisions: two runs on one host
+// never share a port, and a port in use is an error before anything starts.
+//
+// Why a lock file per port and not a held socket: the run's rank 0 must bind
+// the port itself (torch's TCPStore listens on MASTER_PORT with SO_REUSEADDR
+// but not SO_REUSEPORT), so the launcher cannot keep it bound. It probes that
+// the port is bindable the way the store will bind it, then holds
+// <lock_dir>/<port>.lock (flock) for the whole run: every other dflash-launch on
+// the host skips (auto) or refuses (explicit) that port. Programs that are not
+// dflash-launch are not excluded between the probe and rank 0's bind; "auto"
+// draws ports in [20000, 32767), below Linux's ephemeral range, so outgoing
+// connections (whose source ports come from that range) do not take them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/fd.h"
+#include "launcher/plan/plan.h"
+
+namespace dflash {
+
+/// The per-host directory of port locks: /tmp/dflash-ports, shared by every
+/// user (sticky, 01777). If it exists but is not a safe shared directory (not
+/// sticky and not ours, a symlink), a private /tmp/dflash-ports-<uid> is used
+/// and `warning` says that runs of other users are then not excluded.
+bool PortLockDir(std::string* dir, std::string* warning, std::string* err);
+
+/// Whether `port` can be bound on every IPv4 and IPv6 address with
+/// SO_REUSEADDR, as rank 0's store will bind it. False: `why` says what failed.
+bool PortBindable(int port, std::string* why);
+
+/// The locks this run holds; dropping them frees the ports for other runs.
+struct PortReservations {
+  std::vector<UniqueFd> locks;
+};
+
+enum class ReserveResult { kReserved, kInUse, kFailed };
+
+/// Reserves one given port: kInUse with `err` naming the holder (another
+/// dflash-launch's record, or the bind error) if it is taken.
+ReserveResult ReservePort(const std::string& lock_dir, int port, const std::string& record, PortReservations* held,
+                          std::string* err);
+
+/// Picks and reserves a free port in [20000, 32767) (random candidates).
+ReserveResult ReserveFreePort(const std::string& lock_dir, const std::string& record, int* port,
+                              PortReservations* held, std::string* err);
+
+/// Resolves the plan's "auto" ports (one node) and reserves every port this
+/// node's processes will bind (MASTER_PORT if it hosts rank 0, each
+/// ROLE_MASTER_PORT whose role rank 0 is here). kInUse: exit 69, nothing spawned.
+ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err);
+
+/// ReservePlanPorts in the default lock dir, errors and warnings on stderr.
+/// Returns 0, 69 (a port is taken: nothing may be spawned) or 73.
+int ReservePlanPortsOrReport(Plan* plan, PortReservations* held);
+
+}  // namespace dflash

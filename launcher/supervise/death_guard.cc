@@ -1,0 +1,105 @@
+#include "launcher/supervise/death_guard.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/spawn.h"
+
+namespace dflash {
+
+RunGuard::~RunGuard() { Finish(); }
+
+bool RunGuard::Start(const Options& o, std::string* err, std::vector<std::string>* notes) {
+  if (o.mode != CgroupMode::kOff) {
+    std::string why;
+    if (cgroup_.Create(o.token, &why)) {
+      notes->push_back("cgroup v2 sub-tree " + cgroup_.dir() + " (cgroup.kill" +
+                       (cgroup_.has_memory() ? ", memory.peak)" : "; no memory controller here: no memory.peak)"));
+    } else if (o.mode == CgroupMode::kRequire) {
+      *err = "DFLASH_CGROUP=require, but no cgroup v2 sub-tree can be made: " + why;
+      return false;
+    } else {
+      notes->push_back("no cgroup v2 sub-tree (" + why + "): processes are tracked by session and " +
+                       "DFLASH_RUN_TOKEN");
+    }
+  }
+  // The guardian: new session, no death signal (it must outlive us), stdin =
+  // a pipe whose write end only we hold.
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    notes->push_back("cannot start dflash-guardian: " + ErrnoMessage("pipe2", errno) +
+                     " (a SIGKILL of the launcher may leave processes behind)");
+    return true;
+  }
+  UniqueFd rd(p[0]), wr(p[1]);
+  UniqueFd log(::open(o.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  SpawnOptions so;
+  so.argv = {o.bin_dir + "/dflash-guardian", o.token};
+  so.env = o.env;
+  so.stdin_fd = rd.get();
+  so.stdout_fd = kDevNullFd;
+  so.stderr_fd = log ? log.get() : kDevNullFd;
+  so.group = SpawnOptions::Group::kNewSession;
+  Child child;
+  std::string e;
+  if (!Spawn(so, &child, &e)) {
+    if (child.pid > 0) ::waitpid(child.pid, nullptr, 0);
+    notes->push_back("cannot start dflash-guardian: " + e + " (a SIGKILL of the launcher may leave processes behind)");
+    return true;
+  }
+  guardian_pid_ = child.pid;
+  guardian_pipe_ = std::move(wr);
+  if (cgroup_.active()) Tell("cgroup " + cgroup_.dir());
+  notes->push_back("dflash-guardian pid " + std::to_string(guardian_pid_) + " kills the run if the launcher dies");
+  return true;
+}
+
+void RunGuard::Tell(const std::string& line) {
+  if (!guardian_pipe_) return;
+  std::string err;
+  // A few bytes into a pipe the guardian drains: never blocks in practice; if
+  // the guardian is gone (EPIPE, SIGPIPE is ignored), stop telling it.
+  if (!WriteAll(guardian_pipe_.get(), line + "\n", &err)) guardian_pipe_.reset();
+}
+
+UniqueFd RunGuard::Leaf(size_t index, int attempt, std::string* err) {
+  if (!cgroup_.active()) return UniqueFd();
+  return cgroup_.MakeLeaf(LeafName(index, attempt), err);
+}
+
+void RunGuard::Spawned(pid_t sid) { Tell("session " + std::to_string(sid)); }
+
+int64_t RunGuard::Ended(size_t index, int attempt) {
+  if (!cgroup_.active()) return -1;
+  std::string leaf = LeafName(index, attempt);
+  std::string dir = cgroup_.LeafDir(leaf);
+  RunCgroup::Kill(dir);
+  int64_t peak = RunCgroup::MemoryPeak(dir);
+  // Never wait here (the event loop): a leaf still busy with dying processes
+  // is removed with the whole tree at Finish().
+  RunCgroup::RemoveTree(dir);
+  return peak;
+}
+
+void RunGuard::KillAll() {
+  if (cgroup_.active()) RunCgroup::Kill(cgroup_.dir());
+}
+
+void RunGuard::Finish() {
+  cgroup_.Destroy();
+  if (guardian_pipe_) {
+    Tell("done");
+    guardian_pipe_.reset();
+  }
+  if (guardian_pid_ > 0) {
+    int status;
+    while (::waitpid(guardian_pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    guardian_pid_ = -1;
+  }
+}
+
+}  // namespace dflash

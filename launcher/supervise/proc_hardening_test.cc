@@ -1,0 +1,139 @@
+// Units of the process hardening (issue #12): the fd budget, the command
+// check, the run's cgroup sub-tree (skipped where none can be made).
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/spawn.h"
+#include "launcher/plan/executable_check.h"
+#include "launcher/supervise/fd_limit.h"
+#include "launcher/supervise/cgroup_tree.h"
+
+namespace dflash {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(FdLimit, NeedGrowsWithTheProcesses) {
+  EXPECT_LT(FdsNeeded(1), FdsNeeded(2));
+  EXPECT_GE(FdsNeeded(300), 1500u);  // 300 processes break a soft limit of 1024
+}
+
+/// In a child: the limits are per process.
+int InChild(rlim_t soft, rlim_t hard, size_t processes) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    struct rlimit rl{soft, hard};
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::_exit(90);
+    std::string note, err;
+    bool ok = RaiseFdLimit(processes, &note, &err);
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur != hard) ::_exit(91);
+    if (soft < hard && note.find("raised") == std::string::npos) ::_exit(92);
+    if (!ok && err.find(std::to_string(processes) + " processes need ~") == std::string::npos) ::_exit(93);
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(FdLimit, RaisesTheSoftLimitToTheHardOne) { EXPECT_EQ(InChild(64, 4096, 40), 0); }
+TEST(FdLimit, SaysWhenEvenTheHardLimitIsShort) { EXPECT_EQ(InChild(14, 14, 6), 1); }
+
+class CommandCheck : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dflash-cc-" + std::to_string(::getpid()));
+    fs::create_directories(dir_ / "bin");
+    Write(dir_ / "bin" / "tool", 0755);
+    Write(dir_ / "noexec", 0644);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  static void Write(const fs::path& p, unsigned mode) {
+    std::ofstream(p) << "#!/bin/sh\n";
+    ::chmod(p.c_str(), mode);
+  }
+  std::vector<ConfigError> Check(std::vector<std::string> command, EnvList role_env = {}) {
+    RunConfig c;
+    RoleSpec r;
+    r.name = "r";
+    r.command = std::move(command);
+    r.command_pos = {"run.toml", 7, 11};
+    r.env = std::move(role_env);
+    r.cwd = dir_.string();
+    c.roles.push_back(r);
+    return CheckCommands(c, {{"PATH", "/usr/bin:/bin"}});
+  }
+  fs::path dir_;
+};
+
+TEST_F(CommandCheck, FoundAndExecutablePasses) {
+  EXPECT_TRUE(Check({"sh", "-c", "true"}).empty());
+  EXPECT_TRUE(Check({(dir_ / "bin" / "tool").string()}).empty());
+  EXPECT_TRUE(Check({"bin/tool"}).empty());  // relative to the role's cwd
+}
+
+TEST_F(CommandCheck, NotFoundInTheRolesPathIsAnErrorAtTheCommandKey) {
+  auto e = Check({"tool"});
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].key, "role[r].command");
+  EXPECT_EQ(e[0].pos.ToString(), "run.toml:7:11");
+  EXPECT_NE(e[0].message.find("not found"), std::string::npos);
+  // The role's own PATH decides.
+  EXPECT_TRUE(Check({"tool"}, {{"PATH", (dir_ / "bin").string()}}).empty());
+}
+
+TEST_F(CommandCheck, NotExecutableAndDirectoriesAreErrors) {
+  auto e = Check({(dir_ / "noexec").string()});
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].message.find("not executable"), std::string::npos);
+  e = Check({(dir_ / "bin").string()});
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].found, "a directory");
+  EXPECT_EQ(Check({(dir_ / "missing").string()}).size(), 1u);
+}
+
+TEST(RunCgroup, ModeParsing) {
+  CgroupMode m;
+  std::string err;
+  EXPECT_TRUE(ParseCgroupMode(nullptr, &m, &err) && m == CgroupMode::kAuto);
+  EXPECT_TRUE(ParseCgroupMode("off", &m, &err) && m == CgroupMode::kOff);
+  EXPECT_TRUE(ParseCgroupMode("require", &m, &err) && m == CgroupMode::kRequire);
+  EXPECT_FALSE(ParseCgroupMode("yes please", &m, &err));
+  EXPECT_NE(err.find("auto, off or require"), std::string::npos);
+}
+
+TEST(RunCgroup, KillEndsATreeThatLeftItsSessionAndTheLeafGoes) {
+  RunCgroup cg;
+  std::string err;
+  if (!cg.Create("unit-" + std::to_string(::getpid()), &err)) GTEST_SKIP() << "no cgroup v2 sub-tree here: " << err;
+  UniqueFd procs = cg.MakeLeaf(LeafName(0, 0), &err);
+  ASSERT_TRUE(procs) << err;
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", "setsid sleep 1000 & exec sleep 1000"};
+  o.env = CurrentEnvironment();
+  o.cgroup_procs_fd = procs.get();
+  Child c;
+  ASSERT_TRUE(Spawn(o, &c, &err)) << err;
+  std::string leaf = cg.LeafDir(LeafName(0, 0));
+  std::string text;
+  ASSERT_TRUE(ReadFile("/proc/" + std::to_string(c.pid) + "/cgroup", &text, &err));
+  EXPECT_NE(text.find(LeafName(0, 0)), std::string::npos) << text;
+  ASSERT_TRUE(RunCgroup::Kill(leaf));
+  int status = 0;
+  ASSERT_EQ(::waitpid(c.pid, &status, 0), c.pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_TRUE(RunCgroup::WaitEmpty(leaf, 5000));  // the setsid'd sleep too
+  std::string dir = cg.dir();
+  cg.Destroy();
+  EXPECT_FALSE(fs::exists(dir));
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,495 @@
+#include "launcher/supervise/supervisor_core.h"
+
+#include <algorithm>
+#include <csignal>
+
+#include "common/duration.h"
+#include "common/exit_codes.h"
+#include "common/signal_names.h"
+#include "common/json_field.h"
+
+namespace dflash {
+const char* ProcStateName(ProcState s) {
+  switch (s) {
+    case ProcState::kNotStarted: return "NOT_STARTED";
+    case ProcState::kFailed: return "FAILED";
+    case ProcState::kWaiting: return "WAITING";
+    case ProcState::kStarting: return "STARTING";
+    case ProcState::kRunning: return "RUNNING";
+    case ProcState::kBackoff: return "BACKOFF";
+    case ProcState::kStopping: return "STOPPING";
+    case ProcState::kExited: return "EXITED";
+    case ProcState::kFatal: return "FATAL";
+  }
+  return "?";
+}
+
+SupervisorCore::SupervisorCore(const Plan& plan, Clock clock) : plan_(plan), clock_(std::move(clock)) {
+  // The role processes, then the warm-ups of roles in gate mode "warmup".
+  procs_.resize(plan_.processes.size() + plan_.warmups.size());
+  for (size_t i = 0; i < plan_.processes.size(); ++i) procs_[i].plan = &plan_.processes[i];
+  for (size_t i = 0; i < plan_.warmups.size(); ++i) procs_[plan_.processes.size() + i].plan = &plan_.warmups[i];
+  for (CoreProc& p : procs_) p.direct = !plan_.NeedsWorker(*p.plan);
+  trackers_.resize(procs_.size() + plan_.config.roles.size() + 1);
+  role_warm_.assign(plan_.config.roles.size(), true);
+  warmup_published_.assign(plan_.config.roles.size(), false);
+  for (const ProcessPlan& w : plan_.warmups) role_warm_[w.role_index] = false;
+  t0_ = clock_();
+}
+
+SupervisorCore::~SupervisorCore() = default;
+
+double SupervisorCore::Since(SteadyTime t) const { return std::chrono::duration<double>(t - t0_).count(); }
+
+void SupervisorCore::Info(const std::string& text) {
+  CoreAction a;
+  a.kind = CoreAction::Kind::kLog;
+  a.text = text;
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::Warn(const std::string& text) {
+  CoreAction a;
+  a.kind = CoreAction::Kind::kLog;
+  a.warn = true;
+  a.text = text;
+  actions_.push_back(std::move(a));
+}
+
+std::vector<CoreAction> SupervisorCore::TakeActions() {
+  std::vector<CoreAction> out;
+  out.swap(actions_);
+  return out;
+}
+
+void SupervisorCore::Event(size_t i, ProcState from, ProcState to, const std::string& why) {
+  const CoreProc& p = procs_[i];
+  nlohmann::json e = {{"t", Since(clock_())},
+                      {"process", p.plan->name},
+                      {"from", ProcStateName(from)},
+                      {"to", ProcStateName(to)},
+                      {"reason", why},
+                      {"attempt", std::max(0, p.attempt)},
+                      {"pid", p.pid > 0 ? nlohmann::json(p.pid) : nlohmann::json()},
+                      {"manual", p.manual}};
+  if (p.last() && p.last()->exit_code >= 0 && !p.alive() && from != ProcState::kBackoff) {
+    e["exit_code"] = p.last()->exit_code;
+    if (p.last()->signal) e["signal"] = SignalName(p.last()->signal);
+  }
+  if (p.gate.is_object()) e["gate"] = p.gate;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kEvent;
+  a.index = i;
+  a.event = std::move(e);
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::SetState(size_t i, ProcState s, const std::string& why) {
+  CoreProc& p = procs_[i];
+  if (p.state == s) return;
+  std::string line = p.plan->name + " " + ProcStateName(p.state) + " -> " + ProcStateName(s);
+  if (p.pid > 0 && s != ProcState::kBackoff) line += " (pid " + std::to_string(p.pid) + ")";
+  if (!why.empty()) line += ": " + why;
+  ProcState from = p.state;
+  p.state = s;
+  p.why = why;
+  Info(line);
+  Event(i, from, s, why);
+}
+
+RestartTracker& SupervisorCore::TrackerFor(size_t i) {
+  const CoreProc& p = procs_[i];
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  // One budget per restart unit: a process, its role, or the run.
+  size_t index = role.restart.scope == RestartScope::kProcess && role.world == TorchWorld::kNone ? i
+                 : role.restart.scope == RestartScope::kAll || role.world == TorchWorld::kRun
+                     ? procs_.size() + plan_.config.roles.size()
+                     : procs_.size() + p.plan->role_index;
+  if (!trackers_[index]) trackers_[index] = std::make_unique<RestartTracker>(role.restart);
+  return *trackers_[index];
+}
+
+std::vector<size_t> SupervisorCore::RestartUnit(size_t i) const {
+  const ProcessPlan& pp = *procs_[i].plan;
+  const RoleSpec& role = plan_.RoleOf(pp);
+  std::vector<size_t> unit;
+  if (pp.warmup) return {i};
+  for (size_t j = 0; j < procs_.size(); ++j) {
+    const ProcessPlan& q = *procs_[j].plan;
+    if (q.warmup) continue;
+    const RoleSpec& qrole = plan_.RoleOf(q);
+    bool member = j == i || role.restart.scope == RestartScope::kAll ||
+                  ((role.restart.scope == RestartScope::kRole || role.world == TorchWorld::kRole) &&
+                   q.role_index == pp.role_index) ||
+                  (role.world == TorchWorld::kRun && qrole.world == TorchWorld::kRun);
+    if (member) unit.push_back(j);
+  }
+  return unit;
+}
+
+bool SupervisorCore::HeldForWarmup(size_t i) const {
+  const ProcessPlan& pp = *procs_[i].plan;
+  if (pp.warmup || role_warm_[pp.role_index]) return false;
+  if (plan_.RoleOf(pp).gate_hold() != GateHold::kOne) return true;
+  // Hold one: the role's first process on this node. Its world's rendezvous cannot complete
+  // without it, so the others may start now and wait there; every node holds its own first,
+  // so no rank anywhere compiles before its node's warm-up has.
+  for (size_t j = 0; j < i; ++j)
+    if (!procs_[j].plan->warmup && procs_[j].plan->role_index == pp.role_index) return false;
+  return true;
+}
+
+void SupervisorCore::Start() {
+  started_ = true;
+  // Warm-ups first: their compile is the long pole. Roles that wait for one
+  // are held; every other role starts at once (a target loading a large model
+  // never waits for a drafter's compile).
+  for (size_t i = 0; i < procs_.size(); ++i)
+    if (!stopping_ && procs_[i].plan->warmup) Spawn(i);
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    if (stopping_ || procs_[i].plan->warmup) continue;
+    if (HeldForWarmup(i)) SetState(i, ProcState::kWaiting, "until " + procs_[i].plan->role + ":warmup has compiled");
+    else Spawn(i);
+  }
+}
+
+void SupervisorCore::Spawn(size_t i) {
+  CoreProc& p = procs_[i];
+  const ProcessPlan& pp = *p.plan;
+  const RoleSpec& role = plan_.RoleOf(pp);
+  ++p.attempt;
+  p.intent = EndIntent::kNone;
+  p.exec_pending = false;
+  p.payload_pid = -1;
+  p.worker_error.clear();
+  p.payload_exit.clear();
+  p.payload_signal = 0;
+  p.status.clear();
+  if (!p.attempts.empty()) p.attempts.back().gate = std::move(p.gate);
+  p.gate = nlohmann::json();
+  if (!pp.warmup && !pp.gate_key.empty() && role.warmup_gated())
+    // No gate of its own: it starts after the warm-up, on the cache that one filled.
+    p.gate = {{"key", pp.gate_key}, {"mode", "warmup"}, {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
+  p.kill_at = p.watchdog_at = SteadyTime::max();
+  // No worker in between: readiness is judged here, by the worker's rules (contract/readiness.h).
+  p.readiness.reset();
+  if (p.direct) p.readiness.emplace(role.ready);
+  p.watchdog_pings = false;
+  p.started = clock_();
+  AttemptRecord rec;
+  rec.attempt = p.attempt;
+  rec.start_s = Since(p.started);
+  p.attempts.push_back(rec);
+  ProcState from = p.state;
+  p.state = ProcState::kStarting;
+  p.reason.clear();
+  p.why = p.attempt == 0 ? "starting" : p.manual ? "restart asked by ctl" : "restarting";
+  Event(i, from, ProcState::kStarting, p.why);
+  p.manual = false;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kSpawn;
+  a.index = i;
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
+  CoreProc& p = procs_[i];
+  const ProcessPlan& pp = *p.plan;
+  p.pid = pid;
+  p.current().pid = pid;
+  p.exec_pending = exec_pending;
+  Info(pp.name + " STARTING (pid " + std::to_string(pid) + ", attempt " + std::to_string(p.attempt) +
+       (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
+  if (!exec_pending) OnExecResult(i, true, "");
+}
+
+void SupervisorCore::OnSpawnFailed(size_t i, const std::string& why, int exit_code, pid_t pid) {
+  CoreProc& p = procs_[i];
+  AttemptRecord& rec = p.current();
+  rec.start_failed = true;
+  if (pid > 0) {  // forked, it already exited 127/126: OnExit follows when it is reaped
+    p.pid = rec.pid = pid;
+    rec.reason = why;
+    Warn(p.plan->name + ": " + why);
+    return;
+  }
+  // Could not be started: a failure of its own (FAILED, with the reason),
+  // judged by its restart policy like any other exit; never "succeeded".
+  rec.reason = "could not be started: " + why;
+  Warn(p.plan->name + " " + rec.reason);
+  ExitStatus st;
+  st.exited = true;
+  st.code = exit_code != 0 ? exit_code : exit_code::kFailure;
+  OnExit(i, st, "");
+}
+
+void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
+  CoreProc& p = procs_[i];
+  if (!p.exec_pending && !ok) return;
+  p.exec_pending = false;
+  if (!ok) {
+    p.current().start_failed = true;
+    p.current().reason = err;  // the child exits 127/126: OnExit reports it with this reason
+    Warn(p.plan->name + ": " + err);
+    return;
+  }
+  // No worker in between and ready = none: running as soon as it runs.
+  if (p.readiness && p.readiness->OnExec(p.started)) MarkReady(i, "started");
+}
+
+void SupervisorCore::MarkReady(size_t i, const std::string& why) {
+  CoreProc& p = procs_[i];
+  if (p.state != ProcState::kStarting) return;
+  SetState(i, ProcState::kRunning, why);
+  ArmWatchdog(i);
+  bool all = std::all_of(procs_.begin(), procs_.end(), [](const CoreProc& q) {
+    return q.state == ProcState::kRunning || q.state == ProcState::kExited;
+  });
+  if (all && !told_ready_) {
+    told_ready_ = true;
+    std::string n = std::to_string(plan_.processes.size());
+    CoreAction a;
+    a.kind = CoreAction::Kind::kTellSystemd;
+    a.text = "READY=1\nSTATUS=all " + n + " processes running";
+    actions_.push_back(std::move(a));
+    Info("all " + n + " processes are running");
+  }
+}
+
+void SupervisorCore::ArmWatchdog(size_t i) {
+  CoreProc& p = procs_[i];
+  Millis wd = plan_.RoleOf(*p.plan).watchdog;
+  if (wd.count() <= 0 || p.state != ProcState::kRunning) return;
+  p.watchdog_at = clock_() + wd;
+}
+
+void SupervisorCore::OnOutput(size_t i) {
+  CoreProc& p = procs_[i];
+  // Output is progress only for a process that never promised WATCHDOG=1.
+  if (!p.watchdog_pings) ArmWatchdog(i);
+}
+
+void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
+  CoreProc& p = procs_[i];
+  if (r.main_pid) p.payload_pid = *r.main_pid;
+  if (r.error) p.worker_error = *r.error;
+  if (r.payload_exit) p.payload_exit = *r.payload_exit;
+  if (r.payload_signal) p.payload_signal = *r.payload_signal;
+  if (r.ready_s) p.current().ready_s = *r.ready_s;
+  if (r.status) {
+    p.status = *r.status;
+    // The console shows it once (launcher/console/console.h StatusText); else a log line.
+    if (on_status_text) on_status_text(i, *r.status);
+    else Info(p.plan->name + ": " + *r.status);
+    if (!p.watchdog_pings) ArmWatchdog(i);
+  }
+  if (r.watchdog) {
+    p.watchdog_pings = true;
+    ArmWatchdog(i);
+  }
+  if (r.gate_warning) AddWarning(*r.gate_warning);
+  // The summary's "gate" object: the X_DFLASH_GATE_* facts by their lower-cased names.
+  auto gate = [&](const char* k, nlohmann::json v) {
+    if (!p.gate.is_object()) p.gate = nlohmann::json::object();
+    p.gate[k] = std::move(v);
+  };
+  if (r.gate_key) gate("key", *r.gate_key);
+  if (r.gate_role) gate("role", *r.gate_role);
+  if (r.gate_wait_s) gate("wait_s", *r.gate_wait_s);
+  if (r.gate_compile_s) gate("compile_s", *r.gate_compile_s);
+  if (r.gate_cluster) gate("cluster", *r.gate_cluster);  // the cluster-wide gate (docs/cachelock.md)
+  if (r.gate_cluster_token) gate("cluster_token", *r.gate_cluster_token);
+  if (r.gate_fetch_bytes) gate("fetch_bytes", *r.gate_fetch_bytes);
+  if (r.gate_fetch_s) gate("fetch_s", *r.gate_fetch_s);
+  if (r.gate_published_bytes) gate("published_bytes", *r.gate_published_bytes);
+  std::string gate_state = r.gate_state ? GateStateName(*r.gate_state) : "";
+  if (!gate_state.empty()) gate("state", gate_state);
+  if (!gate_state.empty()) {
+    auto num = [&](const char* k) { return JsonNumber(p.gate, k); };
+    std::string key = JsonText(p.gate, "key"), n = p.plan->name;
+    if (gate_state == "waiting") Info(n + " gate " + key + ": waiting");
+    else if (gate_state == "leading")
+      Info(n + " gate " + key + ": lead, compiles for the others (waited " + FormatSeconds(num("wait_s")) + ")");
+    else if (gate_state == "reusing")
+      Info(n + " gate " + key + ": reuse, loads the cache (waited " + FormatSeconds(num("wait_s")) + ")");
+    else if (gate_state == "ready")
+      Info(n + " gate " + key + ": READY published after " + FormatSeconds(num("compile_s")));
+    Event(i, p.state, p.state, "gate " + gate_state);  // no transition: a fact for the record
+  }
+  // A worker judged its payload itself; a direct process is judged here.
+  bool ready = p.readiness ? r.ready && p.readiness->OnNotifyReady() : r.ready;
+  if (ready && p.state == ProcState::kStarting) {
+    AttemptRecord& rec = p.current();
+    if (p.direct) rec.ready_s = std::chrono::duration<double>(clock_() - p.started).count();
+    MarkReady(i, "ready" + (rec.ready_s > 0 ? " after " + FormatSeconds(rec.ready_s) : ""));
+    if (JsonText(p.gate, "role") == "reuse") {
+      CoreAction a;
+      a.kind = CoreAction::Kind::kCheckReuse;
+      a.index = i;
+      actions_.push_back(std::move(a));
+    }
+  }
+}
+
+void SupervisorCore::AddWarning(const std::string& w) {
+  if (std::find(warnings_.begin(), warnings_.end(), w) != warnings_.end()) return;
+  warnings_.push_back(w);
+  Warn(w);
+}
+
+void SupervisorCore::NoteMemoryPeak(size_t i, int64_t bytes) {
+  procs_[i].memory_peak = std::max(procs_[i].memory_peak, bytes);
+}
+
+void SupervisorCore::OnSignal(int sig) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+    ++interrupts_;
+    if (!stopping_) {
+      stop_signal_ = sig;
+      Info("received " + SignalName(sig) + ": stopping every process (again to kill at once)");
+      BeginStop("stopped by " + SignalName(sig));
+    } else if (interrupts_ > 1) {
+      Info("received " + SignalName(sig) + " again: killing every process now");
+      Abort("");
+    }
+    return;
+  }
+  // [run] forward_signals: pass through to every live worker (it forwards to its payload).
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    if (!procs_[i].alive()) continue;
+    CoreAction a;
+    a.kind = CoreAction::Kind::kSignal;
+    a.index = i;
+    a.signal = sig;
+    actions_.push_back(std::move(a));
+  }
+  Info("forwarded " + SignalName(sig) + " to every process");
+}
+
+void SupervisorCore::Abort(const std::string& why) {
+  if (!why.empty()) Warn(why);
+  for (CoreProc& p : procs_)
+    if (p.alive() && p.intent != EndIntent::kStop) p.intent = EndIntent::kStop;
+  if (!stopping_) BeginStop(why.empty() ? "killed" : why);
+  CoreAction a;
+  a.kind = CoreAction::Kind::kKillAll;
+  actions_.push_back(std::move(a));
+}
+
+void SupervisorCore::StopProc(size_t i, EndIntent intent, const std::string& why) {
+  CoreProc& p = procs_[i];
+  if (!p.alive() || p.intent == EndIntent::kStop || p.intent == EndIntent::kRestart) return;
+  // Its exec is decided within microseconds: if it failed, the process exits
+  // 126/127 on its own and that is its failure, not something we stopped.
+  if (p.exec_pending && settle_exec) settle_exec(i);
+  if (p.current().start_failed) return;
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  bool was_hung = p.intent == EndIntent::kHung;
+  p.intent = intent;
+  if (was_hung) return;  // its signal is sent and its SIGKILL due already
+  p.kill_at = clock_() + role.stop.grace;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kSignal;
+  a.index = i;
+  a.signal = role.stop.grace.count() == 0 ? SIGKILL : role.stop.signal;
+  actions_.push_back(std::move(a));
+  SetState(i, ProcState::kStopping,
+           why + "; " + SignalName(role.stop.signal) + ", SIGKILL after " + FormatDuration(role.stop.grace));
+}
+
+void SupervisorCore::Hang(size_t i) {
+  CoreProc& p = procs_[i];
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  p.intent = EndIntent::kHung;
+  p.watchdog_at = SteadyTime::max();
+  p.kill_at = clock_() + role.stop.grace;
+  NoteFailure(i);
+  CoreAction a;
+  a.kind = CoreAction::Kind::kSignal;
+  a.index = i;
+  a.signal = role.watchdog_signal;
+  a.payload = true;  // the payload itself: its faulthandler dumps its stacks
+  actions_.push_back(std::move(a));
+  SetState(i, ProcState::kStopping,
+           std::string("hung: no ") + (p.watchdog_pings ? "WATCHDOG=1" : "output or STATUS=") + " for " +
+               FormatDuration(role.watchdog) + "; " + SignalName(role.watchdog_signal) + ", SIGKILL after " +
+               FormatDuration(role.stop.grace));
+}
+
+void SupervisorCore::BeginStop(const std::string& reason) {
+  if (stopping_) return;
+  stopping_ = true;
+  stop_reason_ = reason;
+  CoreAction a;
+  a.kind = CoreAction::Kind::kTellSystemd;
+  a.text = "STOPPING=1\nSTATUS=" + reason;
+  actions_.push_back(std::move(a));
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    CoreProc& p = procs_[i];
+    if (p.alive()) {
+      if (p.intent == EndIntent::kRestart) p.intent = EndIntent::kStop;
+      else StopProc(i, EndIntent::kStop, "stopping the run");
+    } else if (p.state == ProcState::kBackoff) {
+      SetState(i, ProcState::kExited, "not restarted: the run is stopping");
+    } else if (p.state == ProcState::kNotStarted) {
+      p.reason = "not started: the run stopped before its turn";
+    } else if (p.state == ProcState::kWaiting) {
+      SetState(i, ProcState::kNotStarted, "not started: the run stopped before its warm-up had compiled");
+    }
+  }
+}
+
+void SupervisorCore::OnTick() {
+  SteadyTime now = clock_();
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    CoreProc& p = procs_[i];
+    if (p.state == ProcState::kStopping && p.alive() && now >= p.kill_at) {
+      Info(p.plan->name + " still running after its grace: SIGKILL");
+      CoreAction a;
+      a.kind = CoreAction::Kind::kKill;
+      a.index = i;
+      actions_.push_back(std::move(a));
+      p.kill_at = SteadyTime::max();
+    }
+    if (p.state == ProcState::kBackoff && !p.alive() && now >= p.restart_at && !stopping_ && !p.held) Spawn(i);
+    if (p.state == ProcState::kStarting && p.alive() && p.readiness && p.readiness->OnClock(now)) {
+      // The worker enforces this for the processes it hosts; these are ours.
+      p.current().ready_timeout = true;
+      NoteFailure(i);
+      Fail(i, "(pid " + std::to_string(p.pid) + ") " + p.readiness->TimeoutText(), false);
+    }
+    if (p.state == ProcState::kRunning && p.alive() && now >= p.watchdog_at && !stopping_) Hang(i);
+  }
+}
+
+bool SupervisorCore::Done() const {
+  if (!started_) return false;
+  for (const CoreProc& p : procs_) {
+    if (p.alive() || p.state == ProcState::kBackoff) return false;
+    // Stopped by hand: the run stays up until `ctl start` or `ctl stop all`.
+    if (p.held && !stopping_) return false;
+  }
+  return true;
+}
+
+SteadyTime SupervisorCore::NextDeadline() const {
+  SteadyTime next = SteadyTime::max();
+  for (const CoreProc& p : procs_) {
+    if (p.state == ProcState::kStopping && p.alive()) next = std::min(next, p.kill_at);
+    if (p.state == ProcState::kBackoff && !p.alive() && !p.held) next = std::min(next, p.restart_at);
+    if (p.state == ProcState::kStarting && p.alive() && p.readiness && p.readiness->deadline())
+      next = std::min(next, *p.readiness->deadline());
+    if (p.state == ProcState::kRunning && p.alive()) next = std::min(next, p.watchdog_at);
+  }
+  return next;
+}
+
+int SupervisorCore::FindSender(pid_t pid, pid_t pgid) const {
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    const CoreProc& p = procs_[i];
+    if (p.pid > 0 && (pid == p.pid || pgid == p.pid)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace dflash

@@ -1,0 +1,260 @@
+// The supervisor's decisions, with no process, fd or clock of its own: the
+// process table, each process's attempts, restart units and budgets, the
+// culprit rule, deadlines (stop grace, readiness, restart backoff, watchdog),
+// the warm-up hold and the live-control verbs. Driven by events from the epoll
+// shell (launcher/supervise/supervisor.cc) and a clock it is given; answers with actions
+// the shell carries out. Unit-tested with a fake clock and no processes
+// (supervisor_core_test.cc).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/spawn.h"
+#include "contract/readiness.h"
+#include "launcher/control/control.h"
+#include "launcher/plan/plan.h"
+#include "launcher/supervise/restart_policy.h"
+#include "worker/protocol.h"
+
+namespace dflash {
+
+/// kWaiting: not started yet, held until its role's warm-up has compiled.
+enum class ProcState { kNotStarted, kWaiting, kFailed, kStarting, kRunning, kBackoff, kStopping, kExited, kFatal };
+const char* ProcStateName(ProcState s);
+
+/// Why the supervisor is ending the current attempt, if it is: decides what its
+/// exit means (a stop is no failure, a hang is one).
+enum class EndIntent {
+  kNone,     ///< it ends on its own: judged by its restart policy
+  kStop,     ///< stopped (the run ends, or by hand): its end is no failure
+  kRestart,  ///< stopped because its restart unit restarts (policy or by hand)
+  kHung,     ///< its watchdog expired: a failure, reason "hung"
+};
+
+/// One start of a process, kept for summary.json's history.
+struct AttemptRecord {
+  int attempt = 0;
+  pid_t pid = -1;
+  double start_s = -1;  ///< since the run began; -1: never started
+  double end_s = -1;    ///< -1 while it runs
+  int exit_code = -1;   ///< shell style (128+N for signal N); -1: no end yet
+  int signal = 0;
+  std::string reason;   ///< how it ended ("exited with code 3: ...")
+  /// What came of its end: "restarted", "restarted by ctl", "stopped", "stopped by ctl",
+  /// "succeeded", "failed", "fatal", "hung", "collateral"; "" while it runs.
+  std::string outcome;
+  bool start_failed = false;  ///< could not be started (pipes, fork, exec: 126/127)
+  bool ready_timeout = false; ///< not ready within ready.timeout (the run exits 75)
+  bool hung = false;          ///< killed by its watchdog
+  double ready_s = 0;         ///< spawn to ready (0: never ready)
+  nlohmann::json gate;        ///< its gate facts, kept when the next attempt starts (until then: CoreProc::gate)
+};
+
+/// One process: its plan, its state and its attempts.
+struct CoreProc {
+  const ProcessPlan* plan = nullptr;
+  bool direct = false;  ///< executed without dflash-worker (Plan::NeedsWorker)
+  ProcState state = ProcState::kNotStarted;
+  pid_t pid = -1;          ///< while it lives; -1 once reaped
+  pid_t payload_pid = -1;  ///< MAINPID= from the worker, this attempt
+  int attempt = -1;        ///< spawns so far - 1
+  EndIntent intent = EndIntent::kNone;
+  bool exec_pending = false;  ///< forked; whether its exec succeeded is not known yet
+  bool manual = false;        ///< the current stop/restart was asked by ctl
+  bool held = false;          ///< stopped by hand: stays stopped until `ctl start`
+  int restarts = 0;           ///< restarts by policy
+  int manual_restarts = 0;    ///< restarts asked by hand
+  std::string reason;         ///< how its last attempt ended (or why it never started): summary.json
+  std::string why;            ///< why it is in its current state: the status view
+  std::string status;         ///< its last STATUS=
+  nlohmann::json gate;        ///< this attempt's gate facts, or null
+  std::string worker_error, payload_exit;
+  int payload_signal = 0;
+  SteadyTime started{}, ended{};
+  SteadyTime restart_at{};                    ///< BACKOFF: when it starts again
+  SteadyTime kill_at = SteadyTime::max();     ///< STOPPING: SIGKILL then
+  std::optional<Readiness> readiness;  ///< direct processes only: their readiness, judged here
+  SteadyTime watchdog_at = SteadyTime::max(); ///< RUNNING with a watchdog: hung then
+  bool watchdog_pings = false;                ///< it sent WATCHDOG=1 this attempt
+  int64_t memory_peak = -1;
+  std::vector<AttemptRecord> attempts;
+
+  AttemptRecord& current() { return attempts.back(); }
+  const AttemptRecord* last() const { return attempts.empty() ? nullptr : &attempts.back(); }
+  /// An attempt's gate facts: the live ones for the last, the kept ones for those before.
+  const nlohmann::json& GateOf(const AttemptRecord& a) const { return &a == last() ? gate : a.gate; }
+  bool alive() const { return pid > 0; }
+};
+
+/// What the shell must do, in order.
+struct CoreAction {
+  enum class Kind {
+    kSpawn,          ///< start proc `index` (attempt already counted); answer OnSpawned/OnSpawnFailed
+    kSignal,         ///< `signal` to its process group (and its payload's, under a worker, if `payload`)
+    kKill,           ///< SIGKILL its process group and its payload's
+    kEnded,          ///< it was reaped: kill what it left behind (cgroup leaf, groups, orphans)
+    kKillAll,        ///< SIGKILL everything of the run now (second Ctrl-C, epoll failure)
+    kTellSystemd,    ///< `text` to the supervisor's own NOTIFY_SOCKET
+    kLog,            ///< `text` for supervisor.log and the console (`warn`: a warning)
+    kEvent,          ///< one line of events.jsonl (`event`, without its wall time)
+    kCheckReuse,     ///< proc `index` reused a gate and is ready: did it hit the cache?
+    kRoundRequest,   ///< nodes: ask every node for the round after round `index` (`text`: why)
+    kRoundStopped,   ///< nodes: every process here has stopped for round `index`
+  };
+  Kind kind = Kind::kLog;
+  size_t index = 0;
+  int signal = 0;
+  bool payload = false;
+  bool warn = false;
+  std::string text;
+  nlohmann::json event;
+};
+
+class SupervisorCore final : public ControlHandler {
+ public:
+  using Clock = std::function<SteadyTime()>;
+  /// `clock` is steady_clock::now in the shell, a fake in tests.
+  SupervisorCore(const Plan& plan, Clock clock);
+  ~SupervisorCore() override;
+
+  // --- events -------------------------------------------------------------
+  /// Warm-ups first; roles held for one wait, the others start at once.
+  void Start();
+  /// The shell forked proc `i` as `pid`; `exec_pending`: its exec outcome comes later.
+  void OnSpawned(size_t i, pid_t pid, bool exec_pending);
+  /// It could not even be forked (or, `pid` > 0, its exec failed at once and it
+  /// exits 126/127 on its own: it will be reaped).
+  void OnSpawnFailed(size_t i, const std::string& why, int exit_code, pid_t pid = -1);
+  /// Its exec succeeded (ok) or failed (`err`: it exits 126/127 on its own).
+  void OnExecResult(size_t i, bool ok, const std::string& err);
+  /// Reaped; `error_message` is its TORCHELASTIC_ERROR_FILE's message, if any.
+  void OnExit(size_t i, const ExitStatus& st, const std::string& error_message);
+  void OnReport(size_t i, const NotifyFields& report);
+  /// It wrote output: progress for a watchdog that has no WATCHDOG=1 pings.
+  void OnOutput(size_t i);
+  /// SIGINT/SIGTERM/SIGHUP stop the run (twice: kill at once); others are forwarded.
+  void OnSignal(int sig);
+  /// Deadlines due by now.
+  void OnTick();
+  /// The loop itself broke (epoll failed): kill everything.
+  void Abort(const std::string& why);
+  void AddWarning(const std::string& warning);
+  void NoteMemoryPeak(size_t i, int64_t bytes);
+  /// If set, called when a stop needs the exec outcome of proc `i` now (the
+  /// shell then calls OnExecResult): a failed exec is its own failure, not a stop.
+  std::function<void(size_t)> settle_exec;
+  /// If set, a STATUS= of proc `i` goes here instead of an Info line (the
+  /// shell logs it and hands it to the console, which shows it once).
+  std::function<void(size_t, const std::string&)> on_status_text;
+
+  // --- nodes (a coordination store, docs/multinode.md) ----------------------
+  /// Set by the shell when a store coordinates several nodes: a restart wider than
+  /// one process (scope "role"/"all", or a torch world) is then a round of every
+  /// node (kRoundRequest) instead of a restart of this node's processes alone.
+  bool node_rounds = false;
+  /// Round `round` began (any node asked): stop every process for it, hold them,
+  /// and say kRoundStopped once none is left running.
+  void BeginRound(int round, const std::string& why);
+  /// Every node stopped for `round`: start every held process again (after the
+  /// backoff of the failure that asked for the round, if later).
+  void StartRound(int round);
+  /// The run stops because of another node (its failure, its launcher lost, the
+  /// store lost): `culprit` names it ("node 1 (launcher lost)"), the exit is kNodeFailed.
+  void StopForNode(const std::string& culprit, const std::string& reason);
+  int round() const { return round_; }
+  const std::string& node_culprit() const { return node_culprit_; }
+
+  // --- control (launcher/control/control.h) ---------------------------------------
+  RunStatus Status() override;
+  ControlReply Apply(const ControlRequest& request) override;
+  /// Set by the shell: run id, dir, supervisor pid go into Status().
+  RunStatus status_base;
+
+  // --- queries --------------------------------------------------------------
+  std::vector<CoreAction> TakeActions();
+  bool HasActions() const { return !actions_.empty(); }
+  bool Done() const;
+  SteadyTime NextDeadline() const;
+  /// The process whose worker (or payload) sent a datagram, or -1.
+  int FindSender(pid_t pid, pid_t pgid) const;
+  size_t size() const { return procs_.size(); }
+  const CoreProc& proc(size_t i) const { return procs_[i]; }
+  const std::vector<CoreProc>& procs() const { return procs_; }
+  const Plan& plan() const { return plan_; }
+  /// The process the run's end is blamed on (-1: none), and that failure.
+  int culprit() const { return culprit_; }
+  const AttemptRecord* culprit_attempt() const;
+  bool stopping() const { return stopping_; }
+  int stop_signal() const { return stop_signal_; }
+  const std::string& stop_reason() const { return stop_reason_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  SteadyTime started_at() const { return t0_; }
+  /// The processes restarted together with `i` (its unit, `i` included):
+  /// scope, widened to the torch world it shares (RoleSpec::world).
+  std::vector<size_t> RestartUnit(size_t i) const;
+  /// The run's exit code and reason as summary.json states them.
+  int ExitCode() const;
+  std::string ExitReason() const;
+
+ private:
+  void Spawn(size_t i);
+  void SetState(size_t i, ProcState s, const std::string& why = "");
+  void Event(size_t i, ProcState from, ProcState to, const std::string& why);
+  void Fail(size_t i, const std::string& reason, bool fatal);
+  void StopProc(size_t i, EndIntent intent, const std::string& why);
+  void BeginStop(const std::string& reason);
+  void MarkReady(size_t i, const std::string& why);
+  void OnWarmupExit(size_t i, const std::string& how);
+  void ScheduleRestart(size_t i, SteadyTime at, const std::string& why);
+  void Hang(size_t i);
+  void ArmWatchdog(size_t i);
+  void NoteFailure(size_t i);
+  void MaybeCloseIncident();
+  bool HeldForWarmup(size_t i) const;
+  RestartTracker& TrackerFor(size_t i);
+  void Info(const std::string& text);
+  void Warn(const std::string& text);
+  void MaybeRoundStopped();
+  double Since(SteadyTime t) const;
+
+  const Plan& plan_;
+  Clock clock_;
+  std::vector<CoreProc> procs_;
+  std::vector<std::unique_ptr<RestartTracker>> trackers_;
+  std::vector<CoreAction> actions_;
+  std::vector<bool> role_warm_, warmup_published_;
+  std::vector<std::string> warnings_;
+  SteadyTime t0_{};
+  bool started_ = false;
+  bool stopping_ = false;
+  bool told_ready_ = false;
+  bool manual_stop_ = false;  ///< `ctl stop all` ended the run
+  int stop_signal_ = 0;
+  int interrupts_ = 0;
+  std::string stop_reason_;
+  int culprit_ = -1;
+  int culprit_attempt_ = -1;
+  bool culprit_restarted_ = false;  ///< the root cause was restarted; another failure ended the run
+  /// The first failure since the run was last healthy: the culprit if the run
+  /// ends before it recovers (docs/summary-json.md, "culprit").
+  int incident_proc_ = -1;
+  int incident_attempt_ = -1;
+  // Node rounds: the round running, the one being stopped for (-1: none), and
+  // the earliest start the failure that asked for it allows (its backoff).
+  int round_ = 0;
+  int round_pending_ = -1;
+  bool round_stopped_sent_ = false;
+  SteadyTime round_not_before_{};
+  std::string node_culprit_, node_reason_;
+};
+
+}  // namespace dflash

@@ -1,0 +1,692 @@
+// The supervisor's decisions with a fake clock and no processes: every spawn
+// gets a made-up pid, every exit is an event we send.
+#include "launcher/supervise/supervisor_core.h"
+#include "launcher/supervise/supervisor_summary.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+namespace dflash {
+namespace {
+
+class Harness {
+ public:
+  /// `toml` is a config body; [run] log_dir and cache_dir are added.
+  explicit Harness(const std::string& toml, const std::function<void(RunConfig*)>& tweak = nullptr) {
+    std::string text = "[run]\nname = \"t\"\nlog_dir = \"/tmp/dflash-core-test\"\ncache_dir = \"/tmp/dflash-core-test/c\"\n" + toml;
+    RunConfig c;
+    std::vector<ConfigError> errors;
+    EXPECT_TRUE(LoadConfigFromString(text, "/tmp/core_test.toml", &c, &errors)) << FormatErrors(errors);
+    if (tweak) tweak(&c);
+    PlanOptions po;
+    po.bin_dir = "/opt/dflash/bin";
+    po.run_id = "t-1";
+    po.torch_version = [](const RoleSpec&) { return std::string("2.13.0+cpu"); };
+    plan_ = BuildPlan(c, po);
+    core_ = std::make_unique<SupervisorCore>(plan_, [this] { return now_; });
+  }
+
+  SupervisorCore& core() { return *core_; }
+  const Plan& plan() const { return plan_; }
+
+  size_t Index(const std::string& name) const {
+    for (size_t i = 0; i < core_->size(); ++i)
+      if (core_->proc(i).plan->name == name) return i;
+    ADD_FAILURE() << "no process " << name;
+    return 0;
+  }
+  const CoreProc& Proc(const std::string& name) const { return core_->proc(Index(name)); }
+  std::string State(const std::string& name) const { return ProcStateName(Proc(name).state); }
+
+  /// Carries out the core's actions like the shell would: each spawn succeeds.
+  void Pump() {
+    while (core_->HasActions()) {
+      for (const CoreAction& a : core_->TakeActions()) {
+        actions_.push_back(a);
+        if (a.kind == CoreAction::Kind::kSpawn) {
+          ++spawns_[a.index];
+          if (spawn_fails_) core_->OnSpawnFailed(a.index, "fork: no", 1);
+          else core_->OnSpawned(a.index, next_pid_++, /*exec_pending=*/false);
+        }
+      }
+    }
+  }
+  void Start() {
+    core_->Start();
+    Pump();
+  }
+  void Exit(const std::string& name, int code) {
+    ExitStatus st;
+    st.exited = true;
+    st.code = code;
+    core_->OnExit(Index(name), st, "");
+    Pump();
+  }
+  void Killed(const std::string& name, int sig) {
+    ExitStatus st;
+    st.signaled = true;
+    st.signal = sig;
+    core_->OnExit(Index(name), st, "");
+    Pump();
+  }
+  void Advance(Millis d) {
+    now_ += d;
+    core_->OnTick();
+    Pump();
+  }
+  void Report(const std::string& name, const NotifyFields& r) {
+    core_->OnReport(Index(name), r);
+    Pump();
+  }
+  ControlReply Ctl(ControlVerb verb, const std::string& target, int sig = 0) {
+    ControlRequest req;
+    req.verb = verb;
+    req.target = target;
+    req.signal = sig;
+    ControlReply r = core_->Apply(req);
+    Pump();
+    return r;
+  }
+  int Spawns(const std::string& name) { return spawns_[Index(name)]; }
+  /// Signals sent to `name` since the last call (kill: SIGKILL).
+  std::vector<int> TakeSignals(const std::string& name) {
+    std::vector<int> out;
+    size_t i = Index(name);
+    for (const CoreAction& a : actions_) {
+      if (a.index != i) continue;
+      if (a.kind == CoreAction::Kind::kSignal) out.push_back(a.signal);
+      if (a.kind == CoreAction::Kind::kKill) out.push_back(SIGKILL);
+    }
+    actions_.erase(std::remove_if(actions_.begin(), actions_.end(),
+                                  [&](const CoreAction& a) {
+                                    return a.index == i && (a.kind == CoreAction::Kind::kSignal ||
+                                                            a.kind == CoreAction::Kind::kKill);
+                                  }),
+                   actions_.end());
+    return out;
+  }
+  std::vector<nlohmann::json> Events() const {
+    std::vector<nlohmann::json> out;
+    for (const CoreAction& a : actions_)
+      if (a.kind == CoreAction::Kind::kEvent) out.push_back(a.event);
+    return out;
+  }
+  /// Actions of `kind` since the start (their index), e.g. the rounds asked for.
+  std::vector<size_t> Taken(CoreAction::Kind kind) const {
+    std::vector<size_t> out;
+    for (const CoreAction& a : actions_)
+      if (a.kind == kind) out.push_back(a.index);
+    return out;
+  }
+  bool spawn_fails_ = false;
+
+ private:
+  Plan plan_;
+  SteadyTime now_ = SteadyTime{} + std::chrono::hours(1);
+  std::unique_ptr<SupervisorCore> core_;
+  std::vector<CoreAction> actions_;
+  std::map<size_t, int> spawns_;
+  pid_t next_pid_ = 1000;
+};
+
+std::string Role(const std::string& name, int cpu, const std::string& extra) {
+  return "[[role]]\nname = \"" + name + "\"\ncpu = " + std::to_string(cpu) + "\ncommand = [\"sleep\", \"1000\"]\n" +
+         extra + "\n";
+}
+
+const char* kOnFailure3 =
+    "restart = { policy = \"on-failure\", max = 3, window = \"1h\", backoff = \"1s..4s\" }\n"
+    "stop = { signal = \"SIGTERM\", grace = \"2s\" }";
+
+TEST(SupervisorCore, StartsEveryProcessAndRunsThem) {
+  Harness h(Role("a", 2, ""));
+  h.Start();
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_FALSE(h.core().Done());
+  h.Exit("a:0", 0);
+  h.Exit("a:1", 0);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 0);
+  EXPECT_EQ(h.core().ExitReason(), "all processes succeeded");
+}
+
+TEST(SupervisorCore, RestartsAfterAnExponentialBackoff) {
+  Harness h(Role("a", 1, kOnFailure3));
+  h.Start();
+  h.Exit("a:0", 1);
+  EXPECT_EQ(h.State("a:0"), "BACKOFF");
+  h.Advance(Millis(999));
+  EXPECT_EQ(h.Spawns("a:0"), 1) << "not before its 1s backoff";
+  h.Advance(Millis(1));
+  EXPECT_EQ(h.Spawns("a:0"), 2);
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+  h.Exit("a:0", 1);  // ran 0s: the backoff doubles
+  h.Advance(Millis(1999));
+  EXPECT_EQ(h.Spawns("a:0"), 2);
+  h.Advance(Millis(1));
+  EXPECT_EQ(h.Spawns("a:0"), 3);
+  EXPECT_EQ(h.Proc("a:0").restarts, 2);
+  ASSERT_EQ(h.Proc("a:0").attempts.size(), 3u);
+  EXPECT_EQ(h.Proc("a:0").attempts[0].outcome, "restarted");
+  EXPECT_EQ(h.Proc("a:0").attempts[0].exit_code, 1);
+}
+
+TEST(SupervisorCore, ABudgetExhaustedIsFatalAndStopsTheRun) {
+  Harness h(Role("a", 1, kOnFailure3) + Role("b", 1, "stop = { signal = \"SIGINT\", grace = \"5s\" }"));
+  h.Start();
+  for (int k = 0; k < 3; ++k) {
+    h.Exit("a:0", 7);
+    h.Advance(Millis(10000));
+  }
+  EXPECT_EQ(h.Spawns("a:0"), 4);
+  h.Exit("a:0", 7);
+  EXPECT_EQ(h.State("a:0"), "FATAL");
+  EXPECT_TRUE(h.core().stopping());
+  EXPECT_EQ(h.State("b:0"), "STOPPING");
+  EXPECT_EQ(h.TakeSignals("b:0"), std::vector<int>{SIGINT});
+  h.Killed("b:0", SIGINT);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 7);
+  EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("a:0")));
+  EXPECT_EQ(h.core().culprit_attempt()->attempt, 3) << "the same process failing again: its last failure";
+  EXPECT_EQ(h.core().ExitReason().rfind("a:0 exited with code 7; restart budget exhausted", 0), 0u)
+      << h.core().ExitReason();
+  EXPECT_EQ(h.Proc("b:0").last()->outcome, "collateral");
+}
+
+TEST(SupervisorCore, StopGraceEndsInSigkill) {
+  Harness h(Role("a", 1, kOnFailure3));
+  h.Start();
+  h.core().OnSignal(SIGTERM);
+  h.Pump();
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM});
+  h.Advance(Millis(1999));
+  EXPECT_TRUE(h.TakeSignals("a:0").empty());
+  h.Advance(Millis(1));
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGKILL});
+  h.Killed("a:0", SIGKILL);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 128 + SIGTERM);
+  EXPECT_EQ(h.State("a:0"), "EXITED") << "stopped, not a failure";
+}
+
+TEST(SupervisorCore, ScopeRoleRestartsTheRoleOnly) {
+  std::string flaky = "restart = { policy = \"on-failure\", scope = \"role\", max = 3, window = \"1h\", backoff = \"1s..1s\" }";
+  Harness h(Role("stable", 2, kOnFailure3) + Role("flaky", 2, flaky));
+  h.Start();
+  h.Exit("flaky:0", 1);
+  EXPECT_EQ(h.State("flaky:1"), "STOPPING");
+  EXPECT_EQ(h.TakeSignals("flaky:1"), std::vector<int>{SIGTERM});
+  EXPECT_EQ(h.State("stable:0"), "RUNNING");
+  h.Killed("flaky:1", SIGTERM);
+  EXPECT_EQ(h.State("flaky:1"), "BACKOFF");
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.Spawns("flaky:0"), 2);
+  EXPECT_EQ(h.Spawns("flaky:1"), 2);
+  EXPECT_EQ(h.Spawns("stable:0"), 1);
+  EXPECT_EQ(h.Proc("flaky:1").last() - &h.Proc("flaky:1").attempts[0], 1);
+  EXPECT_EQ(h.Proc("flaky:1").attempts[0].outcome, "restarted");
+}
+
+TEST(SupervisorCore, ScopeAllRestartsEveryone) {
+  std::string all = "restart = { policy = \"on-failure\", scope = \"all\", max = 3, window = \"1h\", backoff = \"1s..1s\" }";
+  Harness h(Role("stable", 1, kOnFailure3) + Role("flaky", 1, all));
+  h.Start();
+  h.Exit("flaky:0", 1);
+  EXPECT_EQ(h.State("stable:0"), "STOPPING");
+  h.Exit("stable:0", 0);  // stopped for the restart: its end is no success and no failure
+  EXPECT_EQ(h.State("stable:0"), "BACKOFF");
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.Spawns("stable:0"), 2);
+  EXPECT_EQ(h.Spawns("flaky:0"), 2);
+}
+
+// --- node rounds (a coordination store, several nodes) ---
+
+const char* kAllOnce =
+    "restart = { policy = \"on-failure\", scope = \"all\", max = 1, window = \"1h\", backoff = \"1s..1s\" }\n"
+    "stop = { signal = \"SIGTERM\", grace = \"2s\" }";
+
+TEST(SupervisorCoreRounds, AFailureWithScopeAllAsksForARoundAndHoldsUntilEveryNodeStopped) {
+  Harness h(Role("a", 2, kAllOnce));
+  h.core().node_rounds = true;
+  h.Start();
+  h.Exit("a:1", 1);
+  // Not restarted locally: a round of every node is asked for, from round 0.
+  EXPECT_EQ(h.Taken(CoreAction::Kind::kRoundRequest), std::vector<size_t>{0});
+  EXPECT_EQ(h.State("a:1"), "BACKOFF");
+  EXPECT_EQ(h.State("a:0"), "RUNNING");  // until the round begins (the store says so)
+  h.Advance(Millis(5000));
+  EXPECT_EQ(h.Spawns("a:1"), 1);  // held: no local restart, whatever the backoff
+  h.core().BeginRound(1, "a:1 failed on node 0");
+  h.Pump();
+  EXPECT_EQ(h.State("a:0"), "STOPPING");
+  EXPECT_TRUE(h.Taken(CoreAction::Kind::kRoundStopped).empty());  // a:0 still runs
+  h.Exit("a:0", 143);
+  EXPECT_EQ(h.Taken(CoreAction::Kind::kRoundStopped), std::vector<size_t>{1});
+  h.Advance(Millis(5000));
+  EXPECT_EQ(h.Spawns("a:0"), 1);  // held until every node has stopped
+  h.core().StartRound(1);
+  h.Pump();
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.Spawns("a:0"), 2);
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+  EXPECT_EQ(h.core().round(), 1);
+  EXPECT_FALSE(h.core().stopping());
+}
+
+TEST(SupervisorCoreRounds, ANodeThatDidNotFailFollowsTheRoundAndItsBudgetIsNotCharged) {
+  Harness h(Role("a", 1, kAllOnce));
+  h.core().node_rounds = true;
+  h.Start();
+  h.core().BeginRound(1, "asked by node 1");
+  h.Pump();
+  h.Exit("a:0", 143);
+  EXPECT_EQ(h.Taken(CoreAction::Kind::kRoundStopped), std::vector<size_t>{1});
+  h.core().StartRound(1);
+  h.Pump();
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.Spawns("a:0"), 2);
+  // Its one restart is still there: a failure now asks for round 2.
+  h.Exit("a:0", 1);
+  EXPECT_EQ(h.Taken(CoreAction::Kind::kRoundRequest), std::vector<size_t>{1});
+  EXPECT_FALSE(h.core().stopping());
+}
+
+TEST(SupervisorCoreRounds, ABudgetExhaustedStopsTheRunInsteadOfAskingForARound) {
+  Harness h(Role("a", 1, kAllOnce));
+  h.core().node_rounds = true;
+  h.Start();
+  h.Exit("a:0", 1);
+  h.core().BeginRound(1, "");
+  h.Pump();
+  h.core().StartRound(1);
+  h.Pump();
+  h.Advance(Millis(1000));
+  h.Exit("a:0", 5);
+  EXPECT_EQ(h.Taken(CoreAction::Kind::kRoundRequest).size(), 1u);
+  EXPECT_TRUE(h.core().stopping());
+  EXPECT_EQ(h.core().ExitCode(), 5);
+}
+
+TEST(SupervisorCoreRounds, ScopeProcessStaysLocal) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.core().node_rounds = true;
+  h.Start();
+  h.Exit("a:1", 1);
+  h.Advance(Millis(1000));
+  EXPECT_TRUE(h.Taken(CoreAction::Kind::kRoundRequest).empty());
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+}
+
+TEST(SupervisorCoreRounds, AStaleOrRepeatedRoundIsIgnoredAndAStopForANodeWins) {
+  Harness h(Role("a", 1, kAllOnce));
+  h.core().node_rounds = true;
+  h.Start();
+  h.core().StartRound(1);  // never begun: nothing
+  h.Pump();
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+  h.core().BeginRound(1, "");
+  h.core().BeginRound(1, "");  // the same round twice: one stop
+  h.Pump();
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM});
+  // The round waits; another node's failure ends the run: the held process is not restarted.
+  h.Exit("a:0", 143);
+  h.core().StopForNode("node 1: b:0", "node 1 failed: b:0 exited with code 3");
+  h.Pump();
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 70);
+  EXPECT_EQ(h.core().ExitReason(), "node 1 failed: b:0 exited with code 3");
+  EXPECT_EQ(h.core().culprit(), -1);
+}
+
+TEST(SupervisorCore, ATorchWorldIsOneRestartUnitWhateverTheScope) {
+  Harness h(Role("target", 2, kOnFailure3) + Role("drafter", 2, kOnFailure3) + Role("other", 1, kOnFailure3),
+            [](RunConfig* c) {
+              c->roles[0].world = TorchWorld::kRun;
+              c->roles[1].world = TorchWorld::kRun;
+            });
+  h.Start();
+  EXPECT_EQ(h.core().RestartUnit(h.Index("drafter:1")).size(), 4u);
+  h.Exit("drafter:1", 3);
+  for (const char* n : {"target:0", "target:1", "drafter:0"}) EXPECT_EQ(h.State(n), "STOPPING") << n;
+  EXPECT_EQ(h.State("other:0"), "RUNNING");
+  for (const char* n : {"target:0", "target:1", "drafter:0"}) h.Killed(n, SIGTERM);
+  h.Advance(Millis(1000));
+  for (const char* n : {"target:0", "target:1", "drafter:0", "drafter:1"}) EXPECT_EQ(h.Spawns(n), 2) << n;
+  EXPECT_EQ(h.Spawns("other:0"), 1);
+}
+
+TEST(SupervisorCore, TheCulpritIsTheFirstFailureOfTheIncidentEvenIfItWasRestarted) {
+  // One world in fact, declared independent: drafter:1 exits 3 and is
+  // restarted; its peers then fail with 1 ("connection closed") and cannot be.
+  Harness h(Role("target", 2, "restart = { policy = \"never\" }") + Role("drafter", 2, kOnFailure3));
+  h.Start();
+  h.Exit("drafter:1", 3);
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.State("drafter:1"), "RUNNING");
+  h.Exit("target:1", 1);
+  EXPECT_TRUE(h.core().stopping());
+  EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("drafter:1")));
+  EXPECT_EQ(h.core().culprit_attempt()->attempt, 0);
+  EXPECT_EQ(h.core().ExitCode(), 3);
+  EXPECT_NE(h.core().ExitReason().find("drafter:1 exited with code 3"), std::string::npos) << h.core().ExitReason();
+  EXPECT_NE(h.core().ExitReason().find("target:1"), std::string::npos) << h.core().ExitReason();
+}
+
+TEST(SupervisorCore, AFailureAfterTheRunHealedIsANewIncident) {
+  Harness h(Role("target", 1, "restart = { policy = \"never\" }") +
+            Role("drafter", 1, "restart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\", reset_after = \"1m\" }"));
+  h.Start();
+  h.Exit("drafter:0", 3);
+  h.Advance(Millis(1000));
+  h.Advance(Millis(61000));  // everyone ran reset_after since: healthy again
+  h.Exit("target:0", 1);
+  EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("target:0")));
+  EXPECT_EQ(h.core().ExitCode(), 1);
+}
+
+TEST(SupervisorCore, ASpawnThatFailsIsAFailureOfItsOwn) {
+  Harness h(Role("a", 1, ""));
+  h.spawn_fails_ = true;
+  h.Start();
+  EXPECT_EQ(h.State("a:0"), "FAILED");
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 1);
+  EXPECT_TRUE(h.Proc("a:0").last()->start_failed);
+}
+
+TEST(SupervisorCore, ReadinessTimeoutOfADirectProcessExits75) {
+  Harness h(Role("a", 1, "ready = { mode = \"notify\", timeout = \"10s\" }"));
+  h.Start();
+  EXPECT_EQ(h.State("a:0"), "STARTING");
+  h.Advance(Millis(9999));
+  EXPECT_FALSE(h.core().stopping());
+  h.Advance(Millis(1));
+  EXPECT_TRUE(h.core().stopping());
+  h.Killed("a:0", SIGTERM);
+  EXPECT_EQ(h.core().ExitCode(), 75);
+}
+
+TEST(SupervisorCore, NotifyReadyMakesItRunning) {
+  Harness h(Role("a", 1, "ready = { mode = \"notify\", timeout = \"10s\" }"));
+  h.Start();
+  NotifyFields r;
+  r.ready = true;
+  r.status = "step 1 loss 2.5";
+  h.Report("a:0", r);
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+  EXPECT_EQ(h.core().Status().processes[0].status, "step 1 loss 2.5");
+}
+
+TEST(SupervisorCore, EveryTransitionIsAnEvent) {
+  Harness h(Role("a", 1, kOnFailure3));
+  h.Start();
+  h.Exit("a:0", 4);
+  std::vector<nlohmann::json> ev = h.Events();
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev[0]["from"], "NOT_STARTED");
+  EXPECT_EQ(ev[0]["to"], "STARTING");
+  EXPECT_EQ(ev[1]["to"], "RUNNING");
+  EXPECT_EQ(ev[2]["from"], "RUNNING");
+  EXPECT_EQ(ev[2]["to"], "BACKOFF");
+  EXPECT_EQ(ev[2]["exit_code"], 4);
+  EXPECT_EQ(ev[2]["attempt"], 0);
+  EXPECT_EQ(ev[2]["manual"], false);
+  EXPECT_EQ(ev[2]["process"], "a:0");
+}
+
+// --- live control ---
+
+TEST(SupervisorCoreControl, ARestartByHandDoesNotCountAgainstTheBudget) {
+  Harness h(Role("a", 2, "restart = { policy = \"on-failure\", max = 1, window = \"1h\", backoff = \"1s..1s\" }"));
+  h.Start();
+  for (int k = 0; k < 3; ++k) {
+    ControlReply r = h.Ctl(ControlVerb::kRestart, "a:1");
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.body["affected"], nlohmann::json::array({"a:1"}));
+    EXPECT_EQ(h.TakeSignals("a:1"), std::vector<int>{SIGTERM});
+    h.Killed("a:1", SIGTERM);
+    h.Advance(Millis(0));  // by hand: no backoff
+    EXPECT_EQ(h.State("a:1"), "RUNNING");
+  }
+  EXPECT_EQ(h.Spawns("a:1"), 4);
+  EXPECT_EQ(h.Spawns("a:0"), 1) << "its peer kept running";
+  EXPECT_EQ(h.Proc("a:1").manual_restarts, 3);
+  EXPECT_EQ(h.Proc("a:1").restarts, 0);
+  EXPECT_EQ(h.Proc("a:1").attempts[0].outcome, "restarted by ctl");
+  // The budget of one is intact: a real failure is still restarted.
+  h.Exit("a:1", 1);
+  EXPECT_EQ(h.State("a:1"), "BACKOFF");
+  EXPECT_FALSE(h.core().stopping());
+}
+
+TEST(SupervisorCoreControl, AProcessStoppedByHandStaysStoppedAndTheRunStaysUp) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.Start();
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  EXPECT_EQ(h.TakeSignals("a:1"), std::vector<int>{SIGTERM});
+  h.Killed("a:1", SIGTERM);
+  EXPECT_EQ(h.State("a:1"), "EXITED");
+  EXPECT_TRUE(h.Proc("a:1").held);
+  h.Advance(Millis(60000));
+  EXPECT_EQ(h.Spawns("a:1"), 1) << "not restarted";
+  h.Exit("a:0", 0);
+  EXPECT_FALSE(h.core().Done()) << "held: the run stays up";
+  EXPECT_TRUE(h.core().Status().processes[1].held);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStart, "a:1").ok);
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_FALSE(h.Proc("a:1").held);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "all").ok);
+  h.Killed("a:1", SIGTERM);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 0) << h.core().ExitReason();
+}
+
+TEST(SupervisorCoreControl, StartOrRestartWhileStillStoppingBringsItBack) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.Start();
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  EXPECT_EQ(h.State("a:1"), "STOPPING");
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStart, "a:1").ok);  // before it has ended
+  h.Killed("a:1", SIGTERM);
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+  EXPECT_FALSE(h.Proc("a:1").held);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kRestart, "a:1").ok);
+  h.Killed("a:1", SIGTERM);
+  h.Advance(Millis(0));
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  EXPECT_EQ(h.Spawns("a:1"), 3);
+  EXPECT_EQ(h.Proc("a:1").restarts, 0);
+}
+
+TEST(SupervisorCoreControl, RestartOfAWorldMemberRestartsItsWorld) {
+  Harness h(Role("target", 2, kOnFailure3) + Role("drafter", 3, kOnFailure3),
+            [](RunConfig* c) { c->roles[1].world = TorchWorld::kRole; });
+  h.Start();
+  ControlReply r = h.Ctl(ControlVerb::kRestart, "drafter:1");
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(r.body["affected"].size(), 3u);
+  for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) h.Killed(n, SIGTERM);
+  h.Advance(Millis(0));
+  for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) EXPECT_EQ(h.Spawns(n), 2) << n;
+  for (const char* n : {"target:0", "target:1"}) EXPECT_EQ(h.Spawns(n), 1) << n;
+}
+
+TEST(SupervisorCoreControl, BadTargetsAndSignals) {
+  Harness h(Role("a", 2, ""));
+  h.Start();
+  ControlReply r = h.Ctl(ControlVerb::kRestart, "a:7");
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("a has ranks 0, 1"), std::string::npos) << r.error;
+  r = h.Ctl(ControlVerb::kSignal, "a", SIGUSR1);
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGUSR1});
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+  EXPECT_FALSE(h.Ctl(ControlVerb::kSignal, "a", 0).ok);
+  h.core().OnSignal(SIGTERM);
+  h.Pump();
+  EXPECT_FALSE(h.Ctl(ControlVerb::kRestart, "a").ok) << "the run is stopping";
+}
+
+TEST(SupervisorCoreControl, StatusNamesEveryProcess) {
+  Harness h(Role("a", 2, ""));
+  h.Start();
+  RunStatus s = h.core().Status();
+  ASSERT_EQ(s.processes.size(), 2u);
+  EXPECT_EQ(s.processes[1].name, "a:1");
+  EXPECT_EQ(s.processes[1].state, "RUNNING");
+  EXPECT_GT(s.processes[1].pid, 0);
+  std::string err;
+  RunStatus back;
+  ASSERT_TRUE(FromJson(ToJson(s), &back, &err)) << err;
+}
+
+// --- watchdog ---
+
+TEST(SupervisorCoreWatchdog, APingingProcessThatStopsIsHungKilledAndRestarted) {
+  Harness h(Role("a", 1, kOnFailure3), [](RunConfig* c) { c->roles[0].watchdog = Millis(5000); });
+  h.Start();
+  NotifyFields ping;
+  ping.watchdog = true;
+  ping.main_pid = 77;
+  h.Report("a:0", ping);
+  h.Advance(Millis(4000));
+  h.Report("a:0", ping);
+  h.Advance(Millis(4000));
+  EXPECT_TRUE(h.TakeSignals("a:0").empty()) << "it pinged in time";
+  // Output is no progress once it promised WATCHDOG=1.
+  h.core().OnOutput(h.Index("a:0"));
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGABRT});
+  EXPECT_EQ(h.State("a:0"), "STOPPING");
+  h.Advance(Millis(2000));  // the stop grace: SIGKILL
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGKILL});
+  h.Killed("a:0", SIGKILL);
+  EXPECT_EQ(h.State("a:0"), "BACKOFF");
+  EXPECT_TRUE(h.Proc("a:0").attempts[0].hung);
+  EXPECT_NE(h.Proc("a:0").attempts[0].reason.find("hung"), std::string::npos);
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.Spawns("a:0"), 2);
+}
+
+TEST(SupervisorCoreWatchdog, WithoutPingsOutputIsProgress) {
+  Harness h(Role("a", 1, kOnFailure3), [](RunConfig* c) { c->roles[0].watchdog = Millis(5000); });
+  h.Start();
+  for (int k = 0; k < 5; ++k) {
+    h.Advance(Millis(4000));
+    h.core().OnOutput(h.Index("a:0"));
+  }
+  EXPECT_TRUE(h.TakeSignals("a:0").empty());
+  h.Advance(Millis(5000));
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGABRT});
+}
+
+}  // namespace
+}  // namespace dflash
+
+namespace dflash {
+namespace {
+
+TEST(SupervisorCoreWarmup, TheRoleWaitsForItsWarmupThenStartsOnTheWarmCache) {
+  Harness h(Role("d", 2, "gate = true\nrestart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\" }"));
+  ASSERT_EQ(h.plan().warmups.size(), 1u);
+  h.Start();
+  EXPECT_EQ(h.Spawns("d:warmup"), 1);
+  EXPECT_EQ(h.State("d:0"), "WAITING");
+  EXPECT_EQ(h.State("d:1"), "WAITING");
+  EXPECT_EQ(h.Spawns("d:0"), 0);
+  // A restart by hand of a waiting process does not start it early.
+  ControlReply r = h.Ctl(ControlVerb::kRestart, "d");
+  ASSERT_TRUE(r.ok);
+  EXPECT_EQ(h.Spawns("d:0"), 0);
+  EXPECT_FALSE(h.Ctl(ControlVerb::kStop, "d:warmup").ok) << "warm-ups are not controlled by hand";
+  NotifyFields g;
+  g.gate_role = "lead";
+  g.gate_state = GateState::kReady;
+  g.gate_compile_s = 12.0;
+  h.Report("d:warmup", g);
+  h.Exit("d:warmup", 0);
+  EXPECT_EQ(h.Spawns("d:0"), 1);
+  EXPECT_EQ(h.Spawns("d:1"), 1);
+  EXPECT_EQ(h.Proc("d:0").gate["role"], "reuse");
+}
+
+TEST(SupervisorCoreWarmup, HoldOneHoldsOnlyTheFirstProcessOfADeclaredWorld) {
+  // The others start with the warm-up; the held first one keeps the world's
+  // rendezvous from completing until the cache is warm.
+  Harness h(Role("d", 3, "gate = { hold = \"one\" }\nworld = \"role\"\nrestart = { policy = \"never\" }"));
+  h.Start();
+  EXPECT_EQ(h.Spawns("d:warmup"), 1);
+  EXPECT_EQ(h.State("d:0"), "WAITING");
+  EXPECT_EQ(h.Spawns("d:1"), 1);
+  EXPECT_EQ(h.Spawns("d:2"), 1);
+  h.Exit("d:warmup", 0);
+  EXPECT_EQ(h.Spawns("d:0"), 1);
+  EXPECT_EQ(h.Spawns("d:1"), 1) << "started once, never again";
+}
+
+TEST(SupervisorCoreWarmup, HoldAllIsTheDefaultEvenForADeclaredWorld) {
+  Harness h(Role("d", 2, "gate = true\nworld = \"role\"\nrestart = { policy = \"never\" }"));
+  h.Start();
+  EXPECT_EQ(h.State("d:0"), "WAITING");
+  EXPECT_EQ(h.State("d:1"), "WAITING");
+  h.Exit("d:warmup", 0);
+  EXPECT_EQ(h.Spawns("d:0"), 1);
+  EXPECT_EQ(h.Spawns("d:1"), 1);
+}
+
+TEST(SupervisorCoreWarmup, AFailedWarmupFailsTheRunAndItsRoleNeverStarts) {
+  Harness h(Role("d", 2, "gate = true") + Role("t", 1, ""));
+  h.Start();
+  EXPECT_EQ(h.Spawns("t:0"), 1) << "other roles never wait for a warm-up";
+  h.Exit("d:warmup", 2);
+  EXPECT_EQ(h.State("d:warmup"), "FATAL");
+  EXPECT_EQ(h.State("d:0"), "NOT_STARTED");
+  h.Killed("t:0", SIGTERM);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 2);
+  EXPECT_EQ(h.Spawns("d:0"), 0);
+}
+
+TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
+  // A leader that crashed mid-compile, then reused what a peer published: summary.json says both.
+  Harness h(Role("d", 1, "gate = { mode = \"serial\" }\nrestart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\" }"));
+  h.Start();
+  NotifyFields lead;
+  lead.gate_role = "lead";
+  lead.gate_state = GateState::kLeading;
+  h.Report("d:0", lead);
+  h.Killed("d:0", SIGSEGV);
+  h.Advance(Millis(1000));
+  ASSERT_EQ(h.Spawns("d:0"), 2);
+  EXPECT_TRUE(h.Proc("d:0").gate.is_null()) << "a new attempt starts with no gate facts";
+  NotifyFields reuse;
+  reuse.gate_role = "reuse";
+  reuse.gate_state = GateState::kReusing;
+  reuse.gate_wait_s = 4.0;
+  h.Report("d:0", reuse);
+  h.Exit("d:0", 0);
+  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
+  ASSERT_EQ(s.processes.size(), 1u);
+  const ProcessSummary& d = s.processes[0];
+  ASSERT_EQ(d.attempts.size(), 2u);
+  EXPECT_EQ(d.attempts[0].gate["role"], "lead");
+  EXPECT_EQ(d.attempts[0].gate["state"], "leading");
+  EXPECT_FALSE(d.attempts[0].gate.contains("wait_s"));
+  EXPECT_EQ(d.attempts[1].gate["role"], "reuse");
+  EXPECT_EQ(d.attempts[1].gate["wait_s"], 4.0);
+  EXPECT_EQ(d.gate, d.attempts[1].gate) << "the process's gate is its last attempt's";
+  nlohmann::ordered_json j = SummaryJson(s);
+  EXPECT_EQ(j["processes"][0]["attempts"][0]["gate"]["role"], "lead");
+  EXPECT_EQ(j["processes"][0]["attempts"][1]["gate"]["role"], "reuse");
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,86 @@
+#include "launcher/supervise/supervisor_summary.h"
+
+#include <algorithm>
+
+#include "common/exit_codes.h"
+#include "launcher/supervise/payload_files.h"
+
+namespace dflash {
+
+RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std::string& start_error) {
+  const Plan& plan = core.plan();
+  RunSummary s;
+  s.run_id = plan.run_id;
+  s.config = plan.config.path;
+  s.run_dir = plan.run_dir;
+  s.wall_s = wall_s;
+  for (size_t i = 0; i < core.size(); ++i) {
+    const CoreProc& p = core.proc(i);
+    const ProcessPlan& pp = *p.plan;
+    const AttemptRecord* last = p.last();
+    ProcessSummary e;
+    e.name = pp.name;
+    e.role = pp.role;
+    e.role_rank = pp.role_rank;
+    e.rank = pp.warmup ? -1 : pp.rank;  // a warm-up: a world of one of its own, not a rank of the run
+    e.device = pp.gpu >= 0 ? "cuda:" + std::to_string(pp.gpu) : "cpu";
+    e.pid = p.pid > 0 ? p.pid : last ? last->pid : -1;
+    e.state = ProcStateName(p.state);
+    e.exit_code = last ? last->exit_code : -1;
+    e.signal = last ? last->signal : 0;
+    e.restarts = std::max(0, p.attempt);
+    e.manual_restarts = p.manual_restarts;
+    e.held = p.held;
+    e.culprit = core.culprit() == static_cast<int>(i);
+    e.collateral = last && last->outcome == "collateral";
+    e.runtime_s = last && last->end_s >= last->start_s && last->start_s >= 0 ? last->end_s - last->start_s : 0;
+    e.reason = p.reason;
+    int attempt = std::max(0, p.attempt);
+    e.stdout_log = plan.AttemptPath(pp, attempt, "stdout.log");
+    e.stderr_log = plan.AttemptPath(pp, attempt, "stderr.log");
+    std::string msg;
+    e.error_file = ReadErrorFile(plan.AttemptPath(pp, attempt, "error.json"), &msg);
+    e.gate = p.gate.is_object() && !p.gate.empty() ? p.gate : nlohmann::json();
+    e.ready_s = last ? last->ready_s : 0;
+    e.metrics = ReadMetricsFile(plan.AttemptPath(pp, attempt, "metrics.json"));
+    e.memory_peak_bytes = p.memory_peak;
+    for (const AttemptRecord& a : p.attempts) {
+      AttemptSummary as;
+      as.attempt = a.attempt;
+      as.pid = a.pid;
+      as.start_s = a.start_s;
+      as.end_s = a.end_s;
+      as.exit_code = a.exit_code;
+      as.signal = a.signal;
+      as.reason = a.reason;
+      as.outcome = a.outcome;
+      as.restarted = a.outcome.rfind("restarted", 0) == 0;
+      as.hung = a.hung;
+      as.start_failed = a.start_failed;
+      as.ready_timeout = a.ready_timeout;
+      as.ready_s = a.ready_s;
+      const nlohmann::json& gate = p.GateOf(a);
+      as.gate = gate.is_object() && !gate.empty() ? gate : nlohmann::json();
+      e.attempts.push_back(std::move(as));
+    }
+    (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
+  }
+  s.warnings = core.warnings();
+  if (core.culprit() >= 0) {
+    s.culprit = core.proc(static_cast<size_t>(core.culprit())).plan->name;
+    const AttemptRecord* a = core.culprit_attempt();
+    s.culprit_attempt = a ? a->attempt : -1;
+    s.exit_code = core.ExitCode();
+    s.reason = core.ExitReason();
+  } else if (!start_error.empty()) {
+    // Nothing ran: never "succeeded".
+    s.exit_code = exit_code::kFailure;
+    s.reason = "the supervisor could not start (" + start_error + "); no process was started";
+  } else {
+    s.exit_code = core.ExitCode();
+    s.reason = core.ExitReason();
+  }
+  return s;
+}
+
+}  // namespace dflash
