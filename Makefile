@@ -5,17 +5,30 @@ VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build test demo demo-builtin bench fuzz clean wheel test-wheel gpu-check-bundle
+.PHONY: setup build build-demo test demo demo-builtin bench fuzz clean wheel test-wheel gpu-check-bundle
 
 setup:
 	@scripts/setup
 
-# Configure once (torch's CMake config comes from the wheel in .venv), then build.
-build: setup
-	@if [[ ! -f $(BUILD)/build.ninja ]]; then \
-	  cmake -S . -B $(BUILD) -G Ninja -DCMAKE_PREFIX_PATH="$$($(PY) -c 'import torch;print(torch.utils.cmake_prefix_path)')" >/dev/null; \
+# Configure (torch's CMake config comes from the wheel in .venv; ccache when there is one), then build.
+# `build` is everything with the tests; `build-demo` only the binaries a run needs, without the tests, so a first
+# `make demo` neither installs the test tools nor compiles the test suites. Either reuses what the other built.
+CCACHE := $(shell command -v ccache 2>/dev/null)
+configure = if [[ ! -f $(BUILD)/build.ninja ]] || ! grep -q '^DFLASH_TESTS:BOOL=$(1)$$' $(BUILD)/CMakeCache.txt; then \
+	  cmake -S . -B $(BUILD) -G Ninja -DDFLASH_TESTS=$(1) $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE)) \
+	    -DCMAKE_PREFIX_PATH="$$($(PY) -c 'import torch;print(torch.utils.cmake_prefix_path)')" >/dev/null; \
 	fi
+RUN_BINARIES := dflash-launch dflash-guardian dflash-worker dflash-builtin dflash-cachelock dflash-cachelock-run
+
+build: setup
+	@$(call configure,ON)
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# A build dir made by `make build` keeps its tests on (no reconfigure): the demo then builds just its binaries.
+build-demo:
+	@scripts/setup --demo
+	@if [[ ! -f $(BUILD)/build.ninja ]]; then $(call configure,OFF); fi
+	@cmake --build $(BUILD) -j $(JOBS) --target $(RUN_BINARIES)
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -25,7 +38,7 @@ test: build
 # reference drafters (torch.compile, gated); then the report and runs/<run_id>/loss.png.
 # `make demo-builtin`: the same with the builtin C++ drafters. DEMO=<config> runs another config.
 DEMO ?= configs/demo.toml
-demo: build
+demo: build-demo
 	@run_id=$$(basename $(DEMO) .toml)-$$(date +%Y%m%d-%H%M%S); \
 	export PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)/python$${PYTHONPATH:+:$$PYTHONPATH}"; \
 	$(BUILD)/bin/dflash-launch run $(DEMO) --run-id $$run_id; rc=$$?; \
@@ -54,7 +67,6 @@ fuzz: setup
 # The pip wheel (docs/wheel.md): dflash-launch, dflash-worker, dflash-cachelock and the dflash_launch package,
 # built by scikit-build-core from this CMake project (no LibTorch, no gtest), repaired by auditwheel -> dist/.
 # No index is needed: the build tools come from .venv (scripts/setup --wheel), build isolation is off.
-CCACHE := $(shell command -v ccache 2>/dev/null)
 wheel:
 	@scripts/setup --wheel
 	@rm -rf $(BUILD)-wheel/raw dist/dflash_launch-*.whl
