@@ -453,7 +453,6 @@ def test_import_refuses_links_and_traversal_in_the_archive(bin_dir, tmp_path):
         assert not (tmp_path / "escape").exists() and not (cache / "fxgraph").exists()
 
 
-@pytest.mark.skipif(not LONG, reason="DFLASH_LONG_TESTS=1: a real torch.compile (minutes on 2 cores)")
 def test_a_real_torch_compile_writes_only_what_the_cache_tools_know(bin_dir, tmp_path):
     """The layout in common/inductor_layout.h is what torch 2.13 writes: after a real forward+backward compile
     into an empty dir, status sees no foreign file and clear removes every file and leaves nothing listed."""

@@ -62,7 +62,9 @@ def test_json_plan_of_the_8gpu_config(bin_dir):
 
 def test_json_plan_is_stable_across_runs(bin_dir):
     cmd = [bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"]
-    assert run(cmd).stdout == run(cmd).stdout
+    first, second = run(cmd), run(cmd)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["processes"] and first.stdout == second.stdout
 
 
 def test_schema_markdown_is_what_the_docs_carry(bin_dir):

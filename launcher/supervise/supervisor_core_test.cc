@@ -47,7 +47,7 @@ class Harness {
         if (a.kind == CoreAction::Kind::kSpawn) {
           ++spawns_[a.index];
           if (spawn_fails_) core_->OnSpawnFailed(a.index, "fork: no", 1);
-          else core_->OnSpawned(a.index, next_pid_++, /*exec_pending=*/false);
+          else core_->OnSpawned(a.index, next_pid_++, exec_pending_);
         }
       }
     }
@@ -120,6 +120,16 @@ class Harness {
     return out;
   }
   bool spawn_fails_ = false;
+  /// Spawns whose exec outcome comes later (ExecResult), as the shell reports a direct payload's.
+  bool exec_pending_ = false;
+  void ExecResult(const std::string& name, bool ok, const std::string& err = "") {
+    core_->OnExecResult(Index(name), ok, err);
+    Pump();
+  }
+  /// A stop that needs the outcome now asks the shell (settle_exec); this one answers `ok`/`err`.
+  void SettleExecAs(bool ok, const std::string& err = "") {
+    core_->settle_exec = [this, ok, err](size_t i) { core_->OnExecResult(i, ok, err); };
+  }
 
  private:
   Plan plan_;
@@ -396,6 +406,49 @@ TEST(SupervisorCore, ASpawnThatFailsIsAFailureOfItsOwn) {
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 1);
   EXPECT_TRUE(h.Proc("a:0").last()->start_failed);
+}
+
+TEST(SupervisorCore, AnExecThatFailsIsAFailureOfItsOwnWithTheExecError) {
+  Harness h(Role("a", 1, kOnFailure3));
+  h.exec_pending_ = true;
+  h.Start();
+  EXPECT_EQ(h.State("a:0"), "STARTING");
+  h.ExecResult("a:0", false, "cannot execute /nope: No such file or directory");
+  EXPECT_EQ(h.State("a:0"), "STARTING");  // still to be reaped: it exits 127 on its own
+  h.Exit("a:0", 127);
+  EXPECT_TRUE(h.Proc("a:0").last()->start_failed);
+  EXPECT_NE(h.Proc("a:0").last()->reason.find("No such file or directory"), std::string::npos)
+      << h.Proc("a:0").last()->reason;
+  EXPECT_NE(h.Proc("a:0").last()->reason.find("exit 127"), std::string::npos) << h.Proc("a:0").last()->reason;
+}
+
+TEST(SupervisorCore, AnExecThatFailsWhileTheRunStopsIsItsFailureNotCollateral) {
+  Harness h(Role("a", 1, kOnFailure3) + Role("b", 1, kOnFailure3));
+  h.Start();                 // both exec'd
+  h.exec_pending_ = true;    // the next spawn's exec is still pending when the stop comes
+  h.Exit("b:0", 1);
+  h.Advance(Millis(1000));   // b's backoff: spawned again, exec pending
+  ASSERT_EQ(h.Spawns("b:0"), 2);
+  h.SettleExecAs(false, "cannot execute /nope: Permission denied");
+  h.core().OnSignal(SIGTERM);
+  h.Pump();
+  EXPECT_TRUE(h.TakeSignals("b:0").empty()) << "a process whose exec failed is not stopped: it ends by itself";
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM});
+  h.Exit("b:0", 126);
+  EXPECT_EQ(h.State("b:0"), "FAILED");
+  EXPECT_TRUE(h.Proc("b:0").last()->start_failed);
+  EXPECT_NE(h.Proc("b:0").last()->outcome, "collateral");
+}
+
+TEST(SupervisorCore, ADirectProcessIsRunningOnlyOnceItsExecSucceeded) {
+  Harness h(Role("a", 1, ""));  // ready = none, no worker in between
+  h.exec_pending_ = true;
+  h.Start();
+  EXPECT_EQ(h.State("a:0"), "STARTING");
+  h.ExecResult("a:0", true);
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+  h.ExecResult("a:0", false, "late");  // an outcome already settled is not re-judged
+  EXPECT_FALSE(h.Proc("a:0").last()->start_failed);
 }
 
 TEST(SupervisorCore, ReadinessTimeoutOfADirectProcessExits75) {
