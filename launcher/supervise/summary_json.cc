@@ -86,7 +86,7 @@ std::string SummaryTable(const RunSummary& s, bool color) {
   }
   for (const std::string& w : s.warnings) o += std::string(red) + "warning: " + w + off + "\n";
   o += "run " + s.run_id + ": ";
-  if (s.exit_code == 0) o += "all processes succeeded";
+  if (s.exit_code == 0) o += s.reason.empty() ? "all processes succeeded" : s.reason;  // 0 after `ctl stop all` too
   else o += "exit " + std::to_string(s.exit_code) + ", " + s.reason;
   o += " (" + Seconds(s.wall_s) + "); summary in " + s.run_dir + "/summary.json\n";
   return o;

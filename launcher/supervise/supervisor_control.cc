@@ -95,8 +95,16 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
           procs_[i].manual = true;
           add(i);
         }
+        // Not "all processes succeeded" later: name what a hand had stopped before it finished.
+        std::string unfinished;
+        for (const CoreProc& p : procs_) {
+          const AttemptRecord* a = p.last();
+          if (p.held && !p.alive() && a && a->outcome == "stopped by ctl" && (a->exit_code != 0 || a->signal != 0))
+            unfinished += (unfinished.empty() ? "" : ", ") + p.plan->name;
+        }
         Info("stop all asked by ctl: stopping the run");
-        BeginStop("stopped by ctl (stop all)");
+        BeginStop("stopped by ctl (stop all)" +
+                  (unfinished.empty() ? "" : "; stopped by ctl before it finished: " + unfinished));
         break;
       }
       for (size_t i : targets) {

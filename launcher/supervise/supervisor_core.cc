@@ -95,6 +95,24 @@ void SupervisorCore::SetState(size_t i, ProcState s, const std::string& why) {
   p.why = why;
   Info(line);
   Event(i, from, s, why);
+  SayIfOnlyHeldAreLeft();
+}
+
+void SupervisorCore::SayIfOnlyHeldAreLeft() {
+  // By design a process stopped by ctl keeps the run up (until `ctl start` or `ctl stop all`); with nothing
+  // else left, say so once, or the run looks hung (0/N running and no end).
+  bool any_held = false;
+  for (const CoreProc& p : procs_) {
+    if (p.alive() || p.state == ProcState::kBackoff || p.state == ProcState::kWaiting) {
+      told_only_held_ = false;
+      return;
+    }
+    any_held = any_held || p.held;
+  }
+  if (!any_held || stopping_ || told_only_held_) return;
+  told_only_held_ = true;
+  Info("nothing is running: what is left was stopped by ctl and is held; `ctl start TARGET` starts it again, "
+       "`ctl stop all` ends the run");
 }
 
 RestartTracker& SupervisorCore::TrackerFor(size_t i) {

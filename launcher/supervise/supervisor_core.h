@@ -208,6 +208,7 @@ class SupervisorCore final : public ControlHandler {
  private:
   void Spawn(size_t i);
   void SetState(size_t i, ProcState s, const std::string& why = "");
+  void SayIfOnlyHeldAreLeft();
   void Event(size_t i, ProcState from, ProcState to, const std::string& why);
   void Fail(size_t i, const std::string& reason, bool fatal);
   void StopProc(size_t i, EndIntent intent, const std::string& why);
@@ -237,6 +238,7 @@ class SupervisorCore final : public ControlHandler {
   bool started_ = false;
   bool stopping_ = false;
   bool told_ready_ = false;
+  bool told_only_held_ = false;  ///< said that only processes held by ctl are left
   bool manual_stop_ = false;  ///< `ctl stop all` ended the run
   int stop_signal_ = 0;
   int interrupts_ = 0;

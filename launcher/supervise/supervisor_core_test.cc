@@ -126,6 +126,13 @@ class Harness {
     core_->OnExecResult(Index(name), ok, err);
     Pump();
   }
+  /// How many log lines so far contain `text`.
+  int Said(const std::string& text) const {
+    int n = 0;
+    for (const CoreAction& a : actions_)
+      if (a.kind == CoreAction::Kind::kLog && a.text.find(text) != std::string::npos) ++n;
+    return n;
+  }
   /// A stop that needs the outcome now asks the shell (settle_exec); this one answers `ok`/`err`.
   void SettleExecAs(bool ok, const std::string& err = "") {
     core_->settle_exec = [this, ok, err](size_t i) { core_->OnExecResult(i, ok, err); };
@@ -537,6 +544,26 @@ TEST(SupervisorCoreControl, AProcessStoppedByHandStaysStoppedAndTheRunStaysUp) {
   h.Killed("a:1", SIGTERM);
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 0) << h.core().ExitReason();
+}
+
+TEST(SupervisorCoreControl, StoppingTheLastRankByHandSaysSoAndStopAllNamesIt) {
+  Harness h(Role("a", 3, kOnFailure3));
+  h.Start();
+  h.Exit("a:0", 0);
+  h.Exit("a:2", 0);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);  // the hung last rank
+  h.Killed("a:1", SIGTERM);
+  EXPECT_FALSE(h.core().Done()) << "held: the run stays up, by design";
+  EXPECT_EQ(h.Said("nothing is running: what is left was stopped by ctl"), 1);
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.Said("nothing is running"), 1) << "said once";
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "all").ok);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 0);  // docs/exit-codes.md: 0 after `ctl stop all` when nothing failed
+  EXPECT_EQ(h.core().ExitReason(), "stopped by ctl (stop all); stopped by ctl before it finished: a:1");
+  std::string table = SummaryTable(BuildRunSummary(h.core(), 1.0, ""), /*color=*/false);
+  EXPECT_EQ(table.find("all processes succeeded"), std::string::npos) << table;
+  EXPECT_NE(table.find("stopped by ctl before it finished: a:1"), std::string::npos) << table;
 }
 
 TEST(SupervisorCoreControl, StartOrRestartWhileStillStoppingBringsItBack) {
