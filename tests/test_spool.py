@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import pytest
 import torch
@@ -289,3 +290,34 @@ def test_python_frame_errors_are_contract_errors(tmp_path):
     with pytest.raises(FrameContractError) as e:
         next(iter(src))
     assert str(e.value) == STACKED_MESSAGE and e.value.producer == "evil:0" and e.value.exit_code == 65
+
+
+@needs_builtin
+def test_the_spool_is_gone_after_the_run_and_a_planted_link_is_not_followed(launch, tmp_path):
+    """The run removes its spool without following a link in it (a symlink planted mid-run to a directory of
+    someone else's keeps that directory's files), and the spool root too once that left it empty."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    r = launch(config(tmp_path, """
+[[role]]
+name = "target"
+cpu = 1
+builtin = "target"
+env = { DFLASH_SAMPLES = "20", DFLASH_SPOOL_MAX = "2" }
+
+[[role]]
+name = "drafter"
+cpu = 1
+builtin = "drafter"
+env = { DFLASH_PACE_MS = "200" }
+"""), env=ENV)
+    run_spool = tmp_path / "spool" / r.run_dir.name
+    deadline = time.monotonic() + 120
+    while not run_spool.is_dir() and r.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert run_spool.is_dir(), r.err
+    os.symlink(victim, run_spool / "planted")
+    assert r.wait(timeout=180) == 0, r.err
+    assert (victim / "keep.txt").read_text() == "mine"
+    assert not (tmp_path / "spool").exists(), list((tmp_path / "spool").rglob("*"))

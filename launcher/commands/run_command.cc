@@ -1,4 +1,5 @@
 // `dflash-launch run run.toml`: config -> plan -> supervise -> summary -> exit code.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 
 #include "common/exit_codes.h"
 #include "common/fd.h"
+#include "common/secure_path.h"
 #include "common/signal_fd.h"
 #include "common/spawn.h"
 #include "launcher/commands/commands.h"
@@ -25,6 +27,30 @@
 #include "launcher/plan/torch_version.h"
 
 namespace dflash {
+
+namespace {
+
+// The run's hidden-state frames live in RAM (/dev/shm): nobody reads them after the run. Removed without
+// following a link (another user's symlink in a shared /dev/shm must not make us delete their target), then
+// the run's and the spool root's directories if that left them empty, so nothing of the run stays behind.
+void RemoveRunSpool(const Plan& plan, spdlog::logger* log) {
+  const std::string& root = plan.config.run.spool_dir;
+  UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!rootfd) return;  // never made (no spool role), or not ours to walk
+  std::string err;
+  uint64_t files = 0;
+  if (plan.nnodes > 1) {
+    UniqueFd runfd(OpenBeneath(rootfd.get(), plan.run_id, O_RDONLY | O_DIRECTORY));
+    if (runfd && !RemoveTreeAt(runfd.get(), "node_" + std::to_string(plan.node_rank), &files, &err) && log)
+      log->warn("spool {}: {}", plan.SpoolDir(), err);
+    ::unlinkat(rootfd.get(), plan.run_id.c_str(), AT_REMOVEDIR);  // fails while another node's is there
+  } else if (!RemoveTreeAt(rootfd.get(), plan.run_id, &files, &err) && log) {
+    log->warn("spool {}: {}", plan.SpoolDir(), err);
+  }
+  ::rmdir(root.c_str());  // ENOTEMPTY while another run of this config uses it: that is fine
+}
+
+}  // namespace
 namespace {
 
 std::string MakeRunId(const std::string& name) {
@@ -185,9 +211,7 @@ int RunRun(const RunOptions& opts, char** env) {
   }
   // Done (and the failure, if ours) for the other nodes before this one unregisters.
   CloseStoreSession(plan, rc, summary.reason, log, &store);
-  // The run's hidden-state frames live in RAM (/dev/shm): nobody reads them after the run.
-  std::error_code ec;
-  std::filesystem::remove_all(plan.SpoolDir(), ec);
+  RemoveRunSpool(plan, log.get());
   console.EndLive();  // the summary goes below the last frame, plainly
   if (!WriteFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", &err))
     console.Supervisor("[dflash] cannot write summary.json: " + err);
