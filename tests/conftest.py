@@ -1,12 +1,52 @@
-"""Shared fixtures: where the built binaries are, and the repository root."""
+"""Shared fixtures: where the built binaries are, and the repository root.
+
+The suite's runs never mix with the user's: every process it starts registers its runs in a registry of the
+session's own (XDG_RUNTIME_DIR, so `dflash-launch ps` and `ctl` with no run named see only the user's runs),
+and the gates' host-local objects (/dev/shm/sem.dflash-<uid>-<hash> and its .owner) of the cache dirs the tests
+made under pytest's temp dir are removed at the end, instead of one pair per test cache piling up."""
+import hashlib
 import os
 import pathlib
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(os.environ.get("DFLASH_BIN", ROOT / "build" / "bin"))
+USER_XDG_RUNTIME_DIR = os.environ.get("XDG_RUNTIME_DIR")  # the user's own, before the session replaces it
+_SESSION_XDG = None
+
+
+def pytest_configure(config):
+    global _SESSION_XDG
+    _SESSION_XDG = tempfile.mkdtemp(prefix="dflash-tests-xdg-")  # 0700, ours
+    os.environ["XDG_RUNTIME_DIR"] = _SESSION_XDG
+
+
+def gate_objects_of(cache_dir):
+    """The /dev/shm objects of the gate of `cache_dir` (cachelock/gate_dir.cc LocateGate's naming)."""
+    name = f"dflash-{os.geteuid()}-{hashlib.sha256(os.path.realpath(cache_dir).encode()).hexdigest()[:16]}"
+    return [f"/dev/shm/sem.{name}", f"/dev/shm/{name}.owner"]
+
+
+def pytest_sessionfinish(session):
+    try:
+        base = session.config._tmp_path_factory.getbasetemp()
+    except (AttributeError, ValueError):
+        base = None
+    if base is not None:
+        for dirpath, dirnames, _ in os.walk(base):
+            if ".dflash" not in dirnames:
+                continue
+            for path in gate_objects_of(dirpath):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+    if _SESSION_XDG:
+        shutil.rmtree(_SESSION_XDG, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
