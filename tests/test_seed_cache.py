@@ -26,6 +26,7 @@ def test_seed_verify_on_the_demo_then_every_drafter_reuses(bin_dir, launch, tmp_
     r = launch_cmd(bin_dir, "seed", cfg, "--verify", env=DEMO_ENV)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "compiling," in r.stdout  # progress while it compiled
+    assert "(verify): compiling" not in r.stdout  # the verify loads from the cache and says so
     assert "READY(drafter-" in r.stdout and "published" in r.stdout
     assert "verify drafter: 0 FX-graph misses" in r.stdout and "the cache is warm" in r.stdout
     assert "cache +" in r.stdout  # before/after

@@ -52,9 +52,10 @@ std::string Delta(const CacheInventory& before, const CacheInventory& after) {
   return s.empty() ? "no new entries" : s;
 }
 
-/// Runs one warm-up process to its end, saying how the compile goes every 5 s;
-/// SIGINT/SIGTERM are passed on to it. Returns its exit code.
-int RunAndWatch(const SpawnOptions& so, const std::string& label, const std::string& cache_dir) {
+/// Runs one warm-up process to its end, saying what it does (`doing`: "compiling", or for --verify "loading
+/// from the cache") every 5 s; SIGINT/SIGTERM are passed on to it. Returns its exit code.
+int RunAndWatch(const SpawnOptions& so, const std::string& label, const std::string& doing,
+                const std::string& cache_dir) {
   SignalFd signals;
   std::string err;
   if (!signals.Open({SIGINT, SIGTERM, SIGHUP}, &err)) {
@@ -75,7 +76,7 @@ int RunAndWatch(const SpawnOptions& so, const std::string& label, const std::str
     if (n < 0 && errno != EINTR) break;
     if (n == 0) {
       uint64_t now = ScanCache(cache_dir).total_bytes;
-      Say(label + ": compiling, " + FormatSeconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
+      Say(label + ": " + doing + ", " + FormatSeconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
           ", cache " + HumanBytes(now) + " (" + Signed(now, base) + ")");
       continue;
     }
@@ -150,7 +151,8 @@ int Verify(const Warmup& w) {
   const std::string& name = w.plan->RoleOf(*w.proc).name;
   Say("verify " + name + ": a fresh process, the same way");
   Clock::time_point t0 = Clock::now();
-  int rc = RunAndWatch(WarmupSpawn(w, /*verify=*/true), name + " (verify)", w.plan->config.run.cache_dir);
+  int rc = RunAndWatch(WarmupSpawn(w, /*verify=*/true), name + " (verify)", "loading from the cache",
+                       w.plan->config.run.cache_dir);
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   if (rc != 0) {
     Say("verify " + name + ": the fresh process failed (exit " + std::to_string(rc) + ")");
@@ -261,7 +263,7 @@ int RunSeed(const SeedOptions& o, char** env) {
           (role.warmup.empty() ? " with DFLASH_WARMUP=1" : ""));
       Say("cache before: " + before.Describe());
       Clock::time_point t0 = Clock::now();
-      int rc = RunAndWatch(WarmupSpawn(w), role.name, c.run.cache_dir);
+      int rc = RunAndWatch(WarmupSpawn(w), role.name, "compiling", c.run.cache_dir);
       double took = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rc != 0) {
         Say(role.name + ": the warm-up failed (exit " + std::to_string(rc) + ") after " + FormatSeconds(took) +
