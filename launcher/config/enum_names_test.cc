@@ -2,32 +2,14 @@
 // what the printer writes, and the schema offers exactly the table's names.
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include "contract/defaults.h"
 #include "contract/ready_spec.h"
 #include "launcher/config/config.h"
 #include "launcher/config/schema.h"
+#include "testing/enum_names_check.h"
 
 namespace dflash {
 namespace {
-
-template <class E, size_t N>
-void ExpectOneNameEachAndRoundTrip(const EnumName<E> (&table)[N], std::initializer_list<E> all) {
-  std::set<std::string_view> names;
-  for (E v : all) {
-    std::string_view name = NameIn(table, v);
-    EXPECT_NE(name, "?") << "a value without a name";
-    EXPECT_TRUE(names.insert(name).second) << "two values named " << name;
-    E back{};
-    ASSERT_TRUE(ParseIn(table, name, &back)) << name;
-    EXPECT_EQ(back, v) << name;
-  }
-  EXPECT_EQ(names.size(), N);
-  E untouched = *all.begin();
-  EXPECT_FALSE(ParseIn(table, "Never", &untouched));  // exact spelling only
-  EXPECT_EQ(untouched, *all.begin());
-}
 
 TEST(EnumNamesTest, EveryEnumHasOneNamePerValueAndReadsBack) {
   ExpectOneNameEachAndRoundTrip(kReadyModeNames, {ReadyMode::kNone, ReadyMode::kExit, ReadyMode::kNotify,

@@ -74,27 +74,9 @@ bool FromJson(const nlohmann::json& j, RunStatus* out, std::string* err) {
   return true;
 }
 
-const char* ControlVerbName(ControlVerb v) {
-  switch (v) {
-    case ControlVerb::kStatus: return "status";
-    case ControlVerb::kRestart: return "restart";
-    case ControlVerb::kStop: return "stop";
-    case ControlVerb::kStart: return "start";
-    case ControlVerb::kSignal: return "signal";
-  }
-  return "?";
-}
+const char* ControlVerbName(ControlVerb v) { return NameIn(kControlVerbNames, v).data(); }  // literals: NUL-ended
 
-bool ParseControlVerb(const std::string& text, ControlVerb* out) {
-  for (ControlVerb v : {ControlVerb::kStatus, ControlVerb::kRestart, ControlVerb::kStop, ControlVerb::kStart,
-                        ControlVerb::kSignal}) {
-    if (text == ControlVerbName(v)) {
-      *out = v;
-      return true;
-    }
-  }
-  return false;
-}
+bool ParseControlVerb(const std::string& text, ControlVerb* out) { return ParseIn(kControlVerbNames, text, out); }
 
 bool ResolveTarget(const std::string& target, const std::vector<std::string>& names, std::vector<size_t>* out,
                    std::string* err) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "contract/enum_names.h"
+
 namespace dflash {
 
 /// One process as `ctl status` and the live view show it.
@@ -47,6 +49,11 @@ nlohmann::json ToJson(const RunStatus& s);
 bool FromJson(const nlohmann::json& j, RunStatus* out, std::string* err);
 
 enum class ControlVerb { kStatus, kRestart, kStop, kStart, kSignal };
+/// The verbs as `ctl` and the wire spell them (contract/enum_names.h).
+inline constexpr EnumName<ControlVerb> kControlVerbNames[] = {
+    {ControlVerb::kStatus, "status"}, {ControlVerb::kRestart, "restart"}, {ControlVerb::kStop, "stop"},
+    {ControlVerb::kStart, "start"},   {ControlVerb::kSignal, "signal"},
+};
 const char* ControlVerbName(ControlVerb v);
 bool ParseControlVerb(const std::string& text, ControlVerb* out);
 

@@ -9,20 +9,7 @@
 #include "common/json_field.h"
 
 namespace dflash {
-const char* ProcStateName(ProcState s) {
-  switch (s) {
-    case ProcState::kNotStarted: return "NOT_STARTED";
-    case ProcState::kFailed: return "FAILED";
-    case ProcState::kWaiting: return "WAITING";
-    case ProcState::kStarting: return "STARTING";
-    case ProcState::kRunning: return "RUNNING";
-    case ProcState::kBackoff: return "BACKOFF";
-    case ProcState::kStopping: return "STOPPING";
-    case ProcState::kExited: return "EXITED";
-    case ProcState::kFatal: return "FATAL";
-  }
-  return "?";
-}
+const char* ProcStateName(ProcState s) { return NameIn(kProcStateNames, s).data(); }  // literals: NUL-ended
 
 SupervisorCore::SupervisorCore(const Plan& plan, Clock clock) : plan_(plan), clock_(std::move(clock)) {
   // The role processes, then the warm-ups of roles in gate mode "warmup".

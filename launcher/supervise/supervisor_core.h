@@ -29,6 +29,12 @@ namespace dflash {
 
 /// kWaiting: not started yet, held until its role's warm-up has compiled.
 enum class ProcState { kNotStarted, kWaiting, kFailed, kStarting, kRunning, kBackoff, kStopping, kExited, kFatal };
+/// The states as the console, events.jsonl, summary.json and `ctl status` spell them.
+inline constexpr EnumName<ProcState> kProcStateNames[] = {
+    {ProcState::kNotStarted, "NOT_STARTED"}, {ProcState::kWaiting, "WAITING"},   {ProcState::kFailed, "FAILED"},
+    {ProcState::kStarting, "STARTING"},      {ProcState::kRunning, "RUNNING"},   {ProcState::kBackoff, "BACKOFF"},
+    {ProcState::kStopping, "STOPPING"},      {ProcState::kExited, "EXITED"},     {ProcState::kFatal, "FATAL"},
+};
 const char* ProcStateName(ProcState s);
 
 /// Why the supervisor is ending the current attempt, if it is: decides what its

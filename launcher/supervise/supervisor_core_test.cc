@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/enum_names_check.h"
+
 #include <csignal>
 
 namespace dflash {
@@ -413,6 +415,19 @@ TEST(SupervisorCore, ASpawnThatFailsIsAFailureOfItsOwn) {
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 1);
   EXPECT_TRUE(h.Proc("a:0").last()->start_failed);
+}
+
+TEST(SupervisorCore, EveryStateAndVerbHasOneNameThatReadsBack) {
+  ExpectOneNameEachAndRoundTrip(kProcStateNames,
+                                {ProcState::kNotStarted, ProcState::kWaiting, ProcState::kFailed, ProcState::kStarting,
+                                 ProcState::kRunning, ProcState::kBackoff, ProcState::kStopping, ProcState::kExited,
+                                 ProcState::kFatal});
+  ExpectOneNameEachAndRoundTrip(kControlVerbNames, {ControlVerb::kStatus, ControlVerb::kRestart, ControlVerb::kStop,
+                                                    ControlVerb::kStart, ControlVerb::kSignal});
+  EXPECT_STREQ(ProcStateName(ProcState::kRunning), "RUNNING");
+  ControlVerb v{};
+  EXPECT_TRUE(ParseControlVerb("restart", &v));
+  EXPECT_EQ(v, ControlVerb::kRestart);
 }
 
 TEST(SupervisorCore, AnExecThatFailsIsAFailureOfItsOwnWithTheExecError) {
