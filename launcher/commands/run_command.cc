@@ -1,9 +1,12 @@
 // `dflash-launch run run.toml`: config -> plan -> supervise -> summary -> exit code.
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -35,6 +38,18 @@ std::string MakeRunId(const std::string& name) {
   std::time_t t = std::time(nullptr);
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
   return name + "-" + stamp + "-" + std::to_string(::getpid());
+}
+
+/// Whether a live launcher holds `path` (a run's run.lock; `holder` says who),
+/// looked at without writing to it: the run dir may be an ended run's history.
+bool RunLockHeld(const std::string& path, std::string* holder) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd || ::flock(fd.get(), LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) return false;
+  char buf[512];
+  ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
+  *holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "another dflash-launch";
+  while (!holder->empty() && (holder->back() == '\n' || holder->back() == '\0')) holder->pop_back();
+  return true;
 }
 
 /// The attempt dir after the last one in the run dir `dirfd` (0 if none).
@@ -90,6 +105,11 @@ int RunRun(const RunOptions& opts, char** env) {
   struct stat run_st {};
   const bool reused = ::lstat(plan.run_dir.c_str(), &run_st) == 0;
   if (reused && !opts.resume) {
+    if (std::string holder; RunLockHeld(plan.run_dir + "/run.lock", &holder)) {
+      std::fprintf(stderr, "dflash-launch: run id %s is in use (%s) by %s; pick another --run-id\n",
+                   plan.run_id.c_str(), plan.run_dir.c_str(), holder.c_str());
+      return exit_code::kInUse;
+    }
     std::fprintf(stderr,
                  "dflash-launch: run id %s was used before (%s exists): this run's logs and events would mix with "
                  "that one's; pick another --run-id, or add --resume to continue it\n",
@@ -129,6 +149,7 @@ int RunRun(const RunOptions& opts, char** env) {
     plan.resumed = true;
     plan.attempt_base = NextAttempt(run_fd.get());
   }
+  run_fd.reset();  // every file below is opened through the same checks; a tight fd limit needs this one
   // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
   PortReservations ports;
   if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
@@ -243,6 +264,9 @@ int RunRun(const RunOptions& opts, char** env) {
   // The run's hidden-state frames live in RAM (/dev/shm): nobody reads them after the run.
   std::error_code ec;
   std::filesystem::remove_all(plan.SpoolDir(), ec);
+  // Every process has ended: their ports are free to go, and their fds are what the
+  // summary's private write (a dir fd and a temp file) needs under a tight fd limit.
+  ports.locks.clear();
   console.EndLive();  // the summary goes below the last frame, plainly
   if (!WritePrivateFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", plan.Files(),
                               run_use, &err))
