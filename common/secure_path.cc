@@ -89,9 +89,11 @@ bool GroupIsOnlyMe(gid_t gid) {
   return gid == me->pw_gid && std::string(g->gr_name) == me->pw_name;
 }
 
-bool CheckSecurePath(const std::string& path, std::string* err) {
+bool CheckSecurePath(const std::string& path, std::string* err) { return CheckSecurePath(path, PathUse{}, err); }
+
+bool CheckSecurePath(const std::string& path, const PathUse& use, std::string* err) {
   if (path.empty()) {
-    *err = "the cache dir is empty";
+    *err = "the " + use.what + " is empty";
     return false;
   }
   std::string abs = path;
@@ -109,7 +111,7 @@ bool CheckSecurePath(const std::string& path, std::string* err) {
   std::string cur = "/";
   int links = 0;
   auto refuse = [&](const std::string& why) {
-    *err = "refusing cache dir " + path + ": " + why;
+    *err = "refusing " + use.what + " " + path + ": " + why;
     return false;
   };
   struct stat st {};
@@ -154,15 +156,25 @@ bool CheckSecurePath(const std::string& path, std::string* err) {
     if (!S_ISDIR(st.st_mode)) return refuse(next + " is not a directory");
     cur = next;
   }
-  // The cache dir itself: ours, and nobody else's to write.
+  // The directory itself: ours, and nobody else's to write (or, for a shared
+  // parent, held to the rule of the directories above: we only add our own entry).
   if (::lstat(cur.c_str(), &st) != 0) return refuse(ErrnoMessage("lstat(" + cur + ")", errno));
+  if (use.shared_parent) {
+    if (st.st_uid != me && st.st_uid != 0)
+      return refuse("it is owned by " + Who(st) + ", not by you or root, who could replace what we make in it; "
+                    "fix: use a directory of your own (or chown " + std::to_string(me) + " " + cur + ")");
+    if (OthersCanWrite(st) && !(st.st_mode & S_ISVTX))
+      return refuse("it is writable by " + std::string(Writers(st.st_mode)) + " (mode " + FormatMode(st.st_mode) +
+                    ", not sticky), who could swap what we make in it for a link of their own; fix: chmod go-w " +
+                    cur + " (or chmod +t " + cur + " for a shared one)");
+    return true;
+  }
   if (st.st_uid != me)
-    return refuse("it is owned by " + Who(st) + ", not by you (" + Me() +
-                  "); whoever owns it can plant code Inductor loads and forge READY markers; fix: chown " +
+    return refuse("it is owned by " + Who(st) + ", not by you (" + Me() + "); " + use.harm + "; fix: chown " +
                   std::to_string(me) + " " + cur + " (or use a directory of your own)");
   if (st.st_mode & (S_IWGRP | S_IWOTH))
     return refuse("it is writable by " + std::string(Writers(st.st_mode)) + " (mode " + FormatMode(st.st_mode) +
-                  "), who could plant code Inductor loads and forge READY markers; fix: chmod go-w " + cur);
+                  "): " + use.harm + "; fix: chmod go-w " + cur);
   return true;
 }
 

@@ -23,6 +23,21 @@ namespace dflash {
 /// create them 0700). The error names the component and the fix.
 bool CheckSecurePath(const std::string& path, std::string* err);
 
+/// What a checked path is for: the words of its refusal, and how strict its
+/// last directory is.
+struct PathUse {
+  std::string what = "cache dir";  ///< "refusing <what> <path>: ..."
+  /// Why another owner (or writer) of the last directory matters.
+  std::string harm = "they could plant code Inductor loads and forge READY markers";
+  /// The last directory is only where we make our own (log_dir holds <run_id>/,
+  /// spool_dir holds <run_id>/): it may be root's, or a sticky shared one, like
+  /// any directory above.
+  bool shared_parent = false;
+};
+
+/// CheckSecurePath for another kind of directory (logs, run dir, spool).
+bool CheckSecurePath(const std::string& path, const PathUse& use, std::string* err);
+
 /// Refuses a tree (under `dir`, never following a link) that holds anything
 /// another user could have written and Inductor would load: a symlink, an entry
 /// that is neither a file nor a directory, an entry owned by someone else, or one

@@ -17,9 +17,9 @@ namespace dflash {
 PrivateStore::~PrivateStore() { Stop(); }
 
 bool PrivateStore::Start(const std::string& bind, int port, const std::string& dir,
-                         const std::vector<std::string>& env, std::string* err) {
-  std::string log_path = dir + "/store.log";
-  UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+                         const std::vector<std::string>& env, std::string* err, const FileMode& files) {
+  std::string log_path = dir + "/store.log", log_err;
+  UniqueFd log(OpenPrivateFile(log_path, O_WRONLY | O_APPEND, files, RunDirUse(), &log_err));
   SpawnOptions so;
   // No persistence (a restart is an empty store, which the coordinator handles);
   // protected mode off: it is bound to MASTER_ADDR on purpose, for the other nodes.

@@ -3,6 +3,8 @@
 // with the launcher (PR_SET_PDEATHSIG) and is stopped once the other nodes are done.
 #pragma once
 
+#include "common/private_files.h"
+
 #include <sys/types.h>
 
 #include <string>
@@ -18,10 +20,10 @@ class PrivateStore {
   PrivateStore& operator=(const PrivateStore&) = delete;
 
   /// Starts `redis-server` (PATH of `env`) bound to `bind` on `port`, its log in
-  /// `dir`/store.log, and waits (at most 10 s) until it answers PING. REQUIRES:
+  /// `dir`/store.log (made as `files` says, common/private_files.h), and waits (at most 10 s) until it answers PING. REQUIRES:
   /// called from the thread that lives as long as the store should. False: `err`.
   bool Start(const std::string& bind, int port, const std::string& dir, const std::vector<std::string>& env,
-             std::string* err);
+             std::string* err, const FileMode& files = FileMode::Private());
   /// SIGTERM, then SIGKILL after 2 s; reaps it (if the supervisor's reaper has
   /// not already: it is a child of ours).
   void Stop();

@@ -55,7 +55,7 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
         return rr == ReserveResult::kInUse ? exit_code::kInUse : exit_code::kFailure;
       }
       session->private_store = std::make_unique<PrivateStore>();
-      if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir, env, &err)) {
+      if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir, env, &err, plan->Files())) {
         Say(log, err + "; nothing was started", true);
         return exit_code::kInUse;
       }

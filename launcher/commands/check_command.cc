@@ -138,6 +138,14 @@ int RunCheck(const CheckOptions& opts, char** env) {
   BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/true);
   std::fputs(FormatWarnings(ConfigWarnings(config)).c_str(), stderr);
   if (!CommandsRunOrReport(plan.config, env)) return exit_code::kConfig;
+  // With a run id: its run dir, as `run` will check it (another user's link or dir there is refused).
+  if (!opts.run_id.empty()) {
+    std::string err;
+    if (!CheckSecurePath(plan.run_dir, RunDirUse(), &err)) {
+      std::fprintf(stderr, "%s: run.log_dir: %s\n", config.path.c_str(), err.c_str());
+      return exit_code::kConfig;
+    }
+  }
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;
 }

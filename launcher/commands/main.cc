@@ -49,6 +49,9 @@ int Main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "Run every process of the plan under the supervisor (the default).");
   run_cmd->add_option("config", run.config, "run.toml")->required();
   run_cmd->add_option("--run-id", run.run_id, "Name of this run's log directory (default: <name>-<date>-<time>-<pid>)");
+  run_cmd->add_flag("--resume", run.resume,
+                    "Continue the run of --run-id: new attempt dirs after its last, events appended after a "
+                    "\"resume\" line (without it, a run id that was used before is refused, exit 69)");
   run_cmd->add_flag("--plain", run.plain,
                     "Prefixed lines only, no live status block (the default when stdout is not a terminal)");
   run_cmd->add_option("--color", color, "Colour on the console: auto (a TTY without NO_COLOR), always, never")

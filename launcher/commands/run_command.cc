@@ -1,8 +1,12 @@
 // `dflash-launch run run.toml`: config -> plan -> supervise -> summary -> exit code.
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -11,6 +15,7 @@
 
 #include "common/exit_codes.h"
 #include "common/fd.h"
+#include "common/private_files.h"
 #include "common/secure_path.h"
 #include "common/signal_fd.h"
 #include "common/spawn.h"
@@ -60,6 +65,37 @@ std::string MakeRunId(const std::string& name) {
   return name + "-" + stamp + "-" + std::to_string(::getpid());
 }
 
+/// Whether a live launcher holds `path` (a run's run.lock; `holder` says who),
+/// looked at without writing to it: the run dir may be an ended run's history.
+bool RunLockHeld(const std::string& path, std::string* holder) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd || ::flock(fd.get(), LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) return false;
+  char buf[512];
+  ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
+  *holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "another dflash-launch";
+  while (!holder->empty() && (holder->back() == '\n' || holder->back() == '\0')) holder->pop_back();
+  return true;
+}
+
+/// The attempt dir after the last one in the run dir `dirfd` (0 if none).
+int NextAttempt(int dirfd) {
+  int next = 0;
+  int fd = ::dup(dirfd);
+  DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (!d) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind("attempt_", 0) != 0 || n.size() == 8 || n.find_first_not_of("0123456789", 8) != std::string::npos)
+      continue;
+    next = std::max(next, std::atoi(n.c_str() + 8) + 1);
+  }
+  ::closedir(d);
+  return next;
+}
+
 }  // namespace
 
 int RunRun(const RunOptions& opts, char** env) {
@@ -83,14 +119,47 @@ int RunRun(const RunOptions& opts, char** env) {
   std::string fd_note, fd_err;
   bool fds_ok = RaiseFdLimit(plan.processes.size(), &fd_note, &fd_err);
   if (!fds_ok) std::fprintf(stderr, "dflash-launch: warning: %s\n", fd_err.c_str());
-  if (!MakeDirs(plan.run_dir, 0755, &err) || !MakeDirs(config.run.cache_dir, 0700, &err)) {
+  // The run dir is ours alone, made through nothing another user could swap
+  // (common/private_files.h); an existing one is another run's history, never
+  // mixed into unless --resume says to continue it.
+  const PathUse run_use = RunDirUse();
+  if (!CheckSecurePath(plan.run_dir, run_use, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  struct stat run_st {};
+  const bool reused = ::lstat(plan.run_dir.c_str(), &run_st) == 0;
+  if (reused && !opts.resume) {
+    if (std::string holder; RunLockHeld(plan.run_dir + "/run.lock", &holder)) {
+      std::fprintf(stderr, "dflash-launch: run id %s is in use (%s) by %s; pick another --run-id\n",
+                   plan.run_id.c_str(), plan.run_dir.c_str(), holder.c_str());
+      return exit_code::kInUse;
+    }
+    std::fprintf(stderr,
+                 "dflash-launch: run id %s was used before (%s exists): this run's logs and events would mix with "
+                 "that one's; pick another --run-id, or add --resume to continue it\n",
+                 plan.run_id.c_str(), plan.run_dir.c_str());
+    return exit_code::kInUse;
+  }
+  UniqueFd run_fd;
+  if (!MakePrivateDir(plan.run_dir, plan.Files(), run_use, &run_fd, &err) ||
+      !MakeDirs(config.run.cache_dir, 0700, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  // The spool's frames are loaded by the drafters: a <run_id>/ there that is not
+  // ours could feed them another user's tensors. Its maker (the builtin roles)
+  // refuses it too; refusing here means nothing is spawned.
+  if (PathUse spool_use{"spool dir", "they could replace the hidden-state frames and the shared weights", false};
+      !CheckSecurePath(plan.SpoolDir(), spool_use, &err)) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
     return exit_code::kCannotCreate;
   }
   // One launcher per run id (per node): before anything in the run dir is written to.
   UniqueFd run_lock;
   std::string holder;
-  switch (TryHolderLock(plan.run_dir + "/run.lock", HolderRecord("run " + plan.run_id), &run_lock, &holder)) {
+  switch (TryHolderLock(plan.run_dir + "/run.lock", HolderRecord("run " + plan.run_id), &run_lock, &holder,
+                        plan.Files().file)) {
     case HolderLockResult::kAcquired:
       break;
     case HolderLockResult::kHeld:
@@ -101,14 +170,20 @@ int RunRun(const RunOptions& opts, char** env) {
       std::fprintf(stderr, "dflash-launch: cannot lock the run dir: %s\n", holder.c_str());
       return exit_code::kCannotCreate;
   }
+  if (reused) {  // held by us now: nobody else adds attempts meanwhile
+    plan.resumed = true;
+    plan.attempt_base = NextAttempt(run_fd.get());
+  }
+  run_fd.reset();  // every file below is opened through the same checks; a tight fd limit needs this one
   // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
   PortReservations ports;
   if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
-  auto log = OpenSupervisorLog(plan.run_dir + "/supervisor.log", &err);
+  auto log = OpenSupervisorLog(plan.run_dir + "/supervisor.log", plan.Files(), &err);
   if (!log) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
     return exit_code::kCannotCreate;
   }
+  if (plan.resumed) log->info("resumed run {}: attempts from attempt_{}", plan.run_id, plan.attempt_base);
   log->info("node {} of {}, MASTER_ADDR={} MASTER_PORT={}", plan.node_rank, plan.nnodes, plan.master_addr,
             plan.master_port);
   if (std::string w = FormatWarnings(ConfigWarnings(plan.config)); !w.empty()) {
@@ -212,8 +287,12 @@ int RunRun(const RunOptions& opts, char** env) {
   // Done (and the failure, if ours) for the other nodes before this one unregisters.
   CloseStoreSession(plan, rc, summary.reason, log, &store);
   RemoveRunSpool(plan, log.get());
+  // Every process has ended: their ports are free to go, and their fds are what the
+  // summary's private write (a dir fd and a temp file) needs under a tight fd limit.
+  ports.locks.clear();
   console.EndLive();  // the summary goes below the last frame, plainly
-  if (!WriteFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", &err))
+  if (!WritePrivateFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", plan.Files(),
+                              run_use, &err))
     console.Supervisor("[dflash] cannot write summary.json: " + err);
   console.Supervisor("\n" + SummaryTable(summary, console.color()));
   console.Flush();

@@ -217,7 +217,8 @@ int RunSeed(const SeedOptions& o, char** env) {
     return exit_code::kOk;
   }
   std::string err;
-  if (!MakeDirs(c.run.cache_dir, 0700, &err) || !MakeDirs(plan.run_dir, 0755, &err)) {
+  if (!MakeDirs(c.run.cache_dir, 0700, &err) ||
+      !MakePrivateDir(plan.run_dir, plan.Files(), RunDirUse(), nullptr, &err)) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
     return exit_code::kCannotCreate;
   }

@@ -2,6 +2,8 @@
 // The keys, their types, defaults and docs live in one place: schema.cc.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -152,6 +154,9 @@ struct RunSpec {
   std::string cache_dir;   // absolute; TORCHINDUCTOR_CACHE_DIR and the gate live here
   std::string log_dir;     // absolute
   std::string spool_dir;   // absolute; hidden-state frames between target and drafters
+  /// The group that may read the run's logs ("": nobody else; dirs 0700, files 0600).
+  std::string log_group;
+  gid_t log_gid = static_cast<gid_t>(-1);  // log_group's id, once validated
   std::string master_addr;
   bool master_addr_given = false;  // written in the file (else the default or the scheduler's)
   int master_port = 0;             // 0: "auto" (a free port per run, see port_reservation.h)

@@ -1,5 +1,6 @@
 // Rules that span keys: GPUs shared by roles, duplicate names, the shape
 // contract, restart budgets, and a cache dir that is safe to load code from.
+#include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -278,6 +279,53 @@ void CheckCacheDir(const toml::table& root, RunConfig* cfg, std::vector<ConfigEr
   }
 }
 
+/// log_dir and spool_dir only hold the run's own <run_id>/ directories: the way
+/// there must be ours or root's to change (a sticky shared dir is fine), so that
+/// nobody else can plant a link or a directory of theirs where the run writes.
+void CheckRunDirs(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
+  struct Dir {
+    const char* key;
+    const std::string* path;
+    const char* harm;
+  };
+  for (const Dir& d : {Dir{"log_dir", &cfg->run.log_dir, "they could read or redirect the run's logs"},
+                       Dir{"spool_dir", &cfg->run.spool_dir, "they could replace the hidden-state frames"}}) {
+    PathUse use;
+    use.what = d.key;
+    use.harm = d.harm;
+    use.shared_parent = true;
+    std::string why;
+    if (d.path->empty() || CheckSecurePath(*d.path, use, &why)) continue;
+    size_t fix = why.rfind("; fix: ");
+    errors->push_back({PosIn(root, {"run", d.key}, cfg->path), std::string("run.") + d.key,
+                       std::string(d.key) + " is not safe to write the run's files in",
+                       "a path only you (or root) control; a shared directory must be sticky (like /tmp)",
+                       fix == std::string::npos ? why : why.substr(0, fix),
+                       fix == std::string::npos ? "use a directory of your own" : why.substr(fix + 7)});
+  }
+  if (cfg->run.log_group.empty()) return;
+  SourcePos pos = PosIn(root, {"run", "log_group"}, cfg->path);
+  struct group gr {};
+  struct group* g = nullptr;
+  std::vector<char> buf(16384);
+  if (::getgrnam_r(cfg->run.log_group.c_str(), &gr, buf.data(), buf.size(), &g) != 0 || !g) {
+    errors->push_back({pos, "run.log_group", "no such group", "the name of a group on this host",
+                       "\"" + cfg->run.log_group + "\"", "see `getent group`; or remove the key to keep logs private"});
+    return;
+  }
+  bool member = ::geteuid() == 0 || g->gr_gid == ::getegid();
+  std::vector<gid_t> mine(static_cast<size_t>(std::max(0, ::getgroups(0, nullptr))));
+  if (!mine.empty() && ::getgroups(static_cast<int>(mine.size()), mine.data()) >= 0)
+    member = member || std::find(mine.begin(), mine.end(), g->gr_gid) != mine.end();
+  if (!member) {
+    errors->push_back({pos, "run.log_group", "you are not in this group", "a group you belong to (`id -Gn`)",
+                       "\"" + cfg->run.log_group + "\" (gid " + std::to_string(g->gr_gid) + ")",
+                       "the run could not give its logs to it: pick one of `id -Gn`, or remove the key"});
+    return;
+  }
+  cfg->run.log_gid = g->gr_gid;
+}
+
 void CheckCwd(RunConfig* cfg, const toml::table& root, std::vector<ConfigError>* errors) {
   const toml::node* roles = root.get("role");
   for (size_t i = 0; i < cfg->roles.size(); ++i) {
@@ -360,6 +408,7 @@ void ValidateConfig(const toml::table& root, RunConfig* cfg, std::vector<ConfigE
   CheckNodesAndPorts(cfg, errors);
   CheckModel(root, cfg, errors);
   CheckCacheDir(root, cfg, errors);
+  CheckRunDirs(root, cfg, errors);
   CheckCwd(cfg, root, errors);
 }
 

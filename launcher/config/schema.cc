@@ -29,8 +29,14 @@ std::vector<SectionSpec> MakeSchema() {
             "and .so files from it.",
             "\"/var/cache/dflash\""},
            {"log_dir", K::kPath, "runs",
-            "Logs and summaries go to <log_dir>/<run_id>/. Relative paths are relative to the config file.",
+            "Logs and summaries go to <log_dir>/<run_id>/ (0700, files 0600). Relative paths are relative to "
+            "the config file. It may be a shared sticky directory (like /tmp); the way there must be only yours "
+            "or root's to change.",
             "\"runs\""},
+           {"log_group", K::kString, "<none>",
+            "A group that may read the run's logs: the run dir and attempt dirs become 0750 and their files "
+            "0640, owned by this group (you must be in it). Unset: nobody else can read them.",
+            "\"ml-team\""},
            {"spool_dir", K::kPath, "/dev/shm/dflash-<uid>-<name>",
             "Hidden-state frames from target to drafters (builtin roles).", "\"/dev/shm/dflash-spool\""},
            {"master_addr", K::kString, "127.0.0.1",

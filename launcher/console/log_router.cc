@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 namespace dflash {
 
@@ -36,34 +35,40 @@ LogRouter::~LogRouter() {
   }
 }
 
+namespace {
+
+// The read end is ours alone (unlike the console), so non-blocking is safe
+// here and is what lets one event read "what there is" and return.
+bool SetPipeFlags(int pipe, const std::string& process, std::string* err) {
+  int fl = ::fcntl(pipe, F_GETFL);
+  if (fl < 0 || (!(fl & O_NONBLOCK) && ::fcntl(pipe, F_SETFL, fl | O_NONBLOCK) != 0)) {
+    if (err) *err = ErrnoMessage("fcntl(O_NONBLOCK) on the pipe of " + process, errno);
+    return false;
+  }
+  int fdfl = ::fcntl(pipe, F_GETFD);
+  if (fdfl < 0 || (!(fdfl & FD_CLOEXEC) && ::fcntl(pipe, F_SETFD, fdfl | FD_CLOEXEC) != 0)) {
+    if (err) *err = ErrnoMessage("fcntl(FD_CLOEXEC) on the pipe of " + process, errno);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 int LogRouter::Add(UniqueFd pipe, const std::string& process, bool is_stderr,
                    const std::string& file_path, std::string* err) {
-  // The read end is ours alone (unlike the console), so non-blocking is safe
-  // here and is what lets one event read "what there is" and return.
-  int fl = ::fcntl(pipe.get(), F_GETFL);
-  if (fl < 0 || (!(fl & O_NONBLOCK) && ::fcntl(pipe.get(), F_SETFL, fl | O_NONBLOCK) != 0)) {
-    if (err) *err = ErrnoMessage("fcntl(O_NONBLOCK) on the pipe of " + process, errno);
-    return -1;
-  }
-  int fdfl = ::fcntl(pipe.get(), F_GETFD);
-  if (fdfl < 0 || (!(fdfl & FD_CLOEXEC) && ::fcntl(pipe.get(), F_SETFD, fdfl | FD_CLOEXEC) != 0)) {
-    if (err) *err = ErrnoMessage("fcntl(FD_CLOEXEC) on the pipe of " + process, errno);
-    return -1;
-  }
-  std::filesystem::path parent = std::filesystem::path(file_path).parent_path();
-  if (!parent.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(parent, ec);
-    if (ec) {
-      if (err) *err = "mkdir -p " + parent.string() + ": " + ec.message();
-      return -1;
-    }
-  }
-  UniqueFd file(::open(file_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  std::string open_err;
+  UniqueFd file(OpenPrivateFile(file_path, O_WRONLY | O_APPEND, options_.files, RunDirUse(), &open_err));
   if (!file) {
-    if (err) *err = ErrnoMessage("open(" + file_path + ")", errno);
+    if (err) *err = open_err;
     return -1;
   }
+  return Add(std::move(pipe), process, is_stderr, file_path, std::move(file), err);
+}
+
+int LogRouter::Add(UniqueFd pipe, const std::string& process, bool is_stderr, const std::string& file_path,
+                   UniqueFd file, std::string* err) {
+  if (!SetPipeFlags(pipe.get(), process, err)) return -1;
   auto s = std::make_unique<Stream>();
   s->pipe = std::move(pipe);
   s->file = std::move(file);

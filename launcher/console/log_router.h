@@ -2,6 +2,8 @@
 // order) and to the console (whole prefixed lines, droppable when slow).
 #pragma once
 
+#include "common/private_files.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,6 +38,9 @@ class LogRouter {
     /// Drain() returns after this much even without EAGAIN: a grandchild that
     /// holds the pipe and keeps writing must not keep the loop here forever.
     uint64_t max_drain_bytes = 64 << 20;
+    /// How a log file and its attempt dir are made (common/private_files.h):
+    /// private by default; never through a link or into someone else's file.
+    FileMode files;
   };
 
   /// `console` may be null (files only); it must outlive the router.
@@ -47,10 +52,14 @@ class LogRouter {
   LogRouter& operator=(const LogRouter&) = delete;
 
   /// Takes `pipe` (a read end; made O_NONBLOCK and FD_CLOEXEC if it is not)
-  /// and opens `file_path` O_WRONLY|O_CREAT|O_APPEND|O_CLOEXEC 0644, creating
-  /// parent directories. `process` ("drafter:1") is the console prefix.
+  /// and opens `file_path` for appending as common/private_files.h does
+  /// (Options::files; its attempt dir made likewise; never through a link or
+  /// into a file that is not ours). `process` ("drafter:1") is the console prefix.
   /// Returns the stream id (>= 0), or -1 with `err` set; `pipe` is closed then.
   int Add(UniqueFd pipe, const std::string& process, bool is_stderr, const std::string& file_path,
+          std::string* err);
+  /// The same with a file the caller opened (`file_path` names it in messages).
+  int Add(UniqueFd pipe, const std::string& process, bool is_stderr, const std::string& file_path, UniqueFd file,
           std::string* err);
 
   /// Reads what the pipe has (up to max_reads_per_event reads). Returns true

@@ -452,7 +452,9 @@ TEST(LogRouterTest, AFullDiskLosesFileBytesVisiblyButKeepsReading) {
     Console console({.fd = console_pipe.w.get(), .color = ColorMode::kNever});
     LogRouter router(&console);
     std::string err;
-    int id = router.Add(std::move(child.r), "full", false, "/dev/full", &err);
+    // Opened here: the router's own open takes regular files of ours only.
+    int id = router.Add(std::move(child.r), "full", false, "/dev/full",
+                        UniqueFd(::open("/dev/full", O_WRONLY | O_APPEND | O_CLOEXEC)), &err);
     ASSERT_GE(id, 0) << err;
     ASSERT_TRUE(WriteAll(child.w.get(), "a\nb\n", &err));
     EXPECT_TRUE(router.OnReadable(id));

@@ -10,9 +10,9 @@
 namespace dflash {
 
 HolderLockResult TryHolderLock(const std::string& path, const std::string& record, UniqueFd* out,
-                               std::string* holder) {
+                               std::string* holder, unsigned mode) {
   bool writable = true;
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd && errno == EACCES) {  // another user's lock file: reading is enough to lock it
     writable = false;
     fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));

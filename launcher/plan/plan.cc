@@ -211,7 +211,7 @@ int Plan::FirstNode() const {
 }
 
 std::string Plan::AttemptPath(const ProcessPlan& p, int attempt, const std::string& suffix) const {
-  return run_dir + "/attempt_" + std::to_string(attempt) + "/" + p.role + "-" +
+  return run_dir + "/attempt_" + std::to_string(attempt_base + attempt) + "/" + p.role + "-" +
          (p.warmup ? std::string("warmup") : std::to_string(p.role_rank)) + "." + suffix;
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/private_files.h"
 #include "launcher/config/config.h"
 #include "launcher/plan/gate_key_files.h"
 
@@ -49,6 +50,10 @@ struct Plan {
   RunConfig config;
   std::string run_id;
   std::string run_dir;  // <log_dir>/<run_id>
+  /// `run --resume` of a run id that already has attempt dirs: this launch's
+  /// attempt k writes attempt_<attempt_base + k>/ (the old ones stay as they are).
+  int attempt_base = 0;
+  bool resumed = false;  // `run --resume` found the run dir there: events.jsonl gets a "resume" line
   std::string bin_dir;
   std::vector<std::string> role_torch_version;  // per role
   std::vector<std::vector<KeyFile>> role_key_files;  // per role: the files in its derived gate key
@@ -86,7 +91,11 @@ struct Plan {
   bool BindsRolePort(size_t role) const { return role_first_node[role] == node_rank; }
 
   const RoleSpec& RoleOf(const ProcessPlan& p) const { return config.roles[p.role_index]; }
-  /// <run_dir>/attempt_<k>/<role>-<rank>.<suffix>
+  /// How the run's dirs and files are made: private (0700/0600), or [run] log_group's.
+  FileMode Files() const {
+    return config.run.log_gid == static_cast<gid_t>(-1) ? FileMode::Private() : FileMode::Group(config.run.log_gid);
+  }
+  /// <run_dir>/attempt_<attempt_base + k>/<role>-<rank>.<suffix>
   std::string AttemptPath(const ProcessPlan& p, int attempt, const std::string& suffix) const;
   /// The variables dflash-launch sets for this process on this attempt, in a
   /// stable order; the rest of the environment is the launcher's own.

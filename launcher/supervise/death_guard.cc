@@ -35,7 +35,9 @@ bool RunGuard::Start(const Options& o, std::string* err, std::vector<std::string
     return true;
   }
   UniqueFd rd(p[0]), wr(p[1]);
-  UniqueFd log(::open(o.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  std::string log_err;
+  UniqueFd log(OpenPrivateFile(o.log_path, O_WRONLY | O_APPEND, o.log_mode, RunDirUse(), &log_err));
+  if (!log) notes->push_back("cannot log dflash-guardian's stderr: " + log_err);
   SpawnOptions so;
   so.argv = {o.bin_dir + "/dflash-guardian", o.token};
   so.env = o.env;

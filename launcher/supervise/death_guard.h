@@ -3,6 +3,8 @@
 // if the supervisor itself is SIGKILLed. The supervisor owns one RunGuard.
 #pragma once
 
+#include "common/private_files.h"
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -20,6 +22,7 @@ class RunGuard {
     std::string token;    ///< DFLASH_RUN_TOKEN of this run
     std::string bin_dir;  ///< where dflash-guardian is
     std::string log_path; ///< the guardian's stderr (<run_dir>/guardian.log)
+    FileMode log_mode;    ///< how that file is made (common/private_files.h)
     CgroupMode mode = CgroupMode::kAuto;
     std::vector<std::string> env;  ///< the guardian's environment
   };

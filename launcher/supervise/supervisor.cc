@@ -35,6 +35,12 @@ namespace {
 constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3, kTagExec = 4, kTagWatch = 5;
 uint64_t Tag(uint64_t kind, uint64_t id) { return kind << 32 | id; }
 
+LogRouter::Options RouterOptions(const Plan& plan) {
+  LogRouter::Options o;
+  o.files = plan.Files();
+  return o;
+}
+
 /// How often, at least, the console's live status is refreshed.
 constexpr Millis kStatusPeriod{1000};
 
@@ -47,7 +53,7 @@ struct Supervisor::Impl : public ControlHandler {
         console_(console),
         log_(std::move(log)),
         core_(plan, [] { return std::chrono::steady_clock::now(); }),
-        router_(console) {
+        router_(console, RouterOptions(plan)) {
     os_.resize(core_.size());
     core_.settle_exec = [this](size_t i) { OnExecStatus(i); };
     core_.node_rounds = options_.node_rounds;
@@ -310,8 +316,13 @@ int Supervisor::Impl::Run() {
   ev.data.u64 = Tag(kTagNotify, 0);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, notify_.fd(), &ev);
   std::string events_path = plan_.run_dir + "/events.jsonl";
-  events_file_.reset(::open(events_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!events_file_) Warn("cannot write " + events_path + ": " + ErrnoMessage("open", errno));
+  events_file_.reset(OpenPrivateFile(events_path, O_WRONLY | O_APPEND, plan_.Files(), RunDirUse(), &err));
+  if (!events_file_) Warn("cannot write events.jsonl: " + err);
+  // A resumed run's events follow the earlier launches' ones: this line says where.
+  if (plan_.resumed)
+    WriteEvent({{"event", "resume"}, {"attempt_base", plan_.attempt_base}, {"t", 0.0},
+                {"reason", "resumed by `dflash-launch run --resume`: this launch's attempt k writes attempt_" +
+                               std::to_string(plan_.attempt_base) + "+k"}});
 
   // Before the first child: the cgroup it will be born into, and the guardian
   // that kills the run if we are SIGKILLed (docs/design.md, "Nothing outlives the run").
@@ -320,6 +331,7 @@ int Supervisor::Impl::Run() {
   go.token = run_token_;
   go.bin_dir = plan_.bin_dir;
   go.log_path = plan_.run_dir + "/guardian.log";
+  go.log_mode = plan_.Files();
   go.mode = options_.cgroup;
   go.env = options_.base_env;
   std::vector<std::string> notes;

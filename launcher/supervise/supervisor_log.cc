@@ -29,12 +29,9 @@ class FdSink : public spdlog::sinks::base_sink<std::mutex> {
 
 }  // namespace
 
-std::shared_ptr<spdlog::logger> OpenSupervisorLog(const std::string& path, std::string* err) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd) {
-    *err = ErrnoMessage("open(" + path + ")", errno);
-    return nullptr;
-  }
+std::shared_ptr<spdlog::logger> OpenSupervisorLog(const std::string& path, const FileMode& files, std::string* err) {
+  UniqueFd fd(OpenPrivateFile(path, O_WRONLY | O_APPEND, files, RunDirUse(), err));
+  if (!fd) return nullptr;
   auto logger = std::make_shared<spdlog::logger>("dflash", std::make_shared<FdSink>(std::move(fd)));
   logger->set_pattern("%Y-%m-%d %H:%M:%S.%f %l %v");  // microseconds: the benchmarks read these
   logger->set_level(spdlog::level::debug);

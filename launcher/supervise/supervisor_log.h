@@ -7,10 +7,14 @@
 #include <memory>
 #include <string>
 
+#include "common/private_files.h"
+
 namespace dflash {
 
-/// A logger writing "time level message" lines to `path` (created 0644, appended).
-/// Never call it between fork and exec: spdlog is not fork-safe.
-std::shared_ptr<spdlog::logger> OpenSupervisorLog(const std::string& path, std::string* err);
+/// A logger writing "time level message" lines to `path` (created with
+/// `files.file` in a run dir checked as common/private_files.h says, appended;
+/// refused if it is a link or someone else's). Never call it between fork and
+/// exec: spdlog is not fork-safe.
+std::shared_ptr<spdlog::logger> OpenSupervisorLog(const std::string& path, const FileMode& files, std::string* err);
 
 }  // namespace dflash

@@ -234,9 +234,10 @@ def cpu_seconds():
 def write_metrics(path, metrics):
     if not path:
         return
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
+    # 0600 like every file of the run (docs/logs.md, "Whose files they are"); never through a link.
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "w") as f:
         json.dump(metrics, f, indent=2)
     os.replace(tmp, path)
 

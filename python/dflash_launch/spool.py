@@ -21,6 +21,7 @@ import ctypes
 import errno
 import json
 import os
+import stat
 import struct
 import time
 
@@ -170,6 +171,68 @@ def _libc():
     return _LIBC[0]
 
 
+def _refuse(path, why, fix):
+    raise SpoolError(f"refusing spool dir {path}: {why}; another user could replace the hidden-state frames and "
+                     f"the shared weights; fix: {fix}")
+
+
+def private_makedirs(path):
+    """mkdir -p `path` (0700) the way the builtin roles do (common/private_files.h):
+    walking from /, every directory on the way must be ours or root's and writable
+    by nobody else unless sticky (like /dev/shm); a symlink must be ours or root's;
+    the last directory must be ours, a real directory, writable by us alone. A
+    directory another user made first (EEXIST) is refused, never joined."""
+    path = os.path.abspath(str(path))
+    me = os.geteuid()
+    parts = [p for p in path.split("/") if p]
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        here = "/"
+        for i, name in enumerate(parts):
+            st = os.fstat(fd)
+            if st.st_uid not in (me, 0):
+                _refuse(path, f"{here} is owned by uid {st.st_uid}, who could swap {name} for a link of theirs",
+                        "use a directory of your own")
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                _refuse(path, f"{here} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}, not sticky)",
+                        f"chmod go-w {here}")
+            nxt = os.path.join(here, name)
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+                made = True
+            except FileExistsError:
+                made = False
+            lst = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+            if stat.S_ISLNK(lst.st_mode):
+                if lst.st_uid not in (me, 0):
+                    _refuse(path, f"{nxt} is a symlink owned by uid {lst.st_uid}: its owner decides where it leads",
+                            f"rm {nxt}")
+            else:
+                flags |= os.O_NOFOLLOW
+            try:
+                nfd = os.open(name, flags, dir_fd=fd)
+            except OSError as e:
+                _refuse(path, f"{nxt} is not a directory ({e.strerror})", f"rm {nxt}")
+            os.close(fd)
+            fd, here = nfd, nxt
+            st = os.fstat(fd)
+            if made:
+                os.fchmod(fd, 0o700)  # past the umask
+            elif i == len(parts) - 1:
+                if st.st_uid != me:
+                    _refuse(path, f"it is owned by uid {st.st_uid}, not by you (uid {me})", "use a directory of your own")
+                if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    _refuse(path, f"it is writable by others (mode {stat.S_IMODE(st.st_mode):04o})", f"chmod go-w {path}")
+    finally:
+        os.close(fd)
+
+
+def _create_private(path):
+    """A file of ours, 0600, never through a link."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
+
+
 class Paths:
     def __init__(self, root):
         self.root = str(root)
@@ -181,9 +244,9 @@ class Paths:
         return os.path.join(self.claimed, consumer)
 
     def create(self):
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        private_makedirs(self.root)
         for d in (self.tmp, self.ready, self.claimed, self.done, self.rejected, self.producers):
-            os.makedirs(d, mode=0o700, exist_ok=True)
+            private_makedirs(d)
 
 
 def _frames(d):
@@ -195,8 +258,8 @@ def _frames(d):
 
 def _atomic_write(path, text):
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
+    with _create_private(tmp) as f:
+        f.write(text.encode())
     os.replace(tmp, path)
 
 
@@ -286,7 +349,7 @@ class SpoolSource:
         self.manifest_path = manifest_path or os.path.join(self.paths.root, "spool.json")
         self.paths.create()
         self.mine = self.paths.claimed_by(name)
-        os.makedirs(self.mine, mode=0o700, exist_ok=True)
+        private_makedirs(self.mine)
         self._take_back = sorted(_frames(self.mine), key=lambda f: parse_frame_file(f)[::-1])
         self.taken_back = self.acked = 0
         self.waited_s = 0.0
@@ -476,7 +539,7 @@ class SpoolProducer:
         meta = dict(frame_metadata(c), **(metadata or {}), producer=self.name, seq=str(seq))
         f = frame_file(self.name, seq)
         tmp = os.path.join(self.paths.tmp, f + ".tmp")
-        with open(tmp, "wb") as out:
+        with _create_private(tmp) as out:
             out.write(frame_bytes(hidden, tokens, meta))
         _rename_noreplace(tmp, os.path.join(self.paths.ready, f))
         self.next_seq = seq + 1
@@ -493,7 +556,7 @@ class SpoolProducer:
                      "lm_head.weight": lm_head.detach().float().contiguous()},
                     metadata={"format": WEIGHTS_FORMAT, "producer": self.name})
         tmp = os.path.join(self.paths.tmp, f"weights.safetensors@{self.name}.tmp")
-        with open(tmp, "wb") as out:
+        with _create_private(tmp) as out:
             out.write(data)
         try:
             _rename_noreplace(tmp, self.paths.weights)

@@ -87,7 +87,7 @@ bool SpoolRoot(const Role& r, std::string* root) {
 void WriteMetrics(const std::string& name, const json& j) {
   std::string path = Env("DFLASH_METRICS_FILE"), err;
   if (path.empty()) return;
-  if (!WriteFileAtomic(path, j.dump(2) + "\n", &err)) Complain(name, "cannot write metrics: " + err);
+  if (!WriteFileAtomic(path, j.dump(2) + "\n", &err, 0600)) Complain(name, "cannot write metrics: " + err);
 }
 
 /// Sample `seq` of target `rank`: token ids [B, S] and the concatenated taps.

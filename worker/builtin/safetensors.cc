@@ -200,7 +200,7 @@ bool WriteFd(int fd, const Metadata& metadata, const std::vector<TensorRef>& ten
 
 bool WriteFile(const std::string& path, const Metadata& metadata, const std::vector<TensorRef>& tensors,
                std::string* err, bool exclusive) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0600));
   if (!fd) {
     *err = ErrnoMessage("open(" + path + ")", errno);
     return false;

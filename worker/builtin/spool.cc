@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/private_files.h"
 
 namespace dflash::spool {
 namespace {
@@ -53,10 +54,14 @@ bool ListDir(const std::string& dir, std::vector<std::string>* names, std::strin
   return true;
 }
 
+/// mkdir -p, 0700, the safe way (common/private_files.h): a spool dir that is a
+/// link, another user's, or writable by others is refused, not joined; the
+/// drafters would train on whatever frames and weights its owner puts there.
 bool MakeDir(const std::string& dir, std::string* err) {
-  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) return true;
-  *err = ErrnoMessage("mkdir(" + dir + ")", errno);
-  return false;
+  PathUse use;
+  use.what = "spool dir";
+  use.harm = "they could replace the hidden-state frames and the shared weights";
+  return MakePrivateDir(dir, FileMode::Private(), use, nullptr, err);
 }
 
 bool FileExists(const std::string& path) {
@@ -95,13 +100,7 @@ bool ParseFrameFile(std::string_view file, std::string* producer, int64_t* seq) 
 
 bool SpoolPaths::Create(std::string* err) const {
   // mkdir -p of the root: its parent (/dev/shm/dflash-<uid>-<name>) may not exist yet.
-  std::string cur;
-  for (size_t i = 1; i <= root.size(); ++i) {
-    if (i == root.size() || root[i] == '/') {
-      cur = root.substr(0, i);
-      if (!MakeDir(cur, err)) return false;
-    }
-  }
+  if (!MakeDir(root, err)) return false;
   for (const std::string& d : {Tmp(), Ready(), Claimed(), Done(), Rejected(), Producers()})
     if (!MakeDir(d, err)) return false;
   return true;
@@ -203,7 +202,7 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
 
 bool SpoolProducer::Finish(std::string* err) {
   nlohmann::ordered_json j = {{"producer", name_}, {"frames", next_seq_}};
-  if (!WriteFileAtomic(paths_.Producers() + "/" + name_ + ".done", j.dump() + "\n", err)) return false;
+  if (!WriteFileAtomic(paths_.Producers() + "/" + name_ + ".done", j.dump() + "\n", err, 0600)) return false;
   finished_ = true;
   return true;
 }
@@ -331,7 +330,7 @@ bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
 
 bool SpoolConsumer::Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err) {
   const std::string to = paths_.Rejected() + "/" + frame.file;
-  if (!WriteFileAtomic(to + ".reason", reason + "\n", err)) return false;
+  if (!WriteFileAtomic(to + ".reason", reason + "\n", err, 0600)) return false;
   if (::rename(frame.path.c_str(), to.c_str()) != 0) {
     *err = ErrnoMessage("rename(" + frame.path + ", rejected/)", errno);
     return false;
@@ -361,7 +360,7 @@ bool WriteManifestIfFinal(const std::string& root, int producers, const std::str
   bool final = false;
   if (!Manifest(root, producers, &j, &final, err)) return false;
   if (!final) return true;
-  if (!WriteFileAtomic(path, j.dump(2) + "\n", err)) return false;
+  if (!WriteFileAtomic(path, j.dump(2) + "\n", err, 0600)) return false;
   *written = true;
   return true;
 }

@@ -44,6 +44,44 @@ TEST(FrameFile, NamesCarryProducerAndSequence) {
   EXPECT_FALSE(ParseFrameFile("weights.safetensors", &p, &s));
 }
 
+TEST(Spool, RefusesASpoolDirAnotherUserMadeFirst) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a dir away";
+  TempDir d;
+  // Another user's 0777 dir where the spool goes: before, mkdir's EEXIST was taken as success.
+  fs::create_directory(d.path() + "/s");
+  ASSERT_EQ(::chmod((d.path() + "/s").c_str(), 0777), 0);
+  ASSERT_EQ(::chown((d.path() + "/s").c_str(), 65534, 65534), 0);
+  std::string err;
+  SpoolProducer p(d.path() + "/s", "target:0", 8);
+  EXPECT_FALSE(p.Open(&err));
+  EXPECT_NE(err.find("refusing spool dir"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(d.path() + "/s/ready"));
+  // Ours but open to all: refused as well. And a symlink to a dir of ours is no spool either.
+  ASSERT_EQ(::chown((d.path() + "/s").c_str(), 0, 0), 0);
+  EXPECT_FALSE(SpoolPaths{d.path() + "/s"}.Create(&err));
+  fs::create_directory(d.path() + "/real");
+  fs::create_directory(d.path() + "/x");
+  ::chmod((d.path() + "/x").c_str(), 0700);
+  fs::create_directory_symlink(d.path() + "/real", d.path() + "/x/ready");
+  ASSERT_EQ(::lchown((d.path() + "/x/ready").c_str(), 65534, 65534), 0);
+  EXPECT_FALSE(SpoolPaths{d.path() + "/x"}.Create(&err));
+  EXPECT_NE(err.find("symlink"), std::string::npos) << err;
+}
+
+TEST(Spool, DirsAre0700) {
+  TempDir d;
+  mode_t old = ::umask(0);
+  std::string err;
+  bool ok = SpoolPaths{d.path() + "/a/b"}.Create(&err);
+  ::umask(old);
+  ASSERT_TRUE(ok) << err;
+  for (const char* sub : {"/a", "/a/b", "/a/b/ready", "/a/b/tmp", "/a/b/claimed"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((d.path() + sub).c_str(), &st), 0) << sub;
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << sub;
+  }
+}
+
 TEST(Spool, PublishClaimAckAndEnd) {
   TempDir d;
   std::string err;
