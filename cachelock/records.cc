@@ -55,7 +55,12 @@ json ReadyToJson(const ReadyRecord& r) {
               {"host", r.host},
               {"published_at", r.published_at},
               {"torch_version", r.torch_version},
-              {"compile_seconds", r.compile_seconds}};
+              {"compile_seconds", r.compile_seconds},
+              {"sources", [&] {
+                 json a = json::array();
+                 for (const ReadySource& f : r.sources) a.push_back({{"path", f.path}, {"sha256", f.sha256}});
+                 return a;
+               }()}};
 }
 
 std::string EncodeReady(const ReadyRecord& r) {
@@ -77,12 +82,36 @@ bool DecodeReady(std::string_view text, ReadyRecord* out, std::string* err) {
     r.published_at = j.at("published_at").get<double>();
     r.torch_version = j.value("torch_version", "");
     r.compile_seconds = j.value("compile_seconds", 0.0);
+    if (j.contains("sources") && j["sources"].is_array())
+      for (const json& f : j["sources"])
+        if (f.is_object()) r.sources.push_back({f.value("path", ""), f.value("sha256", "")});
     *out = std::move(r);
     return true;
   } catch (const json::exception& e) {
     if (err) *err = e.what();
     return false;
   }
+}
+
+std::string DescribeSourceChanges(const std::vector<ReadySource>& before, const std::vector<ReadySource>& now,
+                                  size_t limit) {
+  std::vector<std::string> changes;
+  auto find = [](const std::vector<ReadySource>& in, const std::string& path) -> const ReadySource* {
+    for (const ReadySource& f : in)
+      if (f.path == path) return &f;
+    return nullptr;
+  };
+  for (const ReadySource& f : now) {
+    const ReadySource* old = find(before, f.path);
+    if (!old) changes.push_back(f.path + " is new");
+    else if (old->sha256 != f.sha256) changes.push_back(f.path + (f.sha256.empty() ? " is gone" : " changed"));
+  }
+  for (const ReadySource& f : before)
+    if (!find(now, f.path)) changes.push_back(f.path + " is no longer imported");
+  std::string out;
+  for (size_t i = 0; i < changes.size() && i < limit; ++i) out += (i ? ", " : "") + changes[i];
+  if (changes.size() > limit) out += fmt::format(" and {} more", changes.size() - limit);
+  return out;
 }
 
 bool ValidGateKey(std::string_view key, std::string* err) {

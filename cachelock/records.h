@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -31,6 +32,14 @@ bool SameOwner(const OwnerRecord& a, const OwnerRecord& b);
 /// is on another host than `local_host`.
 std::string DescribeOwner(const OwnerRecord& r, std::string_view local_host);
 
+/// A source file behind a derived key, as it was when READY was published. A
+/// later leader of the same role compares them with its own to say which file
+/// changed the key (worker/gated_run.cc).
+struct ReadySource {
+  std::string path;
+  std::string sha256;  ///< hex; empty: the file was missing
+};
+
 /// A READY marker: the promise "the cache is warm for key". Written once,
 /// atomically, by a leader whose payload became ready.
 struct ReadyRecord {
@@ -41,7 +50,14 @@ struct ReadyRecord {
   double published_at = 0;     ///< unix seconds
   std::string torch_version;   ///< empty if the publisher did not know it
   double compile_seconds = 0;  ///< from "lead" to publish()
+  std::vector<ReadySource> sources;  ///< the key's files (GateOptions::sources); absent in older markers
 };
+
+/// Which files differ between the sources of an older READY and ours, for
+/// people: "/w/drafter_model.py changed, /w/extra.py is new" (at most `limit`
+/// named, then "and N more"); empty when they are the same.
+std::string DescribeSourceChanges(const std::vector<ReadySource>& before, const std::vector<ReadySource>& now,
+                                  size_t limit = 4);
 
 /// A record file can be read mid-write by a lock-free reader; such a read is
 /// kGarbled (transient) and is never mistaken for kEmpty's "nobody".

@@ -62,5 +62,27 @@ TEST(ReadyRecord, RoundTrips) {
   EXPECT_FALSE(DecodeReady("not json", &back, &err));
 }
 
+TEST(ReadyRecord, SourcesRoundTripAndOlderMarkersHaveNone) {
+  ReadyRecord r{"drafter-0123456789abcdef", "drafter:warmup", 42, "node7", 1.7e9, "2.13.0", 12.5,
+                {{"/w/train.py", "aa"}, {"/w/model.py", "bb"}}};
+  ReadyRecord back;
+  std::string err;
+  ASSERT_TRUE(DecodeReady(EncodeReady(r), &back, &err)) << err;
+  ASSERT_EQ(back.sources.size(), 2u);
+  EXPECT_EQ(back.sources[1].path, "/w/model.py");
+  EXPECT_EQ(back.sources[1].sha256, "bb");
+  ASSERT_TRUE(DecodeReady(R"({"key": "k", "role": "r", "pid": 1, "host": "h", "published_at": 1})", &back, &err));
+  EXPECT_TRUE(back.sources.empty());
+}
+
+TEST(ReadyRecord, SourceChangesNameEachFile) {
+  std::vector<ReadySource> before = {{"/w/train.py", "aa"}, {"/w/model.py", "bb"}, {"/w/old.py", "cc"}};
+  EXPECT_EQ(DescribeSourceChanges(before, before), "");
+  std::vector<ReadySource> now = {{"/w/train.py", "aa"}, {"/w/model.py", "b2"}, {"/w/new.py", "dd"}};
+  EXPECT_EQ(DescribeSourceChanges(before, now), "/w/model.py changed, /w/new.py is new, /w/old.py is no longer imported");
+  EXPECT_EQ(DescribeSourceChanges(before, now, 1), "/w/model.py changed and 2 more");
+  EXPECT_EQ(DescribeSourceChanges(before, {{"/w/train.py", ""}}, 1), "/w/train.py is gone and 2 more");
+}
+
 }  // namespace
 }  // namespace dflash

@@ -41,8 +41,10 @@ def test_help_and_version_exit_0(bin_dir):
     assert r.returncode == 0 and r.stdout.startswith("dflash-launch ")
 
 
-def test_json_plan_of_the_8gpu_config(bin_dir):
-    r = run([bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"])
+def test_json_plan_of_the_8gpu_config(bin_dir, tmp_path):
+    # The config runs the user's own train_dflash_pipeline.py from where it is launched: `check` looks for it.
+    (tmp_path / "train_dflash_pipeline.py").write_text("")
+    r = run([bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["format"] == "dflash-plan/1"

@@ -13,6 +13,7 @@
 #include "cachelock/gate.h"
 #include "cachelock/holder_tree.h"
 #include "cachelock/records.h"
+#include "cachelock/status.h"
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/notify.h"
@@ -181,7 +182,42 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
   return exit_code::kOk;
 }
 
+/// Why a leader of a derived key compiles when its role has a READY under an
+/// older key: which of its files changed ("" when no such READY says).
+std::string CodeChangedSince(const GatedRunOptions& o) {
+  // Derived keys are "<role>-<16 hex>" (launcher/plan/plan.cc DeriveGateKey).
+  if (o.sources.empty() || o.gate_key.size() < 18 || o.gate_key[o.gate_key.size() - 17] != '-') return "";
+  std::string stem = o.gate_key.substr(0, o.gate_key.size() - 16);
+  GateStatusReport status;
+  std::string err;
+  if (!ReadGateStatus(o.gate_dir, &status, &err)) return "";
+  const ReadyRecord* last = nullptr;
+  for (const ReadyRecord& r : status.ready)
+    if (r.key != o.gate_key && r.key.size() == o.gate_key.size() && r.key.rfind(stem, 0) == 0 && !r.sources.empty() &&
+        (!last || r.published_at > last->published_at))
+      last = &r;
+  if (!last) return "";
+  std::string changes = DescribeSourceChanges(last->sources, o.sources);
+  if (changes.empty()) return "";  // the key moved for another reason (torch, env, [model], command)
+  return "the code changed since READY(" + last->key + ") by " + last->role + ": " + changes;
+}
+
 }  // namespace
+
+std::vector<ReadySource> ParseGateSources(const std::string& text) {
+  std::vector<ReadySource> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    std::string line = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? text.size() : end + 1;
+    size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp + 1 >= line.size()) continue;
+    std::string sha = line.substr(0, sp);
+    out.push_back({line.substr(sp + 1), sha == "-" ? "" : sha});
+  }
+  return out;
+}
 
 int RunGated(const GatedRunOptions& o) {
   auto say = [&](const std::string& line) {
@@ -233,6 +269,7 @@ int RunGated(const GatedRunOptions& o) {
     g.dir = o.gate_dir;
     g.role = o.name.empty() ? o.argv[0] : o.name;
     g.torch_version = o.torch_version;
+    g.sources = o.sources;
     g.timeout = o.gate_timeout;
     g.progress_every = o.progress_every;
     g.on_progress = [&](std::string_view line) {
@@ -276,8 +313,15 @@ int RunGated(const GatedRunOptions& o) {
     }
     h.extra_env.emplace_back("DFLASH_GATE_ROLE", GateDecisionName(lead ? GateDecision::kLead : GateDecision::kReuse));
     if (lead) {
+      std::string changed = CodeChangedSince(o);
       say("gate " + o.gate_key + ": lead, compiling" + (got.recovered ? " (took over from a dead holder)" : "") +
-          (cluster ? " (cluster lease, token " + std::to_string(cd.token) + ")" : ""));
+          (cluster ? " (cluster lease, token " + std::to_string(cd.token) + ")" : "") +
+          (changed.empty() ? "" : ": " + changed));
+      if (!changed.empty()) {
+        NotifyFields f;
+        f.status = "compiling: " + changed;
+        report(f);
+      }
       token = HolderToken(gate->Self());
       h.extra_env.emplace_back(kHolderEnvVar, token);
       if (cluster) cluster->StartRenewing(token);
@@ -384,8 +428,10 @@ int RunGated(const GatedRunOptions& o) {
     int killed = 0;
     std::string kerr;
     KillHolderTree(token, kLeftoverWait, &killed, &kerr);  // none of ours may compile on
-    warn(o.name + " (leader of gate " + o.gate_key + ") ended before it was ready (" +
-         (r.status ? r.status->Describe() : r.message) + "): READY not published, the next waiter compiles" +
+    // Nobody waits behind a warm-up: the supervisor ends the run when it fails (it is the culprit).
+    warn(o.name + (o.warmup ? " (warm-up of gate " : " (leader of gate ") + o.gate_key + ") ended before it was ready (" +
+         (r.status ? r.status->Describe() : r.message) + "): READY not published" +
+         (o.warmup ? "; a failed warm-up ends the run, its log says why" : ", the next waiter compiles") +
          (killed > 0 ? "; killed " + std::to_string(killed) + " leftover process(es) of its tree" : ""));
     report(gate_state(GateState::kAbandoned));
     if (cluster) cluster->Abandon();  // the next node takes the cluster lease at once, not after its TTL

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cachelock/cluster_lease.h"  // kDefaultClusterLeaseTtl
+#include "cachelock/records.h"
 #include "common/duration.h"
 #include "contract/defaults.h"
 #include "contract/ready_spec.h"
@@ -32,6 +33,10 @@ struct GatedRunOptions {
   /// is reported with the likely cause (blocked on its peers); 0: never.
   Millis idle_hint = kDefaultGateIdleHint;
   std::string torch_version;  ///< recorded in READY
+  /// The files of a derived key with their hashes ($DFLASH_GATE_SOURCES): into
+  /// READY, and a leader compares them with an older READY of its role to name
+  /// the file whose edit changed the key.
+  std::vector<ReadySource> sources;
   /// A warm-up (gate mode "warmup", `seed`): on reuse run nothing; as the
   /// leader, stop the payload once it is ready (or take its exit 0), publish,
   /// and exit 0 -- the role's real processes start after us, on a warm cache.
@@ -75,5 +80,8 @@ struct GatedRunOptions {
 /// runs its payload, whatever is left of a dead leader's tree is killed; a
 /// leader whose payload ends unready kills its own leftovers before letting go.
 int RunGated(const GatedRunOptions& options);
+
+/// $DFLASH_GATE_SOURCES: one "<sha256 or -> <path>" per line (plan.cc writes it).
+std::vector<ReadySource> ParseGateSources(const std::string& text);
 
 }  // namespace dflash

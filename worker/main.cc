@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   if (o.name.empty())
     if (const char* p = std::getenv("DFLASH_PROCESS")) o.name = p;
   if (const char* m = std::getenv("DFLASH_METRICS_FILE")) o.metrics_file = m;
+  if (const char* s = std::getenv("DFLASH_GATE_SOURCES")) o.sources = ParseGateSources(s);
   if (o.torch_version.empty())
     if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) o.torch_version = v;
   // The cluster-wide gate: the run's store (the launcher sets DFLASH_STORE for every process).

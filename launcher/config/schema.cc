@@ -169,7 +169,8 @@ std::vector<SectionSpec> MakeSchema() {
        {
            {"key", K::kString, "<role>-<hash>",
             "Gate key ([A-Za-z0-9._-], at most 128). Default: the role name and a hash of the [model] "
-            "contract, torch's version, the command and every TORCHINDUCTOR_*/TORCH_COMPILE_*/"
+            "contract, torch's version, the command, the content of its script and of the modules that imports (and "
+            "key_files), and every TORCHINDUCTOR_*/TORCH_COMPILE_*/"
             "TORCHDYNAMO_*/TRITON_* variable, so a change of any of them never reuses a stale READY.",
             "\"drafter\""},
            {"mode", K::kEnum, NameIn(kGateModeNames, GateSpec{}.mode),
@@ -191,7 +192,9 @@ std::vector<SectionSpec> MakeSchema() {
             "\"one\"", NamesIn(kGateHoldNames)},
            {"key_files", K::kStringArray, "[]",
             "Extra files whose content goes into the derived key (glob(7) patterns, relative to the role's cwd), "
-            "beside the script the command runs, which is always in it.",
+            "beside the script the command runs and the Python modules it imports from outside the interpreter's "
+            "install, which are always in it: for what an import cannot show (importlib, exec, a file the model "
+            "reads).",
             "[\"model/*.py\", \"conf.yaml\"]"},
            {"timeout", K::kDuration, gate_timeout, "How long a process waits for the gate before it fails.",
             "\"20m\""},

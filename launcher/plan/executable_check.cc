@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "common/spawn.h"
+#include "launcher/plan/gate_key_files.h"
 
 namespace dflash {
 namespace {
@@ -49,6 +50,7 @@ std::vector<ConfigError> CheckCommands(const RunConfig& config, const EnvList& l
       }
     }
     struct stat st;
+    std::string script, script_path;
     if (::stat(found.c_str(), &st) != 0) {
       errors.push_back({role.command_pos, key, "`" + found + "` is not found", "an existing executable file",
                         "no such file", "check the path (relative paths start at the role's cwd)"});
@@ -57,6 +59,17 @@ std::vector<ConfigError> CheckCommands(const RunConfig& config, const EnvList& l
                         "an executable file", S_ISDIR(st.st_mode) ? "a directory" : "a file without execute permission",
                         S_ISDIR(st.st_mode) ? "name the program inside it" : "chmod +x " + found +
                                                                                   ", or run it through its interpreter"});
+    } else if (PythonScriptOf(role, &script, &script_path) && ::stat(script_path.c_str(), &st) != 0) {
+      // Python would exit 2 ("can't open file"), which reads as a config error of ours: say it here.
+      errors.push_back({role.command_pos, key, "`" + program + "` would run `" + script + "`, which is not found",
+                        "a Python script that exists (relative paths start at the role's cwd)",
+                        "no file " + script_path,
+                        "fix the name, or set cwd = \"...\" for the role to the directory it is in"});
+    } else if (!script.empty() && !S_ISREG(st.st_mode) &&
+               !(S_ISDIR(st.st_mode) && ::access((script_path + "/__main__.py").c_str(), F_OK) == 0)) {
+      errors.push_back({role.command_pos, key, "`" + program + "` would run `" + script + "`, which is not a file",
+                        "a Python script", S_ISDIR(st.st_mode) ? "a directory without __main__.py" : "not a regular file",
+                        S_ISDIR(st.st_mode) ? "name the script inside it, or run a package with -m" : "name the script"});
     }
   }
   return errors;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -120,6 +121,78 @@ bool StartsWithShebang(const std::string& path) {
   return n == 2 && two[0] == '#' && two[1] == '!';
 }
 
+/// The modules a Python file imports, followed transitively, that live outside
+/// the interpreter's own install (stdlib, site-packages: their versions are the
+/// install's business): the model code a drafter script imports from its
+/// siblings, which Dynamo traces as much as the script. Static (the stdlib's
+/// modulefinder, pruned at the install so torch's thousand modules are not read):
+/// it sees `import x` and `from x import y`, not importlib.import_module(name) or
+/// exec -- those go in gate.key_files. One line "<module>\t<path>" per module; a
+/// line "!\t<error>" if the sources could not be followed (e.g. a SyntaxError).
+constexpr const char* kImportProbe = R"PY(import modulefinder, os, site, sys, sysconfig
+path, as_module = sys.argv[1], sys.argv[2] == "1"
+sys.path[0] = os.getcwd() if as_module else os.path.dirname(os.path.abspath(path))
+inst = {os.path.realpath(p) for p in sysconfig.get_paths().values() if p}
+inst |= {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+try: inst |= {os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+except Exception: pass
+def own(p):
+    r = os.path.realpath(p)
+    return not any(r == i or r.startswith(i + os.sep) for i in inst)
+class Finder(modulefinder.ModuleFinder):
+    def load_module(self, name, fp, pathname, info):
+        if pathname and not own(pathname):
+            m = self.add_module(name); m.__file__ = pathname
+            if info[2] == modulefinder._PKG_DIRECTORY: m.__path__ = [pathname]
+            return m
+        return super().load_module(name, fp, pathname, info)
+f = Finder()
+try:
+    f.run_script(path)
+    # A top-level name modulefinder's path search missed may be an editable install served by a meta-path
+    # finder: find_spec of a top-level name runs no code of it. Add its directory and look again.
+    import importlib.util
+    again = []
+    for name in [n for n in f.badmodules if "." not in n]:
+        try: spec = importlib.util.find_spec(name)
+        except Exception: spec = None
+        o = spec and spec.origin
+        if o and os.path.isfile(o) and own(o):
+            d = os.path.dirname(os.path.dirname(o) if spec.submodule_search_locations else o)
+            if d not in f.path: f.path.append(d)
+            again.append(name)
+    for name in again: del f.badmodules[name]
+    if again: f.run_script(path)
+except Exception as e: print("!\t%s: %s" % (type(e).__name__, e))
+me = os.path.realpath(path)
+for n, m in sorted(f.modules.items()):
+    p = m.__file__
+    if n != "__main__" and p and p.endswith(".py") and own(p) and os.path.realpath(p) != me: print(n + "\t" + p)
+)PY";
+
+/// Adds the files `file` imports (see kImportProbe), asking the role's Python
+/// from the role's cwd with its PYTHONPATH.
+void ImportedModules(const std::string& python, const std::string& file, bool as_module, const RoleSpec& role,
+                     const std::string& pythonpath, std::vector<KeyFile>* out) {
+  std::string cmd = (role.cwd.empty() ? "" : "cd " + ShellQuote(role.cwd) + " && ") +
+                    (pythonpath.empty() ? "" : "PYTHONPATH=" + ShellQuote(pythonpath) + " ") + ShellQuote(python) +
+                    " -c " + ShellQuote(kImportProbe) + " " + ShellQuote(file) + (as_module ? " 1" : " 0") +
+                    " 2>/dev/null";
+  FILE* f = ::popen(cmd.c_str(), "re");
+  if (!f) return;
+  char buf[8192];
+  while (std::fgets(buf, sizeof buf, f)) {
+    std::string line = buf;
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    size_t tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    std::string name = line.substr(0, tab), path = line.substr(tab + 1);
+    if (name == "!") out->push_back({"imports of " + file, "", "", "not followed: " + path});
+    else if (IsRegularFile(path)) out->push_back(Hashed("import " + name, path));
+  }
+  ::pclose(f);
+}
+
 /// The script of a python command line: the first argument that is not an
 /// interpreter option (options with a value: -m -c -W -X --check-hash-based-pycs).
 void PythonScript(const RoleSpec& role, const Env& launcher_env, std::vector<KeyFile>* out) {
@@ -133,6 +206,7 @@ void PythonScript(const RoleSpec& role, const Env& launcher_env, std::vector<Key
       std::string found = FindModuleNearby(mod, role.cwd, pythonpath);
       if (found.empty()) found = AskPythonForModule(cmd[0], mod, role.cwd, pythonpath);
       out->push_back(Hashed("module " + mod, found));
+      if (!found.empty()) ImportedModules(cmd[0], found, /*as_module=*/true, role, pythonpath, out);
       return;
     }
     if (a.rfind("-m", 0) == 0 && a.size() > 2) {  // -mpkg.mod
@@ -140,6 +214,7 @@ void PythonScript(const RoleSpec& role, const Env& launcher_env, std::vector<Key
       std::string found = FindModuleNearby(mod, role.cwd, pythonpath);
       if (found.empty()) found = AskPythonForModule(cmd[0], mod, role.cwd, pythonpath);
       out->push_back(Hashed("module " + mod, found));
+      if (!found.empty()) ImportedModules(cmd[0], found, /*as_module=*/true, role, pythonpath, out);
       return;
     }
     if (a == "-W" || a == "-X" || a == "--check-hash-based-pycs") {
@@ -149,12 +224,32 @@ void PythonScript(const RoleSpec& role, const Env& launcher_env, std::vector<Key
     if (a == "-" ) return;  // stdin
     if (!a.empty() && a[0] == '-') continue;  // -u, -O, -B, -I, -E, -s, -S, -q, -OO, -bb ...
     std::string path = Absolute(a, role.cwd);
-    out->push_back(Hashed("script " + a, IsRegularFile(path) ? path : ""));
+    bool there = IsRegularFile(path);
+    out->push_back(Hashed("script " + a, there ? path : ""));
+    if (there) ImportedModules(cmd[0], path, /*as_module=*/false, role, pythonpath, out);
     return;
   }
 }
 
 }  // namespace
+
+bool PythonScriptOf(const RoleSpec& role, std::string* arg, std::string* path) {
+  const std::vector<std::string>& cmd = role.command;
+  if (!role.builtin.empty() || cmd.empty() || !IsPython(cmd[0])) return false;
+  for (size_t i = 1; i < cmd.size(); ++i) {
+    const std::string& a = cmd[i];
+    if (a == "-" || a.rfind("-c", 0) == 0 || a.rfind("-m", 0) == 0) return false;
+    if (a == "-W" || a == "-X" || a == "--check-hash-based-pycs") {
+      ++i;
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') continue;
+    *arg = a;
+    *path = Absolute(a, role.cwd);
+    return true;
+  }
+  return false;
+}
 
 std::vector<KeyFile> CollectKeyFiles(const RoleSpec& role, const Env& launcher_env) {
   std::vector<KeyFile> out;
@@ -175,8 +270,11 @@ std::vector<KeyFile> CollectKeyFiles(const RoleSpec& role, const Env& launcher_e
     if (rc != 0 || g.gl_pathc == 0) {
       out.push_back({"key_files " + pattern, "", "", "matches no file"});
     } else {
-      for (size_t i = 0; i < g.gl_pathc; ++i)
-        if (IsRegularFile(g.gl_pathv[i])) out.push_back(Hashed("key_files " + pattern, g.gl_pathv[i]));
+      for (size_t i = 0; i < g.gl_pathc; ++i) {
+        // A module the script imports is in the key already, under its name.
+        bool listed = std::any_of(out.begin(), out.end(), [&](const KeyFile& f) { return f.path == g.gl_pathv[i]; });
+        if (!listed && IsRegularFile(g.gl_pathv[i])) out.push_back(Hashed("key_files " + pattern, g.gl_pathv[i]));
+      }
     }
     ::globfree(&g);
   }

@@ -269,6 +269,14 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
   // it: Python's block-buffered stdout on a pipe would hold a READY line back.
   if (!p.gate_key.empty() || RoleOf(p).ready.mode == ReadyMode::kLog) env.emplace_back("PYTHONUNBUFFERED", "1");
   if (!p.gate_key.empty()) env.emplace_back("DFLASH_TORCH_VERSION", role_torch_version[p.role_index]);  // in READY
+  // The derived key's files, into READY: a later leader names the one whose edit changed the key.
+  if (!p.gate_key.empty() && p.role_index < role_key_files.size()) {
+    std::string sources;
+    for (const KeyFile& f : role_key_files[p.role_index])
+      if (!f.path.empty() && f.path.find('\n') == std::string::npos)
+        sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
+    if (!sources.empty()) env.emplace_back("DFLASH_GATE_SOURCES", sources);
+  }
   if (m.present) {
     std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
     env.insert(env.end(), {

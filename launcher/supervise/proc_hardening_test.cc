@@ -99,6 +99,26 @@ TEST_F(CommandCheck, NotExecutableAndDirectoriesAreErrors) {
   EXPECT_EQ(Check({(dir_ / "missing").string()}).size(), 1u);
 }
 
+TEST_F(CommandCheck, AMissingPythonScriptIsAnErrorAtTheCommandKey) {
+  // Python would start and exit 2 ("can't open file"): the exit code of a config error, after spawning.
+  auto e = Check({"python3", "-u", "train_drafer.py", "--steps", "3"});
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].pos.ToString(), "run.toml:7:11");
+  EXPECT_NE(e[0].message.find("`train_drafer.py`, which is not found"), std::string::npos) << e[0].message;
+  EXPECT_EQ(e[0].found, "no file " + (dir_ / "train_drafer.py").string());
+  {
+    std::ofstream((dir_ / "train_drafer.py").string()) << "print('hi')\n";
+  }
+  EXPECT_TRUE(Check({"python3", "-u", "train_drafer.py"}).empty());
+  // Nothing to look for: a module, inline code, a directory with __main__.py.
+  EXPECT_TRUE(Check({"python3", "-m", "no_such_module_here"}).empty());
+  EXPECT_TRUE(Check({"python3", "-c", "pass"}).empty());
+  fs::create_directories(dir_ / "app");
+  EXPECT_EQ(Check({"python3", "app"}).size(), 1u);
+  std::ofstream((dir_ / "app" / "__main__.py").string()) << "\n";
+  EXPECT_TRUE(Check({"python3", "app"}).empty());
+}
+
 TEST(RunCgroup, ModeParsing) {
   CgroupMode m;
   std::string err;

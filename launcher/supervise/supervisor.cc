@@ -15,6 +15,7 @@
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "common/fd.h"
+#include "common/hash.h"
 #include "common/notify.h"
 #include "common/proc_scan.h"
 #include "common/run_sweep.h"
@@ -254,6 +255,10 @@ void Supervisor::Impl::DoSpawn(size_t i) {
   so.env = options_.base_env;
   for (const auto& [k, v] : plan_.ProcessEnv(pp, p.attempt)) SetEnvVar(&so.env, k, v);
   SetEnvVar(&so.env, "NOTIFY_SOCKET", notify_.address());  // the worker reports here, never to systemd
+  // A warm-up-mode process takes no gate (no dflash-worker sets this), but it does reuse the warm-up's
+  // cache: dflash_launch.gate_role() says so, as the console does.
+  if (p.gate.is_object() && p.gate.value("mode", "") == "warmup" && p.gate.value("role", "") == "reuse")
+    SetEnvVar(&so.env, "DFLASH_GATE_ROLE", "reuse");
   SetEnvVar(&so.env, kRunTokenVar, run_token_);  // inherited by its whole tree: the guardian's marker
   // A watched Python payload dumps its stacks when its watchdog signal comes.
   // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
@@ -581,10 +586,26 @@ void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
   nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"));
   int64_t misses = MetricsCounter(m, "fxgraph_cache_miss");
   if (misses <= 0) return;
+  // The files of the key as they are now against the plan's hashes: an edit since the run was planned
+  // is the one cause we can name for certain.
+  std::string changed;
+  size_t imports = 0;
+  std::string script;
+  for (const KeyFile& f : plan_.role_key_files[p.plan->role_index]) {
+    if (f.why.rfind("import ", 0) == 0) ++imports;
+    else if (script.empty() && (f.why.rfind("script ", 0) == 0 || f.why.rfind("module ", 0) == 0)) script = f.path;
+    std::string text, err;
+    std::string now = f.path.empty() || !ReadFile(f.path, &text, &err) ? "" : Sha256Hex(text);
+    if (!f.path.empty() && now != f.sha256) changed += (changed.empty() ? "" : ", ") + f.path;
+  }
+  std::string covers = script.empty() ? "" : "; the key covers " + script + " and " + std::to_string(imports) +
+                                                 " module(s) it imports (dflash-launch check lists them)";
   core_.AddWarning(p.plan->name + " reused gate " + JsonText(p.gate, "key") + " but missed the FX graph cache " +
-                   std::to_string(misses) +
-                   " time(s): the gate key does not cover something Inductor's cache key sees "
-                   "(a TORCHINDUCTOR_* setting, another torch, other shapes?); it compiled on its own");
+                   std::to_string(misses) + " time(s): " +
+                   (changed.empty() ? "" : "edited since the run was planned: " + changed + "; else ") +
+                   "the gate key does not cover something Inductor's cache key sees: code the key cannot see (a "
+                   "module loaded by importlib or exec, a file the model reads: add it to gate.key_files), a "
+                   "TORCHINDUCTOR_* setting, another torch, other shapes" + covers + "; it compiled on its own");
 }
 
 void Supervisor::Impl::TellSystemd(const std::string& message) {

@@ -68,7 +68,9 @@ def watchdog_interval() -> float:
 
 def gate_role() -> str:
     """"lead" if this process compiles for the others, "reuse" if it loads their
-    cache, "" when not gated (DFLASH_GATE_ROLE, set by dflash-worker)."""
+    cache, "" when not gated (DFLASH_GATE_ROLE, set by dflash-worker; in gate mode
+    "warmup" by the supervisor: "reuse" for the role's processes that start after
+    a warm-up that published READY, "" when it published nothing)."""
     return os.environ.get("DFLASH_GATE_ROLE", "")
 
 
