@@ -62,9 +62,10 @@ def test_json_plan_of_the_8gpu_config(bin_dir, tmp_path):
     assert drafters[0]["argv"][-4:] == ["python", "train_dflash_pipeline.py", "--role", "drafter"]
 
 
-def test_json_plan_is_stable_across_runs(bin_dir):
+def test_json_plan_is_stable_across_runs(bin_dir, tmp_path):
+    (tmp_path / "train_dflash_pipeline.py").write_text("")  # the user's script, as above
     cmd = [bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"]
-    first, second = run(cmd), run(cmd)
+    first, second = run(cmd, cwd=tmp_path), run(cmd, cwd=tmp_path)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert json.loads(first.stdout)["processes"] and first.stdout == second.stdout
 
