@@ -203,6 +203,9 @@ struct Node {
   }
 };
 
+/// The run's secret every node's gate signs and verifies with in these tests.
+constexpr const char* kSecret = "test-run-secret";
+
 ClusterGateOptions Options(const test::RedisServer& server, const Node& node, const std::string& role,
                            std::string torch = "2.13.0+cpu") {
   ClusterGateOptions o;
@@ -216,6 +219,7 @@ ClusterGateOptions Options(const test::RedisServer& server, const Node& node, co
   o.poll = Millis(20);
   o.progress_every = Millis(100);
   o.scratch_dir = node.tmp.path();
+  o.sign_key = kSecret;
   return o;
 }
 
@@ -407,7 +411,9 @@ TEST_F(ClusterGateTest, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
   RedisClient c(Url(server));
   RedisReply r;
   std::string err;
-  ASSERT_TRUE(c.Command({"HSET", "dflash:gate:drafter-0123456789abcdef:kernels", "meta", m.ToJson(), "archive", junk},
+  // Signed with the run's secret: what is refused here is the archive itself, not its signature.
+  ASSERT_TRUE(c.Command({"HSET", "dflash:gate:drafter-0123456789abcdef:kernels", "meta", m.ToJson(), "archive", junk,
+                         "sig", ClusterLease::Sign(kSecret, "drafter-0123456789abcdef", m.ToJson())},
                         &r, &err))
       << err;
   ClusterGate g1(Options(server, n1, "drafter:3"));
@@ -441,6 +447,7 @@ TEST(ClusterGate, AStoreThatIsDownFallsBackAtOnceWithAWarning) {
   o.key = "k";
   o.cache_dir = n1.cache;
   o.here = {"2.13.0+cpu", "cpu"};
+  o.sign_key = kSecret;
   ClusterGate g(o);
   ClusterDecision d;
   ASSERT_TRUE(g.Resolve(&d, &err)) << err;
@@ -466,6 +473,59 @@ TEST_F(ClusterGateTest, AStoreThatDiesWhileWaitingFallsBackInsteadOfWaitingOn) {
   ASSERT_TRUE(ok1) << err1;
   EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
   EXPECT_NE(d1.warning.find("cannot be used"), std::string::npos) << d1.warning;
+}
+
+TEST_F(ClusterGateTest, AnArchiveSignedWithAnotherSecretOrUnsignedIsRefusedAndCompiledLocally) {
+  // Hostile: whoever can write the store but lacks the run's secret publishes real kernels (a .so and
+  // pickles a process would load). Here: node 0 of "another run" (its own secret) publishes them.
+  ClusterGateOptions o0 = Options(server, n0, "drafter:0");
+  o0.sign_key = "another-runs-secret";
+  ClusterGate g0(o0);
+  ClusterDecision d0, d1;
+  std::string err;
+  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
+  Compile(n0);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
+  {
+    ClusterGate g1(Options(server, n1, "drafter:3"));
+    ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
+    EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+    EXPECT_NE(d1.warning.find("signature does not verify"), std::string::npos) << d1.warning;
+    EXPECT_NE(d1.warning.find("compiling locally"), std::string::npos) << d1.warning;
+    EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
+    EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
+  }
+  // The same kernels with the signature taken off: unsigned, refused alike.
+  RedisClient c(Url(server));
+  RedisReply r;
+  ASSERT_TRUE(c.Command({"HDEL", "dflash:gate:drafter-0123456789abcdef:kernels", "sig"}, &r, &err)) << err;
+  ClusterGate g2(Options(server, n1, "drafter:3"));
+  ASSERT_TRUE(g2.Resolve(&d1, &err)) << err;
+  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_NE(d1.warning.find("unsigned"), std::string::npos) << d1.warning;
+  EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
+  // A process without the secret neither fetches nor leads: it compiles locally and says why.
+  ClusterGateOptions none = Options(server, n1, "drafter:3");
+  none.sign_key.clear();
+  ClusterGate g3(none);
+  ASSERT_TRUE(g3.Resolve(&d1, &err)) << err;
+  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_NE(d1.warning.find("no run secret"), std::string::npos) << d1.warning;
+}
+
+TEST_F(ClusterGateTest, TheSameSecretVerifiesAndImports) {
+  ClusterGate g0(Options(server, n0, "drafter:0"));
+  ClusterDecision d0, d1;
+  std::string err;
+  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
+  Compile(n0);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
+  ClusterGate g1(Options(server, n1, "drafter:3"));
+  ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
+  EXPECT_EQ(d1.role, ClusterRole::kFetched) << d1.warning;
+  EXPECT_TRUE(fs::exists(n1.cache + "/ab/cabkernel.cpp"));
 }
 
 }  // namespace

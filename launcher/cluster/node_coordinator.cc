@@ -292,6 +292,12 @@ void NodeCoordinator::LeftBehind(const std::string& why) {
   e.culprit = "node " + std::to_string(o_.node_rank) + " (left behind)";
   e.text = why + ": the run has moved on without this node; it stops instead of registering again";
   e.record = {{"node", o_.node_rank}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text}};
+  {
+    // The other nodes hear why (first failure wins): any still running stop too, rather than wait
+    // for a peer that is gone for good.
+    std::lock_guard<std::mutex> l(mu_);
+    if (failure_.is_null()) failure_ = e.record;
+  }
   Emit(std::move(e));
 }
 
