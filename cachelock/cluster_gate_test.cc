@@ -55,10 +55,16 @@ ClusterKernelsMeta MetaOf(const std::string& archive, int64_t token) {
   return m;
 }
 
+/// The run's secret every node's gate signs and verifies with in these tests.
+constexpr const char* kSecret = "test-run-secret";
+
+/// A lease of gate key "k" that signs and verifies with kSecret.
+ClusterLease Signed(const StoreUrl& url, Millis ttl) { return ClusterLease(url, "k", ttl, Millis(2000), {}, kSecret); }
+
 TEST(ClusterLease, OneTakesTheOthersSeeWhoThenThePublication) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
-  ClusterLease a(Url(server), "k", Millis(10'000)), b(Url(server), "k", Millis(10'000));
+  ClusterLease a = Signed(Url(server), Millis(10'000)), b = Signed(Url(server), Millis(10'000));
   ClusterLease::Take take;
   ClusterHolder h;
   std::string err;
@@ -97,7 +103,7 @@ TEST(ClusterLease, AStaleLeaderWhoseLeaseExpiredCannotRenewPublishOrRelease) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   StoreUrl url = Url(server);
-  ClusterLease old_leader(url, "k", Millis(300)), next(url, "k", Millis(10'000));
+  ClusterLease old_leader = Signed(url, Millis(300)), next = Signed(url, Millis(10'000));
   ClusterLease::Take take;
   ClusterHolder h, h2;
   std::string err;
@@ -136,7 +142,7 @@ TEST(ClusterLease, AfterARedisRestartTheTokenRepeatsButTheOldLeaderIsStillFenced
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   StoreUrl url = Url(server);
-  ClusterLease old_leader(url, "k", Millis(10'000)), next(url, "k", Millis(10'000));
+  ClusterLease old_leader = Signed(url, Millis(10'000)), next = Signed(url, Millis(10'000));
   ClusterLease::Take take;
   ClusterHolder h, h2;
   std::string err;
@@ -163,28 +169,47 @@ TEST(ClusterLease, FetchRefusesWhatDoesNotMatchItsMetaAndGarbledMeta) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   StoreUrl url = Url(server);
-  ClusterLease l(url, "k", Millis(1000));
+  ClusterLease l = Signed(url, Millis(1000));
   RedisClient c(url);
+  auto sig = [](const std::string& meta) { return ClusterLease::Sign(kSecret, "k", meta); };
   RedisReply r;
   std::string err, got;
   ClusterKernelsMeta meta;
   bool present = false;
   std::string archive = "the real archive";
   ClusterKernelsMeta m = MetaOf(archive, 1);
-  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "archive", archive + "!"}, &r, &err)) << err;
+  // Signed with the run's secret, so what is refused is the content, not the signature.
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "archive", archive + "!", "sig",
+                         sig(m.ToJson())}, &r, &err)) << err;
   EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
   EXPECT_NE(err.find("bytes, its meta says"), std::string::npos) << err;
   m.bytes += 1;
-  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson()}, &r, &err)) << err;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "sig", sig(m.ToJson())}, &r, &err)) << err;
   EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
   EXPECT_NE(err.find("SHA-256"), std::string::npos) << err;
   for (const char* bad : {"[1,2]", "{\"format\":\"dflash-cluster-kernels/1\",\"host\":5}", "not json",
                           "{\"format\":\"other/9\",\"host\":\"\",\"role\":\"\",\"torch_version\":\"\","
                           "\"device\":\"\",\"sha256\":\"\"}"}) {
-    ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", bad}, &r, &err)) << err;
+    ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", bad, "sig", sig(bad)}, &r, &err)) << err;
     EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err)) << bad;
     EXPECT_NE(err.find("meta"), std::string::npos) << err;
   }
+  // Right meta, right archive, wrong or no signature: refused before the meta is believed.
+  m.bytes -= 1;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "archive", archive, "sig",
+                         ClusterLease::Sign("another-secret", "k", m.ToJson())}, &r, &err)) << err;
+  EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
+  EXPECT_NE(err.find("signature does not verify"), std::string::npos) << err;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "sig", ClusterLease::Sign(kSecret, "other-key", m.ToJson())}, &r,
+                        &err)) << err;
+  EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));  // signed for another gate key: not a replay here
+  EXPECT_NE(err.find("signature does not verify"), std::string::npos) << err;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "sig", sig(m.ToJson())}, &r, &err)) << err;
+  ASSERT_TRUE(l.Fetch(&got, &meta, &present, &err)) << err;
+  EXPECT_EQ(got, archive);
+  ASSERT_TRUE(c.Command({"HDEL", l.Key("kernels"), "sig"}, &r, &err)) << err;
+  EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
+  EXPECT_NE(err.find("unsigned"), std::string::npos) << err;
   ASSERT_TRUE(c.Command({"HDEL", l.Key("kernels"), "meta"}, &r, &err)) << err;
   EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
   EXPECT_NE(err.find("lacks its meta"), std::string::npos) << err;
@@ -202,9 +227,6 @@ struct Node {
     EXPECT_TRUE(PrepareGateDir(cache, &layout, &err)) << err;
   }
 };
-
-/// The run's secret every node's gate signs and verifies with in these tests.
-constexpr const char* kSecret = "test-run-secret";
 
 ClusterGateOptions Options(const test::RedisServer& server, const Node& node, const std::string& role,
                            std::string torch = "2.13.0+cpu") {

@@ -51,16 +51,23 @@ std::string StoreUrl::ToString() const {
 
 bool ParseStoreUrl(const std::string& text, StoreUrl* url, std::string* err) {
   const std::string scheme = "redis://";
+  // Whatever precedes an '@' may be a password: never echoed.
+  std::string shown = text;
+  if (auto at = shown.rfind('@'); at != std::string::npos && shown.rfind(scheme, 0) == 0)
+    shown = scheme + "***" + shown.substr(at);
   auto fail = [&](const std::string& why) {
-    *err = "store \"" + text + "\": " + why + " (expected redis://HOST[:PORT][/DB])";
+    *err = "store \"" + shown + "\": " + why + " (expected redis://HOST[:PORT][/DB])";
     return false;
   };
   if (text.rfind(scheme, 0) != 0) return fail("only redis:// is supported");
   std::string rest = text.substr(scheme.size());
   StoreUrl u;
-  if (rest.find('@') != std::string::npos || rest.find('?') != std::string::npos ||
-      rest.find('#') != std::string::npos)
-    return fail("user, password and options are not supported");
+  // A password in the URL would show in argv, logs and `check`: it comes from a file or a variable.
+  if (rest.find('@') != std::string::npos)
+    return fail("no user or password in the URL: they would show in argv, logs and `check`; set [run] "
+                "store_password_file or store_password_env (and store_user)");
+  if (rest.find('?') != std::string::npos || rest.find('#') != std::string::npos)
+    return fail("options are not supported");
   std::string path;
   if (auto slash = rest.find('/'); slash != std::string::npos) {
     path = rest.substr(slash + 1);

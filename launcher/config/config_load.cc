@@ -100,6 +100,9 @@ void ReadStore(TableReader& r, const std::string& base_dir, RunSpec* run) {
   r.String("store_password_file", &file);
   r.String("store_password_env", &run->store_password_env);
   r.String("store_user", &run->store_user);
+  // The schema's "<none>" is for people, not a value.
+  if (!r.Has("store_password_env")) run->store_password_env.clear();
+  if (!r.Has("store_user")) run->store_user.clear();
   if (r.Has("store_password_file")) {
     if (file.empty())
       r.Error("store_password_file", r.ValuePos("store_password_file"), "empty path", "a file path", "\"\"",
