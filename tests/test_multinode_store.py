@@ -396,7 +396,8 @@ def test_a_bad_store_is_a_config_error_with_its_place(bin_dir, tmp_path):
     config = write_config(tmp_path, 'store = "redis://user:pw@host"\nstore_ttl = "100ms"\n' + waiters(tmp_path))
     r = run([str(bin_dir / "dflash-launch"), "check", str(config)])
     assert r.returncode == 2
-    assert "run.toml:5:9" in r.stderr and "run.store" in r.stderr and "user, password" in r.stderr
+    assert "run.toml:5:9" in r.stderr and "run.store" in r.stderr and "store_password_file" in r.stderr
+    assert "user:pw" not in r.stderr  # a password in the URL is never echoed
     assert "run.store_ttl" in r.stderr and "at least 300ms" in r.stderr
 
 

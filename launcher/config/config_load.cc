@@ -84,9 +84,12 @@ void ReadStore(TableReader& r, const std::string& base_dir, RunSpec* run) {
   if (r.Has("store") && run->store != "private") {
     StoreUrl url;
     std::string err;
+    // What precedes an '@' may be a password: never echoed (ParseStoreUrl's message hides it too).
+    std::string shown = run->store;
+    if (auto at = shown.rfind('@'); at != std::string::npos) shown = "redis://***" + shown.substr(at);
     if (!ParseStoreUrl(run->store, &url, &err))
       r.Error("store", run->store_pos, "not a store", "\"private\" or \"redis://HOST[:PORT][/DB]\"",
-              "\"" + run->store + "\"",
+              "\"" + shown + "\"",
               err + "; e.g. store = \"redis://10.0.0.5:6379\", or store = \"private\" (node 0 starts one)");
   }
   r.Duration("store_ttl", &run->store_ttl);
