@@ -75,7 +75,7 @@ const char* ClusterRoleName(ClusterRole r) {
 }
 
 ClusterGate::ClusterGate(ClusterGateOptions options)
-    : o_(std::move(options)), lease_(o_.store, o_.key, o_.lease_ttl, o_.io_timeout) {
+    : o_(std::move(options)), lease_(o_.store, o_.key, o_.lease_ttl, o_.io_timeout, o_.auth, o_.sign_key) {
   me_.host = HostName();
   me_.role = o_.role;
   me_.pid = ::getpid();
@@ -100,6 +100,10 @@ bool ClusterGate::Resolve(ClusterDecision* d, std::string* err) {
     d->warning = "gate " + o_.key + ": " + why + "; compiling locally, without the cluster lease";
     return true;
   };
+  if (o_.sign_key.empty())
+    return fallback("no run secret (DFLASH_STORE_SECRET_FILE, written by the launcher when the run's store has a "
+                    "password): what the cluster gate ships is code every process loads, so it is signed, and "
+                    "cannot be without one");
   Clock::time_point start = Clock::now(), next_progress = start + o_.progress_every;
   Clock::time_point hint_since{};
   double hint_cpu0 = 0;
@@ -208,7 +212,7 @@ void ClusterGate::StartRenewing(const std::string& tree_token) {
   ClusterHolder me = me_;
   renewer_ = std::thread([this, me, tree_token]() mutable {
     // Its own connection: a RedisClient is used by one thread.
-    ClusterLease lease(o_.store, o_.key, o_.lease_ttl, o_.io_timeout);
+    ClusterLease lease(o_.store, o_.key, o_.lease_ttl, o_.io_timeout, o_.auth, o_.sign_key);
     Millis every = std::max(Millis(50), o_.lease_ttl / 3);
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, every, [&] { return stop_; })) {

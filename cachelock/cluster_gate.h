@@ -8,7 +8,8 @@
 //                                       archive with that token still current (cachelock/cluster_lease.h)
 //   another node holds it            -> wait (progress lines, idle hint, timeout) until its kernels are
 //                                       published (fetch them) or its lease expires (take over)
-//   the store cannot be reached, or its kernels are refused (corrupt, another torch)
+//   the store cannot be reached, or its kernels are refused (corrupt, another torch, unsigned, forged),
+//   or this process has no run secret to sign and verify with
 //                                    -> compile locally, with a warning: never hang, never pretend
 #pragma once
 
@@ -43,6 +44,10 @@ struct ClusterGateOptions {
   std::function<void(const std::string&)> on_progress;  ///< "waiting for gate K: cluster lease held by ..."
   std::function<void(const std::string&)> on_hint;      ///< the remote leader is not compiling
   std::string scratch_dir;  ///< where archives are staged on their way; empty: $TMPDIR, else /tmp
+  StoreAuth auth;           ///< AUTH on every connection to the store
+  /// The run's secret: signs what this process publishes, verifies what it fetches. Empty: the gate
+  /// is not used (what it ships is code every process loads: it never ships or loads it unsigned).
+  std::string sign_key;
 };
 
 enum class ClusterRole { kLeader, kFetched, kLocalFallback };

@@ -55,10 +55,16 @@ ClusterKernelsMeta MetaOf(const std::string& archive, int64_t token) {
   return m;
 }
 
+/// The run's secret every node's gate signs and verifies with in these tests.
+constexpr const char* kSecret = "test-run-secret";
+
+/// A lease of gate key "k" that signs and verifies with kSecret.
+ClusterLease Signed(const StoreUrl& url, Millis ttl) { return ClusterLease(url, "k", ttl, Millis(2000), {}, kSecret); }
+
 TEST(ClusterLease, OneTakesTheOthersSeeWhoThenThePublication) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
-  ClusterLease a(Url(server), "k", Millis(10'000)), b(Url(server), "k", Millis(10'000));
+  ClusterLease a = Signed(Url(server), Millis(10'000)), b = Signed(Url(server), Millis(10'000));
   ClusterLease::Take take;
   ClusterHolder h;
   std::string err;
@@ -97,7 +103,7 @@ TEST(ClusterLease, AStaleLeaderWhoseLeaseExpiredCannotRenewPublishOrRelease) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   StoreUrl url = Url(server);
-  ClusterLease old_leader(url, "k", Millis(300)), next(url, "k", Millis(10'000));
+  ClusterLease old_leader = Signed(url, Millis(300)), next = Signed(url, Millis(10'000));
   ClusterLease::Take take;
   ClusterHolder h, h2;
   std::string err;
@@ -136,7 +142,7 @@ TEST(ClusterLease, AfterARedisRestartTheTokenRepeatsButTheOldLeaderIsStillFenced
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   StoreUrl url = Url(server);
-  ClusterLease old_leader(url, "k", Millis(10'000)), next(url, "k", Millis(10'000));
+  ClusterLease old_leader = Signed(url, Millis(10'000)), next = Signed(url, Millis(10'000));
   ClusterLease::Take take;
   ClusterHolder h, h2;
   std::string err;
@@ -163,28 +169,47 @@ TEST(ClusterLease, FetchRefusesWhatDoesNotMatchItsMetaAndGarbledMeta) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());
   StoreUrl url = Url(server);
-  ClusterLease l(url, "k", Millis(1000));
+  ClusterLease l = Signed(url, Millis(1000));
   RedisClient c(url);
+  auto sig = [](const std::string& meta) { return ClusterLease::Sign(kSecret, "k", meta); };
   RedisReply r;
   std::string err, got;
   ClusterKernelsMeta meta;
   bool present = false;
   std::string archive = "the real archive";
   ClusterKernelsMeta m = MetaOf(archive, 1);
-  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "archive", archive + "!"}, &r, &err)) << err;
+  // Signed with the run's secret, so what is refused is the content, not the signature.
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "archive", archive + "!", "sig",
+                         sig(m.ToJson())}, &r, &err)) << err;
   EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
   EXPECT_NE(err.find("bytes, its meta says"), std::string::npos) << err;
   m.bytes += 1;
-  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson()}, &r, &err)) << err;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "sig", sig(m.ToJson())}, &r, &err)) << err;
   EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
   EXPECT_NE(err.find("SHA-256"), std::string::npos) << err;
   for (const char* bad : {"[1,2]", "{\"format\":\"dflash-cluster-kernels/1\",\"host\":5}", "not json",
                           "{\"format\":\"other/9\",\"host\":\"\",\"role\":\"\",\"torch_version\":\"\","
                           "\"device\":\"\",\"sha256\":\"\"}"}) {
-    ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", bad}, &r, &err)) << err;
+    ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", bad, "sig", sig(bad)}, &r, &err)) << err;
     EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err)) << bad;
     EXPECT_NE(err.find("meta"), std::string::npos) << err;
   }
+  // Right meta, right archive, wrong or no signature: refused before the meta is believed.
+  m.bytes -= 1;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "meta", m.ToJson(), "archive", archive, "sig",
+                         ClusterLease::Sign("another-secret", "k", m.ToJson())}, &r, &err)) << err;
+  EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
+  EXPECT_NE(err.find("signature does not verify"), std::string::npos) << err;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "sig", ClusterLease::Sign(kSecret, "other-key", m.ToJson())}, &r,
+                        &err)) << err;
+  EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));  // signed for another gate key: not a replay here
+  EXPECT_NE(err.find("signature does not verify"), std::string::npos) << err;
+  ASSERT_TRUE(c.Command({"HSET", l.Key("kernels"), "sig", sig(m.ToJson())}, &r, &err)) << err;
+  ASSERT_TRUE(l.Fetch(&got, &meta, &present, &err)) << err;
+  EXPECT_EQ(got, archive);
+  ASSERT_TRUE(c.Command({"HDEL", l.Key("kernels"), "sig"}, &r, &err)) << err;
+  EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
+  EXPECT_NE(err.find("unsigned"), std::string::npos) << err;
   ASSERT_TRUE(c.Command({"HDEL", l.Key("kernels"), "meta"}, &r, &err)) << err;
   EXPECT_FALSE(l.Fetch(&got, &meta, &present, &err));
   EXPECT_NE(err.find("lacks its meta"), std::string::npos) << err;
@@ -216,6 +241,7 @@ ClusterGateOptions Options(const test::RedisServer& server, const Node& node, co
   o.poll = Millis(20);
   o.progress_every = Millis(100);
   o.scratch_dir = node.tmp.path();
+  o.sign_key = kSecret;
   return o;
 }
 
@@ -407,7 +433,9 @@ TEST_F(ClusterGateTest, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
   RedisClient c(Url(server));
   RedisReply r;
   std::string err;
-  ASSERT_TRUE(c.Command({"HSET", "dflash:gate:drafter-0123456789abcdef:kernels", "meta", m.ToJson(), "archive", junk},
+  // Signed with the run's secret: what is refused here is the archive itself, not its signature.
+  ASSERT_TRUE(c.Command({"HSET", "dflash:gate:drafter-0123456789abcdef:kernels", "meta", m.ToJson(), "archive", junk,
+                         "sig", ClusterLease::Sign(kSecret, "drafter-0123456789abcdef", m.ToJson())},
                         &r, &err))
       << err;
   ClusterGate g1(Options(server, n1, "drafter:3"));
@@ -441,6 +469,7 @@ TEST(ClusterGate, AStoreThatIsDownFallsBackAtOnceWithAWarning) {
   o.key = "k";
   o.cache_dir = n1.cache;
   o.here = {"2.13.0+cpu", "cpu"};
+  o.sign_key = kSecret;
   ClusterGate g(o);
   ClusterDecision d;
   ASSERT_TRUE(g.Resolve(&d, &err)) << err;
@@ -466,6 +495,59 @@ TEST_F(ClusterGateTest, AStoreThatDiesWhileWaitingFallsBackInsteadOfWaitingOn) {
   ASSERT_TRUE(ok1) << err1;
   EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
   EXPECT_NE(d1.warning.find("cannot be used"), std::string::npos) << d1.warning;
+}
+
+TEST_F(ClusterGateTest, AnArchiveSignedWithAnotherSecretOrUnsignedIsRefusedAndCompiledLocally) {
+  // Hostile: whoever can write the store but lacks the run's secret publishes real kernels (a .so and
+  // pickles a process would load). Here: node 0 of "another run" (its own secret) publishes them.
+  ClusterGateOptions o0 = Options(server, n0, "drafter:0");
+  o0.sign_key = "another-runs-secret";
+  ClusterGate g0(o0);
+  ClusterDecision d0, d1;
+  std::string err;
+  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
+  Compile(n0);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
+  {
+    ClusterGate g1(Options(server, n1, "drafter:3"));
+    ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
+    EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+    EXPECT_NE(d1.warning.find("signature does not verify"), std::string::npos) << d1.warning;
+    EXPECT_NE(d1.warning.find("compiling locally"), std::string::npos) << d1.warning;
+    EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
+    EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
+  }
+  // The same kernels with the signature taken off: unsigned, refused alike.
+  RedisClient c(Url(server));
+  RedisReply r;
+  ASSERT_TRUE(c.Command({"HDEL", "dflash:gate:drafter-0123456789abcdef:kernels", "sig"}, &r, &err)) << err;
+  ClusterGate g2(Options(server, n1, "drafter:3"));
+  ASSERT_TRUE(g2.Resolve(&d1, &err)) << err;
+  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_NE(d1.warning.find("unsigned"), std::string::npos) << d1.warning;
+  EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
+  // A process without the secret neither fetches nor leads: it compiles locally and says why.
+  ClusterGateOptions none = Options(server, n1, "drafter:3");
+  none.sign_key.clear();
+  ClusterGate g3(none);
+  ASSERT_TRUE(g3.Resolve(&d1, &err)) << err;
+  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_NE(d1.warning.find("no run secret"), std::string::npos) << d1.warning;
+}
+
+TEST_F(ClusterGateTest, TheSameSecretVerifiesAndImports) {
+  ClusterGate g0(Options(server, n0, "drafter:0"));
+  ClusterDecision d0, d1;
+  std::string err;
+  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
+  Compile(n0);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
+  ClusterGate g1(Options(server, n1, "drafter:3"));
+  ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
+  EXPECT_EQ(d1.role, ClusterRole::kFetched) << d1.warning;
+  EXPECT_TRUE(fs::exists(n1.cache + "/ab/cabkernel.cpp"));
 }
 
 }  // namespace

@@ -33,10 +33,10 @@ redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
 return 1
 )lua";
 
-// KEYS: lease, holder, kernels. ARGV: lease value, archive, meta.
+// KEYS: lease, holder, kernels. ARGV: lease value, archive, meta, sig.
 constexpr const char* kPublishScript = R"lua(
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[3], 'archive', ARGV[2], 'meta', ARGV[3])
+redis.call('HSET', KEYS[3], 'archive', ARGV[2], 'meta', ARGV[3], 'sig', ARGV[4])
 redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 )lua";
@@ -156,8 +156,17 @@ bool ClusterKernelsMeta::Parse(const std::string& text, ClusterKernelsMeta* out,
   return true;
 }
 
-ClusterLease::ClusterLease(StoreUrl store, std::string gate_key, Millis ttl, Millis io_timeout)
-    : client_(std::move(store), io_timeout), gate_key_(std::move(gate_key)), ttl_(ttl) {}
+ClusterLease::ClusterLease(StoreUrl store, std::string gate_key, Millis ttl, Millis io_timeout, StoreAuth auth,
+                           std::string sign_key)
+    : client_(std::move(store), io_timeout, std::move(auth)),
+      gate_key_(std::move(gate_key)),
+      sign_key_(std::move(sign_key)),
+      ttl_(ttl) {}
+
+std::string ClusterLease::Sign(const std::string& key, const std::string& gate_key, const std::string& meta_json) {
+  // The gate key is signed too: a signed archive of one gate key cannot be replayed under another.
+  return HmacSha256Hex(key, "dflash-cluster-kernels/1\n" + gate_key + "\n" + meta_json);
+}
 
 bool ClusterLease::TryTake(const ClusterHolder& me, Take* out, ClusterHolder* holder, std::string* err) {
   RedisReply r;
@@ -206,8 +215,9 @@ bool ClusterLease::Renew(const ClusterHolder& me, bool* still_ours, std::string*
 bool ClusterLease::Publish(const std::string& lease, const std::string& archive, const ClusterKernelsMeta& meta,
                            bool* published, std::string* err) {
   RedisReply r;
+  std::string meta_json = meta.ToJson();
   if (!client_.Eval(kPublishScript, {Key("lease"), Key("holder"), Key("kernels")},
-                    {lease, archive, meta.ToJson()}, &r, err))
+                    {lease, archive, meta_json, Sign(sign_key_, gate_key_, meta_json)}, &r, err))
     return false;
   *published = r.type == RedisReply::Type::kInteger && r.integer == 1;
   return true;
@@ -220,9 +230,9 @@ bool ClusterLease::Release(const std::string& lease, std::string* err) {
 
 bool ClusterLease::Fetch(std::string* archive, ClusterKernelsMeta* meta, bool* present, std::string* err) {
   RedisReply r;
-  if (!client_.Command({"HMGET", Key("kernels"), "meta", "archive"}, &r, err)) return false;
+  if (!client_.Command({"HMGET", Key("kernels"), "meta", "archive", "sig"}, &r, err)) return false;
   *present = false;
-  if (r.type != RedisReply::Type::kArray || r.elements.size() != 2) {
+  if (r.type != RedisReply::Type::kArray || r.elements.size() != 3) {
     *err = client_.url().ToString() + ": unexpected reply to HMGET";
     return false;
   }
@@ -230,6 +240,19 @@ bool ClusterLease::Fetch(std::string* archive, ClusterKernelsMeta* meta, bool* p
   *present = true;
   if (r.elements[0].type != RedisReply::Type::kString || r.elements[1].type != RedisReply::Type::kString) {
     *err = Key("kernels") + " lacks its meta or its archive";
+    return false;
+  }
+  // Before anything of it is believed: is it ours? Only a holder of the run's secret can sign.
+  if (sign_key_.empty()) {
+    *err = "this process has no run secret to verify them with (DFLASH_STORE_SECRET_FILE)";
+    return false;
+  }
+  if (r.elements[2].type != RedisReply::Type::kString || r.elements[2].str.empty()) {
+    *err = "they are unsigned (no \"sig\" in " + Key("kernels") + ")";
+    return false;
+  }
+  if (!ConstantTimeEqual(r.elements[2].str, Sign(sign_key_, gate_key_, r.elements[0].str))) {
+    *err = "their signature does not verify (forged, or signed with another run's secret)";
     return false;
   }
   if (!ClusterKernelsMeta::Parse(r.elements[0].str, meta, err)) return false;

@@ -10,7 +10,10 @@
 //                          unique even if a Redis restarted without persistence starts the fence over); PX ttl
 //   dflash:gate:K:fence    INCR counter: every take gets a token larger than any before
 //   dflash:gate:K:holder   JSON {host, role, pid, since, cpu_s} of the holder, same PX as the lease
-//   dflash:gate:K:kernels  hash {archive: the cache archive (cachelock/cache_archive.h), meta: JSON}
+//   dflash:gate:K:kernels  hash {archive: the cache archive (cachelock/cache_archive.h), meta: JSON,
+//                          sig: HMAC-SHA256 under the run's secret of the gate key and the meta (which holds
+//                          the archive's SHA-256): whoever can write the store but lacks the secret cannot
+//                          make a process import their .so files and pickles}
 #pragma once
 
 #include <cstdint>
@@ -54,8 +57,10 @@ struct ClusterKernelsMeta {
 
 class ClusterLease {
  public:
-  /// `io_timeout` bounds connecting and each command (RedisClient).
-  ClusterLease(StoreUrl store, std::string gate_key, Millis ttl, Millis io_timeout = Millis(2000));
+  /// `io_timeout` bounds connecting and each command (RedisClient); `auth` is sent on each connection;
+  /// `sign_key` (the run's secret) signs what Publish stores and verifies what Fetch returns.
+  ClusterLease(StoreUrl store, std::string gate_key, Millis ttl, Millis io_timeout = Millis(2000),
+               StoreAuth auth = {}, std::string sign_key = {});
 
   enum class Take { kTaken, kHeld, kPublished };
   /// One atomic look: kernels published -> kPublished; a live lease -> kHeld (`holder` says whose, with
@@ -72,17 +77,21 @@ class ClusterLease {
   /// Drops the lease if its value is still `lease` (a leader that ends without kernels: the next one
   /// takes it at once instead of after the TTL).
   bool Release(const std::string& lease, std::string* err);
-  /// The published kernels. `*present` false if nothing is published. The meta is type-checked and the
-  /// archive's size and SHA-256 checked against it; a mismatch is false with `err` (corrupt).
+  /// The published kernels. `*present` false if nothing is published. The signature is verified (no
+  /// key, no signature or a wrong one: false, `err` says "unsigned"/"forged"), the meta type-checked and
+  /// the archive's size and SHA-256 checked against it; a mismatch is false with `err` (corrupt).
   bool Fetch(std::string* archive, ClusterKernelsMeta* meta, bool* present, std::string* err);
 
   std::string Key(const char* part) const { return "dflash:gate:" + gate_key_ + ":" + part; }
+  /// The signature of `meta_json` for this gate key under `key` (hex HMAC-SHA256).
+  static std::string Sign(const std::string& key, const std::string& gate_key, const std::string& meta_json);
   Millis ttl() const { return ttl_; }
   const StoreUrl& store() const { return client_.url(); }
 
  private:
   RedisClient client_;
   std::string gate_key_;
+  std::string sign_key_;
   Millis ttl_;
 };
 

@@ -1,7 +1,9 @@
 #include "common/hash.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +27,18 @@ std::string Hex(const unsigned char* d, unsigned n) {
 }
 
 }  // namespace
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+       data.size(), out, &n);
+  return Hex(out, n);
+}
+
+bool ConstantTimeEqual(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
 Sha256Stream::Sha256Stream() : ctx_(EVP_MD_CTX_new()) {
   EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);

@@ -25,6 +25,11 @@ class Sha256Stream {
   void* ctx_;
 };
 
+/// Lower-case hex HMAC-SHA256 of `data` under `key`: what the cluster gate signs its archives with.
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
+/// Compares two strings in time that depends only on their lengths (signatures, passwords).
+bool ConstantTimeEqual(std::string_view a, std::string_view b);
+
 /// Lower-case hex SHA-256 of a file's content; false with `err` if unreadable.
 bool Sha256File(const std::string& path, std::string* hex, std::string* err);
 

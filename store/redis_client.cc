@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <string_view>
 
 namespace dflash {
 namespace {
@@ -50,16 +51,23 @@ std::string StoreUrl::ToString() const {
 
 bool ParseStoreUrl(const std::string& text, StoreUrl* url, std::string* err) {
   const std::string scheme = "redis://";
+  // Whatever precedes an '@' may be a password: never echoed.
+  std::string shown = text;
+  if (auto at = shown.rfind('@'); at != std::string::npos && shown.rfind(scheme, 0) == 0)
+    shown = scheme + "***" + shown.substr(at);
   auto fail = [&](const std::string& why) {
-    *err = "store \"" + text + "\": " + why + " (expected redis://HOST[:PORT][/DB])";
+    *err = "store \"" + shown + "\": " + why + " (expected redis://HOST[:PORT][/DB])";
     return false;
   };
   if (text.rfind(scheme, 0) != 0) return fail("only redis:// is supported");
   std::string rest = text.substr(scheme.size());
   StoreUrl u;
-  if (rest.find('@') != std::string::npos || rest.find('?') != std::string::npos ||
-      rest.find('#') != std::string::npos)
-    return fail("user, password and options are not supported");
+  // A password in the URL would show in argv, logs and `check`: it comes from a file or a variable.
+  if (rest.find('@') != std::string::npos)
+    return fail("no user or password in the URL: they would show in argv, logs and `check`; set [run] "
+                "store_password_file or store_password_env (and store_user)");
+  if (rest.find('?') != std::string::npos || rest.find('#') != std::string::npos)
+    return fail("options are not supported");
   std::string path;
   if (auto slash = rest.find('/'); slash != std::string::npos) {
     path = rest.substr(slash + 1);
@@ -100,8 +108,14 @@ struct RedisClient::Impl {
   }
 };
 
-RedisClient::RedisClient(StoreUrl url, Millis timeout)
-    : url_(std::move(url)), timeout_(timeout), impl_(std::make_unique<Impl>()) {}
+RedisClient::RedisClient(StoreUrl url, Millis timeout, StoreAuth auth)
+    : url_(std::move(url)), timeout_(timeout), auth_(std::move(auth)), impl_(std::make_unique<Impl>()) {}
+
+std::string RedisClient::AuthError(const std::string& what) const {
+  const_cast<RedisClient*>(this)->auth_refused_ = true;
+  std::string hint = auth_.hint.empty() ? "" : ": " + auth_.hint;
+  return url_.ToString() + ": " + what + hint;
+}
 RedisClient::~RedisClient() = default;
 
 bool RedisClient::connected() const { return impl_->ctx != nullptr; }
@@ -109,6 +123,7 @@ void RedisClient::Disconnect() { impl_->Close(); }
 
 bool RedisClient::Connect(std::string* err) {
   if (impl_->ctx) return true;
+  auth_refused_ = false;
   redisContext* c = redisConnectWithTimeout(url_.host.c_str(), url_.port, ToTimeval(timeout_));
   if (c == nullptr) {
     *err = url_.ToString() + ": cannot allocate a connection";
@@ -125,6 +140,34 @@ bool RedisClient::Connect(std::string* err) {
   ::fcntl(c->fd, F_SETFD, FD_CLOEXEC);
   redisSetTimeout(c, ToTimeval(timeout_));
   impl_->ctx = c;
+  if (!auth_.empty()) {
+    // Never through Command(): its error text would carry the argv (the password) nowhere, but keep
+    // the password out of every message by construction.
+    std::vector<std::string> argv{"AUTH"};
+    if (!auth_.user.empty()) argv.push_back(auth_.user);
+    argv.push_back(auth_.password);
+    std::vector<const char*> args;
+    std::vector<size_t> lens;
+    for (const std::string& a : argv) {
+      args.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(args.size()), args.data(), lens.data()));
+    std::string what;
+    if (r == nullptr)
+      what = std::string("the store closed the connection after AUTH (") + (c->errstr[0] ? c->errstr : "no reply") +
+             "): is the password (and user) right?";
+    else if (r->type == REDIS_REPLY_ERROR &&
+             std::string_view(r->str, r->len).find("without any password configured") == std::string_view::npos)
+      what = "the store refused our credentials (" + std::string(r->str, r->len) + ")";
+    if (r) freeReplyObject(r);
+    if (!what.empty()) {
+      *err = AuthError(what);
+      Disconnect();
+      return false;
+    }
+  }
   if (url_.db != 0) {
     RedisReply r;
     if (!Command({"SELECT", std::to_string(url_.db)}, &r, err)) {
@@ -132,10 +175,12 @@ bool RedisClient::Connect(std::string* err) {
       return false;
     }
   }
+  ++connections_;
   return true;
 }
 
 bool RedisClient::Command(const std::vector<std::string>& argv, RedisReply* reply, std::string* err) {
+  auth_refused_ = false;
   if (!Connect(err)) return false;
   std::vector<const char*> args;
   std::vector<size_t> lens;
@@ -146,14 +191,25 @@ bool RedisClient::Command(const std::vector<std::string>& argv, RedisReply* repl
   auto* r = static_cast<redisReply*>(
       redisCommandArgv(impl_->ctx, static_cast<int>(args.size()), args.data(), lens.data()));
   if (r == nullptr) {
-    *err = url_.ToString() + ": " + (impl_->ctx->errstr[0] ? impl_->ctx->errstr : "connection lost");
+    std::string why = impl_->ctx->errstr[0] ? impl_->ctx->errstr : "connection lost";
+    // A store that wants a password may drop a client that did not send one (protected mode, a proxy):
+    // hiredis only says "Server closed the connection".
+    if (auth_.empty() && why.find("closed the connection") != std::string::npos)
+      *err = AuthError(why + " (a password-protected store closes on clients that send no password?)");
+    else
+      *err = url_.ToString() + ": " + why;
     Disconnect();  // hiredis cannot reuse a context after an I/O error
     return false;
   }
   *reply = Copy(r);
   freeReplyObject(r);
   if (reply->type == RedisReply::Type::kError) {
-    *err = url_.ToString() + ": " + argv[0] + ": " + reply->str;
+    if (reply->str.rfind("NOAUTH", 0) == 0)
+      *err = AuthError("the store requires a password (" + reply->str + ")");
+    else if (reply->str.rfind("WRONGPASS", 0) == 0 || reply->str.rfind("NOPERM", 0) == 0)
+      *err = AuthError("the store refused us (" + reply->str + ")");
+    else
+      *err = url_.ToString() + ": " + argv[0] + ": " + reply->str;
     return false;
   }
   return true;

@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "common/duration.h"
+#include "store/store_auth.h"
 
 namespace dflash {
 
 /// Where the store is: `redis://host:port[/db]` (host may be `[v6]`; port
-/// defaults to 6379, db to 0). Nothing else is accepted (no auth, no TLS, no
-/// query): a URL we cannot honour is an error, not silently ignored.
+/// defaults to 6379, db to 0). Nothing else is accepted (no TLS, no query, and
+/// no user or password: a password in a URL ends up in argv, logs and `check`;
+/// it comes from StoreAuth): a URL we cannot honour is an error, not silently ignored.
 struct StoreUrl {
   std::string host;
   int port = 6379;
@@ -40,14 +42,16 @@ struct RedisReply {
 
 class RedisClient {
  public:
-  /// `timeout`: for connecting and for each command's reply.
-  explicit RedisClient(StoreUrl url, Millis timeout = Millis(2000));
+  /// `timeout`: for connecting and for each command's reply. `auth`: sent
+  /// (AUTH [user] password) on every new connection, before anything else.
+  explicit RedisClient(StoreUrl url, Millis timeout = Millis(2000), StoreAuth auth = {});
   ~RedisClient();
   RedisClient(const RedisClient&) = delete;
   RedisClient& operator=(const RedisClient&) = delete;
 
-  /// Connects now if not connected (and SELECTs the db). False: `err` says why
-  /// ("redis://h:6379: Connection refused").
+  /// Connects now if not connected (AUTHs, and SELECTs the db). False: `err` says why
+  /// ("redis://h:6379: Connection refused"); an auth failure (NOAUTH, WRONGPASS, a
+  /// connection closed after AUTH) says so and ends with `auth.hint`.
   bool Connect(std::string* err);
   /// Runs one command (binary-safe arguments). False on a connection or
   /// protocol failure (the connection is dropped; the next call reconnects) and
@@ -58,13 +62,23 @@ class RedisClient {
   bool Eval(const std::string& script, const std::vector<std::string>& keys, const std::vector<std::string>& args,
             RedisReply* reply, std::string* err);
   bool connected() const;
+  /// The last failed call failed on credentials (NOAUTH, WRONGPASS, closed after AUTH): retrying
+  /// will not help, a person must set the password (`auth.hint`).
+  bool auth_refused() const { return auth_refused_; }
+  /// How many connections this client has made so far: a caller can tell "the same connection all
+  /// along" (the server cannot have restarted) from "reconnected since".
+  uint64_t connection_count() const { return connections_; }
   void Disconnect();
   const StoreUrl& url() const { return url_; }
 
  private:
   struct Impl;
+  std::string AuthError(const std::string& what) const;
   StoreUrl url_;
   Millis timeout_;
+  StoreAuth auth_;
+  uint64_t connections_ = 0;
+  bool auth_refused_ = false;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,8 +1,10 @@
 #include "store/redis_client.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "testing/redis_server.h"
+#include "testing/temp_dir.h"
 
 namespace dflash {
 namespace {
@@ -31,6 +33,62 @@ TEST(StoreUrl, RefusesWhatItCannotHonour) {
     EXPECT_FALSE(ParseStoreUrl(bad, &u, &err)) << bad;
     EXPECT_NE(err.find("expected redis://HOST[:PORT][/DB]"), std::string::npos) << err;
   }
+}
+
+TEST(StoreUrl, APasswordInTheUrlIsRefusedAndNeverEchoed) {
+  StoreUrl u;
+  std::string err;
+  EXPECT_FALSE(ParseStoreUrl("redis://dflash:hunter2@h:1", &u, &err));
+  EXPECT_EQ(err.find("hunter2"), std::string::npos) << err;
+  EXPECT_NE(err.find("store_password_file"), std::string::npos) << err;
+}
+
+TEST(RedisClient, AuthenticatesAndSaysWhatToSetWhenRefused) {
+  test::RedisServer server;
+  server.set_password("pw-store-test");
+  ASSERT_TRUE(server.Start());
+  StoreUrl url;
+  std::string err;
+  ASSERT_TRUE(ParseStoreUrl(server.url(), &url, &err)) << err;
+  RedisReply r;
+  StoreAuth good;
+  good.password = "pw-store-test";
+  RedisClient ok(url, Millis(2000), good);
+  ASSERT_TRUE(ok.Command({"SET", "k", "v"}, &r, &err)) << err;
+  StoreAuth none;
+  none.hint = "set [run] store_password_file";
+  RedisClient without(url, Millis(2000), none);
+  EXPECT_FALSE(without.Command({"GET", "k"}, &r, &err));
+  EXPECT_TRUE(without.auth_refused());
+  EXPECT_NE(err.find("the store requires a password (NOAUTH"), std::string::npos) << err;
+  EXPECT_NE(err.find("set [run] store_password_file"), std::string::npos) << err;
+  StoreAuth wrong = none;
+  wrong.password = "not-it";
+  RedisClient bad(url, Millis(2000), wrong);
+  EXPECT_FALSE(bad.Command({"GET", "k"}, &r, &err));
+  EXPECT_TRUE(bad.auth_refused());
+  EXPECT_NE(err.find("refused our credentials (WRONGPASS"), std::string::npos) << err;
+  EXPECT_EQ(err.find("not-it"), std::string::npos) << err;
+}
+
+TEST(SecretFile, OnlyOursAndPrivateIsRead) {
+  test::TempDir dir("dflash-secret");
+  std::string path = dir / "s", secret, err;
+  ASSERT_TRUE(WriteSecretFile(path, "hunter2", &err)) << err;
+  ASSERT_TRUE(ReadSecretFile(path, &secret, &err)) << err;
+  EXPECT_EQ(secret, "hunter2");
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  EXPECT_FALSE(ReadSecretFile(path, &secret, &err));
+  EXPECT_NE(err.find("readable by others or not ours (mode 0640"), std::string::npos) << err;
+  EXPECT_EQ(err.find("hunter2"), std::string::npos) << err;
+  ASSERT_TRUE(WriteSecretFile(path, "", &err)) << err;  // replaced, 0600 again, but empty
+  EXPECT_FALSE(ReadSecretFile(path, &secret, &err));
+  EXPECT_NE(err.find("one non-empty line"), std::string::npos) << err;
+  ASSERT_TRUE(RandomSecret(&secret, &err)) << err;
+  std::string other;
+  ASSERT_TRUE(RandomSecret(&other, &err)) << err;
+  EXPECT_EQ(secret.size(), 64u);
+  EXPECT_NE(secret, other);
 }
 
 TEST(RedisClient, RoundTripsBinaryValuesAndScripts) {

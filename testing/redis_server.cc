@@ -38,6 +38,14 @@ bool RedisServer::StartOn(int port) {
   ProcessOptions o;
   o.argv = {"redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", dir_.path(), "--daemonize", "no", "--loglevel", "warning"};
+  if (!password_.empty()) {
+    std::string conf = dir_ / "redis.conf", err;
+    if (!WriteSecretFile(conf, "requirepass " + password_, &err)) {
+      ADD_FAILURE() << err;
+      return false;
+    }
+    o.argv.insert(o.argv.begin() + 1, conf);  // the config file first: its path, not the password, is in argv
+  }
   o.out = Output::File(dir_ / "redis.log");
   o.err = Output::File(dir_ / "redis.err");
   Process p;
@@ -50,7 +58,9 @@ bool RedisServer::StartOn(int port) {
   StoreUrl url{"127.0.0.1", port, 0};
   bool up = WaitUntil(
       [&] {
-        RedisClient c(url, Millis(200));
+        StoreAuth auth;
+        auth.password = password_;
+        RedisClient c(url, Millis(200), auth);
         RedisReply r;
         std::string e;
         return c.Command({"PING"}, &r, &e) && r.str == "PONG";

@@ -19,6 +19,9 @@ class RedisServer {
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
+  /// Before Start: require this password (given in a 0600 config file, not argv).
+  void set_password(std::string password) { password_ = std::move(password); }
+  const std::string& password() const { return password_; }
   /// Starts on a free loopback port and waits until it answers PING. False (and
   /// a test failure) if it cannot: no redis-server on PATH, or it never answered.
   bool Start();
@@ -34,6 +37,7 @@ class RedisServer {
  private:
   bool StartOn(int port);
   TempDir dir_{"dflash-redis"};
+  std::string password_;
   int port_ = 0;
   pid_t pid_ = -1;
 };

@@ -1,9 +1,11 @@
 """The cluster-wide compile gate (issue #11 part 4, docs/cachelock.md "Cluster-wide gate"): two node launchers
 on this host (`--nnodes 2 --node-rank R`), each with its own EMPTY cache dir, one private redis-server as the
-store (DFLASH_STORE in the launchers' environment, which they pass to their processes). Real torch.compile
+store (DFLASH_STORE and DFLASH_STORE_SECRET_FILE, the run's secret the gate signs with, in the launchers'
+environment, which they pass to their processes). Real torch.compile
 for the compile counts and the hand-over of a killed leader; shell payloads for the refusals and the fallback.
 """
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -18,6 +20,23 @@ from supervise import SMALL_MODEL, descendants, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+SECRET = "cluster-gate-test-secret"
+
+
+def store_env(tmp_path, url, secret=SECRET, **extra):
+    """The launchers' env: the store, and the run's secret in a 0600 file (what a launcher with
+    store_password_file passes on)."""
+    path = tmp_path / "run.secret"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, (secret + "\n").encode())
+    os.close(fd)
+    return dict(ENV, DFLASH_STORE=url, DFLASH_STORE_SECRET_FILE=str(path), **extra)
+
+
+def sign(secret, gate_key, meta_json):
+    """cachelock/cluster_lease.cc ClusterLease::Sign."""
+    return hmac.new(secret.encode(), f"dflash-cluster-kernels/1\n{gate_key}\n{meta_json}".encode(),
+                    hashlib.sha256).hexdigest()
 
 
 def drafters(n):
@@ -70,7 +89,7 @@ def redis_client(server):
 # ---- real torch.compile ----
 
 def test_one_compile_in_the_whole_cluster(launch, tmp_path, redis_server):
-    env = dict(ENV, DFLASH_STORE=redis_server.url)
+    env = store_env(tmp_path, redis_server.url)
     c0, c1 = node_configs(tmp_path, drafters(2))
     rid = run_id("one")
     n0 = start_node(launch, c0, rid, 0, env)
@@ -129,7 +148,7 @@ def payload_of(worker_pid):
 
 
 def test_a_leader_killed_mid_compile_hands_over_to_the_other_node(launch, tmp_path, redis_server):
-    env = dict(ENV, DFLASH_STORE=redis_server.url, DFLASH_GATE_LEASE_TTL="3s")
+    env = store_env(tmp_path, redis_server.url, DFLASH_GATE_LEASE_TTL="3s")
     c0, c1 = node_configs(tmp_path, drafters(1))
     rid = run_id("kill")
     n0 = start_node(launch, c0, rid, 0, env)
@@ -188,7 +207,7 @@ def test_shell_payloads_one_compile_across_nodes_and_inductors_remote_cache_env(
     out.mkdir()
     body = shell_role(out, env_extra=', TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE = "0"')
     c0, c1 = node_configs(tmp_path, body)
-    env = dict(ENV, DFLASH_STORE=redis_server.url)
+    env = store_env(tmp_path, redis_server.url, DFLASH_INDUCTOR_REMOTE_CACHE="1")  # the remote caches: opt-in
     rid = run_id("shell")
     n0 = start_node(launch, c0, rid, 0, env)
     assert n0.wait(timeout=120) == 0, n0.err
@@ -230,17 +249,23 @@ def foreign_archive():
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("archive", ["foreign-torch", "corrupt"])
+@pytest.mark.parametrize("archive", ["foreign-torch", "corrupt", "unsigned", "forged"])
 def test_hostile_kernels_in_the_store_are_refused_and_compiled_locally(launch, tmp_path, redis_server, archive):
+    """Whoever can write the store plants kernels: signed with the run's secret but of another torch or no
+    archive at all (refused by the checks), or unsigned, or signed with another secret (refused unread)."""
     out = tmp_path / "out"
     out.mkdir()
     config = write_config(tmp_path, shell_role(out))
-    blob = foreign_archive() if archive == "foreign-torch" else os.urandom(4096)
-    meta = {"format": "dflash-cluster-kernels/1", "token": 1, "host": "elsewhere", "role": "x:0",
-            "torch_version": "1.0.0", "device": "cpu", "bytes": len(blob),
-            "sha256": hashlib.sha256(blob).hexdigest(), "compile_s": 1.0, "published_at": 0}
-    redis_client(redis_server).hset("dflash:gate:k:kernels", mapping={"meta": json.dumps(meta), "archive": blob})
-    r = launch(config, env=dict(ENV, DFLASH_STORE=redis_server.url))
+    blob = foreign_archive() if archive != "corrupt" else os.urandom(4096)
+    meta = json.dumps({"format": "dflash-cluster-kernels/1", "token": 1, "host": "elsewhere", "role": "x:0",
+                       "torch_version": "1.0.0" if archive == "foreign-torch" else "2.13.0+cpu", "device": "cpu",
+                       "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(), "compile_s": 1.0,
+                       "published_at": 0})
+    fields = {"meta": meta, "archive": blob}
+    if archive != "unsigned":
+        fields["sig"] = sign(SECRET if archive != "forged" else "not-the-runs-secret", "k", meta)
+    redis_client(redis_server).hset("dflash:gate:k:kernels", mapping=fields)
+    r = launch(config, env=store_env(tmp_path, redis_server.url))
     assert r.wait(timeout=120) == 0, r.err
     s = r.summary()
     lead = [p for p in s["processes"] if p["gate"]["role"] == "lead"]
@@ -248,6 +273,10 @@ def test_hostile_kernels_in_the_store_are_refused_and_compiled_locally(launch, t
     assert any("were refused" in w and "compiling locally" in w for w in s["warnings"]), s["warnings"]
     if archive == "foreign-torch":
         assert any("1.0.0" in w for w in s["warnings"]), s["warnings"]
+    if archive == "unsigned":
+        assert any("unsigned" in w for w in s["warnings"]), s["warnings"]
+    if archive == "forged":
+        assert any("signature does not verify" in w for w in s["warnings"]), s["warnings"]
     assert not (tmp_path / "cache/ab/cabevil.cpp").exists()  # nothing of it was installed
     assert (tmp_path / "cache/.dflash/ready/k.json").exists()  # the local compile published locally
     assert sorted(p.read_text().strip() for p in out.glob("role.*")) == ["lead", "reuse"]
@@ -258,7 +287,7 @@ def test_a_store_that_is_down_falls_back_to_the_local_gate_with_a_warning(launch
     out = tmp_path / "out"
     out.mkdir()
     r = launch(write_config(tmp_path, shell_role(out)),
-               env=dict(ENV, DFLASH_STORE=f"redis://127.0.0.1:{free_port()}"))
+               env=store_env(tmp_path, f"redis://127.0.0.1:{free_port()}"))
     assert r.wait(timeout=120) == 0, r.err
     s = r.summary()
     assert any("cannot be used" in w and "compiling locally, without the cluster lease" in w for w in s["warnings"])
@@ -271,7 +300,7 @@ def test_a_bad_lease_ttl_is_a_usage_error_not_a_silent_default(launch, tmp_path,
     out = tmp_path / "out"
     out.mkdir()
     r = launch(write_config(tmp_path, shell_role(out, n=1)),
-               env=dict(ENV, DFLASH_STORE=redis_server.url, DFLASH_GATE_LEASE_TTL=ttl))
+               env=store_env(tmp_path, redis_server.url, DFLASH_GATE_LEASE_TTL=ttl))
     assert r.wait(timeout=120) == 64, r.err
     log = (r.run_dir / "attempt_0/p-0.stderr.log").read_text()
     assert f"DFLASH_GATE_LEASE_TTL={ttl}" in log, log

@@ -17,6 +17,7 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/notify.h"
+#include "store/store_auth.h"
 #include "worker/payload_host.h"
 #include "worker/protocol.h"
 
@@ -149,6 +150,18 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
     report(f);
   };
   c.on_hint = warn;
+  c.auth.user = o.cluster_user;
+  c.auth.hint = "the launcher passes the store's password in DFLASH_STORE_SECRET_FILE: set [run] "
+                "store_password_file or store_password_env";
+  if (!o.cluster_secret_file.empty()) {
+    std::string secret;
+    if (ReadSecretFile(o.cluster_secret_file, &secret, &err)) {
+      c.auth.password = secret;
+      c.sign_key = secret;
+    } else {
+      warn("gate " + o.gate_key + ": " + err);  // then no key: the cluster gate says why it is not used
+    }
+  }
   auto g = std::make_unique<ClusterGate>(c);
   if (!g->Resolve(cd, &err)) {
     say(err);
@@ -252,7 +265,9 @@ int RunGated(const GatedRunOptions& o) {
   std::string err, token;
   CacheSnapshot before;
   PayloadHostOptions h;
-  if (!o.cluster_store.empty()) AddInductorRemoteCacheEnv(o.cluster_store, &h.extra_env);
+  // Opt-in only: Inductor loads what its remote cache holds (pickles, and on GPU kernels) unsigned, so
+  // anyone who can write the store could run code in the payload (docs/cachelock.md).
+  if (!o.cluster_store.empty() && o.inductor_remote_cache) AddInductorRemoteCacheEnv(o.cluster_store, &h.extra_env);
   h.name = o.name;
   h.argv = o.argv;
   h.ready = o.ready;

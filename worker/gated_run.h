@@ -53,9 +53,16 @@ struct GatedRunOptions {
   /// (`redis://host:port[/db]`, dflash-worker reads $DFLASH_STORE) that a LOCAL
   /// leader consults before it compiles: fetch the kernels another node
   /// published, or take the cluster lease, compile and publish them. Empty: the
-  /// local gate alone. When set, the payload also gets Inductor's Redis remote
-  /// caches (TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1, ...) unless its env sets them.
+  /// local gate alone. With DFLASH_INDUCTOR_REMOTE_CACHE=1 (opt-in: what it
+  /// stores is unsigned, docs/cachelock.md) the payload also gets Inductor's Redis
+  /// remote caches (TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1, ...) unless its env sets them.
   std::string cluster_store;
+  /// $DFLASH_STORE_SECRET_FILE: a 0600 file with the store's password, which is also the run's
+  /// secret the cluster gate signs and verifies with; $DFLASH_STORE_USER: the ACL user. No secret:
+  /// the cluster gate is not used (local compile, with a warning).
+  std::string cluster_secret_file;
+  std::string cluster_user;
+  bool inductor_remote_cache = false;  ///< $DFLASH_INDUCTOR_REMOTE_CACHE=1
   Millis cluster_lease_ttl = kDefaultClusterLeaseTtl;  ///< $DFLASH_GATE_LEASE_TTL
   std::string device = "cpu";  ///< "cpu" or "cuda": in the shipped archive's manifest, checked on import
 

@@ -10,6 +10,7 @@
 
 #include "common/exit_codes.h"
 #include "common/signal_fd.h"
+#include "store/store_auth.h"
 #include "worker/gated_run.h"
 #include "worker/protocol.h"
 
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
     if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) o.torch_version = v;
   // The cluster-wide gate: the run's store (the launcher sets DFLASH_STORE for every process).
   if (const char* s = std::getenv("DFLASH_STORE")) o.cluster_store = s;
+  if (const char* f = std::getenv(kStoreSecretFileEnv)) o.cluster_secret_file = f;
+  if (const char* u = std::getenv(kStoreUserEnv)) o.cluster_user = u;
+  if (const char* r = std::getenv("DFLASH_INDUCTOR_REMOTE_CACHE")) o.inductor_remote_cache = std::string(r) == "1";
   if (const char* t = std::getenv("DFLASH_GATE_LEASE_TTL"); t && *t) {
     Millis ttl;
     if (!ParseDuration(t, &ttl, &err) || ttl.count() < 100) {

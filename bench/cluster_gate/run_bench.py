@@ -106,7 +106,12 @@ def main():
         unit = one[0]["cpu"]
 
         print("cluster gate: 2 nodes x 3, started together ...", file=sys.stderr)
-        env = dict(base_env, DFLASH_STORE=redis.url)
+        secret = work / "run.secret"  # the run's secret the gate signs its archives with (0600)
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, os.urandom(16).hex().encode() + b"\n")
+        os.close(fd)
+        env = dict(base_env, DFLASH_STORE=redis.url, DFLASH_STORE_SECRET_FILE=str(secret),
+                   DFLASH_INDUCTOR_REMOTE_CACHE="1")  # as before the opt-in: the numbers stay comparable
         dirs = [work / f"cluster{r}" for r in (0, 1)]
         cfgs = [config(dirs[r], 3) for r in (0, 1)]
         ps = [launch(args, cfgs[r], rid + "-c", env, node=r) for r in (0, 1)]

@@ -12,6 +12,7 @@
 #include "common/proc_info.h"
 #include "common/json_field.h"
 #include "launcher/cluster/node_store_scripts.h"
+#include "launcher/cluster/store_records.h"
 
 namespace dflash {
 namespace {
@@ -56,7 +57,7 @@ Millis PollPeriod(Millis ttl) { return std::clamp(ttl / 10, Millis(50), Millis(2
 
 NodeCoordinator::NodeCoordinator(CoordinatorOptions options)
     : o_(std::move(options)),
-      client_(o_.url, std::clamp(o_.ttl / 3, Millis(200), Millis(2000))),
+      client_(o_.url, std::clamp(o_.ttl / 3, Millis(200), Millis(2000)), o_.auth),
       nonce_(RandomNonce()),
       host_(HostName()),
       pid_scope_(PidScope()),
@@ -108,6 +109,11 @@ bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std
   SteadyTime deadline = Clock::now() + o_.outage;
   std::string cerr;
   while (!client_.Connect(&cerr)) {
+    if (client_.auth_refused()) {  // waiting will not change the password
+      *err = "cannot use the store for " + where + ": " + cerr + "; nothing was started";
+      *exit_code = exit_code::kInUse;
+      return false;
+    }
     if (Clock::now() >= deadline) {
       *err = "cannot reach the store " + o_.url.ToString() + " (tried for " + FormatDuration(o_.outage) +
              ", [run] store_outage): " + cerr + "; nothing was started";
@@ -124,10 +130,18 @@ bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std
     bool claimed = false;
     nlohmann::json holder;
     if (!ClaimOnce(&claimed, &holder, &cerr)) {
+      if (client_.auth_refused()) {
+        *err = "cannot use the store for " + where + ": " + cerr + "; nothing was started";
+        *exit_code = exit_code::kInUse;
+        return false;
+      }
       ::usleep(200 * 1000);
       continue;
     }
-    if (claimed) return true;
+    if (claimed) {
+      registered_conn_ = client_.connection_count();
+      return true;
+    }
     std::string nonce = JsonText(holder, "nonce"), hb = JsonText(holder, "hb");
     if (JsonText(holder, "host") == host_ && !pid_scope_.empty() && JsonText(holder, "pid_scope") == pid_scope_) {
       pid_t pid = static_cast<pid_t>(std::atoll(JsonText(holder, "pid").c_str()));
@@ -246,7 +260,7 @@ void NodeCoordinator::Finish(int exit_code, const std::string& reason) {
 }
 
 bool NodeCoordinator::LingerWhilePeersRegistered(Millis max, std::vector<int>* left) {
-  RedisClient own(o_.url, o_.ttl);  // client_ belongs to the coordinator thread, which still runs
+  RedisClient own(o_.url, o_.ttl, o_.auth);  // client_ belongs to the coordinator thread, which still runs
   return WaitForPeersWith(own, max, left);
 }
 
@@ -269,22 +283,62 @@ bool NodeCoordinator::WaitForPeersWith(RedisClient& client, Millis max, std::vec
   }
 }
 
+void NodeCoordinator::LeftBehind(const std::string& why) {
+  if (stop_sent_) return;
+  stop_sent_ = true;
+  Event e;
+  e.kind = Event::Kind::kStop;
+  e.exit_code = exit_code::kDeposed;
+  e.culprit = "node " + std::to_string(o_.node_rank) + " (left behind)";
+  e.text = why + ": the run has moved on without this node; it stops instead of registering again";
+  e.record = {{"node", o_.node_rank}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text}};
+  {
+    // The other nodes hear why (first failure wins): any still running stop too, rather than wait
+    // for a peer that is gone for good.
+    std::lock_guard<std::mutex> l(mu_);
+    if (failure_.is_null()) failure_ = e.record;
+  }
+  Emit(std::move(e));
+}
+
+void NodeCoordinator::Ignore(const std::string& what) {
+  if (what == last_ignored_) return;
+  last_ignored_ = what;
+  Event e;
+  e.kind = Event::Kind::kWarn;
+  e.text = "ignored an invalid record in the store " + o_.url.ToString() + ": " + what;
+  Emit(std::move(e));
+}
+
 bool NodeCoordinator::Heartbeat(std::string* err) {
   ++heartbeat_;
   std::vector<std::string> args{std::to_string(o_.ttl.count()), nonce_};
   for (std::string& a : RecordArgs()) args.push_back(std::move(a));
   RedisReply r;
   if (!client_.Eval(kRefresh, {NodeKey(o_.node_rank)}, args, &r, err)) return false;
-  if (r.integer == 0 && !stop_sent_) {
-    stop_sent_ = true;
-    Event e;
-    e.kind = Event::Kind::kStop;
-    e.culprit = "node " + std::to_string(o_.node_rank) + " (replaced)";
-    e.text = "another launcher registered as node " + std::to_string(o_.node_rank) + " of run " + o_.run_id +
-             " in the store: this one stops";
-    Emit(std::move(e));
-  } else if (r.integer == 2 && barrier_passed_) {
-    Info("registered again in " + o_.url.ToString() + " (the store had lost the registration: restarted?)");
+  if (r.integer == 2 && client_.connection_count() != registered_conn_) {
+    // Gone, on a connection made since it was last seen: the store may have restarted empty (every
+    // node finds itself gone then, and each gets a ttl to register again: Grace). Recreate it.
+    if (!client_.Eval(kRecreate, {NodeKey(o_.node_rank)}, args, &r, err)) return false;
+    if (r.integer == 1) {
+      registered_conn_ = client_.connection_count();
+      if (barrier_passed_)
+        Info("registered again in " + o_.url.ToString() + " (the store had lost the registration: restarted?)");
+      return true;
+    }
+  }
+  if (r.integer == 1) {
+    registered_conn_ = client_.connection_count();
+  } else if (r.integer == 2) {
+    // Gone while one connection stayed up: the server lived, so the key was deleted, or it expired
+    // because this launcher was not heard from for store_ttl (paused, starved). The other nodes have
+    // seen this node lost, or will: running on alone is the split brain (docs/multinode.md).
+    LeftBehind("this node's registration " + NodeKey(o_.node_rank) + " vanished from the store " +
+               o_.url.ToString() + " (deleted, or expired: no refresh for " + FormatDuration(o_.ttl) +
+               ", [run] store_ttl)");
+  } else {
+    LeftBehind("another launcher registered as node " + std::to_string(o_.node_rank) + " of run " + o_.run_id +
+               " in the store " + o_.url.ToString());
   }
   return true;
 }
@@ -304,6 +358,16 @@ bool NodeCoordinator::CarryOutRequests(std::string* err) {
   if (!failure.is_null() && !session_.empty()) {
     // SET NX: the first failure of the run wins; again each poll (a restarted Redis lost it).
     if (!client_.Command({"SET", SessionKey("failed"), failure.dump(), "NX", "PX", kKeepMs}, &r, err)) return false;
+    if (!r.ok()) {
+      // Taken: by a real failure (it wins), or by an invalid record nobody acts on, which must not keep
+      // this one from every node.
+      RedisReply cur;
+      std::string why;
+      if (!client_.Command({"GET", SessionKey("failed")}, &cur, err)) return false;
+      if (!ValidFailureRecord(nlohmann::json::parse(cur.str, nullptr, false), o_.nnodes, &why) &&
+          !client_.Command({"SET", SessionKey("failed"), failure.dump(), "PX", kKeepMs}, &r, err))
+        return false;
+    }
     if (!failure_published_ && r.ok())
       Info("published this node's failure for every node: " + failure.dump());
     failure_published_ = true;
@@ -348,7 +412,11 @@ bool NodeCoordinator::Watch(std::string* err) {
     PeerView v;
     v.nonce = r.elements[3 * i].str;
     v.present = !v.nonce.empty();
-    v.heartbeat = std::atoll(r.elements[3 * i + 1].str.c_str());
+    if (v.present && !ValidRegistration(v.nonce, r.elements[3 * i + 1].str)) {
+      Ignore("the registration of node " + std::to_string(i) + " is malformed (nonce, hb): read as absent");
+      v = PeerView{};
+    }
+    v.heartbeat = v.present ? std::atoll(r.elements[3 * i + 1].str.c_str()) : 0;
     v.done = !session_.empty() && r.elements[3 * i + 2].integer == 1;
     peers_->Observe(i, v, now);
   }
@@ -374,7 +442,10 @@ bool NodeCoordinator::Watch(std::string* err) {
   if (stop_sent_) return true;
   if (!failed.empty()) {
     nlohmann::json rec = nlohmann::json::parse(failed, nullptr, false);
-    if (rec.is_object() && rec.value("node", -1) != o_.node_rank) {
+    std::string why;
+    if (!ValidFailureRecord(rec, o_.nnodes, &why)) {
+      Ignore(SessionKey("failed") + " " + why + ": " + failed.substr(0, 200));
+    } else if (rec["node"].get<int>() != o_.node_rank) {
       stop_sent_ = true;
       int node = rec.value("node", -1);
       std::string proc = JsonText(rec, "process");
@@ -387,6 +458,13 @@ bool NodeCoordinator::Watch(std::string* err) {
       Emit(std::move(e));
       return true;
     }
+  }
+  if (auto lost = peers_->Lost(now); lost && lost->first == 0 && o_.node_rank != 0 &&
+                                     lost->second.rfind("replaced", 0) == 0) {
+    // Node 0's instance is the run's session: another launcher holds node 0 now, so that session
+    // ended; this node belongs to no run any more.
+    LeftBehind("the run's session ended: another launcher registered as node 0 of run " + o_.run_id);
+    return true;
   }
   if (auto lost = peers_->Lost(now)) {
     stop_sent_ = true;
@@ -408,7 +486,11 @@ bool NodeCoordinator::Watch(std::string* err) {
     Emit(std::move(e));
     return true;
   }
-  int round = round_text.empty() ? 0 : std::atoi(round_text.c_str());
+  int round = round_seen_;
+  if (std::string why; !ParseRoundRecord(round_text, round_seen_, &round, &why)) {
+    Ignore(SessionKey("round") + ": " + why);
+    round = round_seen_;
+  }
   if (round_text.empty() && round_seen_ > 0) {  // a restarted Redis forgot the round: put it back
     RedisReply ignored;
     client_.Command({"SET", SessionKey("round"), std::to_string(round_seen_), "NX", "PX", kKeepMs}, &ignored, err);

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/duration.h"
+#include "common/exit_codes.h"
 #include "common/fd.h"
 #include "launcher/cluster/peer_tracker.h"
 #include "store/redis_client.h"
@@ -37,6 +38,7 @@ struct CoordinatorOptions {
   Millis ttl{5000};
   Millis barrier_timeout{300000};
   Millis outage{30000};
+  StoreAuth auth;  ///< AUTH on every connection (store/store_auth.h)
 };
 
 class NodeCoordinator {
@@ -55,6 +57,9 @@ class NodeCoordinator {
     std::string culprit;
     std::string text;
     nlohmann::json record;  ///< kStop: {node, process, exit_code, reason}
+    /// kStop: the run's exit code: 70 (another node failed, was lost, the store was), or 76: this node
+    /// was left behind (its registration gone, replaced or expired, or node 0's session ended).
+    int exit_code = exit_code::kNodeFailed;
   };
 
   explicit NodeCoordinator(CoordinatorOptions options);
@@ -110,6 +115,10 @@ class NodeCoordinator {
   bool CarryOutRequests(std::string* err);
   void Emit(Event e);
   void Info(const std::string& text);
+  /// Stop with exit 76: the run has moved on without this node (docs/multinode.md).
+  void LeftBehind(const std::string& why);
+  /// An invalid record in the store: a warning, once per distinct text; it is not acted on.
+  void Ignore(const std::string& what);
   bool ClaimOnce(bool* claimed, nlohmann::json* holder, std::string* err);
   std::vector<std::string> RecordArgs() const;
 
@@ -141,6 +150,8 @@ class NodeCoordinator {
   bool barrier_passed_ = false, stop_sent_ = false, failure_published_ = false;
   int round_seen_ = 0, round_started_ = 0;
   bool connected_ = true;
+  uint64_t registered_conn_ = 0;  // client_'s connection on which our registration was last seen
+  std::string last_ignored_;
   SteadyTime outage_since_{}, last_heartbeat_{}, round_wait_since_{};
 };
 

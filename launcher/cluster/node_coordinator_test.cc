@@ -147,5 +147,106 @@ TEST(NodeCoordinator, AnUnreachableStoreIsAClearErrorAfterTheOutageBound) {
   EXPECT_NE(err.find("cannot reach the store"), std::string::npos) << err;
 }
 
+/// A client of the test's store, for what another writer of it would do.
+RedisClient Intruder(const test::RedisServer& server) {
+  StoreUrl url;
+  std::string err;
+  EXPECT_TRUE(ParseStoreUrl(server.url(), &url, &err)) << err;
+  StoreAuth auth;
+  auth.password = server.password();
+  return RedisClient(url, Millis(2000), auth);
+}
+
+TEST(NodeCoordinator, AForgedFailureRecordNamingNode9IsIgnored) {
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  NodeCoordinator a(Options(server, 0)), b(Options(server, 1));
+  ASSERT_TRUE(Meet(a, b));
+  using K = NodeCoordinator::Event::Kind;
+  RedisClient w = Intruder(server);
+  RedisReply r;
+  std::string err;
+  ASSERT_TRUE(w.Command({"SET", a.SessionKey("failed"), R"({"node": 9, "exit_code": 0})"}, &r, &err)) << err;
+  NodeCoordinator::Event e;
+  ASSERT_TRUE(WaitEvent(a, K::kWarn, &e));
+  EXPECT_NE(e.text.find("ignored an invalid record"), std::string::npos) << e.text;
+  EXPECT_NE(e.text.find("no node of this run"), std::string::npos) << e.text;
+  bool stopped = false;  // several ttls: a stop, had the record counted, comes within one poll
+  test::WaitUntil([&] {
+    for (NodeCoordinator* c : {&a, &b})
+      for (const NodeCoordinator::Event& ev : c->TakeEvents()) stopped = stopped || ev.kind == K::kStop;
+    return stopped;
+  }, Millis(2000));
+  EXPECT_FALSE(stopped);
+  // A real failure still reaches the other node: the invalid record does not hold the key.
+  b.PublishFailure("w:1", 5, "exited with code 5");
+  ASSERT_TRUE(WaitEvent(a, K::kStop, &e));
+  EXPECT_EQ(e.culprit, "node 1: w:1");
+}
+
+TEST(NodeCoordinator, ANodeWhoseRegistrationIsDeletedStopsInsteadOfRegisteringAgain) {
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  NodeCoordinator a(Options(server, 0)), b(Options(server, 1));
+  ASSERT_TRUE(Meet(a, b));
+  using K = NodeCoordinator::Event::Kind;
+  RedisClient w = Intruder(server);
+  RedisReply r;
+  std::string err;
+  ASSERT_TRUE(w.Command({"DEL", b.NodeKey(1)}, &r, &err)) << err;
+  NodeCoordinator::Event e;
+  ASSERT_TRUE(WaitEvent(b, K::kStop, &e));
+  EXPECT_EQ(e.exit_code, exit_code::kDeposed);
+  EXPECT_EQ(e.culprit, "node 1 (left behind)");
+  EXPECT_NE(e.text.find("vanished from the store"), std::string::npos) << e.text;
+  // It did not put itself back.
+  test::WaitUntil([] { return false; }, Millis(400));
+  ASSERT_TRUE(w.Command({"EXISTS", b.NodeKey(1)}, &r, &err)) << err;
+  EXPECT_EQ(r.integer, 0);
+}
+
+TEST(NodeCoordinator, AStoreRestartedEmptyIsNoReasonToStop) {
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  NodeCoordinator a(Options(server, 0)), b(Options(server, 1));
+  ASSERT_TRUE(Meet(a, b));
+  using K = NodeCoordinator::Event::Kind;
+  ASSERT_TRUE(server.Restart());  // empty: every registration is gone, on new connections
+  bool again = false, stopped = false;
+  test::WaitUntil([&] {
+    for (const NodeCoordinator::Event& ev : b.TakeEvents()) {
+      again = again || ev.text.find("registered again") != std::string::npos;
+      stopped = stopped || ev.kind == K::kStop;
+    }
+    return again || stopped;
+  }, Millis(20000));
+  EXPECT_TRUE(again);
+  EXPECT_FALSE(stopped);
+}
+
+TEST(NodeCoordinator, APasswordProtectedStoreWorksWithItAndSaysWhatToSetWithout) {
+  test::RedisServer server;
+  server.set_password("pw-" + std::to_string(::getpid()));
+  ASSERT_TRUE(server.Start());
+  CoordinatorOptions oa = Options(server, 0), ob = Options(server, 1);
+  oa.auth.password = ob.auth.password = server.password();
+  NodeCoordinator a(oa), b(ob);
+  ASSERT_TRUE(Meet(a, b));
+  CoordinatorOptions none = Options(server, 1);
+  none.run_id = "gt-noauth";
+  none.auth.hint = "set [run] store_password_file or store_password_env";
+  NodeCoordinator c(none);
+  std::string err;
+  int rc = 0;
+  std::vector<std::string> notes;
+  EXPECT_FALSE(c.Register(&err, &rc, &notes));
+  EXPECT_EQ(rc, exit_code::kInUse);
+  // Redis answers an unauthenticated EVAL by closing the connection ("Server closed the connection"),
+  // a plain command with NOAUTH: either way the message says it is the password, and what to set.
+  EXPECT_TRUE(err.find("the store requires a password (NOAUTH") != std::string::npos ||
+              err.find("closes on clients that send no password") != std::string::npos) << err;
+  EXPECT_NE(err.find("set [run] store_password_file or store_password_env"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace dflash

@@ -24,15 +24,26 @@ if redis.call('HGET', KEYS[1], 'nonce') == ARGV[1] then return redis.call('DEL',
 return 0
 )lua";
 
-// Refresh our registration (recreate it after a restarted, empty Redis): 1 refreshed,
-// 2 recreated, 0 another instance holds it now.
+// Refresh our registration: 1 refreshed, 2 it is gone (deleted or expired; not recreated: the
+// coordinator decides whether the store restarted or the run left this node behind), 0 another
+// instance holds it now.
 inline constexpr const char* kRefresh = R"lua(
+local cur = redis.call('HGET', KEYS[1], 'nonce')
+if not cur then return 2 end
+if cur ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+)lua";
+
+// Recreate our registration after a reconnect that found it gone (a restarted, empty Redis): 1
+// recreated (or still there), 0 another instance holds it now.
+inline constexpr const char* kRecreate = R"lua(
 local cur = redis.call('HGET', KEYS[1], 'nonce')
 if cur and cur ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-if cur then return 1 end
-return 2
+return 1
 )lua";
 
 // Unregister, if it is still ours.

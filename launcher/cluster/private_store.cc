@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 
 #include "common/fd.h"
 #include "common/spawn.h"
@@ -14,18 +15,74 @@
 
 namespace dflash {
 
+namespace {
+
+/// A Redis config value in double quotes (redis's sdssplitargs reads \\, \" and \xHH back).
+std::string Quoted(const std::string& v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
 PrivateStore::~PrivateStore() { Stop(); }
 
-bool PrivateStore::Start(const std::string& bind, int port, const std::string& dir,
+const std::vector<std::string>& PrivateStore::DisabledCommands() {
+  // Stop it (SHUTDOWN), rewrite its config or dir and dump files anywhere it can write (CONFIG, SAVE,
+  // BGSAVE, BGREWRITEAOF), load code (MODULE, DEBUG), copy or hand its data elsewhere (MIGRATE,
+  // REPLICAOF, SLAVEOF, SYNC, PSYNC, FAILOVER), change who may log in (ACL), wipe it (FLUSHALL,
+  // FLUSHDB) or watch every command (MONITOR). The coordinator needs none of them.
+  static const std::vector<std::string> k = {"CONFIG",  "SHUTDOWN", "DEBUG",   "SAVE",      "BGSAVE",
+                                             "BGREWRITEAOF", "MODULE", "MIGRATE", "REPLICAOF", "SLAVEOF",
+                                             "SYNC",    "PSYNC",    "FAILOVER", "ACL",      "FLUSHALL",
+                                             "FLUSHDB", "MONITOR"};
+  return k;
+}
+
+std::string PrivateStore::ConfigText(const std::string& bind, int port, const std::string& dir,
+                                     const std::string& password) {
+  // No persistence (a restart is an empty store, which the coordinator handles); bound to MASTER_ADDR
+  // for the other nodes, so the password is what keeps the host's other users out; noeviction: a
+  // registration is never evicted under memory pressure (a write fails loudly instead).
+  std::string c = "port " + std::to_string(port) + "\nbind " + bind +
+                  "\nprotected-mode yes\nsave \"\"\nappendonly no\ndaemonize no\nloglevel warning\n"
+                  "maxmemory-policy noeviction\ndir " + Quoted(dir) + "\nrequirepass " + Quoted(password) + "\n";
+  for (const std::string& cmd : DisabledCommands()) c += "rename-command " + cmd + " \"\"\n";
+  return c;
+}
+
+bool PrivateStore::Start(const std::string& bind, int port, const std::string& dir, const std::string& password,
                          const std::vector<std::string>& env, std::string* err, const FileMode& files) {
   std::string log_path = dir + "/store.log", log_err;
   UniqueFd log(OpenPrivateFile(log_path, O_WRONLY | O_APPEND, files, RunDirUse(), &log_err));
+  // The config, password included, goes in on stdin (`redis-server -`): never argv (/proc/*/cmdline is
+  // world-readable), never a file. It is small enough for the pipe's buffer, so it is written first.
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    *err = ErrnoMessage("pipe2", errno);
+    return false;
+  }
+  UniqueFd config_in(pipe_fds[0]);
+  {
+    UniqueFd config_out(pipe_fds[1]);
+    if (!WriteAll(config_out.get(), ConfigText(bind, port, dir, password), err)) return false;
+  }
   SpawnOptions so;
-  // No persistence (a restart is an empty store, which the coordinator handles);
-  // protected mode off: it is bound to MASTER_ADDR on purpose, for the other nodes.
-  so.argv = {"redis-server", "--port", std::to_string(port), "--bind", bind, "--save", "", "--appendonly", "no",
-             "--protected-mode", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning"};
+  so.argv = {"redis-server", "-"};
   so.env = env;
+  so.stdin_fd = config_in.get();
   so.stdout_fd = log ? log.get() : kDevNullFd;
   so.stderr_fd = log ? log.get() : kDevNullFd;
   so.group = SpawnOptions::Group::kNewSession;  // a Ctrl-C at the terminal is the launcher's to handle
@@ -37,10 +94,13 @@ bool PrivateStore::Start(const std::string& bind, int port, const std::string& d
     return false;
   }
   pid_ = child.pid;
+  config_in.reset();
   StoreUrl url;
   url.host = bind;
   url.port = port;
-  RedisClient client(url, Millis(500));
+  StoreAuth auth;
+  auth.password = password;
+  RedisClient client(url, Millis(500), auth);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   std::string cerr;
   while (std::chrono::steady_clock::now() < deadline) {

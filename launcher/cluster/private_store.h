@@ -1,6 +1,9 @@
 // `[run] store = "private"`: node 0's launcher runs a redis-server (Debian's) for
 // the run, on MASTER_ADDR at the plan's store port, with no persistence; it dies
 // with the launcher (PR_SET_PDEATHSIG) and is stopped once the other nodes are done.
+// Another user of the host can reach its port, so it requires the run's password
+// (given on stdin, never argv) and has the commands that could stop it, rewrite
+// its config or write files (CONFIG, SHUTDOWN, DEBUG, SAVE, MODULE, ...) renamed away.
 #pragma once
 
 #include "common/private_files.h"
@@ -19,11 +22,19 @@ class PrivateStore {
   PrivateStore(const PrivateStore&) = delete;
   PrivateStore& operator=(const PrivateStore&) = delete;
 
-  /// Starts `redis-server` (PATH of `env`) bound to `bind` on `port`, its log in
-  /// `dir`/store.log (made as `files` says, common/private_files.h), and waits (at most 10 s) until it answers PING. REQUIRES:
-  /// called from the thread that lives as long as the store should. False: `err`.
-  bool Start(const std::string& bind, int port, const std::string& dir, const std::vector<std::string>& env,
-             std::string* err, const FileMode& files = FileMode::Private());
+  /// Starts `redis-server` (PATH of `env`) bound to `bind` on `port`, requiring
+  /// `password`, its log in `dir`/store.log, and waits (at most 10 s) until it
+  /// answers PING (its log made as `files` says, common/private_files.h). REQUIRES: called from the thread
+  /// that lives as long as the store should; `password` not empty. False: `err`.
+  bool Start(const std::string& bind, int port, const std::string& dir, const std::string& password,
+             const std::vector<std::string>& env, std::string* err, const FileMode& files = FileMode::Private());
+
+  /// The commands renamed away (rename-command X ""): what a holder of the
+  /// password still cannot do to the run's store. Exposed for the tests.
+  static const std::vector<std::string>& DisabledCommands();
+  /// The config file text given to redis-server on stdin (exposed for the tests).
+  static std::string ConfigText(const std::string& bind, int port, const std::string& dir,
+                                const std::string& password);
   /// SIGTERM, then SIGKILL after 2 s; reaps it (if the supervisor's reaper has
   /// not already: it is a child of ours).
   void Stop();

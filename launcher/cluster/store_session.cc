@@ -1,6 +1,7 @@
 #include "launcher/cluster/store_session.h"
 
 #include <poll.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
 #include "launcher/plan/holder_lock.h"
+#include "store/store_auth.h"
 
 namespace dflash {
 namespace {
@@ -24,13 +26,63 @@ std::string JoinNodes(const std::vector<int>& nodes) {
   return s;
 }
 
+constexpr const char* kAuthHint =
+    "set [run] store_password_file (a 0600 file) or store_password_env (and store_user for an ACL user)";
+
+/// The run's store password: from the file or the variable the config names; a private store of one
+/// node draws a random one (nobody else needs to know it); of several nodes it must be given, because
+/// every node's launcher needs the same one. 0 or the exit code, `err` the reason.
+int ResolveStoreAuth(const Plan& plan, const std::vector<std::string>& env, StoreAuth* auth, std::string* err) {
+  const RunSpec& run = plan.config.run;
+  auth->user = run.store_user;
+  auth->hint = kAuthHint;
+  if (!run.store_password_file.empty()) {
+    if (!ReadSecretFile(run.store_password_file, &auth->password, err)) {
+      *err = "[run] store_password_file: " + *err;
+      return exit_code::kUsage;
+    }
+    return 0;
+  }
+  if (!run.store_password_env.empty()) {
+    const std::string prefix = run.store_password_env + "=";
+    for (const std::string& e : env)
+      if (e.rfind(prefix, 0) == 0) auth->password = e.substr(prefix.size());
+    if (auth->password.empty()) {
+      *err = "[run] store_password_env: $" + run.store_password_env +
+             " is not set or empty in this launcher's environment (it holds the store's password)";
+      return exit_code::kUsage;
+    }
+    return 0;
+  }
+  if (plan.store_private() && plan.nnodes > 1) {
+    *err = "store = \"private\" with several nodes needs the run's password, which every node's launcher "
+           "must know: " + std::string(kAuthHint) + "; nothing was started";
+    return exit_code::kUsage;
+  }
+  if (plan.store_private() && !RandomSecret(&auth->password, err)) return exit_code::kFailure;
+  return 0;
+}
+
 }  // namespace
+
+std::string StoreSecretPath(const Plan& plan) { return plan.run_dir + "/store.secret"; }
 
 int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
                      const std::shared_ptr<spdlog::logger>& log, StoreSession* session) {
   const RunSpec& run = plan->config.run;
   std::string err;
   StoreUrl url;
+  StoreAuth auth;
+  if (int rc = ResolveStoreAuth(*plan, env, &auth, &err)) {
+    Say(log, err, true);
+    return rc;
+  }
+  // For the run's processes (the cluster gate authenticates and signs with it): a 0600 file named by
+  // DFLASH_STORE_SECRET_FILE, never the password itself in their environment or argv.
+  if (!auth.empty() && !WriteSecretFile(StoreSecretPath(*plan), auth.password, &err)) {
+    Say(log, "the store's secret for the run's processes: " + err + "; nothing was started", true);
+    return exit_code::kCannotCreate;
+  }
   if (plan->store_private()) {
     if (!plan->store_port && plan->nnodes > 1) {
       Say(log, "store = \"private\" with several nodes needs MASTER_PORT to derive its port from", true);
@@ -55,7 +107,8 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
         return rr == ReserveResult::kInUse ? exit_code::kInUse : exit_code::kFailure;
       }
       session->private_store = std::make_unique<PrivateStore>();
-      if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir, env, &err, plan->Files())) {
+      if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir, auth.password, env,
+                                         &err, plan->Files())) {
         Say(log, err + "; nothing was started", true);
         return exit_code::kInUse;
       }
@@ -74,6 +127,7 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
   co.ttl = run.store_ttl;
   co.barrier_timeout = run.store_barrier_timeout;
   co.outage = run.store_outage;
+  co.auth = auth;
   session->coordinator = std::make_unique<NodeCoordinator>(co);
   NodeCoordinator& c = *session->coordinator;
   int rc = 0;
@@ -132,8 +186,8 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
       }
       if (e.kind == K::kStop) {
         Say(log, e.text + "; nothing was started", true);
-        c.Finish(exit_code::kNodeFailed, e.text);
-        return exit_code::kNodeFailed;
+        c.Finish(e.exit_code, e.text);
+        return e.exit_code;
       }
       Say(log, e.text, false);
     }
@@ -160,6 +214,7 @@ void CloseStoreSession(const Plan& plan, int exit_code, const std::string& reaso
   }
   if (session->private_store) session->private_store->Stop();
   session->coordinator.reset();
+  ::unlink(StoreSecretPath(plan).c_str());  // the run's processes are gone: nobody needs it now
 }
 
 }  // namespace dflash

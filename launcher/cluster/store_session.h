@@ -23,7 +23,12 @@ struct StoreSession {
   std::unique_ptr<NodeCoordinator> coordinator;
 };
 
-/// Resolves and reserves a private store's port (one node: a free one), starts
+/// <run_dir>/store.secret: the store's password for the run's processes (0600; DFLASH_STORE_SECRET_FILE),
+/// written by OpenStoreSession, removed by CloseStoreSession.
+std::string StoreSecretPath(const Plan& plan);
+
+/// Resolves the store's password ([run] store_password_file / _env; a private store of one node draws a
+/// random one; of several nodes, without one: exit 64), resolves and reserves a private store's port (one node: a free one), starts
 /// it on node 0, registers this node and waits at the start barrier (SIGINT,
 /// SIGTERM, SIGHUP end the wait; they are blocked, so read from a signalfd).
 /// Returns 0, or the exit code with the reason on stderr and in `log`: nothing was started.

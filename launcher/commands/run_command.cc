@@ -224,6 +224,9 @@ int RunRun(const RunOptions& opts, char** env) {
   so.base_env = CurrentEnvironment();
   if (auto sd = GetEnvVar(so.base_env, "NOTIFY_SOCKET")) so.systemd_notify_socket = std::string(*sd);
   UnsetEnvVar(&so.base_env, "NOTIFY_SOCKET");  // never pass the supervisor's own on
+  // The store's password reaches the processes as a 0600 file (DFLASH_STORE_SECRET_FILE), not as a
+  // variable every child of theirs inherits.
+  if (!config.run.store_password_env.empty()) UnsetEnvVar(&so.base_env, config.run.store_password_env);
   so.cgroup = cgroup_mode;
   NodeCoordinator* coord = store.coordinator.get();
   if (store.private_store) so.keep_pid = store.private_store->pid();
@@ -263,7 +266,7 @@ int RunRun(const RunOptions& opts, char** env) {
               case K::kBarrier: break;
               case K::kStop:
                 if (node_record.is_null()) node_record = e.record;
-                sup.StopForNode(e.culprit, e.text);
+                sup.StopForNode(e.culprit, e.text, e.exit_code);
                 break;
               case K::kBeginRound: sup.BeginRound(e.round, e.text); break;
               case K::kStartRound: sup.StartRound(e.round); break;

@@ -171,6 +171,13 @@ struct RunSpec {
   Millis store_ttl{5000};                 // a node's registration lives this long unrefreshed
   Millis store_barrier_timeout{300000};   // the longest wait for every node at the start barrier
   Millis store_outage{30000};             // the store may be away this long before the node stops
+  /// The store's password (docs/multinode.md, "Who can use the store"): read at run time from a file
+  /// (absolute; 0600, ours) or an environment variable, never from the config or argv; at most one.
+  /// A private store of several nodes needs it (every node's launcher must know it); one node alone
+  /// draws a random one. It also keys the HMAC of the cluster gate's archives.
+  std::string store_password_file;
+  std::string store_password_env;
+  std::string store_user;  // ACL user (AUTH user password); empty: the default user
 };
 
 struct RunConfig {

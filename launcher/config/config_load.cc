@@ -77,16 +77,19 @@ void ReadMasterPort(TableReader& r, RunSpec* run) {
 }
 
 /// store: "private" or a redis:// URL (store/redis_client.h parses it); the store_* timings.
-void ReadStore(TableReader& r, RunSpec* run) {
+void ReadStore(TableReader& r, const std::string& base_dir, RunSpec* run) {
   run->store_pos = r.ValuePos("store");
   r.String("store", &run->store);
   if (!r.Has("store")) run->store.clear();  // the schema's "<none>" is for people, not a value
   if (r.Has("store") && run->store != "private") {
     StoreUrl url;
     std::string err;
+    // What precedes an '@' may be a password: never echoed (ParseStoreUrl's message hides it too).
+    std::string shown = run->store;
+    if (auto at = shown.rfind('@'); at != std::string::npos) shown = "redis://***" + shown.substr(at);
     if (!ParseStoreUrl(run->store, &url, &err))
       r.Error("store", run->store_pos, "not a store", "\"private\" or \"redis://HOST[:PORT][/DB]\"",
-              "\"" + run->store + "\"",
+              "\"" + shown + "\"",
               err + "; e.g. store = \"redis://10.0.0.5:6379\", or store = \"private\" (node 0 starts one)");
   }
   r.Duration("store_ttl", &run->store_ttl);
@@ -95,6 +98,32 @@ void ReadStore(TableReader& r, RunSpec* run) {
   if (run->store_ttl.count() > 0 && run->store_ttl < Millis(300))
     r.Error("store_ttl", r.ValuePos("store_ttl"), "too short", "at least 300ms",
             FormatDuration(run->store_ttl), "a node refreshes its registration every ttl/3; e.g. store_ttl = \"5s\"");
+  // The password itself is never in the config: a file or a variable names where it is.
+  std::string file;
+  r.String("store_password_file", &file);
+  r.String("store_password_env", &run->store_password_env);
+  r.String("store_user", &run->store_user);
+  // The schema's "<none>" is for people, not a value.
+  if (!r.Has("store_password_env")) run->store_password_env.clear();
+  if (!r.Has("store_user")) run->store_user.clear();
+  if (r.Has("store_password_file")) {
+    if (file.empty())
+      r.Error("store_password_file", r.ValuePos("store_password_file"), "empty path", "a file path", "\"\"",
+              "e.g. store_password_file = \"~/.config/dflash/store.secret\" (chmod 600)");
+    else
+      run->store_password_file = ResolvePath(file, base_dir);
+  }
+  if (r.Has("store_password_file") && r.Has("store_password_env"))
+    r.Error("store_password_env", r.ValuePos("store_password_env"), "conflicts with store_password_file",
+            "one of store_password_file or store_password_env", "both", "remove one of the two");
+  if (r.Has("store_password_env") && !ValidEnvName(run->store_password_env))
+    r.Error("store_password_env", r.ValuePos("store_password_env"), "not an environment variable name",
+            "letters, digits and '_', not starting with a digit", "\"" + run->store_password_env + "\"",
+            "name the variable, not its value: e.g. store_password_env = \"DFLASH_STORE_PASSWORD\"");
+  if (r.Has("store_user") && !run->store_user.empty() &&
+      run->store_user.find_first_of(" \t\r\n") != std::string::npos)
+    r.Error("store_user", r.ValuePos("store_user"), "not a Redis ACL user name", "a name without spaces",
+            "\"" + run->store_user + "\"", "e.g. store_user = \"dflash\"");
 }
 
 void ReadRun(const toml::table* t, const std::string& file, const std::string& base_dir, RunSpec* run,
@@ -129,7 +158,7 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   if (r.Has("nnodes")) r.Int("nnodes", &run->nnodes, 1, 65536); else r.Get("nnodes");
   r.SignalArray("forward_signals", &run->forward_signals);
   r.Bool("share_gpus", &run->share_gpus);
-  ReadStore(r, run);
+  ReadStore(r, base_dir, run);
   if (const toml::node* n = t ? t->get("forward_signals") : nullptr; n && n->is_array()) {
     for (const toml::node& e : *n->as_array()) {
       int sig = e.is_string() ? SignalFromName(e.as_string()->get()) : 0;

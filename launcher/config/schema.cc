@@ -72,6 +72,19 @@ std::vector<SectionSpec> MakeSchema() {
             "With a store: how long it may be unreachable (at start, or mid-run: the processes go on) before "
             "the node stops with the reason.",
             "\"30s\""},
+           {"store_password_file", K::kString, "<none>",
+            "With a store: a file (chmod 600, yours) whose one line is the store's password: sent as AUTH by "
+            "every launcher and process, and the key of the HMAC that signs the cluster gate's archives. "
+            "Never printed. A private store of several nodes needs it (or store_password_env); one node "
+            "alone draws a random one.",
+            "\"~/.config/dflash/store.secret\""},
+           {"store_password_env", K::kString, "<none>",
+            "With a store: the environment variable that holds the store's password (e.g. set by the "
+            "scheduler), instead of store_password_file. Its name, not its value, goes here.",
+            "\"DFLASH_STORE_PASSWORD\""},
+           {"store_user", K::kString, "<none>",
+            "With a redis:// store: the Redis ACL user to AUTH as (with the password). Unset: the default user.",
+            "\"dflash\""},
            {"forward_signals", K::kSignalArray, "[]",
             "Signals the supervisor passes through to every process (e.g. preemption notices).",
             "[\"SIGUSR1\"]"},

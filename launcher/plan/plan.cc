@@ -257,6 +257,11 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
   };
   // The cluster-wide compile gate (worker) and payloads find the run's store here.
   if (!store.empty()) env.emplace_back("DFLASH_STORE", StoreUrlText());
+  // Its password, in a 0600 file the launcher writes (launcher/cluster/store_session.h): a path here,
+  // never the secret, so neither `check` nor /proc/<pid>/environ shows it.
+  if (!store.empty() && (store_private() || !run.store_password_file.empty() || !run.store_password_env.empty()))
+    env.emplace_back("DFLASH_STORE_SECRET_FILE", run_dir + "/store.secret");
+  if (!store.empty() && !run.store_user.empty()) env.emplace_back("DFLASH_STORE_USER", run.store_user);
   if (p.warmup) {
     env.emplace_back("DFLASH_WARMUP", "1");
     // The worlds it stands in for: a graph with collectives inside it needs

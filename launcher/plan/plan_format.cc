@@ -85,6 +85,21 @@ std::string PlanText(const Plan& plan) {
     o += "  store    " + plan.StoreUrlText() +
          (plan.store_private() ? "  (private: node 0's launcher starts a redis-server for the run)" : "") +
          "  (ttl " + FormatDuration(c.run.store_ttl) + ")\n";
+  // Where the password comes from, never the password (it is read only at run time).
+  if (!plan.store.empty()) {
+    std::string user = c.run.store_user.empty() ? "" : ", user " + c.run.store_user;
+    if (!c.run.store_password_file.empty())
+      o += "  password from " + c.run.store_password_file + " (not shown)" + user + "\n";
+    else if (!c.run.store_password_env.empty())
+      o += "  password from $" + c.run.store_password_env + " (not shown)" + user + "\n";
+    else if (plan.store_private() && plan.nnodes > 1)
+      o += "  password MISSING: a private store of several nodes needs [run] store_password_file or "
+           "store_password_env (`run` exits 64)\n";
+    else if (plan.store_private())
+      o += "  password random, drawn by node 0's launcher (not shown)\n";
+    else
+      o += "  password none (the store must not need one)\n";
+  }
   if (c.run.share_gpus) o += "  gpus     shared: several processes may use one GPU ([run] share_gpus)\n";
   const ModelSpec& m = c.model;
   if (m.present) {

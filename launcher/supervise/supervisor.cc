@@ -646,8 +646,8 @@ void Supervisor::StartRound(int round) {
   impl_->core_.StartRound(round);
   impl_->Drain();
 }
-void Supervisor::StopForNode(const std::string& culprit, const std::string& reason) {
-  impl_->core_.StopForNode(culprit, reason);
+void Supervisor::StopForNode(const std::string& culprit, const std::string& reason, int exit_code) {
+  impl_->core_.StopForNode(culprit, reason, exit_code);
   impl_->Drain();
 }
 const std::string& Supervisor::node_culprit() const { return impl_->core_.node_culprit(); }

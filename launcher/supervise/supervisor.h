@@ -70,7 +70,7 @@ class Supervisor {
   // Nodes: what the coordinator saw, carried out on the loop thread (from a watch's callback).
   void BeginRound(int round, const std::string& why);
   void StartRound(int round);
-  void StopForNode(const std::string& culprit, const std::string& reason);
+  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70);
   const std::string& node_culprit() const;
 
   /// SIGCHLD, SIGINT, SIGTERM, SIGHUP and [run] forward_signals.

@@ -175,7 +175,8 @@ class SupervisorCore final : public ControlHandler {
   void StartRound(int round);
   /// The run stops because of another node (its failure, its launcher lost, the
   /// store lost): `culprit` names it ("node 1 (launcher lost)"), the exit is kNodeFailed.
-  void StopForNode(const std::string& culprit, const std::string& reason);
+  /// `exit_code`: the run's (70: another node failed; 76: this node was left behind).
+  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70);
   int round() const { return round_; }
   const std::string& node_culprit() const { return node_culprit_; }
 
@@ -263,6 +264,7 @@ class SupervisorCore final : public ControlHandler {
   bool round_stopped_sent_ = false;
   SteadyTime round_not_before_{};
   std::string node_culprit_, node_reason_;
+  int node_exit_code_ = 70;
 };
 
 }  // namespace dflash

@@ -225,7 +225,7 @@ int SupervisorCore::ExitCode() const {
     if (a->ready_timeout) return exit_code::kTimeout;
     return a->exit_code > 0 ? a->exit_code : exit_code::kFailure;
   }
-  if (!node_culprit_.empty()) return exit_code::kNodeFailed;
+  if (!node_culprit_.empty()) return node_exit_code_;
   if (stop_signal_) return exit_code::kSignalBase + stop_signal_;
   return 0;
 }

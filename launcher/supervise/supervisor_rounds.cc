@@ -52,9 +52,10 @@ void SupervisorCore::StartRound(int round) {
       p.restart_at = at;
 }
 
-void SupervisorCore::StopForNode(const std::string& culprit, const std::string& reason) {
+void SupervisorCore::StopForNode(const std::string& culprit, const std::string& reason, int exit_code) {
   if (stopping_) return;
   node_culprit_ = culprit;
+  node_exit_code_ = exit_code;
   node_reason_ = reason;
   Warn(reason + ": stopping every process");
   BeginStop(reason);

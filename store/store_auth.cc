@@ -1,0 +1,89 @@
+#include "store/store_auth.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "common/fd.h"
+
+namespace dflash {
+
+bool ReadSecretFile(const std::string& path, std::string* secret, std::string* err) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    *err = ErrnoMessage("the secret file " + path, errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    *err = "the secret file " + path + " is not a regular file";
+    return false;
+  }
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    *err = "the secret file " + path + " is readable by others or not ours (mode " + mode + ", owner uid " +
+           std::to_string(st.st_uid) + "): chmod 600 it, as its owner";
+    return false;
+  }
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *err = ErrnoMessage("read " + path, errno);
+      return false;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > 65536) {
+      *err = "the secret file " + path + " is larger than 64 KiB: not a password";
+      return false;
+    }
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.empty() || text.find('\n') != std::string::npos) {
+    *err = "the secret file " + path + " must hold one non-empty line";
+    return false;
+  }
+  *secret = std::move(text);
+  return true;
+}
+
+bool WriteSecretFile(const std::string& path, const std::string& secret, std::string* err) {
+  ::unlink(path.c_str());  // O_EXCL below: a file (or link) someone left there is never written through
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) {
+    *err = ErrnoMessage("create " + path, errno);
+    return false;
+  }
+  return WriteAll(fd.get(), secret + "\n", err);
+}
+
+bool RandomSecret(std::string* secret, std::string* err) {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *err = ErrnoMessage("getrandom", errno);
+      return false;
+    }
+    got += static_cast<size_t>(n);
+  }
+  static const char* k = "0123456789abcdef";
+  secret->clear();
+  for (unsigned char b : bytes) {
+    *secret += k[b >> 4];
+    *secret += k[b & 15];
+  }
+  return true;
+}
+
+}  // namespace dflash

@@ -1,0 +1,36 @@
+// Credentials for the store (docs/multinode.md, "Who can use the store"). A password is a secret: it
+// comes from a file (owned by us, readable by nobody else) or an environment variable, never from a
+// URL or argv, and nothing here prints it. The same secret keys the HMAC that the cluster gate signs
+// its archives with (cachelock/cluster_gate.h): whoever can write the store without it cannot make a
+// training process load their code.
+#pragma once
+
+#include <string>
+
+namespace dflash {
+
+struct StoreAuth {
+  std::string user;      ///< ACL user; empty: the default user (AUTH password)
+  std::string password;  ///< empty: no AUTH
+  /// What a person sets when the store refuses us ("set [run] store_password_file ..."): auth errors
+  /// end with it, so they name the key to set.
+  std::string hint;
+  bool empty() const { return password.empty(); }
+};
+
+/// Reads a secret from `path`: a regular file owned by this user with no group/other permission bits
+/// (a secret anyone may read is no secret); one line, the trailing newline dropped, not empty.
+bool ReadSecretFile(const std::string& path, std::string* secret, std::string* err);
+
+/// Writes `secret` to a new file `path` (0600, O_EXCL, no link followed); an older one is replaced.
+bool WriteSecretFile(const std::string& path, const std::string& secret, std::string* err);
+
+/// 32 random bytes from the kernel (getrandom), as 64 hex digits: a private store's password.
+bool RandomSecret(std::string* secret, std::string* err);
+
+/// The environment variables the launcher sets for its processes (the cluster gate reads them):
+/// DFLASH_STORE_SECRET_FILE names a 0600 file with the password, DFLASH_STORE_USER the ACL user.
+inline constexpr const char* kStoreSecretFileEnv = "DFLASH_STORE_SECRET_FILE";
+inline constexpr const char* kStoreUserEnv = "DFLASH_STORE_USER";
+
+}  // namespace dflash

@@ -1,0 +1,235 @@
+"""Who can use the run's store (docs/multinode.md, "Who can use the store"; issue #21 items 3, 5, 7): real
+redis-servers and real `dflash-launch run`s on this host. Another local user (nobody, via setpriv) cannot read,
+write or stop the private store; a redis:// store with a password from a file works and the password is in no
+process's argv, no `check` output, no log; without it the error says so and names the key to set; a forged
+failure record naming node 9 stops nobody; a node whose registration is deleted stops its processes with exit
+76 instead of registering again into a run that has moved on."""
+import os
+import pathlib
+import re
+import shutil
+import signal
+import time
+
+import pytest
+
+from conftest import run
+from redis_server import RedisServer, listening, resp
+from supervise import EVENT_TIMEOUT, holds_for, wait_until, write_config
+from test_multinode_store import launch_node, started, summary, survivors, waiters
+from test_nodes import finish, start
+
+
+def all_cmdlines():
+    out = []
+    for d in pathlib.Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                out.append((d / "cmdline").read_bytes())
+            except OSError:
+                pass
+    return out
+
+
+def secret_file(tmp_path, secret):
+    path = tmp_path / "store.secret"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, (secret + "\n").encode())
+    os.close(fd)
+    return path
+
+
+def as_nobody(*argv):
+    """Runs argv as uid/gid 65534: another local user of this host."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to act as another user")
+    return run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv], timeout=30)
+
+
+def finish_all(nodes, timeout=120):
+    got = [finish(p, timeout=timeout) for p in nodes]
+    return got
+
+
+def kill_all(nodes):
+    for p in nodes:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+# ---- the private store against the host's other users ----
+
+def test_another_user_cannot_read_write_or_shut_down_the_private_store(bin_dir, tmp_path):
+    if shutil.which("redis-cli") is None:
+        pytest.skip("redis-cli is not installed")
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(tmp_path, 'store = "private"\n' + waiters(out))
+    p = start(bin_dir, config, "ts-pv")
+    try:
+        assert wait_until(lambda: started(out, 2), timeout=EVENT_TIMEOUT), "the processes did not start"
+        run_dir = tmp_path / "runs/ts-pv"
+        secret = (run_dir / "store.secret").read_text().strip()
+        assert len(secret) == 64 and oct((run_dir / "store.secret").stat().st_mode & 0o777) == "0o600"
+        # The password is in nobody's argv (/proc/*/cmdline is world-readable), redis-server's included.
+        assert not [c for c in all_cmdlines() if secret.encode() in c]
+        port = int(re.search(r"private store: redis-server pid \d+ on redis://[^:]+:(\d+)",
+                             (run_dir / "supervisor.log").read_text()).group(1))
+        for argv in (["KEYS", "*"], ["SET", "dflash:x", "1"], ["SHUTDOWN", "NOSAVE"],
+                     ["CONFIG", "SET", "dir", str(run_dir)]):
+            r = as_nobody("redis-cli", "-h", "127.0.0.1", "-p", str(port), *argv)
+            said = r.stdout + r.stderr
+            assert "NOAUTH" in said or "unknown command" in said, (argv, said)
+        # Even with the password: no SHUTDOWN, no CONFIG (so no dump.rdb written anywhere), no DEBUG.
+        for argv in (["SHUTDOWN", "NOSAVE"], ["CONFIG", "SET", "save", "1 1"], ["DEBUG", "SLEEP", "0"]):
+            assert "unknown command" in resp(port, *argv, password=secret), argv
+        assert resp(port, "PING", password=secret) == "PONG"
+        (out / "go").touch()
+        rc, o, e = finish(p)
+    finally:
+        kill_all([p])
+    assert rc == 0, o + e
+    assert not (run_dir / "dump.rdb").exists()
+    assert not (run_dir / "store.secret").exists()  # gone with the run
+    assert not listening(port)
+    assert secret not in o + e + (run_dir / "supervisor.log").read_text()
+
+
+def test_a_private_store_of_several_nodes_needs_the_runs_password(bin_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(tmp_path, 'store = "private"\n' + waiters(out))
+    rc, o, e = finish(launch_node(bin_dir, config, "ts-pn", 0), timeout=60)
+    assert rc == 64, o + e
+    assert "store_password_file" in e and "store_password_env" in e, e
+    assert not list(out.glob("*.started"))  # nothing was started
+
+
+# ---- a redis:// store with a password ----
+
+@pytest.fixture
+def protected_redis(tmp_path):
+    server = RedisServer(tmp_path / "redis", password=f"pw-{os.getpid()}-{time.monotonic_ns()}").start()
+    yield server
+    server.kill()
+
+
+def test_a_redis_store_with_a_password_file_works_and_the_password_shows_nowhere(bin_dir, tmp_path,
+                                                                                 protected_redis):
+    out = tmp_path / "out"
+    out.mkdir()
+    pw = protected_redis.password
+    body = (f'store = "{protected_redis.url}"\nstore_ttl = "1s"\n'
+            f'store_password_file = "{secret_file(tmp_path, pw)}"\n' + waiters(out))
+    config = write_config(tmp_path, body)
+    check = run([bin_dir / "dflash-launch", "check", config, "--run-id", "ts-pw", "--nnodes", "2", "--node-rank",
+                 "0", "--master-addr", "127.0.0.1"])
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert pw not in check.stdout + check.stderr
+    nodes = [launch_node(bin_dir, config, "ts-pw", r) for r in (0, 1)]
+    try:
+        assert wait_until(lambda: started(out, 4), timeout=EVENT_TIMEOUT), "the processes did not start"
+        assert not [c for c in all_cmdlines() if pw.encode() in c]
+        keys = protected_redis.cmd("KEYS", "dflash:ts-pw:node:*")
+        assert sorted(keys) == ["dflash:ts-pw:node:0", "dflash:ts-pw:node:1"]
+        (out / "go").touch()
+        got = finish_all(nodes)
+    finally:
+        kill_all(nodes)
+    for rc, o, e in got:
+        assert rc == 0, o + e
+        assert pw not in o + e
+    for r in (0, 1):
+        assert pw not in (tmp_path / f"runs/ts-pw/node_{r}/supervisor.log").read_text()
+
+
+def test_a_password_protected_store_without_the_password_says_which_key_to_set(bin_dir, tmp_path,
+                                                                              protected_redis):
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(tmp_path, f'store = "{protected_redis.url}"\n' + waiters(out))
+    rc, o, e = finish(start(bin_dir, config, "ts-na"), timeout=60)
+    assert rc == 69, o + e
+    assert "password" in e and "store_password_file" in e, e
+    assert not list(out.glob("*.started"))
+    # A wrong one is refused as such.
+    config = write_config(tmp_path, f'store = "{protected_redis.url}"\n'
+                          f'store_password_file = "{secret_file(tmp_path, "wrong")}"\n' + waiters(out))
+    rc, o, e = finish(start(bin_dir, config, "ts-na"), timeout=60)
+    assert rc == 69, o + e
+    assert "refused our credentials" in e and "WRONGPASS" in e and "store_password_file" in e, e
+    assert "wrong" not in e.replace("WRONGPASS", "")
+
+
+def test_a_secret_file_others_can_read_is_refused(bin_dir, tmp_path, protected_redis):
+    out = tmp_path / "out"
+    out.mkdir()
+    path = secret_file(tmp_path, protected_redis.password)
+    os.chmod(path, 0o644)
+    config = write_config(tmp_path, f'store = "{protected_redis.url}"\nstore_password_file = "{path}"\n' + waiters(out))
+    rc, o, e = finish(start(bin_dir, config, "ts-rd"), timeout=60)
+    assert rc == 64, o + e
+    assert "readable by others" in e and "chmod 600" in e, e
+
+
+# ---- forged records, a deleted registration ----
+
+def two_nodes(bin_dir, tmp_path, server, run_id, out, tail="exit 0"):
+    body = (f'store = "{server.url}"\nstore_ttl = "1s"\n'
+            f'store_password_file = "{secret_file(tmp_path, server.password)}"\n' + waiters(out, tail=tail))
+    config = write_config(tmp_path, body)
+    nodes = [launch_node(bin_dir, config, run_id, r) for r in (0, 1)]
+    assert wait_until(lambda: started(out, 4), timeout=EVENT_TIMEOUT), "the processes did not start"
+    return nodes
+
+
+def test_a_forged_failure_record_naming_node_9_stops_nobody(bin_dir, tmp_path, protected_redis):
+    out = tmp_path / "out"
+    out.mkdir()
+    nodes = two_nodes(bin_dir, tmp_path, protected_redis, "ts-f9", out)
+    try:
+        session = protected_redis.cmd("HGET", "dflash:ts-f9:node:0", "nonce")
+        assert protected_redis.cmd("SET", f"dflash:ts-f9:{session}:failed", '{"node": 9, "exit_code": 0}') == "OK"
+        # Several ttls: had it counted, both nodes would be stopping within a poll.
+        assert holds_for(lambda: all(p.poll() is None for p in nodes), 3.0)
+        (out / "go").touch()
+        got = finish_all(nodes)
+    finally:
+        kill_all(nodes)
+    for rc, o, e in got:
+        assert rc == 0, o + e
+    assert "ignored an invalid record" in (tmp_path / "runs/ts-f9/node_0/supervisor.log").read_text()
+
+
+@pytest.mark.parametrize("how", ["deleted", "paused"])
+def test_a_node_whose_registration_is_deleted_stops_instead_of_registering_again(bin_dir, tmp_path,
+                                                                                 protected_redis, how):
+    """deleted: `DEL` of node 1's registration mid-run. paused: node 1's launcher SIGSTOPped (its processes run
+    on) until node 0 has seen it lost and ended, then SIGCONTed: its registration expired meanwhile."""
+    out = tmp_path / "out"
+    out.mkdir()
+    rid = f"ts-{how}"
+    nodes = two_nodes(bin_dir, tmp_path, protected_redis, rid, out)
+    try:
+        if how == "deleted":
+            assert protected_redis.cmd("DEL", f"dflash:{rid}:node:1") == 1
+            rc1, o1, e1 = finish(nodes[1], timeout=60)
+            rc0, o0, e0 = finish(nodes[0], timeout=60)
+        else:
+            os.kill(nodes[1].pid, signal.SIGSTOP)
+            rc0, o0, e0 = finish(nodes[0], timeout=60)
+            os.kill(nodes[1].pid, signal.SIGCONT)
+            rc1, o1, e1 = finish(nodes[1], timeout=60)
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+        kill_all(nodes)
+    assert rc1 == 76, o1 + e1
+    assert "vanished from the store" in o1 + e1 and "moved on without this node" in o1 + e1
+    assert summary(tmp_path, rid, 1)["culprit"] == "node 1 (left behind)"
+    assert rc0 == 70, o0 + e0  # deleted: node 1 told it why it left; paused: it saw node 1 lost
+    assert survivors(rid) == []
+    assert protected_redis.cmd("EXISTS", f"dflash:{rid}:node:1") == 0  # it did not register again
+    assert "registered again" not in o1 + e1
