@@ -57,6 +57,12 @@ class Readiness {
   /// The clock: true when this call found the deadline passed (kTimedOut).
   bool OnClock(Clock::time_point now);
 
+  /// `d` passed while the one judging could not look (it was paused): the
+  /// deadline moves by `d`, as if that time had not passed.
+  void Postpone(Clock::duration d) {
+    if (started_) *started_ += d;
+  }
+
   /// When OnClock should next be called; empty: no deadline (timeout 0, not
   /// started yet, or not waiting any more).
   std::optional<Clock::time_point> deadline() const;

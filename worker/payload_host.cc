@@ -19,6 +19,7 @@
 #include "common/notify.h"
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
+#include "contract/pause.h"
 #include "contract/readiness.h"
 #include "worker/output_relay.h"
 #include "worker/protocol.h"
@@ -80,6 +81,10 @@ class Host {
   bool GroupAlive() const;
   void CheckDone();
   void ArmTimer();
+  /// After each wait: a wake-up much later than the timer asked for is time
+  /// this host did not see (it was stopped with the whole run): the readiness
+  /// timeout and the stop grace get it back (contract/pause.h).
+  void CheckPause(Clock::time_point now);
 
   const PayloadHostOptions& o_;
   std::string name_;
@@ -106,6 +111,7 @@ class Host {
 
   std::optional<Clock::time_point> file_tick_, kill_deadline_, group_poll_,
       give_up_;
+  std::optional<Clock::time_point> armed_for_;  // what ArmTimer asked for while a deadline runs
 };
 
 bool Host::Setup(std::vector<std::string>* env, std::string* err) {
@@ -255,6 +261,9 @@ void Host::Loop() {
     ArmTimer();
     epoll_event evs[8];
     int n = ::epoll_wait(epoll_.get(), evs, 8, -1);
+    int wait_errno = errno;
+    CheckPause(Clock::now());  // a SIGSTOP/SIGCONT ends the wait with EINTR
+    errno = wait_errno;
     if (n < 0) {
       if (errno == EINTR) continue;
       // Cannot supervise any more: take the payload down with us rather
@@ -476,10 +485,26 @@ void Host::CheckDone() {
   if (!group_poll_) group_poll_ = Clock::now() + kGroupPollTick;
 }
 
+void Host::CheckPause(Clock::time_point now) {
+  if (!armed_for_ || now - *armed_for_ <= kPauseSlack) return;
+  Clock::duration lost = now - *armed_for_;
+  armed_for_.reset();
+  readiness_->Postpone(lost);
+  if (kill_deadline_) *kill_deadline_ += lost;
+  if (give_up_) *give_up_ += lost;
+}
+
 void Host::ArmTimer() {
   std::optional<Clock::time_point> next;
   for (const auto& d : {readiness_->deadline(), file_tick_, kill_deadline_, group_poll_, give_up_})
     if (d && (!next || *d < *next)) next = d;
+  // While a verdict by time is pending, look often enough to notice a pause.
+  armed_for_.reset();
+  if (readiness_->deadline() || kill_deadline_) {
+    auto probe = Clock::now() + kPauseProbe;
+    if (!next || probe < *next) next = probe;
+    armed_for_ = next;
+  }
   itimerspec its{};
   if (next) {
     // steady_clock is CLOCK_MONOTONIC on Linux; a time in the past fires at once.

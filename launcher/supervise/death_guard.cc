@@ -6,6 +6,7 @@
 
 #include <cerrno>
 
+#include "common/proc_info.h"
 #include "common/spawn.h"
 
 namespace dflash {
@@ -26,36 +27,59 @@ bool RunGuard::Start(const Options& o, std::string* err, std::vector<std::string
                        "DFLASH_RUN_TOKEN");
     }
   }
+  options_ = o;
+  std::string e;
+  if (!SpawnGuardian(&e)) {
+    notes->push_back("cannot start dflash-guardian: " + e + " (a SIGKILL of the launcher may leave processes behind)");
+    return true;
+  }
+  first_start_ = ProcessStartTime(guardian_pid_);
+  if (cgroup_.active()) Tell("cgroup " + cgroup_.dir());
+  notes->push_back("dflash-guardian pid " + std::to_string(guardian_pid_) + " kills the run if the launcher dies");
+  return true;
+}
+
+bool RunGuard::SpawnGuardian(std::string* err) {
   // The guardian: new session, no death signal (it must outlive us), stdin =
   // a pipe whose write end only we hold.
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) {
-    notes->push_back("cannot start dflash-guardian: " + ErrnoMessage("pipe2", errno) +
-                     " (a SIGKILL of the launcher may leave processes behind)");
-    return true;
+    *err = ErrnoMessage("pipe2", errno);
+    return false;
   }
   UniqueFd rd(p[0]), wr(p[1]);
   std::string log_err;
-  UniqueFd log(OpenPrivateFile(o.log_path, O_WRONLY | O_APPEND, o.log_mode, RunDirUse(), &log_err));
+  UniqueFd log(OpenPrivateFile(options_.log_path, O_WRONLY | O_APPEND, options_.log_mode, RunDirUse(), &log_err));
   if (!log) notes->push_back("cannot log dflash-guardian's stderr: " + log_err);
   SpawnOptions so;
-  so.argv = {o.bin_dir + "/dflash-guardian", o.token};
-  so.env = o.env;
+  so.argv = {options_.bin_dir + "/dflash-guardian", options_.token};
+  so.env = options_.env;
   so.stdin_fd = rd.get();
   so.stdout_fd = kDevNullFd;
   so.stderr_fd = log ? log.get() : kDevNullFd;
   so.group = SpawnOptions::Group::kNewSession;
   Child child;
-  std::string e;
-  if (!Spawn(so, &child, &e)) {
+  if (!Spawn(so, &child, err)) {
     if (child.pid > 0) ::waitpid(child.pid, nullptr, 0);
-    notes->push_back("cannot start dflash-guardian: " + e + " (a SIGKILL of the launcher may leave processes behind)");
-    return true;
+    return false;
   }
   guardian_pid_ = child.pid;
   guardian_pipe_ = std::move(wr);
+  return true;
+}
+
+bool RunGuard::Restart(std::string* err) {
+  if (guardian_pid_ > 0) return true;
+  if (!SpawnGuardian(err)) return false;
+  // The processes it must kill started before it: the first guardian's start
+  // time bounds its sweep instead of its own (pids reused since are spared).
+  if (first_start_ > 0) Tell("since " + std::to_string(first_start_));
   if (cgroup_.active()) Tell("cgroup " + cgroup_.dir());
-  notes->push_back("dflash-guardian pid " + std::to_string(guardian_pid_) + " kills the run if the launcher dies");
+  for (pid_t sid : sessions_) Tell("session " + std::to_string(sid));
+  if (!guardian_pipe_) {
+    *err = "the new dflash-guardian (pid " + std::to_string(guardian_pid_) + ") closed its pipe at once";
+    return false;
+  }
   return true;
 }
 
@@ -72,7 +96,10 @@ UniqueFd RunGuard::Leaf(size_t index, int attempt, std::string* err) {
   return cgroup_.MakeLeaf(LeafName(index, attempt), err);
 }
 
-void RunGuard::Spawned(pid_t sid) { Tell("session " + std::to_string(sid)); }
+void RunGuard::Spawned(pid_t sid) {
+  sessions_.push_back(sid);
+  Tell("session " + std::to_string(sid));
+}
 
 int64_t RunGuard::Ended(size_t index, int attempt) {
   if (!cgroup_.active()) return -1;

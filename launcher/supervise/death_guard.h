@@ -41,7 +41,15 @@ class RunGuard {
   const std::string& cgroup_dir() const { return cgroup_.dir(); }
   pid_t guardian_pid() const { return guardian_pid_; }
   /// The guardian exited before the run did (reaped by the supervisor's reaper).
-  void GuardianReaped() { guardian_pid_ = -1; }
+  void GuardianReaped() {
+    guardian_pid_ = -1;
+    guardian_pipe_.reset();
+  }
+  /// After GuardianReaped: a new guardian for the same run, told everything
+  /// the first one knew (the cgroup, every session, the first one's start
+  /// time, so processes started before it are still its to kill). False with
+  /// the reason when it cannot be started.
+  bool Restart(std::string* err);
 
   /// Before spawning attempt `attempt` of process `index`: its fresh leaf's
   /// cgroup.procs for SpawnOptions::cgroup_procs_fd (invalid without cgroups).
@@ -59,7 +67,11 @@ class RunGuard {
 
  private:
   void Tell(const std::string& line);
+  bool SpawnGuardian(std::string* err);
 
+  Options options_;
+  std::vector<pid_t> sessions_;   // every session told, for a new guardian
+  uint64_t first_start_ = 0;      // the first guardian's start time (clock ticks)
   RunCgroup cgroup_;
   pid_t guardian_pid_ = -1;
   UniqueFd guardian_pipe_;  // write end; O_CLOEXEC, so no child ever holds it

@@ -4,7 +4,7 @@
 // stdin the read end of a pipe only the supervisor holds: EOF means the
 // supervisor is gone. docs/design.md ("Nothing outlives the run") says why.
 //
-//   dflash-guardian TOKEN      stdin: "cgroup DIR\n", "session SID\n", "done\n"
+//   dflash-guardian TOKEN      stdin: "cgroup DIR\n", "session SID\n", "since TICKS\n", "done\n"
 //
 // On EOF it kills the run's cgroup (if any) and every process of this uid whose
 // environment carries DFLASH_RUN_TOKEN=TOKEN or that is in one of the sessions,
@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
       pending.erase(0, nl + 1);
       if (line.rfind("cgroup ", 0) == 0) cgroup = line.substr(7);
       else if (line.rfind("session ", 0) == 0) target.sessions.push_back(std::atoi(line.c_str() + 8));
+      // A guardian started again after the first died: the run's processes
+      // are older than this one, not older than the first.
+      else if (line.rfind("since ", 0) == 0) target.not_before = std::strtoull(line.c_str() + 6, nullptr, 10);
       else if (line == "done") done = true;
     }
   }

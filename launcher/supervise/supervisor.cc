@@ -103,7 +103,10 @@ struct Supervisor::Impl : public ControlHandler {
   void TellSystemd(const std::string& message);
   void WriteEvent(nlohmann::json event);
   void PublishStatus(bool force);
-  int NextTimeoutMs() const;
+  /// The epoll timeout from `now`; `asked`: the wake-up it stands for.
+  int NextTimeoutMs(SteadyTime now, SteadyTime* asked) const;
+  void Dispatch(const epoll_event* events, int n);
+  void TakeQueued(epoll_event* events);
   void Info(const std::string& text) {
     if (log_) log_->info(text);
     if (console_) console_->Supervisor("[dflash] " + text);
@@ -358,41 +361,23 @@ int Supervisor::Impl::Run() {
 
   epoll_event events[64];
   while (!core_.Done()) {
-    int n = ::epoll_wait(epoll_.get(), events, 64, NextTimeoutMs());
-    if (n < 0 && errno != EINTR) {
-      core_.Abort(ErrnoMessage("epoll_wait", errno));
+    SteadyTime wait_began = std::chrono::steady_clock::now();
+    SteadyTime asked = SteadyTime::max();
+    int n = ::epoll_wait(epoll_.get(), events, 64, NextTimeoutMs(wait_began, &asked));
+    int wait_errno = errno;
+    // A SIGSTOP/SIGCONT of the supervisor ends epoll_wait with EINTR, whatever
+    // it was waiting for: time it did not see is told first, never judged.
+    core_.OnLoopTurn(wait_began, asked, std::chrono::steady_clock::now());
+    Drain();
+    if (n < 0 && wait_errno != EINTR) {
+      core_.Abort(ErrnoMessage("epoll_wait", wait_errno));
       Drain();
       break;
     }
-    for (int k = 0; k < n; ++k) {
-      uint64_t kind = events[k].data.u64 >> 32, id = events[k].data.u64 & 0xffffffff;
-      if (kind == kTagSignal) {
-        signalfd_siginfo si;
-        while (signals_.Read(&si)) {
-          int sig = static_cast<int>(si.ssi_signo);
-          if (sig == SIGCHLD) Reap();
-          else core_.OnSignal(sig);
-          Drain();
-        }
-      } else if (kind == kTagNotify) {
-        OnNotify();
-      } else if (kind == kTagExec) {
-        OnExecStatus(id);
-      } else if (kind == kTagStream) {
-        int sid = static_cast<int>(id);
-        // An earlier event of this batch (a child's exit) may have closed it.
-        if (id >= stream_owner_.size() || stream_owner_[id] < 0) continue;
-        size_t owner = static_cast<size_t>(stream_owner_[id]);
-        if (!router_.OnReadable(sid)) CloseStream(sid);
-        core_.OnOutput(owner);
-      } else if (kind == kTagWatch) {
-        if (id < watches_.size() && watches_[id]) {
-          auto cb = watches_[id];  // it may remove itself
-          cb();
-        }
-      }
-      Drain();
-    }
+    Dispatch(events, std::max(n, 0));
+    // Before a deadline is judged, what is already queued is taken: the pings
+    // and READY=1 a payload sent while we were not looking count.
+    if (core_.NextDeadline() <= std::chrono::steady_clock::now()) TakeQueued(events);
     core_.OnTick();
     Drain();
     // Leftovers of processes that ended, once per turn of the loop (not once
@@ -414,11 +399,56 @@ int Supervisor::Impl::Run() {
   return core_.ExitCode();
 }
 
-int Supervisor::Impl::NextTimeoutMs() const {
-  SteadyTime now = std::chrono::steady_clock::now();
-  SteadyTime next = core_.NextDeadline();
+void Supervisor::Impl::Dispatch(const epoll_event* events, int n) {
+  for (int k = 0; k < n; ++k) {
+    uint64_t kind = events[k].data.u64 >> 32, id = events[k].data.u64 & 0xffffffff;
+    if (kind == kTagSignal) {
+      signalfd_siginfo si;
+      while (signals_.Read(&si)) {
+        int sig = static_cast<int>(si.ssi_signo);
+        if (sig == SIGCHLD) Reap();
+        else core_.OnSignal(sig);
+        Drain();
+      }
+    } else if (kind == kTagNotify) {
+      OnNotify();
+    } else if (kind == kTagExec) {
+      OnExecStatus(id);
+    } else if (kind == kTagStream) {
+      int sid = static_cast<int>(id);
+      // An earlier event of this batch (a child's exit) may have closed it.
+      if (id >= stream_owner_.size() || stream_owner_[id] < 0) continue;
+      size_t owner = static_cast<size_t>(stream_owner_[id]);
+      if (!router_.OnReadable(sid)) CloseStream(sid);
+      core_.OnOutput(owner);
+    } else if (kind == kTagWatch) {
+      if (id < watches_.size() && watches_[id]) {
+        auto cb = watches_[id];  // it may remove itself
+        cb();
+      }
+    }
+    Drain();
+  }
+}
+
+void Supervisor::Impl::TakeQueued(epoll_event* events) {
+  // Datagrams first (all of them: Receive reads until EAGAIN), then one look
+  // at every fd without waiting. A pipe that keeps writing cannot hold the
+  // verdict off: the look is bounded.
+  OnNotify();
+  Drain();
+  for (int pass = 0; pass < 4; ++pass) {
+    int n = ::epoll_wait(epoll_.get(), events, 64, 0);
+    if (n <= 0) return;
+    Dispatch(events, n);
+  }
+}
+
+int Supervisor::Impl::NextTimeoutMs(SteadyTime now, SteadyTime* asked) const {
+  SteadyTime next = core_.NextWake(now);
   // The live view is refreshed at least once a second while someone shows it.
   if (console_) next = std::min(next, last_status_ + kStatusPeriod);
+  *asked = next;
   if (next == SteadyTime::max()) return -1;
   if (next <= now) return 0;
   // Round up: waking a millisecond early would spin once more for nothing.
@@ -444,8 +474,14 @@ void Supervisor::Impl::Reap() {
       }
       if (pid == guard_.guardian_pid()) {
         guard_.GuardianReaped();
-        Warn("dflash-guardian " + DecodeWaitStatus(status).Describe() +
-             ": a SIGKILL of the launcher could now leave processes behind");
+        std::string how = "(pid " + std::to_string(pid) + ") " + DecodeWaitStatus(status).Describe();
+        std::string gerr;
+        if (core_.OnGuardianDied(how)) {
+          if (guard_.Restart(&gerr)) Info("dflash-guardian restarted: pid " + std::to_string(guard_.guardian_pid()));
+          else core_.StopUnguarded("dflash-guardian " + how + " and a new one cannot be started (" + gerr +
+                                   "): stopping the run, which a SIGKILL of the launcher would leave behind");
+        }
+        Drain();
         continue;
       }
       if (log_) log_->debug("reaped orphan {} ({})", pid, DecodeWaitStatus(status).Describe());

@@ -342,6 +342,28 @@ void SupervisorCore::AddWarning(const std::string& w) {
   Warn(w);
 }
 
+bool SupervisorCore::OnGuardianDied(const std::string& how) {
+  SteadyTime now = clock_();
+  guardian_deaths_.erase(std::remove_if(guardian_deaths_.begin(), guardian_deaths_.end(),
+                                        [&](SteadyTime t) { return now - t > kGuardianWindow; }),
+                         guardian_deaths_.end());
+  guardian_deaths_.push_back(now);
+  if (static_cast<int>(guardian_deaths_.size()) > kGuardianRestarts) {
+    StopUnguarded("dflash-guardian " + how + "; it died " + std::to_string(guardian_deaths_.size()) +
+                  " times within " + FormatDuration(kGuardianWindow) +
+                  ": not started again; stopping the run, which a SIGKILL of the launcher would leave behind");
+    return false;
+  }
+  Warn("dflash-guardian " + how + ": starting a new one (a run is never left without one)");
+  return true;
+}
+
+void SupervisorCore::StopUnguarded(const std::string& why) {
+  if (!unguarded_) Warn(why);
+  unguarded_ = true;
+  BeginStop(why);
+}
+
 void SupervisorCore::NoteMemoryPeak(size_t i, int64_t bytes) {
   procs_[i].memory_peak = std::max(procs_[i].memory_peak, bytes);
 }
@@ -465,6 +487,54 @@ void SupervisorCore::OnTick() {
     }
     if (p.state == ProcState::kRunning && p.alive() && now >= p.watchdog_at && !stopping_) Hang(i);
   }
+}
+
+void SupervisorCore::OnLoopTurn(SteadyTime wait_began, SteadyTime asked, SteadyTime woke) {
+  // Two ways the supervisor misses time: stopped while it waited (it wakes
+  // later than it asked), or while it worked (the turn before took long).
+  SteadyTime::duration late = asked == SteadyTime::max() ? SteadyTime::duration::zero() : woke - asked;
+  SteadyTime::duration work =
+      last_woke_ == SteadyTime{} ? SteadyTime::duration::zero() : wait_began - last_woke_;
+  last_woke_ = woke;
+  SteadyTime::duration lost = std::max(late, work);
+  if (lost > kPauseSlack) OnPaused(lost);
+}
+
+bool SupervisorCore::Timing() const {
+  for (const CoreProc& p : procs_) {
+    if (!p.alive()) continue;
+    if (p.state == ProcState::kStopping && p.kill_at != SteadyTime::max()) return true;
+    if (p.state == ProcState::kStarting && p.readiness && p.readiness->deadline()) return true;
+    if (p.state == ProcState::kRunning && p.watchdog_at != SteadyTime::max()) return true;
+  }
+  return false;
+}
+
+void SupervisorCore::OnPaused(SteadyTime::duration lost) {
+  ++pauses_;
+  double s = std::chrono::duration<double>(lost).count();
+  paused_s_ += s;
+  if (!Timing()) return;  // nothing judged by time: nothing to give back
+  for (CoreProc& p : procs_) {
+    if (!p.alive()) continue;
+    // A grace or a readiness timeout is time the process gets: the part it
+    // may not have had is given again.
+    if (p.kill_at != SteadyTime::max()) p.kill_at += lost;
+    if (p.readiness) p.readiness->Postpone(lost);
+    // A watchdog judges silence; whether the payload was stopped with us (a
+    // whole-run pause) or its pings are queued, it gets a full interval from
+    // now. A payload that is really hung is still caught, one interval later.
+    if (p.state == ProcState::kRunning && p.watchdog_at != SteadyTime::max()) ArmWatchdog(static_cast<size_t>(&p - procs_.data()));
+  }
+  Warn("the supervisor did not run for " + FormatSeconds(s) +
+       " (stopped, frozen or starved): readiness and stop grace postponed by that, watchdogs re-armed; "
+       "nothing is judged on time it did not see");
+}
+
+SteadyTime SupervisorCore::NextWake(SteadyTime now) const {
+  SteadyTime next = NextDeadline();
+  if (Timing()) next = std::min(next, now + kPauseProbe);
+  return next;
 }
 
 bool SupervisorCore::Done() const {

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/spawn.h"
+#include "contract/pause.h"
 #include "contract/readiness.h"
 #include "launcher/control/control.h"
 #include "launcher/plan/plan.h"
@@ -149,11 +150,32 @@ class SupervisorCore final : public ControlHandler {
   void OnOutput(size_t i);
   /// SIGINT/SIGTERM/SIGHUP stop the run (twice: kill at once); others are forwarded.
   void OnSignal(int sig);
-  /// Deadlines due by now.
+  /// Deadlines due by now. The shell first takes what is queued (datagrams,
+  /// pipes, exits): a ping that arrived before the verdict counts.
   void OnTick();
+  /// One turn of the shell's loop: it began waiting at `wait_began`, asked to
+  /// wake by `asked` (SteadyTime::max(): no limit) and woke at `woke`. A
+  /// wake-up or a turn much later than that is time the supervisor did not
+  /// see (it was stopped, frozen or starved): OnPaused. Call before OnTick.
+  void OnLoopTurn(SteadyTime wait_began, SteadyTime asked, SteadyTime woke);
+  /// `lost` passed while the supervisor could not look: whatever it judges by
+  /// time gets that time back (docs/design.md, "Time that did not pass"):
+  /// readiness and stop grace are postponed by `lost`, watchdogs re-armed
+  /// from now, since the payload may have been stopped with us.
+  void OnPaused(SteadyTime::duration lost);
   /// The loop itself broke (epoll failed): kill everything.
   void Abort(const std::string& why);
   void AddWarning(const std::string& warning);
+  /// dflash-guardian (`how`: "(pid N) was killed by SIGKILL") died before the
+  /// run ended. True: the shell starts a new one. False: it died too often
+  /// (more than kGuardianRestarts times within kGuardianWindow) and the run
+  /// stops, since a run nobody can clean up after must not go on.
+  bool OnGuardianDied(const std::string& how);
+  /// No guardian can be had (`why`): the run stops with that reason, exit 1.
+  void StopUnguarded(const std::string& why);
+  static constexpr int kGuardianRestarts = 3;
+  static constexpr Millis kGuardianWindow{60000};
+  bool unguarded() const { return unguarded_; }
   void NoteMemoryPeak(size_t i, int64_t bytes);
   /// If set, called when a stop needs the exec outcome of proc `i` now (the
   /// shell then calls OnExecResult): a failed exec is its own failure, not a stop.
@@ -191,6 +213,12 @@ class SupervisorCore final : public ControlHandler {
   bool HasActions() const { return !actions_.empty(); }
   bool Done() const;
   SteadyTime NextDeadline() const;
+  /// When the loop must wake at the latest: NextDeadline(), or `now` +
+  /// kPauseProbe (contract/pause.h) while a watchdog, readiness or stop grace is being timed.
+  SteadyTime NextWake(SteadyTime now) const;
+  /// Pauses noticed so far and the time they took (summary, tests).
+  int pauses() const { return pauses_; }
+  double paused_s() const { return paused_s_; }
   /// The process whose worker (or payload) sent a datagram, or -1.
   int FindSender(pid_t pid, pid_t pgid) const;
   size_t size() const { return procs_.size(); }
@@ -233,6 +261,7 @@ class SupervisorCore final : public ControlHandler {
   void Warn(const std::string& text);
   void MaybeRoundStopped();
   double Since(SteadyTime t) const;
+  bool Timing() const;
 
   const Plan& plan_;
   Clock clock_;
@@ -265,6 +294,11 @@ class SupervisorCore final : public ControlHandler {
   SteadyTime round_not_before_{};
   std::string node_culprit_, node_reason_;
   int node_exit_code_ = 70;
+  bool unguarded_ = false;                 ///< stopped for want of a guardian
+  std::vector<SteadyTime> guardian_deaths_;  ///< within kGuardianWindow
+  SteadyTime last_woke_{};  ///< the previous OnLoopTurn's `woke` (epoch: none yet)
+  int pauses_ = 0;
+  double paused_s_ = 0;
 };
 
 }  // namespace dflash

@@ -121,6 +121,24 @@ class Harness {
       if (a.kind == kind) out.push_back(a.index);
     return out;
   }
+  /// One turn of the shell's loop in which the supervisor was stopped for
+  /// `d`: it asked to wake by NextWake, woke `d` later, then judged.
+  void Paused(Millis d) {
+    SteadyTime began = now_, asked = core_->NextWake(now_);
+    now_ += d;
+    core_->OnLoopTurn(began, asked, now_);
+    core_->OnTick();
+    Pump();
+  }
+  /// A turn that woke exactly when it asked to (or at `now_` + `d` if sooner).
+  void Turn(Millis d) {
+    SteadyTime began = now_, asked = core_->NextWake(now_);
+    now_ = std::min(asked, now_ + d);
+    core_->OnLoopTurn(began, asked, now_);
+    core_->OnTick();
+    Pump();
+  }
+  SteadyTime now() const { return now_; }
   bool spawn_fails_ = false;
   /// Spawns whose exec outcome comes later (ExecResult), as the shell reports a direct payload's.
   bool exec_pending_ = false;
@@ -781,6 +799,159 @@ TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
   nlohmann::ordered_json j = SummaryJson(s);
   EXPECT_EQ(j["processes"][0]["attempts"][0]["gate"]["role"], "lead");
   EXPECT_EQ(j["processes"][0]["attempts"][1]["gate"]["role"], "reuse");
+}
+
+}  // namespace
+}  // namespace dflash
+
+namespace dflash {
+namespace {
+
+// --- time that did not pass for the run (issue #21, item 4) ---
+
+NotifyFields Ping() {
+  NotifyFields ping;
+  ping.watchdog = true;
+  return ping;
+}
+
+TEST(SupervisorCorePause, WhileAWatchdogIsTimedTheLoopLooksAtTheClockOften) {
+  Harness h(Role("a", 1, ""), [](RunConfig* c) { c->roles[0].watchdog = Millis(3000); });
+  h.Start();
+  h.Report("a:0", Ping());
+  EXPECT_EQ(h.core().NextDeadline(), h.now() + Millis(3000));
+  EXPECT_EQ(h.core().NextWake(h.now()), h.now() + kPauseProbe);
+  Harness idle(Role("a", 1, ""));
+  idle.Start();
+  EXPECT_EQ(idle.core().NextWake(idle.now()), SteadyTime::max()) << "nothing timed: no wake-ups";
+}
+
+TEST(SupervisorCorePause, AStoppedSupervisorJudgesNoWatchdogAndStillCatchesARealHang) {
+  Harness h(Role("a", 1, kOnFailure3), [](RunConfig* c) { c->roles[0].watchdog = Millis(3000); });
+  h.Start();
+  h.Report("a:0", Ping());
+  h.Turn(Millis(200));
+  h.Paused(Millis(5000));  // SIGSTOP/SIGCONT of the supervisor (or of the whole run)
+  EXPECT_TRUE(h.TakeSignals("a:0").empty()) << "5 s it did not see are no silence of the payload";
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+  EXPECT_EQ(h.core().pauses(), 1);
+  EXPECT_NEAR(h.core().paused_s(), 4.75, 0.01) << "woke 4.75 s later than the 250 ms it asked for";
+  // No ping since: a full interval from the resume, then hung like any other.
+  for (int k = 0; k < 11; ++k) h.Turn(Millis(250));
+  EXPECT_TRUE(h.TakeSignals("a:0").empty());
+  h.Turn(Millis(250));
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGABRT});
+  EXPECT_EQ(h.State("a:0"), "STOPPING");
+  EXPECT_EQ(h.Proc("a:0").why.rfind("hung: no WATCHDOG=1 for 3s", 0), 0u) << h.Proc("a:0").why;
+}
+
+TEST(SupervisorCorePause, WithoutThePauseTheSameSilenceIsAHang) {
+  // The control: the same 5 s seen by a supervisor that ran (no OnLoopTurn gap).
+  Harness h(Role("a", 1, kOnFailure3), [](RunConfig* c) { c->roles[0].watchdog = Millis(3000); });
+  h.Start();
+  h.Report("a:0", Ping());
+  for (int k = 0; k < 20; ++k) h.Turn(Millis(250));  // 5 s: SIGABRT at 3 s, SIGKILL after its 2 s grace
+  EXPECT_EQ(h.TakeSignals("a:0"), (std::vector<int>{SIGABRT, SIGKILL}));
+  EXPECT_EQ(h.core().pauses(), 0);
+}
+
+TEST(SupervisorCorePause, SchedulingNoiseIsNoPause) {
+  Harness h(Role("a", 1, ""), [](RunConfig* c) { c->roles[0].watchdog = Millis(3000); });
+  h.Start();
+  h.Report("a:0", Ping());
+  h.Paused(kPauseProbe + kPauseSlack);  // exactly the slack late
+  EXPECT_EQ(h.core().pauses(), 0);
+  for (int k = 0; k < 9; ++k) h.Turn(Millis(250));
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGABRT}) << "3 s without a ping, 750 ms of it late: hung";
+}
+
+TEST(SupervisorCorePause, ALongTurnOfWorkIsAPauseToo) {
+  // Stopped while it worked (not while it waited): the next wait begins late.
+  Harness h(Role("a", 1, ""), [](RunConfig* c) { c->roles[0].watchdog = Millis(3000); });
+  h.Start();
+  h.Report("a:0", Ping());
+  h.Turn(Millis(250));
+  SteadyTime woke = h.now();
+  SteadyTime later = woke + Millis(5000);
+  h.core().OnLoopTurn(later, later + Millis(250), later + Millis(250));
+  EXPECT_EQ(h.core().pauses(), 1);
+  EXPECT_NEAR(h.core().paused_s(), 5.0, 0.01);
+}
+
+TEST(SupervisorCorePause, AReadinessTimeoutIsPostponedByThePause) {
+  Harness h(Role("a", 1, "ready = { mode = \"notify\", timeout = \"8s\" }"));
+  h.Start();
+  for (int k = 0; k < 6; ++k) h.Turn(Millis(250));  // 1.5 s
+  h.Paused(Millis(10000));                           // stopped 1.5 s .. 11.5 s
+  EXPECT_EQ(h.State("a:0"), "STARTING") << "8 s of its own time have not passed";
+  EXPECT_FALSE(h.core().stopping());
+  NotifyFields ready;
+  ready.ready = true;
+  h.Report("a:0", ready);  // the READY=1 it sent at 3 s, read after the resume
+  EXPECT_EQ(h.State("a:0"), "RUNNING");
+}
+
+TEST(SupervisorCorePause, APostponedReadinessStillTimesOut) {
+  Harness h(Role("a", 1, "ready = { mode = \"notify\", timeout = \"8s\" }"));
+  h.Start();
+  h.Paused(Millis(10250));  // 10 s lost: the deadline moves from 8 s to 18 s
+  for (int k = 0; k < 30; ++k) h.Turn(Millis(250));  // 17.75 s
+  EXPECT_FALSE(h.core().stopping());
+  h.Turn(Millis(250));
+  EXPECT_TRUE(h.core().stopping());
+  h.Killed("a:0", SIGTERM);
+  EXPECT_EQ(h.core().ExitCode(), 75);
+}
+
+TEST(SupervisorCorePause, AStopGraceIsGivenAgain) {
+  Harness h(Role("a", 1, kOnFailure3));  // grace 2 s
+  h.Start();
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:0").ok);
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM});
+  h.Turn(Millis(250));
+  h.Paused(Millis(5000));
+  EXPECT_TRUE(h.TakeSignals("a:0").empty()) << "no SIGKILL: it had 500 ms of its 2 s grace";
+  for (int k = 0; k < 5; ++k) h.Turn(Millis(250));
+  EXPECT_TRUE(h.TakeSignals("a:0").empty());
+  h.Turn(Millis(250));
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGKILL});
+}
+
+// --- the guardian is not optional (issue #21, item 6) ---
+
+TEST(SupervisorCoreGuardian, ItIsStartedAgainUntilItDiesTooOften) {
+  Harness h(Role("a", 1, ""));
+  h.Start();
+  EXPECT_TRUE(h.core().OnGuardianDied("(pid 9) was killed by SIGKILL"));
+  h.Advance(Millis(10000));
+  EXPECT_TRUE(h.core().OnGuardianDied("(pid 10) was killed by SIGKILL"));
+  h.Advance(Millis(10000));
+  EXPECT_TRUE(h.core().OnGuardianDied("(pid 11) was killed by SIGKILL"));
+  h.Advance(Millis(45000));  // the first is out of the 1 min window
+  EXPECT_TRUE(h.core().OnGuardianDied("(pid 12) was killed by SIGKILL"));
+  h.Pump();
+  EXPECT_FALSE(h.core().stopping());
+  h.Advance(Millis(1000));
+  EXPECT_FALSE(h.core().OnGuardianDied("(pid 13) was killed by SIGKILL"));
+  h.Pump();
+  EXPECT_TRUE(h.core().stopping());
+  EXPECT_TRUE(h.core().unguarded());
+  h.Killed("a:0", SIGTERM);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 1);
+  EXPECT_NE(h.core().ExitReason().find("dflash-guardian (pid 13)"), std::string::npos) << h.core().ExitReason();
+  EXPECT_NE(h.core().ExitReason().find("4 times within 1m"), std::string::npos) << h.core().ExitReason();
+}
+
+TEST(SupervisorCoreGuardian, NoNewGuardianStopsTheRun) {
+  Harness h(Role("a", 1, ""));
+  h.Start();
+  h.core().StopUnguarded("dflash-guardian (pid 9) was killed by SIGKILL and a new one cannot be started (fork: no)");
+  h.Pump();
+  EXPECT_EQ(h.State("a:0"), "STOPPING");
+  h.Killed("a:0", SIGTERM);
+  EXPECT_EQ(h.core().ExitCode(), 1);
+  EXPECT_NE(h.core().ExitReason().find("cannot be started"), std::string::npos);
 }
 
 }  // namespace

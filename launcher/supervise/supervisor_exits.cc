@@ -226,6 +226,7 @@ int SupervisorCore::ExitCode() const {
     return a->exit_code > 0 ? a->exit_code : exit_code::kFailure;
   }
   if (!node_culprit_.empty()) return node_exit_code_;
+  if (unguarded_) return exit_code::kFailure;
   if (stop_signal_) return exit_code::kSignalBase + stop_signal_;
   return 0;
 }
@@ -241,7 +242,7 @@ std::string SupervisorCore::ExitReason() const {
     return c.plan->name + " " + c.reason;
   }
   if (!node_culprit_.empty()) return node_reason_;
-  if (stop_signal_ || manual_stop_) return stop_reason_;
+  if (unguarded_ || stop_signal_ || manual_stop_) return stop_reason_;
   return "all processes succeeded";
 }
 
