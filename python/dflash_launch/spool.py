@@ -106,7 +106,7 @@ def _warmup_spent(who, n, what):
     from dflash_launch import notify_status, said_ready
 
     if not said_ready():
-        print(f"{who}: warm-up stopped after {n} synthetic frames {what} without saying READY. A warm-up "
+        print(f"{who}: warm-up stopped after {n} {what} without saying READY. A warm-up "
               "(DFLASH_WARMUP=1) only compiles: the spool gives it synthetic frames of [model], never real ones, and "
               "takes nothing it publishes. Call dflash_launch.notify_ready() after the first compiled step (the "
               "warm-up then ends at once), and use dflash_launch.is_warmup() to skip what a warm-up need not do "
@@ -128,7 +128,8 @@ def _synthetic_frame(torch, contract, g):
     b, s, width = c["batch"], c["seq_len"], len(c["tapped_layers"]) * c["hidden"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(c["dtype"], torch.float32)
     hidden = torch.randn(b, s, width, generator=g).to(dtype)
-    return hidden, torch.randint(0, c["vocab"], (b, s), generator=g, dtype=torch.long)
+    # Never vocab-1, the drafters' mask token (neither do the builtin target's ids).
+    return hidden, torch.randint(0, max(1, c["vocab"] - 1), (b, s), generator=g, dtype=torch.long)
 
 
 def frame_file(producer, seq):
@@ -499,7 +500,7 @@ class SpoolSource:
         g = torch.Generator().manual_seed(int(self.contract.get("seed", 0)))
         while True:
             if self.synthetic >= self.warmup_frames:
-                _warmup_spent(self.name, self.synthetic, "from the spool")
+                _warmup_spent(self.name, self.synthetic, "synthetic frames from the spool")
             hidden, tokens = _synthetic_frame(torch, self.contract, g)
             self.synthetic += 1
             yield {"hidden": hidden, "tokens": tokens, "seq": self.synthetic - 1, "producer": "(warm-up)",
@@ -629,7 +630,7 @@ class SpoolProducer:
             self.check(hidden, tokens, meta, seq)
         if self.warmup:
             if self.discarded >= self.warmup_frames:
-                _warmup_spent(self.name, self.discarded, "published")
+                _warmup_spent(self.name, self.discarded, "frames published (and discarded)")
             self.discarded += 1
             return seq
         delay = 1e-4
