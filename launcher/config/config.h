@@ -121,6 +121,7 @@ struct RoleSpec {
   std::vector<std::string> command;      // the payload, or empty for a builtin
   SourcePos command_pos;                 // where its command is written
   std::string builtin;                   // "target" | "drafter" | empty
+  std::string spool;                     // "produce" | "consume" | empty: what the role does with the spool
   std::vector<std::pair<std::string, std::string>> env;
   std::string cwd;
   std::vector<std::string> warmup;       // the seed's warm-up command; empty: command + DFLASH_WARMUP=1
@@ -134,6 +135,9 @@ struct RoleSpec {
   /// WATCHDOG=1 once it has sent one, else no output and no STATUS=.
   Millis watchdog{0};
   int watchdog_signal = SIGABRT;  // sent to a hung process (faulthandler dumps its stacks)
+
+  /// Its processes publish hidden-state frames: spool = "produce", or a builtin target.
+  bool ProducesFrames() const { return spool == "produce" || builtin == "target"; }
 
   bool is_cpu() const { return devices.empty(); }
   /// Processes of this role on each node it runs on.

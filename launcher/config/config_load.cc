@@ -511,6 +511,14 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
               "\"\"", "e.g. command = [\"python\", \"train.py\"]");
     }
   }
+  r.Enum("spool", &role->spool);
+  // A builtin role's side of the spool is fixed: a contradicting `spool` is a slip, not a choice.
+  const char* fixed = role->builtin == "target" ? "produce" : role->builtin == "drafter" ? "consume" : nullptr;
+  if (fixed && (role->spool == "produce" || role->spool == "consume") && role->spool != fixed)
+    r.Error("spool", r.ValuePos("spool"), "builtin = \"" + role->builtin + "\" cannot " + role->spool + " frames",
+            std::string("\"") + fixed + "\" (or no spool key)", "\"" + role->spool + "\"",
+            "remove spool: a builtin " + role->builtin + " " + (std::string(fixed) == "produce" ? "publishes" : "reads") +
+                " frames by itself");
   ReadEnv(r, role);
   std::string cwd;
   r.String("cwd", &cwd);

@@ -143,6 +143,11 @@ std::vector<SectionSpec> MakeSchema() {
             "[\"python\", \"train.py\", \"--role\", \"drafter\"]"},
            {"builtin", K::kEnum, "", "A builtin LibTorch role instead of a command.", "\"target\"",
             {"target", "drafter"}},
+           {"spool", K::kEnum, "<none; a builtin target: produce>",
+            "What the role does with the hidden-state spool. \"produce\": each process publishes frames "
+            "(dflash_launch.spool.SpoolProducer) and counts in DFLASH_SPOOL_PRODUCERS, so the drafters' "
+            "sources end when every producer finished. \"consume\": it reads them (documentation only).",
+            "\"produce\"", {"produce", "consume"}},
            {"env", K::kEnvTable, "{}",
             "Extra environment for this role's processes. Variables that dflash-launch sets (RANK, "
             "CUDA_VISIBLE_DEVICES, ...) cannot be overridden here.",

@@ -317,7 +317,7 @@ std::string Plan::SpoolDir() const {
 int Plan::SpoolProducers() const {
   int n = 0;  // the spool is node-local: only this node's targets feed it
   for (const ProcessPlan& p : processes)
-    if (RoleOf(p).builtin == "target") ++n;
+    if (RoleOf(p).ProducesFrames()) ++n;
   return n;
 }
 

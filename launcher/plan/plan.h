@@ -102,7 +102,8 @@ struct Plan {
   EnvList ProcessEnv(const ProcessPlan& p, int attempt) const;
   /// Hidden-state frames of this run: <run.spool_dir>/<run_id> (DFLASH_SPOOL_DIR).
   std::string SpoolDir() const;
-  /// Processes that publish frames there: those of builtin target roles (DFLASH_SPOOL_PRODUCERS).
+  /// Processes that publish frames there: those of roles with spool = "produce" or a builtin
+  /// target, warm-ups not counted (they publish nothing) (DFLASH_SPOOL_PRODUCERS).
   int SpoolProducers() const;
   /// Whether the process needs dflash-worker in between: for the gate, or a
   /// readiness only a host can observe (log lines, a file). Otherwise the

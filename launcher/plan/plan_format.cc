@@ -265,6 +265,9 @@ std::string PlanJson(const Plan& plan) {
         {"cpu", r.is_cpu()},
         {"command", r.command.empty() ? ojson() : ojson(r.command)},
         {"builtin", r.builtin.empty() ? ojson() : ojson(r.builtin)},
+        {"spool", r.ProducesFrames()                             ? ojson("produce")
+                  : (r.spool == "consume" || r.builtin == "drafter") ? ojson("consume")
+                                                                     : ojson()},
         {"torch_version", plan.role_torch_version[i].empty() ? ojson() : ojson(plan.role_torch_version[i])},
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/duration.h"
+#include "common/exit_codes.h"
 
 namespace dflash {
 
@@ -13,6 +14,11 @@ RestartDecision RestartTracker::OnExit(int exit_code, Millis runtime, SteadyTime
     return {Kind::kNoRestart, Millis(0), "restart policy is \"never\""};
   if (spec_.policy == RestartPolicy::kOnFailure && !failed)
     return {Kind::kNoRestart, Millis(0), "exited 0 (policy on-failure restarts failures only)"};
+  // A frame (or the shapes a producer makes) that breaks the [model] contract
+  // breaks it again after a restart: restarting would only spend the budget.
+  if (exit_code == exit_code::kFrameContract)
+    return {Kind::kNoRestart, Millis(0),
+            "exit code 65: a hidden-state frame violates the [model] contract (never restarted)"};
   const auto& codes = spec_.no_restart_exit_codes;
   if (std::find(codes.begin(), codes.end(), exit_code) != codes.end())
     return {Kind::kNoRestart, Millis(0), "exit code " + std::to_string(exit_code) + " is in no_restart_exit_codes"};

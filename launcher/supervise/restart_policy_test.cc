@@ -87,5 +87,14 @@ TEST(RestartTracker, PoliciesAndNoRestartCodes) {
   EXPECT_EQ(coded.OnExit(3, seconds(1), {}).kind, Kind::kRestart);
 }
 
+TEST(RestartTracker, AFrameContractViolationIsNeverRestarted) {
+  // 65 without being listed: the same frame, or the producer's same shapes, come back after a restart.
+  RestartTracker always(Spec(RestartPolicy::kAlways));
+  RestartDecision d = always.OnExit(65, seconds(1), {});
+  EXPECT_EQ(d.kind, Kind::kNoRestart);
+  EXPECT_NE(d.reason.find("[model] contract"), std::string::npos);
+  EXPECT_EQ(always.OnExit(64, seconds(1), {}).kind, Kind::kRestart);
+}
+
 }  // namespace
 }  // namespace dflash

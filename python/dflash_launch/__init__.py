@@ -25,8 +25,18 @@ __all__ = [
 ]
 
 
+_said_ready = []  # READY=1 went out from this process (the spool's warm-up budget asks: dflash_launch.spool)
+
+
+def said_ready() -> bool:
+    """True once this process sent READY=1 through notify()/notify_ready()."""
+    return bool(_said_ready)
+
+
 def notify(message: str) -> bool:
     """Sends one datagram ("KEY=VALUE" lines) to $NOTIFY_SOCKET. False when unset."""
+    if "READY=1" in message.split("\n"):
+        _said_ready.append(True)
     address = os.environ.get("NOTIFY_SOCKET", "")
     if not address:
         return False

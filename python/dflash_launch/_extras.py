@@ -1,17 +1,18 @@
 """Optional dependencies, imported where a function needs them, with an error that names the extra.
 
 The package's core (notify, the gate-role and warm-up helpers, the spool's file protocol, the console
-entry points) is standard library only. Two extras (pyproject.toml) declare the rest:
+entry points) is standard library only. Three extras (pyproject.toml) declare the rest:
 
 - ``dflash-launch[torch]``: torch and safetensors, for the shape check on tensors, init_process_group,
   the spool's tensor frames, the reference drafter and the GPU check. Skip it when the venv already
   holds the torch you train with: nothing else is needed.
 - ``dflash-launch[demo]``: the above plus matplotlib, for the demo's report plot.
+- ``dflash-launch[hf]``: torch, safetensors and transformers, for the ready-made target dflash_launch.hf_target.
 """
 import importlib
 
 # Top-level module -> the extra that installs it.
-EXTRA_OF = {"torch": "torch", "safetensors": "torch", "matplotlib": "demo"}
+EXTRA_OF = {"torch": "torch", "safetensors": "torch", "matplotlib": "demo", "transformers": "hf"}
 
 
 class MissingExtraError(ImportError):

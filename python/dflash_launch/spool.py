@@ -12,9 +12,24 @@
 
 SpoolSource is the consumer the reference drafter uses (`--source spool`);
 SpoolProducer lets a Python target publish frames the builtin drafter reads.
+Under dflash-launch both come from the environment alone:
+`SpoolProducer.from_env(contract)` in every process of a role with
+`spool = "produce"`, `SpoolSource.from_env(contract)` in the drafters.
 Frames are safetensors files; their metadata carries the contract (format,
 layer_ids, hidden, layout, dtype, target_layers, vocab, producer, seq), and a
-consumer checks it, with the tensors' dtypes and shapes, before any compute.
+consumer checks it, with the tensors' dtypes and shapes, before any compute;
+a producer checks the same before it publishes.
+
+In a warm-up (DFLASH_WARMUP=1: gate mode "warmup", `dflash-launch seed`) both
+stay off the spool: a source yields synthetic frames of [model] (the shapes
+and dtypes of real ones, so the same graphs compile), a producer checks and
+discards what it publishes. A warm-up that has not said READY after
+WARMUP_FRAMES frames is stopped (exit 0: those steps compiled what the role
+needs) with a message that names notify_ready() and is_warmup().
+
+A FrameContractError that nobody catches ends the process with 65, which the
+supervisor never restarts (a restart meets the same frame, or publishes the
+same shapes).
 """
 
 import ctypes
@@ -23,6 +38,7 @@ import json
 import os
 import stat
 import struct
+import sys
 import time
 
 from dflash_launch import HiddenStateContractError, check_hidden_shape, shape_string  # noqa: F401 (re-exported)
@@ -36,6 +52,9 @@ EXT = ".safetensors"
 EXIT_FRAME_CONTRACT = 65
 
 _ST_DTYPES = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
+#: Frames a warm-up gets (or publishes) before it is stopped if it has not said READY: a first compiled step
+#: needs one; the second is what compiles on step 2 (an optimizer's state, a recompile on a new stride).
+WARMUP_FRAMES = 2
 
 
 class SpoolError(RuntimeError):
@@ -54,6 +73,64 @@ class FrameContractError(HiddenStateContractError):
         self.expected, self.found, self.fix = expected, found, fix
         super().__init__(f"frame {frame} from producer {producer} does not match [model]: {what}\n"
                          f"  expected: {expected}\n  found:    {found}\n  fix (in producer {producer}): {fix}")
+
+
+def _exit_on_contract_error():
+    """Makes an uncaught FrameContractError end the process with its exit code
+    (65) instead of Python's 1, which a restart policy would retry until its
+    budget ran out. The traceback is printed first; the exit skips atexit
+    handlers (the process is failing anyway, and the code must survive them)."""
+    if getattr(sys.excepthook, "dflash_contract_exit", False):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        if isinstance(value, FrameContractError):
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(value.exit_code)
+
+    hook.dflash_contract_exit = True
+    sys.excepthook = hook
+
+
+def _in_warmup(warmup):
+    return os.environ.get("DFLASH_WARMUP") == "1" if warmup is None else bool(warmup)
+
+
+def _warmup_spent(who, n, what):
+    """The end of a warm-up's budget: stop it, saying why if it never said READY."""
+    from dflash_launch import notify_status, said_ready
+
+    if not said_ready():
+        print(f"{who}: warm-up stopped after {n} {what} without saying READY. A warm-up "
+              "(DFLASH_WARMUP=1) only compiles: the spool gives it synthetic frames of [model], never real ones, and "
+              "takes nothing it publishes. Call dflash_launch.notify_ready() after the first compiled step (the "
+              "warm-up then ends at once), and use dflash_launch.is_warmup() to skip what a warm-up need not do "
+              "(checkpoints, evaluation); see docs/builtin.md, \"What a warm-up sees\".", file=sys.stderr, flush=True)
+        notify_status(f"warm-up stopped after {n} frames without READY (call dflash_launch.notify_ready())")
+    raise SystemExit(0)
+
+
+_TORCH_TO_ST = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16", "torch.int64": "I64",
+                "torch.int32": "I32", "torch.float64": "F64"}
+
+
+def _st_dtype(t):
+    return _TORCH_TO_ST.get(str(t.dtype), str(t.dtype))
+
+
+def _synthetic_frame(torch, contract, g):
+    c = contract
+    b, s, width = c["batch"], c["seq_len"], len(c["tapped_layers"]) * c["hidden"]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(c["dtype"], torch.float32)
+    hidden = torch.randn(b, s, width, generator=g).to(dtype)
+    # Never vocab-1, the drafters' mask token (neither do the builtin target's ids).
+    return hidden, torch.randint(0, max(1, c["vocab"] - 1), (b, s), generator=g, dtype=torch.long)
 
 
 def frame_file(producer, seq):
@@ -344,29 +421,54 @@ class SpoolSource:
     finished and nothing is left to claim. A frame that violates the contract
     goes to rejected/ and raises FrameContractError (exit 65 in the drafter)."""
 
-    def __init__(self, root, name, contract, producers=0, manifest_path=None):
+    def __init__(self, root, name, contract, producers=0, manifest_path=None, warmup=None,
+                 warmup_frames=WARMUP_FRAMES):
+        """`producers`: how many producers will mark their end; `manifest_path`:
+        default $DFLASH_RUN_DIR/spool.json (the spool dir is deleted after the
+        run). `warmup` (default: DFLASH_WARMUP=1): synthetic frames only."""
         self.paths, self.name, self.contract, self.producers = Paths(root), name, contract, int(producers)
-        self.manifest_path = manifest_path or os.path.join(self.paths.root, "spool.json")
+        self.manifest_path = manifest_path or _manifest_path(self.paths.root)
+        self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
+        self.taken_back = self.acked = self.synthetic = 0
+        self.waited_s = 0.0
+        self.manifest_written = False
+        self._take_back = []
+        _exit_on_contract_error()
+        if self.warmup:
+            return  # a warm-up never touches the spool: no claim dir, nothing taken back
         self.paths.create()
         self.mine = self.paths.claimed_by(name)
         private_makedirs(self.mine)
         self._take_back = sorted(_frames(self.mine), key=lambda f: parse_frame_file(f)[::-1])
-        self.taken_back = self.acked = 0
-        self.waited_s = 0.0
-        self.manifest_written = False
 
     @classmethod
-    def from_env(cls, contract, name, env=None):
+    def from_env(cls, contract, name=None, env=None, **kwargs):
+        """The run's spool, its producer count and manifest path, all from what
+        dflash-launch sets (DFLASH_SPOOL_DIR, DFLASH_SPOOL_PRODUCERS, DFLASH_RUN_DIR;
+        `name` defaults to DFLASH_PROCESS)."""
         env = os.environ if env is None else env
         root = env.get("DFLASH_SPOOL_DIR")
         if not root:
             raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames come through "
                              "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
-        return cls(root, name, contract, int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), _manifest_path(root, env))
+        producers = int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0)
+        warmup = env.get("DFLASH_WARMUP") == "1"
+        if producers <= 0 and not warmup:
+            raise SpoolError("DFLASH_SPOOL_PRODUCERS is 0: no role of this run says it publishes frames, so this "
+                             "source could never end. Set spool = \"produce\" on the target role in run.toml "
+                             "(builtin targets imply it); see docs/builtin.md")
+        return cls(root, name or env.get("DFLASH_PROCESS", "drafter"), contract, producers,
+                   _manifest_path(root, env), warmup=warmup, **kwargs)
 
     def shared_weights(self, say=print):
         """The target's embedding and LM head ({"embed.weight", "lm_head.weight"},
-        float32), waiting for the first target to publish them."""
+        float32), waiting for the first target to publish them. A warm-up gets
+        random ones of the same shape at once (it compiles; its results go)."""
+        if self.warmup:
+            torch = require("torch", "the spool's shared weights")
+            g = torch.Generator().manual_seed(0)
+            shape = (self.contract["vocab"], self.contract["hidden"])
+            return {k: torch.randn(*shape, generator=g) * 0.02 for k in ("embed.weight", "lm_head.weight")}
         load = require("safetensors.torch", "the spool's shared weights").load
 
         t0, next_say, delay = time.monotonic(), time.monotonic() + 5, 1e-3
@@ -392,7 +494,7 @@ class SpoolSource:
 
     def stats(self):
         return {"taken_back": self.taken_back, "frames_acked": self.acked, "spool_wait_s": round(self.waited_s, 3),
-                "manifest_written": self.manifest_written}
+                "manifest_written": self.manifest_written, "warmup": self.warmup, "synthetic_frames": self.synthetic}
 
     # The protocol ------------------------------------------------------------
 
@@ -450,13 +552,28 @@ class SpoolSource:
     def write_manifest_if_final(self):
         """Whoever acknowledges the last frame writes the manifest (every
         consumer that sees the final state writes the same content)."""
+        if self.warmup:
+            return False
         if write_manifest_if_final(self.paths.root, self.producers, self.manifest_path):
             self.manifest_written = True
             return True
         return False
 
+    def _synthetic(self, torch):
+        g = torch.Generator().manual_seed(int(self.contract.get("seed", 0)))
+        while True:
+            if self.synthetic >= self.warmup_frames:
+                _warmup_spent(self.name, self.synthetic, "synthetic frames from the spool")
+            hidden, tokens = _synthetic_frame(torch, self.contract, g)
+            self.synthetic += 1
+            yield {"hidden": hidden, "tokens": tokens, "seq": self.synthetic - 1, "producer": "(warm-up)",
+                   "frame": None, "taken_back": False, "synthetic": True, "ack": lambda: None}
+
     def __iter__(self):
         torch = require("torch", "reading spool frames as tensors")
+        if self.warmup:
+            yield from self._synthetic(torch)
+            return
         load = require("safetensors.torch", "reading spool frames as tensors").load
 
         while True:
@@ -509,10 +626,22 @@ def frame_metadata(contract):
 class SpoolProducer:
     """Publishes frames for the drafters (a Python target). Resumes after its
     highest sequence number in the spool and removes its half-written temp
-    files; waits while ready/ holds `max_ready` frames."""
+    files; waits while ready/ holds `max_ready` frames. In a warm-up it checks
+    and discards what it publishes."""
 
-    def __init__(self, root, name, contract, max_ready=16):
+    def __init__(self, root, name, contract, max_ready=16, producers=None, manifest_path=None, warmup=None,
+                 warmup_frames=WARMUP_FRAMES):
+        """`producers` (default $DFLASH_SPOOL_PRODUCERS) and `manifest_path`
+        (default $DFLASH_RUN_DIR/spool.json): for the manifest at finish()."""
         self.paths, self.name, self.contract, self.max_ready = Paths(root), name, contract, max(1, int(max_ready))
+        self.producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0) if producers is None else producers
+        self.manifest_path = manifest_path or _manifest_path(self.paths.root)
+        self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
+        self.discarded = 0
+        _exit_on_contract_error()
+        if self.warmup:
+            self.next_seq, self.finished = 0, False
+            return  # a warm-up publishes nothing: the drafters' frames come from the real targets
         self.paths.create()
         for f in os.listdir(self.paths.tmp):
             pf = parse_frame_file(f[:-4]) if f.endswith(".tmp") else None
@@ -524,19 +653,53 @@ class SpoolProducer:
         self.next_seq = max(seqs, default=-1) + 1
         self.finished = os.path.exists(os.path.join(self.paths.producers, f"{name}.done"))
 
+    @classmethod
+    def from_env(cls, contract, name=None, env=None, **kwargs):
+        """The run's spool, producer count and manifest path from what dflash-launch
+        sets; `name` defaults to DFLASH_PROCESS ("target:0")."""
+        env = os.environ if env is None else env
+        root = env.get("DFLASH_SPOOL_DIR")
+        if not root:
+            raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames go through "
+                             "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
+        return cls(root, name or env.get("DFLASH_PROCESS", "target"), contract,
+                   producers=int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), manifest_path=_manifest_path(root, env),
+                   warmup=env.get("DFLASH_WARMUP") == "1", **kwargs)
+
+    def check(self, hidden, tokens, metadata, seq):
+        """Raises FrameContractError unless the frame matches [model]: the
+        consumers' own check (check_frame), at the producer's end."""
+        f = frame_file(self.name, seq)
+        check_frame(self.contract, metadata, {"hidden": (_st_dtype(hidden), list(hidden.shape)),
+                                              "tokens": (_st_dtype(tokens), list(tokens.shape))}, f)
+        vocab = self.contract["vocab"]
+        bad = (tokens < 0) | (tokens >= vocab)
+        if bool(bad.any()):
+            i = int(bad.flatten().nonzero()[0])
+            raise FrameContractError(f, self.name, "token id out of range", f"ids in [0, {vocab})",
+                                     f"id {int(tokens.flatten()[i])} at position {i}",
+                                     "publish ids of the target's vocabulary, or set [model] vocab")
+
     def publish(self, hidden, tokens, metadata=None, check=True):
         """Publishes one sample; returns its sequence number. Checks the
-        contract first (the producer's end of it) unless check=False."""
+        contract first (the producer's end of it: FrameContractError, exit 65
+        when uncaught) unless check=False. Integer token ids become int64."""
         c = self.contract
+        if not tokens.is_floating_point() and str(tokens.dtype) != "torch.int64":
+            tokens = tokens.long()
+        seq = self.next_seq
+        meta = dict(frame_metadata(c), **(metadata or {}), producer=self.name, seq=str(seq))
         if check:
-            from dflash_launch import check_hidden_states
-            check_hidden_states(hidden, len(c["tapped_layers"]), c["hidden"], c["batch"], c["seq_len"])
+            self.check(hidden, tokens, meta, seq)
+        if self.warmup:
+            if self.discarded >= self.warmup_frames:
+                _warmup_spent(self.name, self.discarded, "frames published (and discarded)")
+            self.discarded += 1
+            return seq
         delay = 1e-4
         while len(_frames(self.paths.ready)) >= self.max_ready:
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
-        seq = self.next_seq
-        meta = dict(frame_metadata(c), **(metadata or {}), producer=self.name, seq=str(seq))
         f = frame_file(self.name, seq)
         tmp = os.path.join(self.paths.tmp, f + ".tmp")
         with _create_private(tmp) as out:
@@ -550,7 +713,7 @@ class SpoolProducer:
         the drafters, once per spool: the first publisher wins. True if we did."""
         save = require("safetensors.torch", "publishing the shared weights").save
 
-        if os.path.exists(self.paths.weights):
+        if self.warmup or os.path.exists(self.paths.weights):
             return False
         data = save({"embed.weight": embed.detach().float().contiguous(),
                      "lm_head.weight": lm_head.detach().float().contiguous()},
@@ -567,9 +730,10 @@ class SpoolProducer:
 
     def finish(self):
         """The end marker; then, if the drafters already acknowledged every
-        frame, the manifest (DFLASH_SPOOL_PRODUCERS producers are expected)."""
+        frame, the manifest (`producers` producers are expected)."""
+        if self.warmup:
+            return
         _atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
                       json.dumps({"producer": self.name, "frames": self.next_seq}) + "\n")
         self.finished = True
-        producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0)
-        write_manifest_if_final(self.paths.root, producers, _manifest_path(self.paths.root))
+        write_manifest_if_final(self.paths.root, self.producers, self.manifest_path)

@@ -116,6 +116,62 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+/// A warm-up (DFLASH_WARMUP=1: gate mode "warmup", `dflash-launch seed`) stays
+/// off the spool: a real frame it took would be trained on by a process whose
+/// steps are thrown away, and a frame it published would count for no producer.
+bool InWarmup() { return Env("DFLASH_WARMUP") == "1"; }
+
+at::ScalarType ContractScalar(const std::string& dtype) {
+  return dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+}
+
+/// The drafter's warm-up: one step on a synthetic frame of [model] (the shapes
+/// and dtype of a real one; tokens of the seed's chain), with the drafter's own
+/// embedding and head for the target's (a warm-up's results are never used);
+/// then READY and exit 0.
+int WarmUpDrafter(const BuiltinOptions& o, const Role& r) {
+  auto t_start = Clock::now();
+  Drafter drafter(r.m);
+  const FrameContract& fc = r.m.frame;
+  const int64_t B = fc.shape.batch, S = fc.shape.seq_len;
+  TokenChain chain(r.m.seed, fc.vocab);
+  at::Tensor tokens = at::empty({B, S}, at::kLong);
+  for (int64_t b = 0; b < B; ++b) chain.Sample(r.rank, b, tokens.data_ptr<int64_t>() + b * S, S);
+  at::manual_seed(r.m.seed);
+  at::Tensor hidden = at::randn(fc.shape.Shape()).to(ContractScalar(fc.dtype));
+  auto t0 = Clock::now();
+  at::Tensor loss = drafter.Loss(hidden, tokens);
+  loss.backward();
+  drafter.Step(o.lr);
+  const double first = Round(loss.item<double>(), 5), dt = Since(t0);
+  WriteMetrics(r.name, {{"process", r.name}, {"role", "drafter"}, {"impl", "builtin"},
+                        {"torch_version", DFLASH_LIBTORCH_VERSION}, {"source", "synthetic"}, {"warmup", true},
+                        {"synthetic_frames", 1}, {"frames_acked", 0}, {"steps", 1}, {"first_loss", first},
+                        {"first_step_s", Round(dt, 3)}, {"wall_s", Round(Since(t_start), 3)}});
+  std::string err;
+  NotifySend("READY=1\nSTATUS=warm-up: one step on a synthetic frame", &err);
+  Say(r.name, "warm-up: one step on a synthetic frame (loss %.4f); the spool's frames are for the role's processes",
+      first);
+  return exit_code::kOk;
+}
+
+/// The target's warm-up: one forward of its first sample, checked against the
+/// contract and discarded; then READY and exit 0.
+int WarmUpTarget(const Role& r) {
+  TargetModel model(r.m);
+  TokenChain chain(r.m.seed, r.m.frame.vocab);
+  auto [tokens, taps] = MakeSample(model, chain, r.m, r.rank, 0);
+  ContractViolation v;
+  if (!CheckHiddenShape(r.m.frame.shape, taps.sizes().vec(), &v)) {
+    Complain(r.name, "refusing to publish: " + v.message + "; expected " + v.expected + ", found " + v.found);
+    return exit_code::kFrameContract;
+  }
+  std::string err;
+  NotifySend("READY=1\nSTATUS=warm-up: one forward, nothing published", &err);
+  Say(r.name, "warm-up: one forward, nothing published (the role's processes publish the frames)");
+  return exit_code::kOk;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -123,7 +179,9 @@ bool Exists(const std::string& path) {
 int RunTarget(const BuiltinOptions& o) {
   Role r;
   std::string root, err;
-  if (!Setup(o, "target", &r) || !SpoolRoot(r, &root)) return exit_code::kUsage;
+  if (!Setup(o, "target", &r)) return exit_code::kUsage;
+  if (InWarmup()) return WarmUpTarget(r);
+  if (!SpoolRoot(r, &root)) return exit_code::kUsage;
   const FrameContract& fc = r.m.frame;
   auto t_start = Clock::now();
   spool::SpoolProducer producer(root, r.name, o.spool_max);
@@ -221,7 +279,9 @@ int RunTarget(const BuiltinOptions& o) {
 int RunDrafter(const BuiltinOptions& o) {
   Role r;
   std::string root, err;
-  if (!Setup(o, "drafter", &r) || !SpoolRoot(r, &root)) return exit_code::kUsage;
+  if (!Setup(o, "drafter", &r)) return exit_code::kUsage;
+  if (InWarmup()) return WarmUpDrafter(o, r);
+  if (!SpoolRoot(r, &root)) return exit_code::kUsage;
   const int producers = std::atoi(Env("DFLASH_SPOOL_PRODUCERS", "0").c_str());
   auto t_start = Clock::now();
   Drafter drafter(r.m);
