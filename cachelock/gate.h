@@ -38,6 +38,7 @@ struct GateOptions {
   std::string dir;                 ///< the cache dir the gate protects
   std::string role = "dflash";     ///< who we are, in records and messages: "drafter:0"
   std::string torch_version;       ///< goes into READY markers; empty if unknown
+  std::string gpu;                 ///< the GPU identity, into READY markers likewise
   std::chrono::milliseconds timeout = kDefaultGateTimeout;  ///< bound on any wait
   std::chrono::milliseconds progress_every = std::chrono::seconds(5);
   /// Called every `progress_every` while waiting with a ready-made line:
