@@ -11,9 +11,6 @@ import pytest
 from conftest import run
 from supervise import write_config
 
-STUB_DIR = None
-
-
 @pytest.fixture
 def nvml(bin_dir):
     """An environment in which dflash-launch finds the stub NVML with two H200s (GPU 1 exclusive)."""
@@ -32,7 +29,7 @@ def gpu_role(devices, extra=""):
         [[role]]
         name = "d"
         devices = {devices}
-        command = ["sh", "-c", "echo \\"$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER\\" > out-$ROLE_RANK.txt"]
+        command = ["sh", "-c", "echo \\"$CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER\\" > $PWD/out-$ROLE_RANK.txt"]
         {extra}
         """
 
@@ -96,13 +93,13 @@ def test_inherited_visible_devices_are_indexed_not_overwritten(bin_dir, tmp_path
 
 def test_leader_gets_the_hosts_compile_threads_followers_one(bin_dir, tmp_path):
     """Two gated processes, one key: the one that leads compiles with the host's share of workers."""
-    script = ('echo "$DFLASH_GATE_ROLE $TORCHINDUCTOR_COMPILE_THREADS" > $DFLASH_PROCESS_OUT; '
+    script = ('echo "$DFLASH_GATE_ROLE $TORCHINDUCTOR_COMPILE_THREADS" > $PWD/threads-$ROLE_RANK.txt; '
               'd=$TORCHINDUCTOR_CACHE_DIR/fxgraph/ab/fab$$; mkdir -p $d && echo x > $d/e')
     cfg = write_config(tmp_path, f"""
         [[role]]
         name = "d"
         cpu = 2
-        command = ["sh", "-c", "DFLASH_PROCESS_OUT=$PWD/threads-$ROLE_RANK.txt; {script}"]
+        command = {json.dumps(["sh", "-c", script])}
         gate = {{ key = "k", mode = "serial" }}
         ready = "exit"
         """)

@@ -18,7 +18,7 @@ namespace {
 bool AffectsCompile(const std::string& name) {
   if (name == "TORCHINDUCTOR_CACHE_DIR" || name == "TRITON_CACHE_DIR") return false;  // where, not what
   // How many workers compile, not what they produce: the launcher gives the
-  // leader and its followers different values (LeaderCompileThreads).
+  // leader and its followers different values (Plan::leader_compile_threads).
   if (name == "TORCHINDUCTOR_COMPILE_THREADS") return false;
   for (const char* prefix : {"TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_", "TRITON_"})
     if (name.rfind(prefix, 0) == 0) return true;
