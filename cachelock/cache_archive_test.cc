@@ -90,7 +90,7 @@ TEST(CacheArchive, CudaContentTravelsAndAnotherGpuRefusesIt) {
   ASSERT_TRUE(ReadArchiveManifest(file, &m, &err)) << err;
   EXPECT_EQ(m.gpu, h200);
 
-  fs::create_directories(other);
+  fs::create_directories(other + "/.dflash");  // the gate dir: the import command takes the gate first
   ImportReport r;
   EXPECT_EQ(ImportCache(file, other, {"2.13.0+cu130", "cuda", "NVIDIA A100-SXM4-80GB sm 8.0; cuda 13.0 triton 3.6.0"},
                         false, &r, &err),
