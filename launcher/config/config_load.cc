@@ -424,7 +424,8 @@ void ReadDevices(TableReader& r, const toml::node* n, RoleSpec* role) {
       } else {
         bool digits = e.is_string() && !e.as_string()->get().empty() &&
                       std::all_of(e.as_string()->get().begin(), e.as_string()->get().end(), ::isdigit);
-        r.Error("devices", pos, e.is_integer() ? "element out of range" : "not a GPU",
+        r.Error("devices", pos,
+                e.is_integer() ? "element out of range" : e.is_string() && !digits ? "not a GPU" : "wrong element type",
                 "GPU indices 0..1023 or UUIDs as nvidia-smi -L prints them (\"GPU-…\", \"MIG-…\")",
                 DescribeNode(e),
                 digits ? "remove the quotes around the number"

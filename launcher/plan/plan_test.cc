@@ -365,9 +365,9 @@ TEST(GpuPlan, GpuIdentityIsInTheKeyButTheIndexIsNot) {
   PlanOptions po;
   po.cuda_runtime = [](const RoleSpec&) { return std::string("cuda 13.0 triton 3.6.0"); };
   po.host_gpus.nvml = true;
-  po.host_gpus.gpus = {{0, "NVIDIA H200", "GPU-a", 150u << 30, "default", "9.0"},
-                       {1, "NVIDIA H200", "GPU-b", 150u << 30, "default", "9.0"},
-                       {2, "NVIDIA A100-SXM4-80GB", "GPU-c", 80u << 30, "default", "8.0"}};
+  po.host_gpus.gpus = {{0, "NVIDIA H200", "GPU-a", 150ull << 30, "9.0", "default"},
+                       {1, "NVIDIA H200", "GPU-b", 150ull << 30, "9.0", "default"},
+                       {2, "NVIDIA A100-SXM4-80GB", "GPU-c", 80ull << 30, "8.0", "default"}};
   Plan h200 = BuildPlan(c, po);
   EXPECT_EQ(h200.role_gpu_identity[0], "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0");
   EXPECT_EQ(h200.role_gpu_identity[1], "cpu");
