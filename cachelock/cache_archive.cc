@@ -200,6 +200,7 @@ bool ExportCache(const std::string& dir, const std::string& file, const ArchiveF
   m = CacheManifest{};
   m.torch_version = facts.torch_version;
   m.device = facts.device;
+  m.gpu = facts.gpu;
   m.host = HostName();
   m.created = static_cast<int64_t>(std::time(nullptr));
   std::vector<CacheFile> files;

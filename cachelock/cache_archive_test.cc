@@ -47,7 +47,7 @@ TEST(CacheArchive, ExportSkipsLinksAndForeignFilesAndIsPrivateWhateverTheUmask) 
   ExportReport report;
   std::string err;
   std::string file = t.path() + "/c.tar.zst";
-  bool ok = ExportCache(cache, file, {"2.13.0+cpu", "cpu"}, &report, &err);
+  bool ok = ExportCache(cache, file, {"2.13.0+cpu", "cpu", ""}, &report, &err);
   ::umask(old);
   ASSERT_TRUE(ok) << err;
   struct stat st {};
@@ -63,6 +63,45 @@ TEST(CacheArchive, ExportSkipsLinksAndForeignFilesAndIsPrivateWhateverTheUmask) 
   EXPECT_EQ(report.skipped[1], "ab/cabsecret.so (a symlink: never followed)");
 }
 
+// The whole cache travels: what torch writes on CUDA besides kernels (a best_config, the
+// max-autotune timings, a CuTe DSL object), and the GPU identity it was made for, which an
+// import for another GPU refuses (the cluster gate's fetch imports the same way).
+TEST(CacheArchive, CudaContentTravelsAndAnotherGpuRefusesIt) {
+  TempDir t;
+  std::string cache = t.path() + "/cache", other = t.path() + "/other";
+  const std::string best = "yv/842878a06c93b2a9ad1f746de6e5c812afe702acf579ebeeaa5c2025779ce37d.best_config";
+  const std::string timings = "cache/44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
+  const std::string cute = "cutedsl_compile_cache/3b66e2fda26d61d20b16b33290188adc334ce4327d6c2e3df3505e9689272f06.o";
+  WriteText(cache + "/yv/cyvtb6lnvmsyxf4dc7y5psuvbja2k5deiclziipns6qqkyl42ii7.py", "kernel");
+  WriteText(cache + "/" + best, "{\"XBLOCK\": 128}");
+  WriteText(cache + "/" + timings, "{\"cache\": {}}");
+  WriteText(cache + "/" + cute, "ELF");
+  WriteText(cache + "/cutedsl_compile_cache/tmphywp6sqp.o.tmp", "half");  // in flight: not content
+  const std::string h200 = "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0";
+  ExportReport report;
+  std::string err, file = t.path() + "/c.tar.zst";
+  ASSERT_TRUE(ExportCache(cache, file, {"2.13.0+cu130", "cuda", h200}, &report, &err)) << err;
+  EXPECT_EQ(report.manifest.gpu, h200);
+  std::vector<std::string> names;
+  for (const auto& [name, data] : Entries(file)) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"manifest.json", timings, cute, best,
+                                             "yv/cyvtb6lnvmsyxf4dc7y5psuvbja2k5deiclziipns6qqkyl42ii7.py"}));
+  CacheManifest m;
+  ASSERT_TRUE(ReadArchiveManifest(file, &m, &err)) << err;
+  EXPECT_EQ(m.gpu, h200);
+
+  fs::create_directories(other + "/.dflash");  // the gate dir: the import command takes the gate first
+  ImportReport r;
+  EXPECT_EQ(ImportCache(file, other, {"2.13.0+cu130", "cuda", "NVIDIA A100-SXM4-80GB sm 8.0; cuda 13.0 triton 3.6.0"},
+                        false, &r, &err),
+            ImportResult::kMismatch);
+  EXPECT_NE(err.find("compiled for " + h200), std::string::npos) << err;
+  EXPECT_NE(err.find("--force"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(other + "/" + best));
+  ASSERT_EQ(ImportCache(file, other, {"2.13.0+cu130", "cuda", h200}, false, &r, &err), ImportResult::kOk) << err;
+  EXPECT_TRUE(fs::exists(other + "/" + best) && fs::exists(other + "/" + timings) && fs::exists(other + "/" + cute));
+}
+
 TEST(CacheArchive, ExportRefusesToWriteThroughAPlantedTempFile) {
   TempDir t;
   std::string cache = t.path() + "/cache";
@@ -71,7 +110,7 @@ TEST(CacheArchive, ExportRefusesToWriteThroughAPlantedTempFile) {
   fs::create_symlink(t.path() + "/victim", file + ".tmp." + std::to_string(::getpid()));
   ExportReport report;
   std::string err;
-  EXPECT_FALSE(ExportCache(cache, file, {"2.13.0+cpu", "cpu"}, &report, &err));
+  EXPECT_FALSE(ExportCache(cache, file, {"2.13.0+cpu", "cpu", ""}, &report, &err));
   EXPECT_NE(err.find("File exists"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(t.path() + "/victim"));
 }

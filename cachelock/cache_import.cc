@@ -134,6 +134,14 @@ ImportResult ImportCache(const std::string& file, const std::string& dir, const 
     *err = "the archive holds " + m.device + " kernels, this run uses " + here.device + ". Use --force to import anyway";
     return ImportResult::kMismatch;
   }
+  // Triton kernels and their autotuned configs are made for one GPU model, CUDA and Triton: on
+  // another they miss (or, with a stale best_config, run slow). Unknown on either side: not checked.
+  if (!force && !m.gpu.empty() && !here.gpu.empty() && m.gpu != here.gpu) {
+    *err = "the archive's kernels were compiled for " + m.gpu + ", this run's are for " + here.gpu +
+           ": Inductor and Triton would not reuse them (GPU model, compute capability, CUDA and Triton are in their "
+           "keys). Use --force to import anyway";
+    return ImportResult::kMismatch;
+  }
   std::map<std::string, const ManifestFile*> want;
   for (const ManifestFile& f : m.files) {
     if (!SafeEntryPath(f.path)) {

@@ -45,6 +45,7 @@ uint64_t CacheManifest::TotalBytes() const {
 std::string CacheManifest::Encode() const {
   json j = {{"format", kFormat}, {"torch_version", torch_version}, {"device", device}, {"created", created},
             {"host", host},     {"keys", keys},                   {"files", json::array()}};
+  if (!gpu.empty()) j["gpu"] = gpu;
   for (const ManifestFile& f : files) j["files"].push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }
@@ -71,6 +72,13 @@ bool ParseManifest(std::string_view text, CacheManifest* out, std::string* err) 
   }
   CacheManifest m;
   if (!String(j, "torch_version", &m.torch_version, err) || !String(j, "device", &m.device, err)) return false;
+  if (auto it = j.find("gpu"); it != j.end()) {  // optional: archives made before it was recorded
+    if (!it->is_string()) {
+      *err = "\"gpu\" must be a string, got " + Shown(*it);
+      return false;
+    }
+    m.gpu = it->get<std::string>();
+  }
   if (auto it = j.find("host"); it != j.end()) {
     if (!it->is_string()) {
       *err = "\"host\" must be a string, got " + Shown(*it);

@@ -234,7 +234,7 @@ ClusterGateOptions Options(const test::RedisServer& server, const Node& node, co
   o.store = Url(server);
   o.key = "drafter-0123456789abcdef";
   o.cache_dir = node.cache;
-  o.here = {std::move(torch), "cpu"};
+  o.here = {std::move(torch), "cpu", ""};
   o.role = role;
   o.lease_ttl = Millis(10'000);
   o.timeout = std::chrono::seconds(60);
@@ -468,7 +468,7 @@ TEST(ClusterGate, AStoreThatIsDownFallsBackAtOnceWithAWarning) {
   ASSERT_TRUE(ParseStoreUrl("redis://127.0.0.1:" + std::to_string(test::FreeLoopbackPort()), &o.store, &err));
   o.key = "k";
   o.cache_dir = n1.cache;
-  o.here = {"2.13.0+cpu", "cpu"};
+  o.here = {"2.13.0+cpu", "cpu", ""};
   o.sign_key = kSecret;
   ClusterGate g(o);
   ClusterDecision d;

@@ -254,6 +254,7 @@ GateError CompileGate::Publish(std::string* err) {
   r.published_at = clock_->WallSeconds();
   r.torch_version = options_.torch_version;
   r.sources = options_.sources;
+  r.gpu = options_.gpu;
   r.compile_seconds = std::round(Seconds(clock_->Now() - lead_since_) * 1000) / 1000;
   if (!backend_->PublishReady(r, err)) return GateError::kIo;
   return GateError::kOk;

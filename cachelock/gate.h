@@ -39,6 +39,7 @@ struct GateOptions {
   std::string role = "dflash";     ///< who we are, in records and messages: "drafter:0"
   std::string torch_version;       ///< goes into READY markers; empty if unknown
   std::vector<ReadySource> sources;  ///< the derived key's files, into READY markers
+  std::string gpu;                 ///< the GPU identity, into READY markers likewise
   std::chrono::milliseconds timeout = kDefaultGateTimeout;  ///< bound on any wait
   std::chrono::milliseconds progress_every = std::chrono::seconds(5);
   /// Called every `progress_every` while waiting with a ready-made line:

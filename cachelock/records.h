@@ -49,6 +49,7 @@ struct ReadyRecord {
   std::string host;
   double published_at = 0;     ///< unix seconds
   std::string torch_version;   ///< empty if the publisher did not know it
+  std::string gpu;             ///< the GPU identity it was compiled for ("cpu", "NVIDIA H200 sm 9.0; cuda ..."); may be empty
   double compile_seconds = 0;  ///< from "lead" to publish()
   std::vector<ReadySource> sources;  ///< the key's files (GateOptions::sources); absent in older markers
 };

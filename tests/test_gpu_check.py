@@ -94,3 +94,132 @@ def test_refuses_a_used_out_dir_and_a_missing_launcher(bin_dir, tmp_path):
              tmp_path / "no-such-launcher"], env=ENV)
     assert r.returncode == 64 and "no dflash-launch" in r.stderr
     assert not (tmp_path / "o").exists()  # nothing made before the refusal
+
+
+# The parts of the check a GPU host exercises, with fakes: a fake ldconfig and nvidia-smi on PATH, a driver dir
+# in tmp_path, and the launcher's run replaced by a recorded summary.
+
+def _gpu_check():
+    sys.path.insert(0, str(ROOT / "python"))
+    from dflash_launch import gpu_check
+    return gpu_check
+
+
+def _fake_tool(dir, name, text):
+    p = dir / name
+    p.write_text("#!/bin/sh\ncat <<'EOF'\n" + text + "EOF\n")
+    p.chmod(0o755)
+
+
+def _host(tmp_path, libcuda_so, modes):
+    """PATH with a fake ldconfig (libcuda.so.1 in tmp_path/drv) and nvidia-smi (these compute modes)."""
+    tools, drv = tmp_path / "tools", tmp_path / "drv"
+    tools.mkdir()
+    drv.mkdir()
+    (drv / "libcuda.so.1").write_text("")
+    if libcuda_so:
+        (drv / "libcuda.so").symlink_to(drv / "libcuda.so.1")
+    _fake_tool(tools, "ldconfig", f"\tlibcuda.so.1 (libc6,x86-64) => {drv}/libcuda.so.1\n")
+    _fake_tool(tools, "nvidia-smi", "".join(f"{i}, {m}\n" for i, m in enumerate(modes)))
+    return {"PATH": f"{tools}:/usr/bin:/bin"}, drv
+
+
+def test_preflight_names_a_missing_unversioned_libcuda_and_the_fix(tmp_path):
+    gc = _gpu_check()
+    env, drv = _host(tmp_path, libcuda_so=False, modes=["Default"])
+    pf = gc.preflight("cuda", [0, 0, 0], True, env)
+    assert pf["ok"] is False and pf["libcuda_dirs"] == [str(drv)] and pf["libcuda_so"] is None
+    [problem] = pf["problems"]
+    assert "no unversioned libcuda.so" in problem and "cannot find -lcuda" in problem
+    assert f"ln -sf {drv}/libcuda.so.1" in problem and "TRITON_LIBCUDA_PATH" in problem
+    (drv / "libcuda.so").symlink_to(drv / "libcuda.so.1")  # the fix
+    pf = gc.preflight("cuda", [0, 0, 0], True, env)
+    assert pf["ok"] is True and pf["problems"] == [] and pf["libcuda_so"] == f"{drv}/libcuda.so"
+    # TRITON_LIBCUDA_PATH wins over ldconfig, as in Triton
+    other = tmp_path / "other"
+    other.mkdir()
+    pf = gc.preflight("cuda", [0], False, dict(env, TRITON_LIBCUDA_PATH=str(other)))
+    assert pf["libcuda_dirs"] == [str(other)] and not pf["ok"]
+
+
+def test_preflight_refuses_exclusive_process_only_where_gpus_are_shared(tmp_path):
+    gc = _gpu_check()
+    env, _ = _host(tmp_path, libcuda_so=True, modes=["Exclusive_Process", "Default"])
+    pf = gc.preflight("cuda", [0, 0, 0], True, env)  # one GPU, three drafters on it
+    assert pf["ok"] is False and pf["compute_modes"] == {0: "Exclusive_Process", 1: "Default"}
+    [problem] = pf["problems"]
+    assert "GPU 0 is in compute mode Exclusive_Process" in problem and "nvidia-smi -i 0 -c DEFAULT" in problem
+    assert gc.preflight("cuda", [0, 1, 2], False, env)["ok"] is True  # one drafter per GPU: exclusive is fine
+    no_smi = dict(env, PATH=str(tmp_path / "drv"))
+    pf = gc.preflight("cuda", [0, 0, 0], True, no_smi)
+    assert pf["compute_modes"] is None and "not checked" in pf["compute_mode_note"]
+
+
+def test_preflight_needs_python_h(tmp_path, monkeypatch):
+    gc = _gpu_check()
+    assert gc.preflight("cpu", [], False, {})["ok"] is True  # this host builds Inductor's C++: it has Python.h
+    monkeypatch.setattr(gc.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+    pf = gc.preflight("cpu", [], False, {})
+    assert pf["ok"] is False and pf["python_h"] is None
+    assert f"no Python.h in {tmp_path}" in pf["problems"][0] and "-dev" in pf["problems"][0]
+
+
+def _summary(bypass):
+    procs = []
+    for i, role in enumerate(["lead", "reuse", "reuse"]):
+        m = dict(gate_role=role, device="cuda:0", attention="flex", compile_wall_s=5.0, fxgraph_cache_hit=0 if i == 0 else 3,
+                 fxgraph_cache_miss=3 if i == 0 else 0, fxgraph_cache_bypass=bypass if i else 0)
+        procs.append({"name": f"drafter:{i}", "device": "cuda:0", "exit_code": 0, "state": "EXITED", "metrics": m})
+    return {"processes": procs}
+
+
+def test_a_bypassed_fx_graph_fails_check_a(tmp_path, monkeypatch):
+    gc = _gpu_check()
+    seen = {}
+
+    def fake_run(launcher, config, run_id, log_dir, timeout_s, env):
+        seen["config"], seen["timeout"] = open(config).read(), timeout_s
+        return {"exit_code": 0, "timed_out": False, "wall_s": 1.0, "console": "c", "run_dir": "r",
+                "summary": _summary(seen["bypass"])}
+
+    monkeypatch.setattr(gc, "run_launcher", fake_run)
+    timeouts = {"gate": 1111, "ready": 2222, "run": 3333}
+    for bypass, ok in ((0, True), (1, False)):
+        seen["bypass"] = bypass
+        work = tmp_path / f"w{bypass}"
+        work.mkdir()
+        out = gc.drafter_run("cuda", "dflash-launch", str(work), "gated", True, 1, 2, timeouts)
+        assert out["ok"] is ok, out
+        assert out["reused_with_0_misses"] == 2  # hits alone would have passed it
+    assert out["bypassed"] == {"drafter:1": 1, "drafter:2": 1} and "since torch 2.10" in out["error"]
+    # the three timeouts go where they belong: the gate's, the readiness', the whole run's
+    assert 'timeout = "1111s"' in seen["config"] and 'timeout = "2222s"' in seen["config"]
+    assert seen["timeout"] == 3333
+
+
+def test_timeout_flags(tmp_path):
+    gc = _gpu_check()
+    a = gc.parse_args([])
+    assert (a.gate_timeout, a.ready_timeout, a.run_timeout) == (1200, 1200, 2700)  # room for a cold flex compile
+    a = gc.parse_args(["--gate-timeout", "60", "--ready-timeout", "90"])
+    assert (a.gate_timeout, a.ready_timeout, a.run_timeout) == (60, 90, 450)
+    a = gc.parse_args(["--timeout", "600"])  # the old flag: all three
+    assert (a.gate_timeout, a.ready_timeout, a.run_timeout) == (600, 600, 660)
+    with pytest.raises(SystemExit):
+        gc.parse_args(["--gate-timeout", "0"])
+
+
+def test_a_failed_preflight_stops_before_any_run(bin_dir, tmp_path, monkeypatch):
+    gc = _gpu_check()
+    env, drv = _host(tmp_path, libcuda_so=False, modes=["Exclusive_Process"])
+    monkeypatch.setenv("PATH", env["PATH"] + ":" + os.environ["PATH"])
+    monkeypatch.setattr(gc, "torch_info", lambda: {"version": torch.__version__, "cuda": "13.0", "cuda_available": True,
+                                                   "gpus": [{"index": 0, "name": "NVIDIA H200"}], "triton": "3.6.0"})
+    monkeypatch.setattr(gc, "run_launcher", lambda *a: pytest.fail("a run started despite the failed preflight"))
+    out = tmp_path / "check"
+    assert gc.main(["--out", str(out), "--launcher", str(bin_dir / "dflash-launch")]) == 1
+    report = json.loads((out / "report.json").read_text())
+    assert report["ok"] is False and report["mode"] == "cuda" and list(report["checks"]) == ["preflight"]
+    assert len(report["checks"]["preflight"]["problems"]) == 2
+    text = (out / "summary.txt").read_text()
+    assert text.startswith("dflash gpu-check (cuda): FAIL") and "preflight   FAIL" in text and "-c DEFAULT" in text

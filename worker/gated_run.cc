@@ -137,7 +137,7 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
   c.store = url;
   c.key = o.gate_key;
   c.cache_dir = o.gate_dir;
-  c.here = {o.torch_version, o.device};
+  c.here = {o.torch_version, o.device, o.gpu_identity};
   c.role = o.name.empty() ? o.argv[0] : o.name;
   c.lease_ttl = o.cluster_lease_ttl;
   c.timeout = o.gate_timeout;
@@ -285,6 +285,7 @@ int RunGated(const GatedRunOptions& o) {
     g.role = o.name.empty() ? o.argv[0] : o.name;
     g.torch_version = o.torch_version;
     g.sources = o.sources;
+    g.gpu = o.gpu_identity;
     g.timeout = o.gate_timeout;
     g.progress_every = o.progress_every;
     g.on_progress = [&](std::string_view line) {
@@ -339,6 +340,8 @@ int RunGated(const GatedRunOptions& o) {
       }
       token = HolderToken(gate->Self());
       h.extra_env.emplace_back(kHolderEnvVar, token);
+      if (!o.leader_compile_threads.empty())
+        h.extra_env.emplace_back("TORCHINDUCTOR_COMPILE_THREADS", o.leader_compile_threads);
       if (cluster) cluster->StartRenewing(token);
       if (o.require_cache_change) before = SnapshotCache(o.gate_dir);
     } else if (cd.role == ClusterRole::kFetched) {

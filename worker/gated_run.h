@@ -37,6 +37,10 @@ struct GatedRunOptions {
   /// READY, and a leader compares them with an older READY of its role to name
   /// the file whose edit changed the key.
   std::vector<ReadySource> sources;
+  std::string gpu_identity;   ///< recorded in READY and shipped archives, checked on fetch ($DFLASH_GPU_IDENTITY)
+  /// TORCHINDUCTOR_COMPILE_THREADS for the payload once it leads ($DFLASH_LEADER_COMPILE_THREADS:
+  /// the host's share; the launcher gave every gated process 1, a follower's value). Empty: unchanged.
+  std::string leader_compile_threads;
   /// A warm-up (gate mode "warmup", `seed`): on reuse run nothing; as the
   /// leader, stop the payload once it is ready (or take its exit 0), publish,
   /// and exit 0 -- the role's real processes start after us, on a warm cache.

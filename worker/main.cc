@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   if (const char* s = std::getenv("DFLASH_GATE_SOURCES")) o.sources = ParseGateSources(s);
   if (o.torch_version.empty())
     if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) o.torch_version = v;
+  if (const char* v = std::getenv("DFLASH_LEADER_COMPILE_THREADS")) o.leader_compile_threads = v;
+  if (const char* v = std::getenv("DFLASH_GPU_IDENTITY")) o.gpu_identity = v;
   // The cluster-wide gate: the run's store (the launcher sets DFLASH_STORE for every process).
   if (const char* s = std::getenv("DFLASH_STORE")) o.cluster_store = s;
   if (const char* f = std::getenv(kStoreSecretFileEnv)) o.cluster_secret_file = f;

@@ -120,7 +120,8 @@ int Export(const Plan& plan, const CacheOptions& o) {
   if (int rc = TakeGate(dir, "cache-export", o.timeout, &held)) return rc;
   ExportReport report;
   std::string err;
-  if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config)}, &report, &err)) {
+  if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)}, &report,
+                   &err)) {
     Say("export failed: " + err);
     return exit_code::kFailure;
   }
@@ -136,7 +137,7 @@ int Export(const Plan& plan, const CacheOptions& o) {
 int Import(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
   if (int rc = CheckCacheDir(dir)) return rc;
-  ArchiveFacts here{CacheTorchVersion(plan), DeviceKind(plan.config)};
+  ArchiveFacts here{CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)};
   // Check before waiting for the gate: a wrong archive is refused at once.
   CacheManifest manifest;
   std::string err;
@@ -232,6 +233,13 @@ std::string CacheTorchVersion(const Plan& plan) {
     if (c.roles[i].gate.enabled) return plan.role_torch_version[i];
   // No gated role: ask the first role's Python (what would compile into the cache).
   return c.roles.empty() ? "unknown" : TorchVersionFor(c.roles[0]);
+}
+
+std::string CacheGpuIdentity(const Plan& plan) {
+  const RunConfig& c = plan.config;
+  for (size_t i = 0; i < c.roles.size(); ++i)
+    if (c.roles[i].gate.enabled) return plan.role_gpu_identity[i];
+  return "";  // no gated role: unknown, not checked
 }
 
 int RunCache(const CacheOptions& o, char** env) {

@@ -35,6 +35,17 @@ bool CommandsRunOrReport(const RunConfig& config, char** env) {
   return false;
 }
 
+/// What the host adds to a plan: the GPUs (NVML, asked only when a GPU role runs on this node)
+/// and each gated GPU role's CUDA/Triton versions (its GPU identity).
+void AddHostFacts(const RunConfig& config, PlanOptions* po) {
+  po->cuda_runtime = CudaRuntimeFor;
+  for (const RoleSpec& r : config.roles)
+    if (!r.is_cpu() && r.RunsOnNode(po->node_rank)) {
+      po->host_gpus = ProbeGpus();
+      return;
+    }
+}
+
 bool LoadPlanOrReport(const std::string& path, const std::string& run_id, const std::string& bin_dir, char** env,
                       Plan* plan) {
   RunConfig config;
@@ -44,6 +55,7 @@ bool LoadPlanOrReport(const std::string& path, const std::string& run_id, const 
   po.bin_dir = bin_dir;
   po.torch_version = TorchVersionFor;
   po.launcher_env = EnvironmentList(env);
+  AddHostFacts(config, &po);
   *plan = BuildPlan(config, po);
   return true;
 }
@@ -109,7 +121,18 @@ int PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::str
     }
   }
   po.store = flags.store;
+  AddHostFacts(config, &po);
   *plan = BuildPlan(config, po);
+  bool gpu_here = false;
+  for (const ProcessPlan& p : plan->processes) gpu_here |= p.on_gpu();
+  // NVML is asked only where a GPU process runs; without it the count is not checked (said once).
+  if (gpu_here && !plan->host_gpus.nvml)
+    std::fprintf(stderr, "dflash-launch: NVML: %s: the GPU count and models are not checked\n",
+                 plan->host_gpus.why_not.c_str());
+  if (!CheckDevices(*plan, plan->host_gpus.nvml ? static_cast<int>(plan->host_gpus.gpus.size()) : -1, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s: %s\nnothing was started.\n", config.path.c_str(), err.c_str());
+    return exit_code::kConfig;
+  }
   return exit_code::kOk;
 }
 

@@ -89,8 +89,12 @@ int RunPs(bool json);
 std::string DeviceKind(const RunConfig& config);
 /// The torch version the cache is built with: that of the (first) gated role.
 std::string CacheTorchVersion(const Plan& plan);
+/// The first gated role's GPU identity (Plan::role_gpu_identity): what archives record and imports check.
+std::string CacheGpuIdentity(const Plan& plan);
 
 /// Loads the config (errors -> stderr) and builds its plan for `run_id`.
+/// Adds this host's GPUs (NVML) and the roles' CUDA/Triton probe to `po`.
+void AddHostFacts(const RunConfig& config, PlanOptions* po);
 bool LoadPlanOrReport(const std::string& config, const std::string& run_id, const std::string& bin_dir, char** env,
                       Plan* plan);
 

@@ -260,7 +260,7 @@ int RunSeed(const SeedOptions& o, char** env) {
       for (const std::string& a : cmd) shown += (shown.empty() ? "" : " ") + a;
       CacheInventory before = ScanCache(c.run.cache_dir);
       Say("seeding " + role.name + " (key " + p->gate_key + ", " +
-          (p->gpu >= 0 ? "GPU " + std::to_string(p->gpu) + " as cuda:0" : std::string("cpu")) + "): " + shown +
+          (p->on_gpu() ? "GPU " + p->device + " as cuda:0" : std::string("cpu")) + "): " + shown +
           (role.warmup.empty() ? " with DFLASH_WARMUP=1" : ""));
       Say("cache before: " + before.Describe());
       Clock::time_point t0 = Clock::now();

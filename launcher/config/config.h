@@ -113,7 +113,8 @@ struct RoleSpec {
   std::string name;
   SourcePos pos;                         // where the [[role]] begins
   SourcePos name_pos;                    // where its name is written
-  std::vector<int> devices;              // GPU indices; empty for a cpu role
+  std::vector<int> devices;              // GPU indices (-1 where a UUID is written); empty for a cpu role
+  std::vector<std::string> device_uuids; // per device: "GPU-…" or "MIG-…" as written, "" for an index
   std::vector<SourcePos> device_pos;     // where each device index is written
   std::vector<int> nodes;                // node ranks this role runs on; empty: every node
   SourcePos nodes_pos;                   // where nodes is written
@@ -140,6 +141,10 @@ struct RoleSpec {
   bool ProducesFrames() const { return spool == "produce" || builtin == "target"; }
 
   bool is_cpu() const { return devices.empty(); }
+  /// Device i as written: "3", "GPU-5d0f…" or "MIG-…".
+  std::string DeviceName(size_t i) const {
+    return i < device_uuids.size() && !device_uuids[i].empty() ? device_uuids[i] : std::to_string(devices[i]);
+  }
   /// Processes of this role on each node it runs on.
   int process_count() const { return is_cpu() ? cpu : static_cast<int>(devices.size()); }
   /// The gate mode in force: kAuto resolved by the number of processes.

@@ -432,6 +432,43 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
   }
 }
 
+/// nvidia-smi -L's names: "GPU-<uuid>", and for a MIG slice "MIG-<uuid>" (R470+)
+/// or "MIG-GPU-<uuid>/<gi>/<ci>" (older drivers). CUDA_VISIBLE_DEVICES takes them as they are.
+bool LooksLikeGpuUuid(const std::string& s) {
+  static const std::regex kUuid(R"(^(GPU-[0-9a-fA-F-]{8,}|MIG-[0-9a-fA-F-]{8,}|MIG-GPU-[0-9a-fA-F-]{8,}/[0-9]+/[0-9]+)$)");
+  return std::regex_match(s, kUuid);
+}
+
+/// devices = [0, 2] or ["GPU-…", "MIG-…"] (mixed is allowed): indices 0..1023 or UUIDs.
+void ReadDevices(TableReader& r, const toml::node* n, RoleSpec* role) {
+  if (n && n->is_array()) {
+    r.Get("devices");
+    for (const toml::node& e : *n->as_array()) {
+      SourcePos pos = PosOf(e.source());
+      if (e.is_integer() && e.as_integer()->get() >= 0 && e.as_integer()->get() <= 1023) {
+        role->devices.push_back(static_cast<int>(e.as_integer()->get()));
+        role->device_uuids.emplace_back();
+      } else if (e.is_string() && LooksLikeGpuUuid(e.as_string()->get())) {
+        role->devices.push_back(-1);
+        role->device_uuids.push_back(e.as_string()->get());
+      } else {
+        bool digits = e.is_string() && !e.as_string()->get().empty() &&
+                      std::all_of(e.as_string()->get().begin(), e.as_string()->get().end(), ::isdigit);
+        r.Error("devices", pos,
+                e.is_integer() ? "element out of range" : e.is_string() && !digits ? "not a GPU" : "wrong element type",
+                "GPU indices 0..1023 or UUIDs as nvidia-smi -L prints them (\"GPU-…\", \"MIG-…\")",
+                DescribeNode(e),
+                digits ? "remove the quotes around the number"
+                       : "e.g. devices = [0, 1] or devices = [\"GPU-5d0f3c1e-8b2a-4f6e-9c1d-2a3b4c5d6e7f\"]");
+        continue;
+      }
+      role->device_pos.push_back(pos);
+    }
+    return;
+  }
+  r.IntArray("devices", &role->devices, 0, 1023, &role->device_pos);  // absent, or the type error
+}
+
 void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, RoleSpec* role,
               std::vector<ConfigError>* errors) {
   role->pos = PosOf(t.source());
@@ -450,7 +487,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   }
   // devices / cpu: exactly one.
   bool has_dev = r.Has("devices"), has_cpu = r.Has("cpu");
-  r.IntArray("devices", &role->devices, 0, 1023, &role->device_pos);
+  ReadDevices(r, t.get("devices"), role);
   if (has_cpu) r.Int("cpu", &role->cpu, 1, 4096); else r.Get("cpu");
   if (r.Has("nodes")) {
     role->nodes_pos = r.ValuePos("nodes");

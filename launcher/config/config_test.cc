@@ -348,5 +348,65 @@ TEST(Schema, DocsCarryTheGeneratedReference) {
       << "docs/config.md is out of date: regenerate its reference with `dflash-launch schema --markdown`";
 }
 
+TEST(GpuConfig, DevicesTakeIndicesAndUuids) {
+  RunConfig c;
+  std::vector<ConfigError> errors;
+  ASSERT_TRUE(LoadConfigFromString(
+      "[[role]]\nname = \"d\"\ndevices = [\"GPU-5d0f3c1e-8b2a-4f6e-9c1d-2a3b4c5d6e7f\", 1, "
+      "\"MIG-GPU-5d0f3c1e-8b2a-4f6e-9c1d-2a3b4c5d6e7f/1/0\"]\ncommand = [\"d\"]\n",
+      "/x/u.toml", &c, &errors))
+      << FormatErrors(errors);
+  EXPECT_EQ(c.roles[0].devices, (std::vector<int>{-1, 1, -1}));
+  EXPECT_EQ(c.roles[0].DeviceName(0), "GPU-5d0f3c1e-8b2a-4f6e-9c1d-2a3b4c5d6e7f");
+  EXPECT_EQ(c.roles[0].DeviceName(1), "1");
+  EXPECT_EQ(c.roles[0].process_count(), 3);
+  for (const char* bad : {"\"3\"", "\"gpu0\"", "\"GPU-\"", "-1", "1.5"}) {
+    errors.clear();
+    EXPECT_FALSE(LoadConfigFromString(std::string("[[role]]\nname = \"d\"\ndevices = [0, ") + bad +
+                                          "]\ncommand = [\"d\"]\n",
+                                      "/x/u.toml", &c, &errors))
+        << bad;
+    ASSERT_FALSE(errors.empty()) << bad;
+    EXPECT_EQ(errors[0].key, "role[d].devices") << bad;
+    EXPECT_EQ(errors[0].pos.line, 3) << bad;
+    EXPECT_EQ(errors[0].pos.col, 15) << bad;
+  }
+  EXPECT_NE(errors.empty() ? std::string() : errors[0].hint, "");
+  // A UUID twice is the same GPU twice.
+  errors.clear();
+  EXPECT_FALSE(LoadConfigFromString("[[role]]\nname = \"d\"\ndevices = [\"GPU-5d0f3c1e-8b2a\", \"GPU-5d0f3c1e-8b2a\"]\n"
+                                    "command = [\"d\"]\n",
+                                    "/x/u.toml", &c, &errors));
+  ASSERT_EQ(errors.size(), 1u) << FormatErrors(errors);
+  EXPECT_NE(errors[0].message.find("listed twice"), std::string::npos);
+}
+
+// NCCL refuses two ranks of one world on one GPU: share_gpus does not make that legal.
+TEST(GpuConfig, ShareGpusWithinOneTorchWorldIsAnError) {
+  RunConfig c;
+  std::vector<ConfigError> errors;
+  const std::string roles = "[[role]]\nname = \"d\"\ndevices = [0, 0]\ncommand = [\"d\"]\n";
+  EXPECT_TRUE(LoadConfigFromString("[run]\nshare_gpus = true\n" + roles, "/x/s.toml", &c, &errors))
+      << FormatErrors(errors);  // independent processes may share it
+  errors.clear();
+  EXPECT_FALSE(
+      LoadConfigFromString("[run]\nshare_gpus = true\n" + roles + "world = \"role\"\n", "/x/s.toml", &c, &errors));
+  ASSERT_EQ(errors.size(), 1u) << FormatErrors(errors);
+  EXPECT_EQ(errors[0].key, "role[d].devices");
+  EXPECT_NE(errors[0].message.find("two ranks of one torch world"), std::string::npos) << errors[0].message;
+  EXPECT_NE(errors[0].message.find("Duplicate GPU detected"), std::string::npos);
+  EXPECT_EQ(errors[0].pos.line, 5);
+  // Two roles of the run-wide world on one GPU: the same; one of them in its own world: fine.
+  const std::string two = "[[role]]\nname = \"a\"\ndevices = [0]\ncommand = [\"a\"]\nworld = \"run\"\n"
+                          "[[role]]\nname = \"b\"\ndevices = [0]\ncommand = [\"b\"]\nworld = \"";
+  errors.clear();
+  EXPECT_FALSE(LoadConfigFromString("[run]\nshare_gpus = true\n" + two + "run\"\n", "/x/s.toml", &c, &errors));
+  ASSERT_EQ(errors.size(), 1u) << FormatErrors(errors);
+  EXPECT_NE(errors[0].hint.find("not one world"), std::string::npos);
+  errors.clear();
+  EXPECT_TRUE(LoadConfigFromString("[run]\nshare_gpus = true\n" + two + "role\"\n", "/x/s.toml", &c, &errors))
+      << FormatErrors(errors);
+}
+
 }  // namespace
 }  // namespace dflash

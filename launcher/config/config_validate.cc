@@ -31,6 +31,7 @@ const char* const kReserved[] = {
     "DFLASH_TAPPED_LAYERS", "DFLASH_TARGET_LAYERS", "DFLASH_HIDDEN", "DFLASH_DRAFT_LAYERS", "DFLASH_BLOCK_SIZE",
     "DFLASH_SEQ_LEN", "DFLASH_BATCH", "DFLASH_DTYPE", "DFLASH_VOCAB", "DFLASH_SEED", "DFLASH_HEADS",
     "DFLASH_KV_HEADS", "DFLASH_TORCH_VERSION", "DFLASH_SPOOL_PRODUCERS", "DFLASH_NODE_RANK", "DFLASH_NNODES", "DFLASH_RUN_TOKEN",
+    "DFLASH_GPU_IDENTITY", "DFLASH_LEADER_COMPILE_THREADS",
 };
 
 const toml::node* At(const toml::table& root, std::initializer_list<std::string_view> path) {
@@ -90,7 +91,11 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
   }
   std::map<std::string, const RoleSpec*> names;
   struct GpuUse { const RoleSpec* role; SourcePos pos; };
-  std::multimap<int, GpuUse> gpus;
+  std::multimap<std::string, GpuUse> gpus;  // by the name written: an index or a UUID
+  // Two ranks of one torch world on one GPU: NCCL refuses them ("Duplicate GPU detected").
+  auto one_world = [](const RoleSpec& a, const RoleSpec& b) {
+    return (&a == &b && a.world != TorchWorld::kNone) || (a.world == TorchWorld::kRun && b.world == TorchWorld::kRun);
+  };
   for (const RoleSpec& r : cfg->roles) {
     if (!r.name.empty()) {
       auto [it, inserted] = names.emplace(r.name, &r);
@@ -99,27 +104,39 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
                            "unique role names", "also at " + it->second->name_pos.ToString(),
                            "rename one of them, e.g. \"" + r.name + "2\""});
     }
-    for (size_t i = 0; !cfg->run.share_gpus && i < r.devices.size(); ++i) {
-      int gpu = r.devices[i];
+    for (size_t i = 0; i < r.devices.size(); ++i) {
+      std::string gpu = r.DeviceName(i);
       SourcePos pos = i < r.device_pos.size() ? r.device_pos[i] : r.pos;
       // Roles on disjoint nodes may use the same GPU index: each node has its own GPU 0.
       auto it = gpus.lower_bound(gpu);
       for (; it != gpus.end() && it->first == gpu; ++it)
-        if (it->second.role == &r || SharesANode(*it->second.role, r)) break;
+        if ((it->second.role == &r || SharesANode(*it->second.role, r)) &&
+            (!cfg->run.share_gpus || one_world(*it->second.role, r)))
+          break;
       bool clash = it != gpus.end() && it->first == gpu;
       if (!clash) {
         gpus.emplace(gpu, GpuUse{&r, pos});
         continue;
       }
       bool same = it->second.role == &r;
+      if (cfg->run.share_gpus) {
+        errors->push_back({pos, "role[" + r.name + "].devices",
+                           "GPU " + gpu + " would hold two ranks of one torch world (world = \"" +
+                               TorchWorldName(r.world) + "\"): NCCL refuses that (\"Duplicate GPU detected\")",
+                           "one GPU per rank of a DDP/FSDP world, even with [run] share_gpus = true",
+                           gpu + " here and " + (same ? "" : "in role \"" + it->second.role->name + "\" ") + "at " +
+                               it->second.pos.ToString(),
+                           "give each rank of the world its own GPU, or share GPUs only between roles that are "
+                           "not one world (world = \"none\" or \"role\")"});
+        continue;
+      }
       errors->push_back({pos, "role[" + r.name + "].devices",
-                         "GPU " + std::to_string(gpu) + (same ? " is listed twice" : " is used by two roles"),
+                         "GPU " + gpu + (same ? " is listed twice" : " is used by two roles"),
                          "each GPU in one process only (one process per GPU)",
-                         std::to_string(gpu) + " here and " +
-                             (same ? "" : "in role \"" + it->second.role->name + "\" ") + "at " +
+                         gpu + " here and " + (same ? "" : "in role \"" + it->second.role->name + "\" ") + "at " +
                              it->second.pos.ToString(),
-                         (same ? "remove the duplicate " + std::to_string(gpu)
-                               : "give each role its own GPUs: remove " + std::to_string(gpu) + " from one of them") +
+                         (same ? "remove the duplicate " + gpu : "give each role its own GPUs: remove " + gpu +
+                                                                   " from one of them") +
                              ", or set [run] share_gpus = true to put several processes on one GPU on purpose"});
     }
   }

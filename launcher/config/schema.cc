@@ -91,7 +91,8 @@ std::vector<SectionSpec> MakeSchema() {
            {"share_gpus", K::kBool, "false",
             "Allow several processes on one GPU (a GPU listed twice in devices, or by two roles): small "
             "drafters, tests, a one-GPU check. Off, a shared GPU is a config error. Each process still sees "
-            "its GPU as cuda:0.",
+            "its GPU as cuda:0. Two ranks of one torch world (world = \"role\"/\"run\") on one GPU stay an "
+            "error: NCCL refuses them.",
             "true"},
        }},
       {"model", "The shape contract, checked before anything starts. The drafter input is "
@@ -130,7 +131,9 @@ std::vector<SectionSpec> MakeSchema() {
            {"name", K::kString, "", "Role name ([a-z][a-z0-9_-]*), unique. Processes are <name>:<rank>.",
             "\"drafter\"", {}, true},
            {"devices", K::kIntArray, "",
-            "GPU indices, one process each (CUDA_VISIBLE_DEVICES=<index>, so each sees cuda:0). A GPU may "
+            "GPUs, one process each (CUDA_VISIBLE_DEVICES=<it>, so each sees cuda:0): indices as nvidia-smi "
+            "numbers them (CUDA_DEVICE_ORDER=PCI_BUS_ID unless set), or UUIDs (\"GPU-...\", \"MIG-...\"). Under an "
+            "inherited CUDA_VISIBLE_DEVICES (Slurm gres, a container) indices count into that list. A GPU may "
             "belong to one process only, unless [run] share_gpus = true. Exactly one of devices and cpu.",
             "[5, 6, 7]"},
            {"cpu", K::kInt, "", "Number of CPU-only processes (CUDA_VISIBLE_DEVICES=\"\").", "3"},

@@ -1,7 +1,12 @@
 #include "launcher/plan/plan.h"
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "common/duration.h"
 #include "common/hash.h"
@@ -12,6 +17,9 @@ namespace {
 
 bool AffectsCompile(const std::string& name) {
   if (name == "TORCHINDUCTOR_CACHE_DIR" || name == "TRITON_CACHE_DIR") return false;  // where, not what
+  // How many workers compile, not what they produce: the launcher gives the
+  // leader and its followers different values (Plan::leader_compile_threads).
+  if (name == "TORCHINDUCTOR_COMPILE_THREADS") return false;
   for (const char* prefix : {"TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_", "TRITON_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
@@ -27,6 +35,25 @@ std::string ModelCanonical(const ModelSpec& m) {
          ";vocab=" + std::to_string(m.vocab);
 }
 
+/// Plan::role_gpu_identity for one role: its GPUs' models as NVML names them (never their
+/// indices: the same model anywhere shares kernels), then what its interpreter runs them with.
+std::string GpuIdentityOf(const RoleSpec& role, const std::vector<std::string>& inherited, const GpuInventory& inv,
+                          const std::string& runtime) {
+  if (role.is_cpu()) return "cpu";
+  std::set<std::string> models;
+  for (size_t i = 0; i < role.devices.size(); ++i) {
+    std::string v = role.DeviceName(i);
+    if (role.devices[i] >= 0 && static_cast<size_t>(role.devices[i]) < inherited.size()) v = inherited[role.devices[i]];
+    const GpuInfo* g = nullptr;
+    for (const GpuInfo& h : inv.gpus)
+      if (v == h.uuid || v == std::to_string(h.index)) g = &h;
+    models.insert(g ? g->name + (g->capability.empty() ? "" : " sm " + g->capability) : "unknown GPU");
+  }
+  std::string s;
+  for (const std::string& m : models) s += (s.empty() ? "" : " + ") + m;
+  return s + "; " + (runtime.empty() ? "unknown" : runtime);
+}
+
 }  // namespace
 
 std::string JoinInts(const std::vector<int64_t>& v, const char* sep) {
@@ -36,7 +63,8 @@ std::string JoinInts(const std::vector<int64_t>& v, const char* sep) {
 }
 
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
-                          const EnvList& launcher_env, const std::vector<KeyFile>& files) {
+                          const EnvList& launcher_env, const std::vector<KeyFile>& files,
+                          const std::string& gpu_identity) {
   std::map<std::string, std::string> env;
   for (const auto& [k, v] : launcher_env)
     if (AffectsCompile(k)) env[k] = v;
@@ -45,6 +73,9 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   std::string text = "dflash-gate-key/1\nrole=" + role.name + "\ntorch=" + torch_version + "\nmodel=" +
                      ModelCanonical(model) + "\n";
   if (!role.builtin.empty()) text += "builtin=" + role.builtin + "\n";
+  // Kernels tuned for one GPU model, CUDA and Triton are no promise for another (Inductor's
+  // own keys see them too: a READY made elsewhere would promise a cache that misses).
+  if (!gpu_identity.empty()) text += "gpu=" + gpu_identity + "\n";
   for (const std::string& a : role.command) text += "arg=" + a + "\n";
   for (const auto& [k, v] : env) text += "env=" + k + "=" + v + "\n";
   for (const KeyFile& f : files)
@@ -98,6 +129,69 @@ int DerivedMasterPort(const std::string& run_id, size_t roles) {
   return kLow + static_cast<int>(h % static_cast<unsigned long long>(span > 1 ? span : 1));
 }
 
+std::vector<std::string> SplitVisibleDevices(const std::string& value) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= value.size()) {
+    size_t j = value.find(',', i);
+    if (j == std::string::npos) j = value.size();
+    std::string e = value.substr(i, j - i);
+    while (!e.empty() && e.front() == ' ') e.erase(e.begin());
+    while (!e.empty() && e.back() == ' ') e.pop_back();
+    out.push_back(e);
+    i = j + 1;
+  }
+  return out;
+}
+
+bool CheckDevices(const Plan& plan, int gpu_count, std::string* err) {
+  std::vector<std::string> inherited = plan.inherited_visible_devices.empty()
+                                           ? std::vector<std::string>{}
+                                           : SplitVisibleDevices(plan.inherited_visible_devices);
+  for (const RoleSpec& r : plan.config.roles) {
+    if (!r.RunsOnNode(plan.node_rank)) continue;
+    for (size_t i = 0; i < r.devices.size(); ++i) {
+      const std::string name = r.DeviceName(i);
+      const std::string where = r.name + ".devices[" + std::to_string(i) + "] = " + name;
+      if (r.devices[i] < 0) {  // a UUID: CUDA takes it as it is, unless the launcher's list leaves it out
+        bool listed = inherited.empty() || std::find(inherited.begin(), inherited.end(), name) != inherited.end();
+        bool indices = !inherited.empty() && std::isdigit(static_cast<unsigned char>(inherited[0][0]));
+        if (!listed && !indices) {
+          *err = "role " + where + " is not in the launcher's CUDA_VISIBLE_DEVICES=" +
+                 plan.inherited_visible_devices + ": use one of those GPUs (or its index in that list)";
+          return false;
+        }
+        continue;
+      }
+      size_t idx = static_cast<size_t>(r.devices[i]);
+      if (!inherited.empty() && idx >= inherited.size()) {
+        *err = "role " + where + ", but the launcher's CUDA_VISIBLE_DEVICES=" + plan.inherited_visible_devices +
+               " leaves " + std::to_string(inherited.size()) + " GPU" + (inherited.size() == 1 ? "" : "s") +
+               " (indices 0.." + std::to_string(inherited.size() - 1) +
+               "): devices index into that list (the scheduler's or container's GPUs)";
+        return false;
+      }
+      std::string physical = inherited.empty() ? name : inherited[idx];
+      bool numeric = !physical.empty() && std::all_of(physical.begin(), physical.end(), ::isdigit);
+      if (numeric && gpu_count >= 0 && std::stoi(physical) >= gpu_count) {
+        *err = "role " + where + (inherited.empty() ? "" : " (GPU " + physical + " of CUDA_VISIBLE_DEVICES)") +
+               ", but this host has " + std::to_string(gpu_count) + " GPU" +
+               (gpu_count == 1 ? "" : "s") + (gpu_count ? " (indices 0.." + std::to_string(gpu_count - 1) + ")" : "") +
+               " (NVML): use an index below " + std::to_string(gpu_count) + ", or cpu = N";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+const GpuInfo* Plan::HostGpuOf(const ProcessPlan& p) const {
+  const std::string& v = p.visible_device;
+  for (const GpuInfo& g : host_gpus.gpus)
+    if (v == g.uuid || v == std::to_string(g.index)) return &g;
+  return nullptr;
+}
+
 int PrivateStorePort(int master_port, size_t roles) { return master_port + 1 + 2 * static_cast<int>(roles); }
 
 std::string Plan::StoreUrlText() const {
@@ -127,6 +221,12 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   if (plan.store_private() && options.nnodes > 1 && plan.master_port)
     plan.store_port = PrivateStorePort(plan.master_port, config.roles.size());
 
+  for (const auto& [k, v] : options.launcher_env)
+    if (k == "CUDA_VISIBLE_DEVICES") plan.inherited_visible_devices = v;
+  std::vector<std::string> inherited = plan.inherited_visible_devices.empty()
+                                           ? std::vector<std::string>{}
+                                           : SplitVisibleDevices(plan.inherited_visible_devices);
+  plan.host_gpus = options.host_gpus;
   std::vector<std::string> keys;
   for (size_t ri = 0; ri < config.roles.size(); ++ri) {
     const RoleSpec& role = config.roles[ri];
@@ -136,11 +236,16 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
                             ? options.torch_version(role)
                             : "";
     plan.role_torch_version.push_back(torch);
+    std::string gpu;
+    if (role.gate.enabled && role.RunsOnNode(options.node_rank))
+      gpu = GpuIdentityOf(role, inherited, options.host_gpus,
+                          role.is_cpu() || !options.cuda_runtime ? "" : options.cuda_runtime(role));
+    plan.role_gpu_identity.push_back(gpu);
     std::string key;
     std::vector<KeyFile> files;
     if (role.gate.enabled && role.gate.key.empty()) {
       files = CollectKeyFiles(role, options.launcher_env);
-      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files);
+      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files, gpu);
     } else if (role.gate.enabled) {
       key = role.gate.key;
     }
@@ -166,7 +271,14 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
         p.role_index = ri;
         p.role_rank = role_rank;
         p.rank = r;
-        p.gpu = role.is_cpu() ? -1 : role.devices[static_cast<size_t>(i)];
+        if (!role.is_cpu()) {
+          size_t d = static_cast<size_t>(i);
+          p.gpu = role.devices[d];
+          p.device = role.DeviceName(d);
+          p.visible_device = p.device;
+          // `devices` index into the GPUs the launcher was given (CheckDevices refuses one past them).
+          if (p.gpu >= 0 && static_cast<size_t>(p.gpu) < inherited.size()) p.visible_device = inherited[p.gpu];
+        }
         p.command = role.builtin.empty()
                         ? role.command
                         : std::vector<std::string>{options.bin_dir + "/dflash-builtin", role.builtin};
@@ -200,6 +312,25 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   bool launcher_sets_omp = false;
   for (const auto& [k, v] : options.launcher_env) launcher_sets_omp |= k == "OMP_NUM_THREADS";
   plan.default_omp_threads = plan.local_world_size > 1 && !launcher_sets_omp;
+  bool launcher_sets_order = false, launcher_sets_threads = false;
+  for (const auto& [k, v] : options.launcher_env) {
+    launcher_sets_order |= k == "CUDA_DEVICE_ORDER";
+    launcher_sets_threads |= k == "TORCHINDUCTOR_COMPILE_THREADS";
+  }
+  plan.default_device_order = !launcher_sets_order;
+  if (!launcher_sets_threads) {
+    // One compile pool's worth of workers per host (pytorch#190941): the gates that may
+    // compile at once here (one leader per key) share the CPUs this launcher may use.
+    std::set<std::string> keys_here;
+    for (const ProcessPlan& p : plan.processes)
+      if (!p.gate_key.empty()) keys_here.insert(p.gate_key);
+    int cpus = 0;
+    cpu_set_t set;
+    if (::sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+    if (cpus <= 0) cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+    int share = keys_here.empty() ? 1 : std::max(1, cpus / static_cast<int>(keys_here.size()));
+    plan.leader_compile_threads = std::min(32, share);  // Inductor's own cap (decide_compile_threads)
+  }
   return plan;
 }
 
@@ -226,7 +357,7 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
   // needs no peer, and no peer of the run can meet it by accident.
   const bool w = p.warmup;
   EnvList env = {
-      {"CUDA_VISIBLE_DEVICES", p.gpu >= 0 ? std::to_string(p.gpu) : ""},
+      {"CUDA_VISIBLE_DEVICES", p.visible_device},
       // One GPU per process, seen as cuda:0: LOCAL_RANK is the device index inside the process.
       {"LOCAL_RANK", "0"},
       {"RANK", std::to_string(p.rank)},
@@ -282,6 +413,8 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
         sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
     if (!sources.empty()) env.emplace_back("DFLASH_GATE_SOURCES", sources);
   }
+  // In READY and in the archives it exports; an import or fetch for another GPU identity is refused.
+  if (!p.gate_key.empty()) env.emplace_back("DFLASH_GPU_IDENTITY", role_gpu_identity[p.role_index]);
   if (m.present) {
     std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
     env.insert(env.end(), {
@@ -305,6 +438,21 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
   for (const auto& [k, v] : role.env) role_sets_omp |= k == "OMP_NUM_THREADS";
   // torchrun's default: processes sharing a host would each start one OpenMP thread per core.
   if (default_omp_threads && !role_sets_omp) env.emplace_back("OMP_NUM_THREADS", "1");
+  // GPU numbering and compile workers (issue #25); kept together so the
+  // process-environment contract can take them over as one block.
+  bool role_sets_order = false, role_sets_threads = false;
+  for (const auto& [k, v] : role.env) {
+    role_sets_order |= k == "CUDA_DEVICE_ORDER";
+    role_sets_threads |= k == "TORCHINDUCTOR_COMPILE_THREADS";
+  }
+  // devices = [3] means what nvidia-smi and NVML call GPU 3 (CUDA's default order is fastest first).
+  if (p.on_gpu() && default_device_order && !role_sets_order) env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  if (!p.gate_key.empty() && leader_compile_threads > 0 && !role_sets_threads) {
+    // A follower reuses the leader's kernels: one worker. dflash-worker gives its
+    // payload the leader's share once the gate makes it the leader.
+    env.emplace_back("TORCHINDUCTOR_COMPILE_THREADS", "1");
+    env.emplace_back("DFLASH_LEADER_COMPILE_THREADS", std::to_string(leader_compile_threads));
+  }
   env.insert(env.end(), role.env.begin(), role.env.end());
   return env;
 }

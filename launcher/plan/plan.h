@@ -10,6 +10,7 @@
 #include "common/private_files.h"
 #include "launcher/config/config.h"
 #include "launcher/plan/gate_key_files.h"
+#include "launcher/plan/gpu_inventory.h"
 
 namespace dflash {
 
@@ -22,7 +23,13 @@ struct ProcessPlan {
   int role_rank = 0;
   int role_world_size = 0;
   int rank = 0;
-  int gpu = -1;                      // the one GPU it sees as cuda:0; -1 for CPU processes
+  int gpu = -1;                      // the one GPU it sees as cuda:0, as an index; -1 for CPU (or a UUID)
+  /// Its GPU as written in `devices` ("3", "GPU-…", "MIG-…"); empty for a CPU process.
+  std::string device;
+  /// What CUDA_VISIBLE_DEVICES gets: `device`, or the entry it indexes in an
+  /// inherited CUDA_VISIBLE_DEVICES (Slurm gres, a container runtime); "" for CPU.
+  std::string visible_device;
+  bool on_gpu() const { return !device.empty(); }
   std::vector<std::string> command;  // the payload (for a builtin: dflash-builtin <role>)
   std::string gate_key;              // empty if ungated
   /// The warm-up of a role in gate mode "warmup" ("drafter:warmup"): compiles
@@ -37,6 +44,10 @@ struct PlanOptions {
   std::function<std::string(const RoleSpec&)> torch_version;
   /// The launcher's environment: TORCHINDUCTOR_* & co. in it change the gate key.
   EnvList launcher_env;
+  /// For a gated GPU role: "cuda <v> triton <v>" from its interpreter (CudaRuntimeFor), part of its GPU identity.
+  std::function<std::string(const RoleSpec&)> cuda_runtime;
+  /// This host's GPUs (ProbeGpus; empty, nvml false: unknown): the models in the GPU identity, shown by `check`.
+  GpuInventory host_gpus;
   /// Where this launcher sits among the run's nodes (docs/multinode.md): one
   /// dflash-launch per node; ranks are global, node by node, then role by role.
   int nnodes = 1;
@@ -56,6 +67,10 @@ struct Plan {
   bool resumed = false;  // `run --resume` found the run dir there: events.jsonl gets a "resume" line
   std::string bin_dir;
   std::vector<std::string> role_torch_version;  // per role
+  /// Per gated role: what a compile is trusted for, in its derived key, READY records and archives:
+  /// "cpu", or the GPU model(s) with compute capability and the CUDA/Triton versions
+  /// ("NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0"); empty for an ungated role.
+  std::vector<std::string> role_gpu_identity;
   std::vector<std::vector<KeyFile>> role_key_files;  // per role: the files in its derived gate key
   /// One per role in gate mode "warmup" (RoleSpec::warmup_gated), run before
   /// that role's processes start. Not part of the world: no rank of its own.
@@ -75,6 +90,19 @@ struct Plan {
   /// OMP_NUM_THREADS=1 for processes whose role does not set it: several share
   /// this host and the launcher's env does not set it (torchrun's default).
   bool default_omp_threads = false;
+  /// TORCHINDUCTOR_COMPILE_THREADS for a gate's leader (followers get 1): this host's
+  /// CPUs shared by the gates that may compile at once here, at most Inductor's own 32;
+  /// 0 when the launcher's env sets the variable (then each role's own or inherited value holds).
+  int leader_compile_threads = 0;
+  /// CUDA_DEVICE_ORDER=PCI_BUS_ID for GPU processes (nvidia-smi's and NVML's order, not
+  /// CUDA's fastest-first) unless the launcher's env sets it.
+  bool default_device_order = false;
+  /// The launcher's CUDA_VISIBLE_DEVICES when it has one (not empty): `devices` index into it.
+  std::string inherited_visible_devices;
+  /// This host's GPUs from NVML (filled by the commands when a GPU process runs here; `check` shows them).
+  GpuInventory host_gpus;
+  /// The GPU a process gets, as NVML names it (nullptr: no NVML, or a MIG slice / unknown UUID).
+  const GpuInfo* HostGpuOf(const ProcessPlan& p) const;
   /// The coordination store (docs/multinode.md): "" (static mode), "private" or a redis:// URL.
   std::string store;
   /// "private": the port node 0's redis-server listens on, on MASTER_ADDR (0 while not resolved:
@@ -130,11 +158,20 @@ int DerivedMasterPort(const std::string& run_id, size_t roles);
 int PrivateStorePort(int master_port, size_t roles);
 
 /// The default gate key: "<role>-<16 hex>" over the role name, the [model]
-/// contract, torch's version, the command, the content of the files it runs
+/// contract, torch's version, the GPU identity (Plan::role_gpu_identity), the command, the content of the files it runs
 /// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
 /// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
-                          const EnvList& launcher_env, const std::vector<KeyFile>& files = {});
+                          const EnvList& launcher_env, const std::vector<KeyFile>& files = {},
+                          const std::string& gpu_identity = "");
+
+/// Whether every role's devices resolve on this node: an index past an inherited
+/// CUDA_VISIBLE_DEVICES (or past `gpu_count` when it is >= 0, e.g. NVML's count) and a
+/// UUID that an inherited list of UUIDs does not hold are refused. False: `err` says why.
+bool CheckDevices(const Plan& plan, int gpu_count, std::string* err);
+
+/// The entries of a CUDA_VISIBLE_DEVICES value, "3,5" -> {"3", "5"} (spaces trimmed).
+std::vector<std::string> SplitVisibleDevices(const std::string& value);
 
 /// "1,2000,25600"
 std::string JoinInts(const std::vector<int64_t>& v, const char* sep = ",");

@@ -23,7 +23,7 @@ std::string Join(const std::vector<std::string>& v, const char* sep = " ") {
 std::string Devices(const RoleSpec& r) {
   if (r.is_cpu()) return std::to_string(r.cpu) + " on cpu";
   std::vector<std::string> d;
-  for (int g : r.devices) d.push_back(std::to_string(g));
+  for (size_t i = 0; i < r.devices.size(); ++i) d.push_back(r.DeviceName(i));
   return std::to_string(r.devices.size()) + " on GPU " + Join(d, ",");
 }
 
@@ -161,6 +161,8 @@ std::string PlanText(const Plan& plan) {
       o += "  " + Pad("", 10) + "watchdog " + FormatDuration(r.watchdog) + ", then " + SignalName(r.watchdog_signal) +
            " (hung: no WATCHDOG=1, or no output/STATUS= from one that never sent it)\n";
     if (r.gate.enabled) o += "  " + Pad("", 10) + "torch    " + plan.role_torch_version[i] + " (in the gate key)\n";
+    if (r.gate.enabled && !plan.role_gpu_identity[i].empty())
+      o += "  " + Pad("", 10) + "gpu      " + plan.role_gpu_identity[i] + " (in the gate key, READY and exports)\n";
   }
   // The environment: what all processes share once, then what differs.
   std::vector<EnvList> envs;
@@ -178,11 +180,22 @@ std::string PlanText(const Plan& plan) {
     for (const auto& [k, v] : envs[0])
       if (shared(k)) o += "  " + k + "=" + v + "\n";
   for (const ProcessPlan& w : plan.warmups) {
-    o += "\nwarm-up " + w.name + " (" + (w.gpu >= 0 ? "GPU " + std::to_string(w.gpu) : std::string("cpu")) +
+    o += "\nwarm-up " + w.name + " (" + (w.on_gpu() ? "GPU " + w.device : std::string("cpu")) +
          ", before " + w.role + "'s processes)\n     ";
     for (const auto& [k, v] : plan.ProcessEnv(w, 0))
       if (!shared(k) || *values[k].begin() != v) o += " " + k + "=" + (v.empty() ? "\"\"" : v);
     o += "\n";
+  }
+  bool any_gpu = false;
+  for (const ProcessPlan& p : plan.processes) any_gpu |= p.on_gpu();
+  if (any_gpu) {
+    o += "\nGPUs";
+    if (!plan.inherited_visible_devices.empty())
+      o += " (devices index into the launcher's CUDA_VISIBLE_DEVICES=" + plan.inherited_visible_devices + ")";
+    o += "\n";
+    if (!plan.host_gpus.nvml) o += "  not checked: NVML: " + plan.host_gpus.why_not + "\n";
+    for (const GpuInfo& g : plan.host_gpus.gpus)
+      o += "  " + Pad(std::to_string(g.index), 4) + DescribeGpu(g) + "  " + g.uuid + "\n";
   }
   o += "\nprocesses (world size " + std::to_string(plan.world_size) +
        (plan.nnodes > 1 ? ", node " + std::to_string(plan.node_rank) + "'s " + std::to_string(plan.local_world_size)
@@ -190,8 +203,14 @@ std::string PlanText(const Plan& plan) {
        ")\n";
   for (size_t i = 0; i < plan.processes.size(); ++i) {
     const ProcessPlan& p = plan.processes[i];
-    o += "  " + Pad(p.name, 12) + "rank " + Pad(std::to_string(p.rank), 4) +
-         (p.gpu >= 0 ? "GPU " + std::to_string(p.gpu) + " (cuda:0 inside)" : std::string("cpu")) + "\n";
+    std::string gpu = "cpu";
+    if (p.on_gpu()) {
+      gpu = "GPU " + p.device;
+      if (p.visible_device != p.device) gpu += " = " + p.visible_device + " of the launcher's CUDA_VISIBLE_DEVICES";
+      gpu += " (cuda:0 inside)";
+      if (const GpuInfo* g = plan.HostGpuOf(p)) gpu += ": " + DescribeGpu(*g);
+    }
+    o += "  " + Pad(p.name, 12) + "rank " + Pad(std::to_string(p.rank), 4) + gpu + "\n";
     std::string line;
     for (const auto& [k, v] : envs[i])
       if (!shared(k)) line += (line.empty() ? "" : " ") + k + "=" + (v.empty() ? "\"\"" : v);
@@ -261,7 +280,12 @@ std::string PlanJson(const Plan& plan) {
         {"nodes", r.nodes.empty() ? ojson() : ojson(r.nodes)},
         {"world_size", plan.role_world_size[i]},
         {"master_port", plan.role_master_ports[i] ? ojson(plan.role_master_ports[i]) : ojson()},
-        {"devices", r.devices},
+        {"devices", [&] {
+           ojson d = ojson::array();
+           for (size_t k = 0; k < r.devices.size(); ++k)
+             d.push_back(r.devices[k] >= 0 ? ojson(r.devices[k]) : ojson(r.device_uuids[k]));
+           return d;
+         }()},
         {"cpu", r.is_cpu()},
         {"command", r.command.empty() ? ojson() : ojson(r.command)},
         {"builtin", r.builtin.empty() ? ojson() : ojson(r.builtin)},
@@ -269,6 +293,7 @@ std::string PlanJson(const Plan& plan) {
                   : (r.spool == "consume" || r.builtin == "drafter") ? ojson("consume")
                                                                      : ojson()},
         {"torch_version", plan.role_torch_version[i].empty() ? ojson() : ojson(plan.role_torch_version[i])},
+        {"gpu_identity", plan.role_gpu_identity[i].empty() ? ojson() : ojson(plan.role_gpu_identity[i])},
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
                   {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},
@@ -287,6 +312,22 @@ std::string PlanJson(const Plan& plan) {
         {"watchdog", {{"ms", r.watchdog.count()}, {"signal", SignalName(r.watchdog_signal)}}},
     });
   }
+  // NVML's view of this host (null: not asked, no GPU process here; nvml false: not available).
+  bool any_gpu = false;
+  for (const ProcessPlan& p : plan.processes) any_gpu |= p.on_gpu();
+  if (any_gpu) {
+    ojson gpus = ojson::array();
+    for (const GpuInfo& g : plan.host_gpus.gpus)
+      gpus.push_back({{"index", g.index}, {"name", g.name}, {"uuid", g.uuid}, {"memory_bytes", g.memory_bytes},
+                      {"compute_mode", g.compute_mode}});
+    j["gpus"] = {{"nvml", plan.host_gpus.nvml},
+                 {"why_not", plan.host_gpus.nvml ? ojson() : ojson(plan.host_gpus.why_not)},
+                 {"inherited_visible_devices",
+                  plan.inherited_visible_devices.empty() ? ojson() : ojson(plan.inherited_visible_devices)},
+                 {"devices", gpus}};
+  } else {
+    j["gpus"] = nullptr;
+  }
   j["world_size"] = plan.world_size;
   j["local_world_size"] = plan.local_world_size;
   j["processes"] = ojson::array();
@@ -295,7 +336,7 @@ std::string PlanJson(const Plan& plan) {
     ojson env = ojson::object();
     for (const auto& [k, v] : plan.ProcessEnv(w, 0)) env[k] = v;
     j["warmups"].push_back({{"name", w.name}, {"role", w.role},
-                            {"device", w.gpu >= 0 ? "cuda:" + std::to_string(w.gpu) : "cpu"},
+                            {"device", w.on_gpu() ? "cuda:" + w.device : "cpu"},
                             {"command", w.command}, {"argv", plan.ExecArgv(w)}, {"gate_key", w.gate_key}, {"env", env}});
   }
   for (const ProcessPlan& p : plan.processes) {
@@ -306,8 +347,15 @@ std::string PlanJson(const Plan& plan) {
                               {"role_rank", p.role_rank},
                               {"role_world_size", p.role_world_size},
                               {"rank", p.rank},
-                              {"device", p.gpu >= 0 ? "cuda:" + std::to_string(p.gpu) : "cpu"},
-                              {"gpu", p.gpu >= 0 ? ojson(p.gpu) : ojson()},
+                              {"device", p.on_gpu() ? "cuda:" + p.device : "cpu"},
+                              {"gpu", p.gpu >= 0 ? ojson(p.gpu) : p.on_gpu() ? ojson(p.device) : ojson()},
+                              {"visible_device", p.on_gpu() ? ojson(p.visible_device) : ojson()},
+                              {"gpu_model", [&] {
+                                 const GpuInfo* g = plan.HostGpuOf(p);
+                                 return g ? ojson({{"name", g->name}, {"memory_bytes", g->memory_bytes},
+                                                   {"compute_mode", g->compute_mode}, {"uuid", g->uuid}})
+                                          : ojson();
+                               }()},
                               {"command", p.command},
                               {"argv", plan.ExecArgv(p)},
                               {"gate_key", p.gate_key.empty() ? ojson() : ojson(p.gate_key)},

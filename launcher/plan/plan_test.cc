@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <map>
 
 namespace dflash {
@@ -246,6 +249,140 @@ TEST(NodePlan, OmpDefaultOnlyWhenSharedAndUnset) {
   c.roles[0].devices = {0};
   plan = BuildPlan(c, PlanOptions{});
   EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0)).count("OMP_NUM_THREADS"), 0u);  // alone on the host
+}
+
+RunConfig GpuConfig(const std::string& roles, const std::string& run = "") {
+  RunConfig c;
+  std::vector<ConfigError> errors;
+  EXPECT_TRUE(LoadConfigFromString("[run]\n" + run + roles, "/x/g.toml", &c, &errors)) << FormatErrors(errors);
+  return c;
+}
+
+// devices = [3] is what nvidia-smi calls GPU 3: PCI bus order for GPU processes, unless the
+// launcher's or the role's env says otherwise; CPU processes get nothing.
+TEST(GpuPlan, PciBusOrderForGpuProcessesUnlessSet) {
+  RunConfig c = GpuConfig("[[role]]\nname = \"d\"\ndevices = [3]\ncommand = [\"d\"]\n"
+                          "[[role]]\nname = \"e\"\ncpu = 1\ncommand = [\"e\"]\n");
+  Plan plan = BuildPlan(c, PlanOptions{});
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0))["CUDA_DEVICE_ORDER"], "PCI_BUS_ID");
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[1], 0)).count("CUDA_DEVICE_ORDER"), 0u);
+  PlanOptions po;
+  po.launcher_env = {{"CUDA_DEVICE_ORDER", "FASTEST_FIRST"}};
+  plan = BuildPlan(c, po);
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0)).count("CUDA_DEVICE_ORDER"), 0u);  // inherited as it is
+  c.roles[0].env.emplace_back("CUDA_DEVICE_ORDER", "FASTEST_FIRST");
+  plan = BuildPlan(c, PlanOptions{});
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0))["CUDA_DEVICE_ORDER"], "FASTEST_FIRST");
+}
+
+// Slurm's gres or a container runtime hands the launcher CUDA_VISIBLE_DEVICES=3,5: devices
+// index into that list, as torchrun's processes would see it; one past it is refused.
+TEST(GpuPlan, DevicesIndexIntoAnInheritedVisibleList) {
+  RunConfig c = GpuConfig("[[role]]\nname = \"d\"\ndevices = [0, 1]\ncommand = [\"d\"]\n");
+  PlanOptions po;
+  po.launcher_env = {{"CUDA_VISIBLE_DEVICES", "3, 5"}};
+  Plan plan = BuildPlan(c, po);
+  std::string err;
+  ASSERT_TRUE(CheckDevices(plan, -1, &err)) << err;
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0))["CUDA_VISIBLE_DEVICES"], "3");
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[1], 0))["CUDA_VISIBLE_DEVICES"], "5");
+  EXPECT_EQ(plan.processes[1].device, "1");
+  EXPECT_EQ(plan.processes[1].visible_device, "5");
+  EXPECT_TRUE(CheckDevices(plan, 8, &err)) << err;
+  EXPECT_FALSE(CheckDevices(plan, 4, &err));  // GPU 5 of the list, on a host of 4
+  EXPECT_NE(err.find("has 4 GPUs"), std::string::npos) << err;
+  po.launcher_env = {{"CUDA_VISIBLE_DEVICES", "3"}};
+  plan = BuildPlan(c, po);
+  EXPECT_FALSE(CheckDevices(plan, -1, &err));
+  EXPECT_NE(err.find("d.devices[1] = 1, but the launcher's CUDA_VISIBLE_DEVICES=3 leaves 1 GPU"), std::string::npos)
+      << err;
+  // Without a list: the host's count (NVML) bounds the index; unknown (-1): not checked.
+  plan = BuildPlan(c, PlanOptions{});
+  EXPECT_TRUE(CheckDevices(plan, -1, &err));
+  EXPECT_FALSE(CheckDevices(plan, 1, &err));
+  EXPECT_NE(err.find("this host has 1 GPU (indices 0..0)"), std::string::npos) << err;
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[1], 0))["CUDA_VISIBLE_DEVICES"], "1");
+}
+
+TEST(GpuPlan, UuidsGoToCudaAsWritten) {
+  const std::string gpu = "GPU-5d0f3c1e-8b2a-4f6e-9c1d-2a3b4c5d6e7f", mig = "MIG-1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718";
+  RunConfig c = GpuConfig("[[role]]\nname = \"d\"\ndevices = [\"" + gpu + "\", \"" + mig + "\", 2]\ncommand = [\"d\"]\n");
+  Plan plan = BuildPlan(c, PlanOptions{});
+  ASSERT_EQ(plan.processes.size(), 3u);
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0))["CUDA_VISIBLE_DEVICES"], gpu);
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[1], 0))["CUDA_VISIBLE_DEVICES"], mig);
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[2], 0))["CUDA_VISIBLE_DEVICES"], "2");
+  EXPECT_TRUE(plan.processes[0].on_gpu());
+  std::string err;
+  EXPECT_TRUE(CheckDevices(plan, 3, &err)) << err;
+  PlanOptions po;  // a list of UUIDs that leaves this one out
+  po.launcher_env = {{"CUDA_VISIBLE_DEVICES", "GPU-aaaaaaaa-0000-0000-0000-000000000000,GPU-bbbbbbbb-0000-0000-0000-000000000000,x"}};
+  plan = BuildPlan(c, po);
+  EXPECT_FALSE(CheckDevices(plan, -1, &err));
+  EXPECT_NE(err.find("is not in the launcher's CUDA_VISIBLE_DEVICES"), std::string::npos) << err;
+}
+
+// One compile pool per host (pytorch#190941): followers 1 worker, the leader the host's
+// share through dflash-worker; a role's own value wins; never in the derived key.
+TEST(GpuPlan, CompileThreadsForGatedProcessesOnly) {
+  RunConfig c = GpuConfig("[[role]]\nname = \"d\"\ncpu = 2\ngate = true\ncommand = [\"d\"]\n"
+                          "[[role]]\nname = \"e\"\ncpu = 1\ngate = true\ncommand = [\"e\"]\n"
+                          "[[role]]\nname = \"f\"\ncpu = 1\ncommand = [\"f\"]\n");
+  Plan plan = BuildPlan(c, PlanOptions{});
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  int share = std::min(32, std::max(1, CPU_COUNT(&set) / 2));  // two gate keys may compile at once
+  EXPECT_EQ(plan.leader_compile_threads, share);
+  for (const ProcessPlan& p : plan.processes) {
+    auto env = EnvMap(plan.ProcessEnv(p, 0));
+    if (p.role == "f") {
+      EXPECT_EQ(env.count("TORCHINDUCTOR_COMPILE_THREADS"), 0u);
+      EXPECT_EQ(env.count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
+      continue;
+    }
+    EXPECT_EQ(env["TORCHINDUCTOR_COMPILE_THREADS"], "1") << p.name;
+    EXPECT_EQ(env["DFLASH_LEADER_COMPILE_THREADS"], std::to_string(share)) << p.name;
+  }
+  RunConfig own = c;
+  own.roles[0].env.emplace_back("TORCHINDUCTOR_COMPILE_THREADS", "4");
+  plan = BuildPlan(own, PlanOptions{});
+  auto env = EnvMap(plan.ProcessEnv(plan.processes[0], 0));
+  EXPECT_EQ(env["TORCHINDUCTOR_COMPILE_THREADS"], "4");
+  EXPECT_EQ(env.count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
+  EXPECT_EQ(plan.processes[0].gate_key, BuildPlan(c, PlanOptions{}).processes[0].gate_key);  // not in the key
+  PlanOptions po;
+  po.launcher_env = {{"TORCHINDUCTOR_COMPILE_THREADS", "2"}};
+  plan = BuildPlan(c, po);
+  EXPECT_EQ(plan.leader_compile_threads, 0);
+  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0)).count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
+}
+
+// The GPU identity: model and capability from NVML (never the index), CUDA and Triton from
+// the role's interpreter; "cpu" for CPU roles. In the key, and given to the worker for READY.
+TEST(GpuPlan, GpuIdentityIsInTheKeyButTheIndexIsNot) {
+  RunConfig c = GpuConfig("[[role]]\nname = \"d\"\ndevices = [0]\ngate = true\ncommand = [\"d\"]\n"
+                          "[[role]]\nname = \"e\"\ncpu = 1\ngate = true\ncommand = [\"e\"]\n");
+  PlanOptions po;
+  po.cuda_runtime = [](const RoleSpec&) { return std::string("cuda 13.0 triton 3.6.0"); };
+  po.host_gpus.nvml = true;
+  po.host_gpus.gpus = {{0, "NVIDIA H200", "GPU-a", 150ull << 30, "9.0", "default"},
+                       {1, "NVIDIA H200", "GPU-b", 150ull << 30, "9.0", "default"},
+                       {2, "NVIDIA A100-SXM4-80GB", "GPU-c", 80ull << 30, "8.0", "default"}};
+  Plan h200 = BuildPlan(c, po);
+  EXPECT_EQ(h200.role_gpu_identity[0], "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0");
+  EXPECT_EQ(h200.role_gpu_identity[1], "cpu");
+  EXPECT_EQ(EnvMap(h200.ProcessEnv(h200.processes[0], 0))["DFLASH_GPU_IDENTITY"], h200.role_gpu_identity[0]);
+  EXPECT_EQ(EnvMap(h200.ProcessEnv(h200.processes[1], 0))["DFLASH_GPU_IDENTITY"], "cpu");
+  c.roles[0].devices = {1};  // another H200: the same kernels
+  EXPECT_EQ(BuildPlan(c, po).processes[0].gate_key, h200.processes[0].gate_key);
+  c.roles[0].devices = {2};  // an A100: another key
+  Plan a100 = BuildPlan(c, po);
+  EXPECT_NE(a100.processes[0].gate_key, h200.processes[0].gate_key);
+  EXPECT_EQ(a100.processes[1].gate_key, h200.processes[1].gate_key);  // the CPU role does not care
+  c.roles[0].devices = {0};
+  po.cuda_runtime = [](const RoleSpec&) { return std::string("cuda 12.8 triton 3.6.0"); };
+  EXPECT_NE(BuildPlan(c, po).processes[0].gate_key, h200.processes[0].gate_key);
+  EXPECT_EQ(h200.HostGpuOf(h200.processes[0])->name, "NVIDIA H200");
 }
 
 }  // namespace

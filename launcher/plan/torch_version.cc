@@ -26,6 +26,22 @@ constexpr const char* kProbe =
     "import importlib.metadata as m\n"
     "try: print(m.version('torch'))\n"
     "except Exception: print('none')\n";
+/// The CUDA runtime torch was built for (torch/version.py's `cuda`, read as text: importing torch
+/// would cost seconds and touch the driver) and Triton's version, without importing either.
+constexpr const char* kRuntimeProbe =
+    "import importlib.metadata as m, importlib.util as u, os, re\n"
+    "cuda = 'none'\n"
+    "try:\n"
+    "    s = u.find_spec('torch')\n"
+    "    t = open(os.path.join(list(s.submodule_search_locations)[0], 'version.py')).read()\n"
+    "    g = re.search(r'^cuda\\b[^=]*=\\s*[\\x27\\x22]([^\\x27\\x22]+)', t, re.M)\n"
+    "    cuda = g.group(1) if g else 'none'\n"
+    "except Exception: pass\n"
+    "triton = 'none'\n"
+    "for d in ('triton', 'pytorch-triton'):\n"
+    "    try: triton = m.version(d); break\n"
+    "    except Exception: pass\n"
+    "print('cuda ' + cuda + ' triton ' + triton)\n";
 /// A python that does not answer in this long is not going to (a broken site-packages, an NFS hang).
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 
@@ -33,11 +49,16 @@ constexpr auto kProbeTimeout = std::chrono::seconds(30);
 
 std::string AskPythonForTorchVersion(const std::string& python, const std::vector<std::string>& env,
                                      const std::string& cwd, Millis timeout) {
+  return AskPython(python, kProbe, env, cwd, timeout);
+}
+
+std::string AskPython(const std::string& python, const char* script, const std::vector<std::string>& env,
+                      const std::string& cwd, Millis timeout) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return "unknown";
   UniqueFd read_end(fds[0]), write_end(fds[1]);
   SpawnOptions so;
-  so.argv = {python, "-c", kProbe};
+  so.argv = {python, "-c", script};
   so.env = env;
   so.cwd = cwd;
   so.stdout_fd = write_end.get();
@@ -79,8 +100,10 @@ std::string AskPythonForTorchVersion(const std::string& python, const std::vecto
 
 std::string BuiltinTorchVersion() { return DFLASH_LIBTORCH_VERSION; }
 
-std::string TorchVersionFor(const RoleSpec& role) {
-  if (!role.builtin.empty()) return BuiltinTorchVersion();
+namespace {
+
+/// Asks the role's Python (see TorchVersionFor) `script`, once per (script, python, PATH, cwd).
+std::string AskRolePython(const RoleSpec& role, const char* script) {
   std::string python = "python3";
   if (!role.command.empty()) {
     std::string base = std::filesystem::path(role.command[0]).filename().string();
@@ -93,10 +116,23 @@ std::string TorchVersionFor(const RoleSpec& role) {
   static std::mutex mu;
   static std::map<std::string, std::string> cache;
   std::lock_guard<std::mutex> lock(mu);
-  std::string key = python + '\0' + path + '\0' + role.cwd;
+  std::string key = std::string(script) + '\0' + python + '\0' + path + '\0' + role.cwd;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  return cache[key] = AskPythonForTorchVersion(python, env, role.cwd, kProbeTimeout);
+  return cache[key] = AskPython(python, script, env, role.cwd, kProbeTimeout);
+}
+
+}  // namespace
+
+std::string TorchVersionFor(const RoleSpec& role) {
+  if (!role.builtin.empty()) return BuiltinTorchVersion();
+  return AskRolePython(role, kProbe);
+}
+
+std::string CudaRuntimeFor(const RoleSpec& role) {
+  // dflash-builtin runs the LibTorch it was built with: its version names its CUDA (2.13.0+cu130).
+  if (!role.builtin.empty()) return "libtorch " + BuiltinTorchVersion();
+  return AskRolePython(role, kRuntimeProbe);
 }
 
 }  // namespace dflash

@@ -26,6 +26,15 @@ std::string TorchVersionFor(const RoleSpec& role);
 std::string AskPythonForTorchVersion(const std::string& python, const std::vector<std::string>& env,
                                      const std::string& cwd, Millis timeout);
 
+/// For a GPU role's gate key and READY record: "cuda <torch.version.cuda> triton <version>" from
+/// the role's Python (the same one TorchVersionFor asks, same cache rules), read without importing
+/// torch or triton; "libtorch <version>" for a builtin role; "unknown" if it could not be asked.
+std::string CudaRuntimeFor(const RoleSpec& role);
+
+/// The probe behind both: `python -c script`'s first line of stdout ("unknown" on failure).
+std::string AskPython(const std::string& python, const char* script, const std::vector<std::string>& env,
+                      const std::string& cwd, Millis timeout);
+
 /// The LibTorch version dflash-builtin was built with ("none" without LibTorch).
 std::string BuiltinTorchVersion();
 

@@ -23,7 +23,7 @@ RunStatus SupervisorCore::Status() {
     e.state = ProcStateName(p.state);
     e.pid = p.pid;
     e.payload_pid = p.alive() ? p.payload_pid : -1;
-    e.gpu = pp.gpu >= 0 ? std::to_string(pp.gpu) : "";
+    e.gpu = pp.device;
     std::string role = JsonText(p.gate, "role"), state = JsonText(p.gate, "state");
     e.gate = state == "waiting" ? "waiting" : role == "lead" || role == "reuse" ? role : "";
     e.status = p.status;

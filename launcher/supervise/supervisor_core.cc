@@ -204,7 +204,7 @@ void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
   p.current().pid = pid;
   p.exec_pending = exec_pending;
   Info(pp.name + " STARTING (pid " + std::to_string(pid) + ", attempt " + std::to_string(p.attempt) +
-       (pp.gpu >= 0 ? ", GPU " + std::to_string(pp.gpu) : std::string(", cpu")) + ")");
+       (pp.on_gpu() ? ", GPU " + pp.device : std::string(", cpu")) + ")");
   if (!exec_pending) OnExecResult(i, true, "");
 }
 

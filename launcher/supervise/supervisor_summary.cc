@@ -23,7 +23,7 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     e.role = pp.role;
     e.role_rank = pp.role_rank;
     e.rank = pp.warmup ? -1 : pp.rank;  // a warm-up: a world of one of its own, not a rank of the run
-    e.device = pp.gpu >= 0 ? "cuda:" + std::to_string(pp.gpu) : "cpu";
+    e.device = pp.on_gpu() ? "cuda:" + pp.device : "cpu";
     e.pid = p.pid > 0 ? p.pid : last ? last->pid : -1;
     e.state = ProcStateName(p.state);
     e.exit_code = last ? last->exit_code : -1;

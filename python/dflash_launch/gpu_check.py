@@ -2,9 +2,13 @@
 the bundle of `make gpu-check-bundle`; docs/gpu.md). Needs the wheel (or a build) and the machine's torch; no
 network. Writes one JSON report (format dflash-gpu-check/1) and a short text summary:
 
+  preflight: what Triton needs of the host (Python.h, an unversioned libcuda.so beside libcuda.so.1) and
+      the GPUs' compute mode (EXCLUSIVE_PROCESS cannot share a GPU), each with the fix; a failed preflight
+      stops the check before anything compiles;
   (a) gated: 3 reference drafters (flex_attention on CUDA, SDPA on CPU) under `dflash-launch run` of a
-      generated config, behind the gate: one compiles ("lead"), the others reuse with 0 FX-graph misses;
-      the compile seconds of each;
+      generated config, behind the gate: one compiles ("lead"), the others reuse with 0 FX-graph misses and
+      no process bypasses the FX-graph cache (a bypassed graph is recompiled by everyone: flex_attention's
+      backward is cacheable only since torch 2.10); the compile seconds of each;
   (b) cross_gpu: with 2+ GPUs the processes sit on different physical GPUs, each seeing cuda:0, and still
       share the keys; with one GPU it says so and puts the 3 processes on GPU 0 ([run] share_gpus = true);
   (c) shape_contract: a [1, 2000, 25600] bf16 frame through check_hidden_states (and its stacked and one-tap
@@ -24,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 
 import dflash_launch
@@ -100,6 +105,94 @@ def torch_info():
     return info
 
 
+def _libcuda_dirs(env):
+    """Where Triton looks for the driver (triton/backends/nvidia/driver.py libcuda_dirs): $TRITON_LIBCUDA_PATH,
+    else the dirs of libcuda.so.1 in `ldconfig -p`, else those of $LD_LIBRARY_PATH holding libcuda.so.1."""
+    if env.get("TRITON_LIBCUDA_PATH"):
+        return [env["TRITON_LIBCUDA_PATH"]]
+    ldconfig = shutil.which("ldconfig", path=env.get("PATH", "") + ":/sbin:/usr/sbin")
+    dirs = []
+    if ldconfig:
+        try:
+            out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        dirs = [os.path.dirname(line.split()[-1]) for line in out.splitlines() if "libcuda.so.1" in line]
+    if not dirs:
+        dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":")
+                if d and os.path.exists(os.path.join(d, "libcuda.so.1"))]
+    return list(dict.fromkeys(dirs))
+
+
+def _compute_modes(env):
+    """{index: mode} from nvidia-smi ("Default", "Exclusive_Process", "Prohibited"); None without nvidia-smi."""
+    smi = shutil.which("nvidia-smi", path=env.get("PATH", ""))
+    if not smi:
+        return None
+    try:
+        r = subprocess.run([smi, "--query-gpu=index,compute_mode", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=60, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:
+        return None
+    modes = {}
+    for line in r.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            modes[int(parts[0])] = parts[1]
+    return modes
+
+
+def preflight(mode, gpus_used, shares_gpus, env=None):
+    """What Triton and the check need of this host, before a minute of compiling finds out. `gpus_used`: the
+    physical GPU indices the drafters get; `shares_gpus`: several drafters on one GPU. Each problem with its fix."""
+    env = dict(os.environ if env is None else env)
+    problems = []
+    include = sysconfig.get_paths().get("include", "")
+    python_h = os.path.join(include, "Python.h")
+    out = {"python_h": python_h if os.path.exists(python_h) else None}
+    if not out["python_h"]:
+        # Inductor's C++ kernels and Triton's launcher stub are compiled against it.
+        problems.append(f"no Python.h in {include}: Triton and Inductor compile C against it. Fix: install the "
+                        f"headers of this Python (Debian/Ubuntu: apt install python{sys.version_info[0]}."
+                        f"{sys.version_info[1]}-dev; conda: they come with python)")
+    if mode == "cuda":
+        dirs = _libcuda_dirs(env)
+        out["libcuda_dirs"] = dirs
+        unversioned = [d for d in dirs if os.path.exists(os.path.join(d, "libcuda.so"))]
+        out["libcuda_so"] = unversioned[0] + "/libcuda.so" if unversioned else None
+        if not dirs:
+            problems.append("no libcuda.so.1 found (ldconfig -p, LD_LIBRARY_PATH, TRITON_LIBCUDA_PATH): Triton "
+                            "cannot find the driver. Fix: run where the NVIDIA driver is installed, or export "
+                            "TRITON_LIBCUDA_PATH=<dir of libcuda.so.1>")
+        elif not unversioned:
+            # Triton links its launcher with -lcuda, which needs the unversioned name (containers often mount .so.1 only).
+            d = dirs[0]
+            problems.append(f"{d} has libcuda.so.1 but no unversioned libcuda.so: Triton's launcher build "
+                            f"(-lcuda) fails with 'cannot find -lcuda'. Fix: mkdir -p ~/.cache/libcuda && ln -sf "
+                            f"{d}/libcuda.so.1 ~/.cache/libcuda/libcuda.so && ln -sf {d}/libcuda.so.1 "
+                            f"~/.cache/libcuda/libcuda.so.1 && export TRITON_LIBCUDA_PATH=~/.cache/libcuda "
+                            f"(or install the driver's dev package, e.g. libnvidia-compute / cuda-driver-dev)")
+        modes = _compute_modes(env)
+        out["compute_modes"] = modes
+        if modes is None:
+            out["compute_mode_note"] = "nvidia-smi not found: the compute mode was not checked"
+        else:
+            for i in sorted(set(gpus_used)):
+                m = modes.get(i, "")
+                if shares_gpus and m.lower().replace(" ", "_") == "exclusive_process":
+                    problems.append(f"GPU {i} is in compute mode {m}: only one process may use it, so the drafters "
+                                    f"sharing it ([run] share_gpus) fail to create a CUDA context. Fix: sudo "
+                                    f"nvidia-smi -i {i} -c DEFAULT (or run on a host with one GPU per drafter)")
+                elif m.lower() == "prohibited":
+                    problems.append(f"GPU {i} is in compute mode Prohibited: no process may use it. Fix: sudo "
+                                    f"nvidia-smi -i {i} -c DEFAULT")
+    out["problems"] = problems
+    out["ok"] = not problems
+    return out
+
+
 def run_launcher(launcher, config, run_id, log_dir, timeout_s, env):
     """`dflash-launch run CONFIG`, stopped (SIGTERM, then SIGKILL) if it outlives timeout_s; its summary.json."""
     t0 = time.monotonic()
@@ -146,8 +239,14 @@ def processes_of(result):
     return out
 
 
-def drafter_run(mode, launcher, work, name, gated, n_gpus, steps, timeout_s):
-    """(a) or (d): N_DRAFTERS reference drafters under dflash-launch, gated or not, on a fresh cache."""
+def drafter_devices(n_gpus):
+    """The physical GPU of each drafter: [i % n_gpus]; fewer GPUs than drafters share them."""
+    return [i % n_gpus for i in range(N_DRAFTERS)]
+
+
+def drafter_run(mode, launcher, work, name, gated, n_gpus, steps, timeouts):
+    """(a) or (d): N_DRAFTERS reference drafters under dflash-launch, gated or not, on a fresh cache.
+    `timeouts`: {"gate", "ready", "run"} seconds (the gate wait, a drafter's readiness, the whole run)."""
     cache, logs = os.path.join(work, f"cache-{name}"), os.path.join(work, "runs")
     os.makedirs(cache, mode=0o700)
     os.makedirs(logs, exist_ok=True)
@@ -157,17 +256,17 @@ def drafter_run(mode, launcher, work, name, gated, n_gpus, steps, timeout_s):
            "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(dflash_launch.__file__)))}
     role = {"name": "drafter"}
     if mode == "cuda":
-        role["devices"] = [i % n_gpus for i in range(N_DRAFTERS)]
+        role["devices"] = drafter_devices(n_gpus)
         role["share_gpus"] = n_gpus < N_DRAFTERS  # one GPU: 3 processes on it, by explicit choice
     else:
         role["cpu"] = N_DRAFTERS
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     role.update(command=[sys.executable, "-m", "dflash_launch.reference_drafter"], env=env,
-                gate={"timeout": f"{timeout_s}s", "enabled": gated, "mode": "serial"},  # independent drafters: the original crash
-                ready={"mode": "notify", "timeout": f"{timeout_s}s"})
+                gate={"timeout": f"{timeouts['gate']}s", "enabled": gated, "mode": "serial"},  # independent drafters: the original crash
+                ready={"mode": "notify", "timeout": f"{timeouts['ready']}s"})
     config = os.path.join(work, f"{name}.toml")
     write_config(config, f"gpucheck-{name}", cache, logs, CONTRACTS[mode], role)
-    result = run_launcher(launcher, config, name, logs, timeout_s + 60, dict(os.environ))
+    result = run_launcher(launcher, config, name, logs, timeouts["run"], dict(os.environ))
     procs = processes_of(result)
     out = {"config": config, "gated": gated, "exit_code": result["exit_code"], "timed_out": result["timed_out"],
            "wall_s": result["wall_s"], "run_dir": result["run_dir"], "console": result["console"],
@@ -182,7 +281,14 @@ def drafter_run(mode, launcher, work, name, gated, n_gpus, steps, timeout_s):
         out["leads"], out["reused"] = len(leads), len(reuse)
         out["reused_with_0_misses"] = sum(1 for p in reuse if p["fxgraph_cache_miss"] == 0
                                           and (p["fxgraph_cache_hit"] or 0) > 0)
-        out["ok"] = bool(done and len(leads) == 1 and out["reused_with_0_misses"] == N_DRAFTERS - 1)
+        # A bypassed graph is never cached: every follower compiles it again, whatever its hits say.
+        out["bypassed"] = {p["name"]: p["fxgraph_cache_bypass"] for p in procs if (p["fxgraph_cache_bypass"] or 0) > 0}
+        out["ok"] = bool(done and len(leads) == 1 and out["reused_with_0_misses"] == N_DRAFTERS - 1
+                         and not out["bypassed"])
+        if out["bypassed"]:
+            out["error"] = (f"FX-graph cache bypassed {out['bypassed']}: those graphs are recompiled by every process "
+                            f"(flex_attention's backward is cacheable only since torch 2.10; "
+                            f"TORCH_LOGS=+torch._inductor.codecache says why)")
         if leads and reuse and done:
             lead_s = leads[0]["compile_wall_s"]
             out["lead_compile_s"] = lead_s
@@ -285,6 +391,11 @@ def summary_text(report):
     if u:
         lines.append(f"  (d) ungated {'ok  ' if u['ok'] else 'FAIL'} compile s {u['compile_s']} "
                      f"(gated: {g['compile_s'] if g else None})")
+    pf = c.get("preflight")
+    if pf:
+        lines.insert(2, f"  preflight   {'ok  ' if pf['ok'] else 'FAIL'} "
+                        + ("; ".join(pf["problems"]) if pf["problems"] else "Python.h"
+                           + (", libcuda.so, compute mode" if report["mode"] == "cuda" else "")))
     for k, v in c.items():
         if v.get("error"):
             lines.append(f"  {k}: {v['error']}")
@@ -298,8 +409,22 @@ def parse_args(argv):
     p.add_argument("--launcher", default="", help="the dflash-launch to test (default: the wheel's, else PATH)")
     p.add_argument("--cpu", action="store_true", help="CPU mode even if a GPU is visible")
     p.add_argument("--steps", type=int, default=3, help="training steps per drafter")
-    p.add_argument("--timeout", type=int, default=150, help="seconds per run (gate and readiness timeouts too)")
-    return p.parse_args(argv)
+    # A cold flex_attention compile (forward + backward, Triton autotuning) takes minutes on a GPU: the defaults
+    # leave room for one; each can be set on its own.
+    p.add_argument("--gate-timeout", type=int, default=1200, help="seconds a follower waits at the gate (1200)")
+    p.add_argument("--ready-timeout", type=int, default=1200,
+                   help="seconds a drafter may take to its first compiled step (1200)")
+    p.add_argument("--run-timeout", type=int, default=0,
+                   help="seconds for a whole run of 3 drafters, then it is stopped (default: gate + ready + 300)")
+    p.add_argument("--timeout", type=int, default=0, help="all three at once (the old single flag)")
+    a = p.parse_args(argv)
+    if a.timeout:
+        a.gate_timeout = a.ready_timeout = a.timeout
+        a.run_timeout = a.run_timeout or a.timeout + 60
+    if min(a.gate_timeout, a.ready_timeout) <= 0 or a.run_timeout < 0:
+        p.error("timeouts are positive seconds")
+    a.run_timeout = a.run_timeout or a.gate_timeout + a.ready_timeout + 300
+    return a
 
 
 def main(argv=None):
@@ -335,13 +460,26 @@ def main(argv=None):
         "checks": {},
     }
     checks = report["checks"]
-    checks["gated"] = drafter_run(mode, launcher, out, "gated", True, n_gpus, args.steps, args.timeout)
+    report["timeouts"] = timeouts = {"gate": args.gate_timeout, "ready": args.ready_timeout, "run": args.run_timeout}
+    used = drafter_devices(n_gpus) if mode == "cuda" else []
+    checks["preflight"] = preflight(mode, used, mode == "cuda" and n_gpus < N_DRAFTERS)
+    if not checks["preflight"]["ok"]:
+        # Nothing would compile: say what to fix now, not after the gate timeout.
+        checks["preflight"]["error"] = "stopped before the runs: fix the above and run the check again"
+        return finish(report, out, t0)
+    checks["gated"] = drafter_run(mode, launcher, out, "gated", True, n_gpus, args.steps, timeouts)
     checks["cross_gpu"] = cross_gpu(mode, n_gpus, checks["gated"])
     checks["shape_contract"] = shape_contract(mode, launcher, out)
-    checks["ungated"] = drafter_run(mode, launcher, out, "ungated", False, n_gpus, args.steps, args.timeout)
+    checks["ungated"] = drafter_run(mode, launcher, out, "ungated", False, n_gpus, args.steps, timeouts)
+    return finish(report, out, t0)
+
+
+def finish(report, out, t0):
+    """Write report.json and summary.txt, print the summary; the exit code."""
+    checks = report["checks"]
     report["wall_s"] = round(time.monotonic() - t0, 1)
     report["ok"] = all(c["ok"] is not False for c in checks.values()) and all(
-        checks[k]["ok"] for k in ("gated", "shape_contract", "ungated"))
+        k in checks and checks[k]["ok"] for k in ("preflight", "gated", "shape_contract", "ungated"))
     with open(report["report"], "w") as f:
         json.dump(report, f, indent=2)
     text = summary_text(report)
