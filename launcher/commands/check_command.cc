@@ -4,6 +4,7 @@
 
 #include "common/exit_codes.h"
 #include "launcher/plan/executable_check.h"
+#include "launcher/plan/host_limits.h"
 #include "launcher/commands/commands.h"
 #include "launcher/plan/plan_format.h"
 #include "launcher/plan/torch_version.h"
@@ -30,6 +31,13 @@ bool LoadConfigOrReport(const std::string& path, RunConfig* config) {
 
 bool CommandsRunOrReport(const RunConfig& config, char** env) {
   std::vector<ConfigError> errors = CheckCommands(config, EnvironmentList(env));
+  if (errors.empty()) return true;
+  std::fputs(FormatErrors(errors).c_str(), stderr);
+  return false;
+}
+
+bool HostLimitsOrReport(const Plan& plan, char** env) {
+  std::vector<ConfigError> errors = CheckHostLimits(plan, EnvironmentList(env), ReadHostLimits());
   if (errors.empty()) return true;
   std::fputs(FormatErrors(errors).c_str(), stderr);
   return false;
@@ -138,6 +146,7 @@ int RunCheck(const CheckOptions& opts, char** env) {
   BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/true);
   std::fputs(FormatWarnings(ConfigWarnings(config)).c_str(), stderr);
   if (!CommandsRunOrReport(plan.config, env)) return exit_code::kConfig;
+  if (!HostLimitsOrReport(plan, env)) return exit_code::kConfig;
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;
 }

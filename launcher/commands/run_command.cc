@@ -45,6 +45,7 @@ int RunRun(const RunOptions& opts, char** env) {
   if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
       rc != 0)
     return rc;
+  if (!HostLimitsOrReport(plan, env)) return exit_code::kConfig;
 
   std::string err;
   CgroupMode cgroup_mode;

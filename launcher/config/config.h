@@ -120,6 +120,7 @@ struct RoleSpec {
   SourcePos command_pos;                 // where its command is written
   std::string builtin;                   // "target" | "drafter" | empty
   std::vector<std::pair<std::string, std::string>> env;
+  std::vector<SourcePos> env_pos;        // where each env value is written (parallel to env)
   std::string cwd;
   std::vector<std::string> warmup;       // the seed's warm-up command; empty: command + DFLASH_WARMUP=1
   GateSpec gate;

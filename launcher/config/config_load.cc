@@ -399,6 +399,7 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
       continue;
     }
     role->env.emplace_back(name, std::move(value));
+    role->env_pos.push_back(PosOf(v.source()));
   }
 }
 
