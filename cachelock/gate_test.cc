@@ -45,7 +45,7 @@ class GateTest : public ::testing::Test {
 };
 
 TEST_F(GateTest, MarkerPresentMeansReuseAtOnceWithoutTouchingEitherLock) {
-  w_.ready["k"] = ReadyRecord{"k", "drafter:0", 7, "hostA", 1.7e9, "2.13.0", 12.5};
+  w_.ready["k"] = ReadyRecord{"k", "drafter:0", 7, "hostA", 1.7e9, "2.13.0", "cpu", 12.5};
   auto g = Gate(1, "drafter:1");
   AcquireResult got;
   EXPECT_EQ(MustAcquire(*g, "k", &got), GateDecision::kReuse);
@@ -292,7 +292,7 @@ TEST_F(GateTest, MisuseIsRefusedNotObeyed) {
 }
 
 TEST_F(GateTest, ForgetRemovesTheMarkerUnderTheGate) {
-  w_.ready["k"] = ReadyRecord{"k", "drafter:0", 7, "hostA", 1.7e9, "", 1.0};
+  w_.ready["k"] = ReadyRecord{"k", "drafter:0", 7, "hostA", 1.7e9, "", "", 1.0};
   auto lead = Gate(1, "drafter:0");
   auto f = Gate(2, "forget", seconds(10));
   ASSERT_EQ(MustAcquire(*lead, "other"), GateDecision::kLead);
@@ -310,7 +310,7 @@ TEST_F(GateTest, ForgetRemovesTheMarkerUnderTheGate) {
 }
 
 TEST_F(GateTest, HoldTakesTheGateWhateverTheMarkersSayAndNeverPublishes) {
-  w_.ready["k"] = ReadyRecord{"k", "drafter:0", 7, "hostA", 1.7e9, "", 1.0};
+  w_.ready["k"] = ReadyRecord{"k", "drafter:0", 7, "hostA", 1.7e9, "", "", 1.0};
   auto lead = Gate(1, "drafter:0");
   auto maint = Gate(2, "cache-clear", seconds(10));
   ASSERT_EQ(MustAcquire(*lead, "other"), GateDecision::kLead);

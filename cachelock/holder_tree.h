@@ -12,10 +12,11 @@
 #include <vector>
 
 #include "cachelock/records.h"
+#include "contract/process_env.h"
 
 namespace dflash {
 
-inline constexpr const char* kHolderEnvVar = "DFLASH_GATE_HOLDER";
+inline constexpr const char* kHolderEnvVar = env::kGateHolder;
 
 /// "<pid>.<start_time>": one holder for ever (pids are reused, start times are not).
 std::string HolderToken(const OwnerRecord& holder);

@@ -50,7 +50,7 @@ TEST(OwnerRecord, DescriptionNamesTheHostOnlyWhenItIsAnotherOne) {
 }
 
 TEST(ReadyRecord, RoundTrips) {
-  ReadyRecord r{"drafter", "drafter:0", 42, "node7", 1.7e9, "2.13.0", 12.5};
+  ReadyRecord r{"drafter", "drafter:0", 42, "node7", 1.7e9, "2.13.0", "cpu", 12.5};
   ReadyRecord back;
   std::string err;
   ASSERT_TRUE(DecodeReady(EncodeReady(r), &back, &err)) << err;
@@ -63,7 +63,7 @@ TEST(ReadyRecord, RoundTrips) {
 }
 
 TEST(ReadyRecord, SourcesRoundTripAndOlderMarkersHaveNone) {
-  ReadyRecord r{"drafter-0123456789abcdef", "drafter:warmup", 42, "node7", 1.7e9, "2.13.0", 12.5,
+  ReadyRecord r{"drafter-0123456789abcdef", "drafter:warmup", 42, "node7", 1.7e9, "2.13.0", "cpu", 12.5,
                 {{"/w/train.py", "aa"}, {"/w/model.py", "bb"}}};
   ReadyRecord back;
   std::string err;

@@ -193,6 +193,23 @@ def test_silent_and_hostile_clients_do_not_stall_the_run(live):
             c.close()
 
 
+def test_a_request_with_a_key_twice_is_refused_and_restarts_nothing(live):
+    """{"verb":"status","verb":"restart"}: a parser that keeps the last key read a restart of everything."""
+    before = live.status()
+    for line in (b'{"verb":"status","verb":"restart","target":"all"}\n',
+                 b'{"verb":"restart","target":"drafter:0","target":"all"}\n'):
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(30)
+            c.connect(str(live.run.run_dir / "control.sock"))
+            c.sendall(line)
+            reply = json.loads(c.makefile().readline())
+        assert reply["ok"] is False and "appears twice" in reply["error"], reply
+    # A request the run does act on comes after them: had either restarted anything, it shows by now.
+    after = live.wait_status(lambda s: all(s[n]["status"] != before[n]["status"] for n in s))
+    for n, p in before.items():
+        assert after[n]["pid"] == p["pid"] and after[n]["manual_restarts"] == p["manual_restarts"], (n, after[n])
+
+
 def test_ps_lists_the_run(live):
     r = run([live.bin, "ps", "--json"], env=live.env)
     assert r.returncode == 0, r.stderr

@@ -14,6 +14,7 @@
 #include "contract/defaults.h"
 #include "contract/ready_spec.h"
 #include "worker/gated_run.h"
+#include "contract/process_env.h"
 
 namespace dflash {
 namespace {
@@ -72,7 +73,7 @@ int CachelockRunMain(int argc, char** argv) {
     return exit_code::kUsage;
   }
   if (torch_version.empty())
-    if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) torch_version = v;
+    if (const char* v = std::getenv(env::kTorchVersion)) torch_version = v;
   o.name = who.empty() ? DefaultWho(cmd) : who;
   o.argv = cmd;
   o.gate_dir = dir;

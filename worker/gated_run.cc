@@ -20,6 +20,7 @@
 #include "store/store_auth.h"
 #include "worker/payload_host.h"
 #include "worker/protocol.h"
+#include "contract/process_env.h"
 
 #include <nlohmann/json.hpp>
 
@@ -327,7 +328,7 @@ int RunGated(const GatedRunOptions& o) {
         if (rc != exit_code::kOk) return rc;
       }
     }
-    h.extra_env.emplace_back("DFLASH_GATE_ROLE", GateDecisionName(lead ? GateDecision::kLead : GateDecision::kReuse));
+    h.extra_env.emplace_back(env::kGateRole, GateDecisionName(lead ? GateDecision::kLead : GateDecision::kReuse));
     if (lead) {
       std::string changed = CodeChangedSince(o);
       say("gate " + o.gate_key + ": lead, compiling" + (got.recovered ? " (took over from a dead holder)" : "") +
@@ -415,7 +416,7 @@ int RunGated(const GatedRunOptions& o) {
   };
   // A watched process (the supervisor set WATCHDOG_USEC, systemd's name): its
   // payload's WATCHDOG=1 pings go up as ours.
-  if (std::getenv("WATCHDOG_USEC")) h.on_watchdog = [&] {
+  if (std::getenv(env::kWatchdogUsec)) h.on_watchdog = [&] {
     NotifyFields f;
     f.watchdog = true;
     report(f);

@@ -13,6 +13,7 @@
 #include "store/store_auth.h"
 #include "worker/gated_run.h"
 #include "worker/protocol.h"
+#include "contract/process_env.h"
 
 int main(int argc, char** argv) {
   using namespace dflash;
@@ -44,17 +45,17 @@ int main(int argc, char** argv) {
   o.require_cache_change = !a.publish_unchanged;
   o.verbose = a.verbose;
   if (o.name.empty())
-    if (const char* p = std::getenv("DFLASH_PROCESS")) o.name = p;
-  if (const char* m = std::getenv("DFLASH_METRICS_FILE")) o.metrics_file = m;
-  if (const char* s = std::getenv("DFLASH_GATE_SOURCES")) o.sources = ParseGateSources(s);
+    if (const char* p = std::getenv(env::kProcess)) o.name = p;
+  if (const char* m = std::getenv(env::kMetricsFile)) o.metrics_file = m;
+  if (const char* s = std::getenv(env::kGateSources)) o.sources = ParseGateSources(s);
   if (o.torch_version.empty())
-    if (const char* v = std::getenv("DFLASH_TORCH_VERSION")) o.torch_version = v;
-  if (const char* v = std::getenv("DFLASH_LEADER_COMPILE_THREADS")) o.leader_compile_threads = v;
-  if (const char* v = std::getenv("DFLASH_GPU_IDENTITY")) o.gpu_identity = v;
+    if (const char* v = std::getenv(env::kTorchVersion)) o.torch_version = v;
+  if (const char* v = std::getenv(env::kLeaderCompileThreads)) o.leader_compile_threads = v;
+  if (const char* v = std::getenv(env::kGpuIdentity)) o.gpu_identity = v;
   // The cluster-wide gate: the run's store (the launcher sets DFLASH_STORE for every process).
-  if (const char* s = std::getenv("DFLASH_STORE")) o.cluster_store = s;
-  if (const char* f = std::getenv(kStoreSecretFileEnv)) o.cluster_secret_file = f;
-  if (const char* u = std::getenv(kStoreUserEnv)) o.cluster_user = u;
+  if (const char* s = std::getenv(env::kStore)) o.cluster_store = s;
+  if (const char* f = std::getenv(env::kStoreSecretFile)) o.cluster_secret_file = f;
+  if (const char* u = std::getenv(env::kStoreUser)) o.cluster_user = u;
   if (const char* r = std::getenv("DFLASH_INDUCTOR_REMOTE_CACHE")) o.inductor_remote_cache = std::string(r) == "1";
   if (const char* t = std::getenv("DFLASH_GATE_LEASE_TTL"); t && *t) {
     Millis ttl;
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
     o.cluster_lease_ttl = ttl;
   }
   // One GPU per process (CUDA_VISIBLE_DEVICES=<index>); a CPU process gets it empty.
-  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v && std::string(v) != "-1") o.device = "cuda";
+  if (const char* v = std::getenv(env::kCudaVisibleDevices); v && *v && std::string(v) != "-1") o.device = "cuda";
   o.say = [](const std::string& line) { std::fprintf(stderr, "dflash-worker: %s\n", line.c_str()); };
   return RunGated(o);
 }

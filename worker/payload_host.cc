@@ -23,6 +23,7 @@
 #include "contract/readiness.h"
 #include "worker/output_relay.h"
 #include "worker/protocol.h"
+#include "contract/process_env.h"
 
 namespace dflash {
 namespace {
@@ -143,10 +144,10 @@ bool Host::Setup(std::vector<std::string>* env, std::string* err) {
 
   *env = o_.env.empty() ? CurrentEnvironment() : o_.env;
   for (const auto& [k, v] : o_.extra_env) SetEnvVar(env, k, v);
-  UnsetEnvVar(env, "NOTIFY_SOCKET");
+  UnsetEnvVar(env, env::kNotifySocket);
   if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog) {
     if (!listener_.Open(err) || !watch(listener_.fd(), kTagNotify)) return false;
-    SetEnvVar(env, "NOTIFY_SOCKET", listener_.address());
+    SetEnvVar(env, env::kNotifySocket, listener_.address());
   }
   readiness_.emplace(o_.ready);
   if (!readiness_->Init(err)) return false;

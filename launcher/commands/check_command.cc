@@ -4,6 +4,7 @@
 
 #include "common/exit_codes.h"
 #include "launcher/plan/executable_check.h"
+#include "launcher/plan/host_limits.h"
 #include "launcher/commands/commands.h"
 #include "launcher/plan/plan_format.h"
 #include "launcher/plan/torch_version.h"
@@ -44,6 +45,13 @@ void AddHostFacts(const RunConfig& config, PlanOptions* po) {
       po->host_gpus = ProbeGpus();
       return;
     }
+}
+
+bool HostLimitsOrReport(const Plan& plan, char** env) {
+  std::vector<ConfigError> errors = CheckHostLimits(plan, EnvironmentList(env), ReadHostLimits());
+  if (errors.empty()) return true;
+  std::fputs(FormatErrors(errors).c_str(), stderr);
+  return false;
 }
 
 bool LoadPlanOrReport(const std::string& path, const std::string& run_id, const std::string& bin_dir, char** env,
@@ -169,6 +177,7 @@ int RunCheck(const CheckOptions& opts, char** env) {
       return exit_code::kConfig;
     }
   }
+  if (!HostLimitsOrReport(plan, env)) return exit_code::kConfig;
   std::fputs((opts.json ? PlanJson(plan) : PlanText(plan)).c_str(), stdout);
   return exit_code::kOk;
 }

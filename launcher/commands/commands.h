@@ -106,6 +106,9 @@ bool BuiltinInstalledOrReport(const RunConfig& config, const std::string& bin_di
 /// `check` and `run` (not the cache tools): every role's command exists and is
 /// executable for its PATH and cwd (launcher/plan/executable_check.h); else prints the errors.
 bool CommandsRunOrReport(const RunConfig& config, char** env);
+/// `check` and `run`: this node's processes fit this host's execve and fork
+/// limits (launcher/plan/host_limits.h); else prints the errors.
+bool HostLimitsOrReport(const Plan& plan, char** env);
 
 /// The launcher's environment as a list (for gate keys and the children's base env).
 EnvList EnvironmentList(char** env);

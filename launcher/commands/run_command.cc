@@ -107,6 +107,7 @@ int RunRun(const RunOptions& opts, char** env) {
   if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
       rc != 0)
     return rc;
+  if (!HostLimitsOrReport(plan, env)) return exit_code::kConfig;
 
   std::string err;
   CgroupMode cgroup_mode;
@@ -294,9 +295,23 @@ int RunRun(const RunOptions& opts, char** env) {
   // summary's private write (a dir fd and a temp file) needs under a tight fd limit.
   ports.locks.clear();
   console.EndLive();  // the summary goes below the last frame, plainly
-  if (!WritePrivateFileAtomic(plan.run_dir + "/summary.json", SummaryJson(summary).dump(2) + "\n", plan.Files(),
-                              run_use, &err))
-    console.Supervisor("[dflash] cannot write summary.json: " + err);
+  // A full disk under the log dir: the run's own record is incomplete. Said on
+  // the console and in the exit reason, never a silent cut; a run whose
+  // processes all succeeded then exits 1, since its record cannot be trusted.
+  auto incomplete = [&](const std::string& what) {
+    summary.records_error += (summary.records_error.empty() ? "" : "; ") + what;
+    if (rc == exit_code::kOk) {
+      rc = summary.exit_code = exit_code::kFailure;
+      summary.reason = "every process succeeded, but the run's records are incomplete: " + what;
+    } else {
+      summary.reason += "; and the run's records are incomplete: " + what;
+    }
+  };
+  if (std::string loss = SupervisorLogLoss(*log); !loss.empty()) incomplete(loss);
+  std::string summary_path = plan.run_dir + "/summary.json";
+  if (!WritePrivateFileAtomic(summary_path, SummaryJson(summary).dump(2) + "\n", plan.Files(), run_use, &err))
+    incomplete("cannot write " + summary_path + ": " + err);
+  if (!summary.records_error.empty()) console.Supervisor("[dflash] error: " + summary.records_error);
   console.Supervisor("\n" + SummaryTable(summary, console.color()));
   console.Flush();
   log->info("exit {}: {}", rc, summary.reason);

@@ -22,6 +22,7 @@
 #include "cachelock/cache_inventory.h"
 #include "launcher/commands/commands.h"
 #include "common/json_field.h"
+#include "contract/process_env.h"
 #include "launcher/plan/port_reservation.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/summary_json.h"
@@ -110,13 +111,15 @@ SpawnOptions WarmupSpawn(const Warmup& w, bool verify = false) {
   const ProcessPlan& p = *w.proc;
   const RoleSpec& role = plan.RoleOf(p);
   SpawnOptions so;
-  // Exactly the real process's environment (attempt 0), plus DFLASH_WARMUP=1.
-  so.env = CurrentEnvironment();
-  UnsetEnvVar(&so.env, "NOTIFY_SOCKET");
-  for (const auto& [k, v] : plan.ProcessEnv(p, 0)) SetEnvVar(&so.env, k, v);
-  SetEnvVar(&so.env, "DFLASH_WARMUP", "1");
-  SetEnvVar(&so.env, "DFLASH_METRICS_FILE", w.metrics);
-  SetEnvVar(&so.env, "TORCHELASTIC_ERROR_FILE", w.metrics + ".error.json");
+  // Exactly the real process's environment (attempt 0), plus DFLASH_WARMUP=1;
+  // no supervisor: no NOTIFY_SOCKET, no run token, no watchdog.
+  SpawnContext ctx;
+  ctx.watched = false;
+  EnvList vars = plan.ProcessEnv(p, 0, &ctx);
+  vars.insert(vars.end(), {{env::kWarmup, "1"},
+                           {env::kMetricsFile, w.metrics},
+                           {env::kTorchelasticErrorFile, w.metrics + ".error.json"}});
+  so.env = SpawnEnvironment(CurrentEnvironment(), vars);
   WorkerArgs wa;  // a warm-up under the gate: ready when it exits 0
   wa.name = p.name;
   wa.gate_dir = plan.config.run.cache_dir;

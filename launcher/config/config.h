@@ -124,6 +124,7 @@ struct RoleSpec {
   std::string builtin;                   // "target" | "drafter" | empty
   std::string spool;                     // "produce" | "consume" | empty: what the role does with the spool
   std::vector<std::pair<std::string, std::string>> env;
+  std::vector<SourcePos> env_pos;        // where each env value is written (parallel to env)
   std::string cwd;
   std::vector<std::string> warmup;       // the seed's warm-up command; empty: command + DFLASH_WARMUP=1
   GateSpec gate;

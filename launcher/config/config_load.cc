@@ -429,6 +429,7 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
       continue;
     }
     role->env.emplace_back(name, std::move(value));
+    role->env_pos.push_back(PosOf(v.source()));
   }
 }
 
@@ -599,10 +600,9 @@ bool LoadConfigFromString(std::string_view text, const std::string& path, RunCon
   out->path = path;
   errors->clear();
   int bad_line = 0, bad_col = 0;
-  std::string bad;
-  if (!ScreenTomlText(text, &bad_line, &bad_col, &bad)) {
-    errors->push_back({{path, bad_line, bad_col}, "", bad, "valid TOML", "", 
-                       "non-ASCII text belongs in \"quoted strings\" or # comments"});
+  std::string bad, bad_hint;
+  if (!ScreenTomlText(text, &bad_line, &bad_col, &bad, &bad_hint)) {
+    errors->push_back({{path, bad_line, bad_col}, "", bad, "valid TOML", "", bad_hint});
     return false;
   }
   toml::table root;

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/duration.h"
+#include "contract/process_env.h"
 #include "contract/shape_contract.h"
 #include "common/inductor_layout.h"
 #include "common/secure_path.h"
@@ -18,21 +19,6 @@
 
 namespace dflash {
 namespace {
-
-const char* const kReserved[] = {
-    "CUDA_VISIBLE_DEVICES", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-    "MASTER_ADDR", "MASTER_PORT", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_MASTER_PORT",
-    "ROLE_MASTER_ADDR", "GROUP_WORLD_SIZE",
-    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT",
-    "NOTIFY_SOCKET",
-    // DFLASH_* that dflash-launch and dflash-worker set (others are the payload's own knobs).
-    "DFLASH_RUN_ID", "DFLASH_RUN_DIR", "DFLASH_PROCESS", "DFLASH_ATTEMPT", "DFLASH_METRICS_FILE",
-    "DFLASH_SPOOL_DIR", "DFLASH_GATE_KEY", "DFLASH_GATE_ROLE", "DFLASH_GATE_SOURCES", "DFLASH_WARMUP", "DFLASH_HIDDEN_SHAPE",
-    "DFLASH_TAPPED_LAYERS", "DFLASH_TARGET_LAYERS", "DFLASH_HIDDEN", "DFLASH_DRAFT_LAYERS", "DFLASH_BLOCK_SIZE",
-    "DFLASH_SEQ_LEN", "DFLASH_BATCH", "DFLASH_DTYPE", "DFLASH_VOCAB", "DFLASH_SEED", "DFLASH_HEADS",
-    "DFLASH_KV_HEADS", "DFLASH_TORCH_VERSION", "DFLASH_SPOOL_PRODUCERS", "DFLASH_NODE_RANK", "DFLASH_NNODES", "DFLASH_RUN_TOKEN",
-    "DFLASH_GPU_IDENTITY", "DFLASH_LEADER_COMPILE_THREADS",
-};
 
 const toml::node* At(const toml::table& root, std::initializer_list<std::string_view> path) {
   const toml::node* n = &root;
@@ -367,16 +353,18 @@ bool ValidEnvName(const std::string& name) {
   return true;
 }
 
-bool IsReservedEnv(const std::string& name) {
-  for (const char* r : kReserved)
-    if (name == r) return true;
-  return false;
-}
+bool IsReservedEnv(const std::string& name) { return env::IsOwnedVar(name); }
 
 std::string ReservedEnvHint(const std::string& name) {
   if (name == "CUDA_VISIBLE_DEVICES") return "list the GPUs in devices = [...]; each process gets one";
   if (name == "TORCHINDUCTOR_CACHE_DIR" || name == "TRITON_CACHE_DIR") return "set [run] cache_dir";
   if (name == "MASTER_ADDR" || name == "MASTER_PORT") return "set [run] master_addr / master_port";
+  if (name == env::kStore)
+    return "set [run] store or pass --store (or, for the cluster-wide gate alone, DFLASH_STORE in the launcher's environment)";
+  if (name == env::kWatchdogUsec) return "set the role's watchdog = \"30s\"";
+  if (name == env::kWarmup || name == env::kRunWorldSize || name == env::kRunRoleWorldSize)
+    return "set the role's gate.mode = \"warmup\": its warm-up process gets " + name;
+  if (name == env::kGateRole || name == env::kGateHolder) return "dflash-worker sets " + name + " for a gated process";
   if (name.rfind("DFLASH_", 0) == 0) return name + " comes from [model] or the plan; change that instead";
   return "remove it: `dflash-launch check` shows the value each process gets";
 }

@@ -152,8 +152,9 @@ std::vector<SectionSpec> MakeSchema() {
             "sources end when every producer finished. \"consume\": it reads them (documentation only).",
             "\"produce\"", {"produce", "consume"}},
            {"env", K::kEnvTable, "{}",
-            "Extra environment for this role's processes. Variables that dflash-launch sets (RANK, "
-            "CUDA_VISIBLE_DEVICES, ...) cannot be overridden here.",
+            "Extra environment for this role's processes. Variables that dflash-launch or dflash-worker set (RANK, "
+            "CUDA_VISIBLE_DEVICES, DFLASH_STORE, ...: contract/process_env.h) cannot be set here; the defaults "
+            "OMP_NUM_THREADS, PYTHONUNBUFFERED and PYTHONFAULTHANDLER can.",
             "{ OMP_NUM_THREADS = \"4\" }"},
            {"cwd", K::kPath, "<the launcher's cwd>", "Working directory of the processes.", "\".\""},
            {"warmup", K::kStringArray, "<command with DFLASH_WARMUP=1>",

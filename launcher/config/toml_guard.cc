@@ -1,6 +1,7 @@
 #include "launcher/config/toml_guard.h"
 
 #include <cstdio>
+#include <string>
 
 namespace dflash {
 namespace {
@@ -27,8 +28,13 @@ enum class State { kNormal, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiter
 
 }  // namespace
 
-bool ScreenTomlText(std::string_view t, int* line, int* col, std::string* message) {
+bool ScreenTomlText(std::string_view t, int* line, int* col, std::string* message, std::string* hint) {
+  std::string ignored;
+  if (!hint) hint = &ignored;
+  *hint = "non-ASCII text belongs in \"quoted strings\" or # comments";
   State s = State::kNormal;
+  int brackets = 0;  // [ and { open around here
+  int dots = 0;      // dots of the key (or float) being read: a dotted key nests one table per part
   int ln = 1, cl = 1;
   bool after_backslash = false;  // in a multi-line basic string, right after '\'
   bool continuation = false;     // after a line-ending backslash, before the next non-blank
@@ -52,6 +58,17 @@ bool ScreenTomlText(std::string_view t, int* line, int* col, std::string* messag
     switch (s) {
       case State::kNormal:
         if (!ascii) return reject("outside a string or comment (TOML keys and values are ASCII; quote it)");
+        if (c == '[' || c == '{') ++brackets, dots = 0;
+        else if (c == ']' || c == '}') brackets = brackets > 0 ? brackets - 1 : 0, dots = 0;
+        else if (c == '.') ++dots;
+        else if (c == '\n' || c == '=' || c == ',') dots = 0;
+        if (brackets + dots > kMaxTomlNesting) {
+          *line = ln, *col = cl;
+          *message = "nested deeper than " + std::to_string(kMaxTomlNesting) +
+                     " levels (dotted key parts, [ ] and { }): toml++ would overflow its stack";
+          *hint = "a run.toml needs a few levels: split the key, or write a [table] header";
+          return false;
+        }
         if (c == '#') s = State::kComment;
         else if (starts("\"\"\"")) s = State::kMultiBasic, adv = 3;
         else if (c == '"') s = State::kBasic;

@@ -42,5 +42,36 @@ TEST(TomlGuard, ReportsPositionAndCodePoint) {
   EXPECT_EQ(col, 6);
 }
 
+// toml++ recurses once per level: 40,000 of them overflowed the stack of `check` (SIGSEGV).
+TEST(TomlGuard, RefusesNestingDeeperThanTheBoundBeforeTomlSeesIt) {
+  auto dotted = [](int parts) {
+    std::string k = "a";
+    for (int i = 1; i < parts; ++i) k += ".a";
+    return "[run]\n" + k + " = 1\n";
+  };
+  auto nested = [](int levels, char open, char close, const std::string& inner) {
+    return "x = " + std::string(levels, open) + inner + std::string(levels, close) + "\n";
+  };
+  for (const std::string& t : {dotted(40000), dotted(kMaxTomlNesting + 2), nested(40000, '[', ']', "1"),
+                               nested(kMaxTomlNesting + 1, '[', ']', "1"), "x = " + std::string(40000, '{'),
+                               "[" + dotted(40000).substr(6) + "]\n"}) {
+    int line = 0, col = 0;
+    std::string msg, hint;
+    EXPECT_FALSE(ScreenTomlText(t, &line, &col, &msg, &hint)) << t.substr(0, 80);
+    EXPECT_NE(msg.find("nested deeper than"), std::string::npos) << msg;
+    EXPECT_FALSE(hint.empty());
+  }
+  int line = 0, col = 0;
+  std::string msg;
+  ASSERT_FALSE(ScreenTomlText("[run]\nname = \"x\"\n" + dotted(40000).substr(6), &line, &col, &msg));
+  EXPECT_EQ(line, 3);  // where the key goes too deep
+  // What a real config uses: dotted keys, floats, dates, arrays of inline tables, dots in strings.
+  for (const char* t : {"[run]\nenv.A = \"1.2.3.4.5.6.7.8\"\n", "a.b.c = 1.5\n", "t = 1979-05-27T07:32:00.999\n",
+                        "[[role]]\nready = { mode = \"log\", arg = \"a.b.c\" }\nx = [[1.5, 2.5], [3.5]]\n",
+                        "# a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w.x.y.z.a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w\n"})
+    EXPECT_TRUE(Ok(t)) << t;
+  EXPECT_TRUE(Ok(dotted(kMaxTomlNesting - 2).c_str()));
+}
+
 }  // namespace
 }  // namespace dflash

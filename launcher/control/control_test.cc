@@ -1,4 +1,5 @@
 #include "launcher/control/control.h"
+#include "launcher/control/control_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -73,6 +74,24 @@ TEST(ControlVerbs, NamesParseBack) {
   }
   ControlVerb back;
   EXPECT_FALSE(ParseControlVerb("reboot", &back));
+}
+
+// nlohmann keeps the last of two equal keys: {"verb":"status","verb":"restart"} restarted everything.
+TEST(ControlWire, RefusesAKeyGivenTwice) {
+  ControlRequest r;
+  std::string err;
+  for (const char* line : {R"({"verb":"status","verb":"restart","target":"all"})",
+                           R"({"verb":"restart","target":"drafter:0","target":"all"})",
+                           R"({"verb":"signal","target":"x","signal":10,"signal":9})"}) {
+    err.clear();
+    EXPECT_FALSE(DecodeRequest(line, &r, &err)) << line;
+    EXPECT_NE(err.find("appears twice"), std::string::npos) << err;
+  }
+  ASSERT_TRUE(DecodeRequest(R"({"verb":"restart","target":"all"})", &r, &err)) << err;
+  EXPECT_EQ(r.verb, ControlVerb::kRestart);
+  ControlReply reply;
+  EXPECT_FALSE(DecodeReply(R"({"ok":false,"ok":true,"body":{}})", &reply, &err));
+  EXPECT_TRUE(DecodeReply(R"({"ok":true,"body":{"a":{"x":1},"b":{"x":2}}})", &reply, &err)) << err;  // one key per object
 }
 
 }  // namespace

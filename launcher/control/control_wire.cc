@@ -1,8 +1,32 @@
 #include "launcher/control/control_wire.h"
 
+#include <set>
+#include <vector>
+
 #include "common/json_field.h"
 
 namespace dflash {
+namespace {
+
+/// Parses `line`, noting in `*duplicate` the first key an object repeats.
+/// nlohmann keeps the last of duplicate keys (RFC 8259 leaves it open), so
+/// {"verb":"status","verb":"restart"} would read as a restart of everything
+/// while a log or a proxy that keeps the first sees a harmless status.
+nlohmann::json ParseRefusingDuplicates(const std::string& line, std::string* duplicate) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  auto note = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) keys.emplace_back();
+    else if (event == E::object_end && !keys.empty()) keys.pop_back();
+    else if (event == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+             duplicate->empty())
+      *duplicate = parsed.get<std::string>();
+    return true;
+  };
+  return nlohmann::json::parse(line, note, /*allow_exceptions=*/false);
+}
+
+}  // namespace
 
 std::string EncodeRequest(const ControlRequest& r) {
   nlohmann::json j = {{"verb", ControlVerbName(r.verb)}};
@@ -12,9 +36,14 @@ std::string EncodeRequest(const ControlRequest& r) {
 }
 
 bool DecodeRequest(const std::string& line, ControlRequest* out, std::string* err) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  std::string duplicate;
+  nlohmann::json j = ParseRefusingDuplicates(line, &duplicate);
   if (j.is_discarded()) {
     *err = "bad request: not JSON (one JSON object per line, e.g. {\"verb\":\"status\"})";
+    return false;
+  }
+  if (!duplicate.empty()) {
+    *err = "bad request: the key \"" + duplicate + "\" appears twice; give each key once";
     return false;
   }
   if (!j.is_object()) {
@@ -62,7 +91,12 @@ std::string EncodeReply(const ControlReply& r) {
 }
 
 bool DecodeReply(const std::string& line, ControlReply* out, std::string* err) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  std::string duplicate;
+  nlohmann::json j = ParseRefusingDuplicates(line, &duplicate);
+  if (!duplicate.empty()) {
+    *err = "the run's reply repeats the key \"" + duplicate + "\"";
+    return false;
+  }
   if (j.is_discarded() || !j.is_object() || !j.contains("ok") || !j["ok"].is_boolean()) {
     *err = "the run's reply is not a control reply";
     return false;

@@ -19,7 +19,8 @@ constexpr size_t kMaxControlRequestBytes = 4096;
 std::string EncodeRequest(const ControlRequest& r);
 /// False with `err` ("unknown verb \"reboot\"; verbs: status, restart, ...") if
 /// `line` is not a request: not JSON, not an object, an unknown verb, no target
-/// for a verb that needs one, a signal out of 1..64.
+/// for a verb that needs one, a signal out of 1..64, a key given twice in one
+/// object ({"verb":"status","verb":"restart"}: which one counts is up to the parser).
 bool DecodeRequest(const std::string& line, ControlRequest* out, std::string* err);
 
 /// {"ok":true,"body":...} or {"ok":false,"error":"..."}; one line, '\n' added.

@@ -10,6 +10,7 @@
 
 #include "common/duration.h"
 #include "common/hash.h"
+#include "contract/process_env.h"
 #include "worker/protocol.h"
 
 namespace dflash {
@@ -217,6 +218,9 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   for (size_t ri = 0; ri < config.roles.size(); ++ri)
     plan.role_master_ports.push_back(plan.master_port ? plan.master_port + 1 + static_cast<int>(ri) : 0);
   plan.store = options.store.empty() ? config.run.store : options.store;
+  if (plan.store.empty())
+    for (const auto& [k, v] : options.launcher_env)
+      if (k == env::kStore) plan.gate_store = v;
   // A private store of several nodes sits after the role and warm-up ports: every node knows it.
   if (plan.store_private() && options.nnodes > 1 && plan.master_port)
     plan.store_port = PrivateStorePort(plan.master_port, config.roles.size());
@@ -310,7 +314,7 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
       plan.warmup_master_ports[ri] = plan.master_port + 1 + static_cast<int>(config.roles.size() + ri);
   }
   bool launcher_sets_omp = false;
-  for (const auto& [k, v] : options.launcher_env) launcher_sets_omp |= k == "OMP_NUM_THREADS";
+  for (const auto& [k, v] : options.launcher_env) launcher_sets_omp |= k == env::kOmpNumThreads;
   plan.default_omp_threads = plan.local_world_size > 1 && !launcher_sets_omp;
   bool launcher_sets_order = false, launcher_sets_threads = false;
   for (const auto& [k, v] : options.launcher_env) {
@@ -331,6 +335,9 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     int share = keys_here.empty() ? 1 : std::max(1, cpus / static_cast<int>(keys_here.size()));
     plan.leader_compile_threads = std::min(32, share);  // Inductor's own cap (decide_compile_threads)
   }
+  for (const auto& [k, v] : options.launcher_env)
+    if (const env::ProcessVar* var = env::FindProcessVar(k); var && var->kind == env::VarKind::kDefault)
+      plan.launcher_defaults.push_back(k);
   return plan;
 }
 
@@ -344,117 +351,6 @@ int Plan::FirstNode() const {
 std::string Plan::AttemptPath(const ProcessPlan& p, int attempt, const std::string& suffix) const {
   return run_dir + "/attempt_" + std::to_string(attempt_base + attempt) + "/" + p.role + "-" +
          (p.warmup ? std::string("warmup") : std::to_string(p.role_rank)) + "." + suffix;
-}
-
-EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt) const {
-  const RunSpec& run = config.run;
-  const ModelSpec& m = config.model;
-  auto port = [](int port) { return port > 0 ? std::to_string(port) : std::string("<auto>"); };
-  // Its role world's store runs beside the role's rank 0: on node 0 that is
-  // MASTER_ADDR; elsewhere the static mode does not know the address (docs/multinode.md).
-  int role_node = role_first_node[p.role_index];
-  // A warm-up is a world of one on this host, with a port of its own: it
-  // needs no peer, and no peer of the run can meet it by accident.
-  const bool w = p.warmup;
-  EnvList env = {
-      {"CUDA_VISIBLE_DEVICES", p.visible_device},
-      // One GPU per process, seen as cuda:0: LOCAL_RANK is the device index inside the process.
-      {"LOCAL_RANK", "0"},
-      {"RANK", std::to_string(p.rank)},
-      {"WORLD_SIZE", w ? "1" : std::to_string(world_size)},
-      {"LOCAL_WORLD_SIZE", w ? "1" : std::to_string(local_world_size)},
-      {"GROUP_RANK", w ? "0" : std::to_string(node_rank)},
-      {"GROUP_WORLD_SIZE", w ? "1" : std::to_string(nnodes)},
-      {"MASTER_ADDR", w ? "127.0.0.1" : master_addr},
-      {"MASTER_PORT", port(w ? warmup_master_ports[p.role_index] : master_port)},
-      {"ROLE_NAME", p.role},
-      {"ROLE_RANK", std::to_string(p.role_rank)},
-      {"ROLE_WORLD_SIZE", std::to_string(p.role_world_size)},
-      {"ROLE_MASTER_ADDR", w ? "127.0.0.1" : role_node == 0 || nnodes == 1 ? master_addr : std::string()},
-      {"ROLE_MASTER_PORT", port(w ? warmup_master_ports[p.role_index] : role_master_ports[p.role_index])},
-      {"TORCHINDUCTOR_CACHE_DIR", run.cache_dir},
-      {"TRITON_CACHE_DIR", run.cache_dir + "/triton"},
-      {"TORCHELASTIC_ERROR_FILE", AttemptPath(p, attempt, "error.json")},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
-      {"DFLASH_RUN_ID", run_id},
-      {"DFLASH_RUN_DIR", run_dir},
-      {"DFLASH_PROCESS", p.name},
-      {"DFLASH_ATTEMPT", std::to_string(attempt)},
-      {"DFLASH_METRICS_FILE", AttemptPath(p, attempt, "metrics.json")},
-      {"DFLASH_SPOOL_DIR", SpoolDir()},
-      {"DFLASH_SPOOL_PRODUCERS", std::to_string(SpoolProducers())},
-      {"DFLASH_NODE_RANK", std::to_string(node_rank)},
-      {"DFLASH_NNODES", std::to_string(nnodes)},
-  };
-  // The cluster-wide compile gate (worker) and payloads find the run's store here.
-  if (!store.empty()) env.emplace_back("DFLASH_STORE", StoreUrlText());
-  // Its password, in a 0600 file the launcher writes (launcher/cluster/store_session.h): a path here,
-  // never the secret, so neither `check` nor /proc/<pid>/environ shows it.
-  if (!store.empty() && (store_private() || !run.store_password_file.empty() || !run.store_password_env.empty()))
-    env.emplace_back("DFLASH_STORE_SECRET_FILE", run_dir + "/store.secret");
-  if (!store.empty() && !run.store_user.empty()) env.emplace_back("DFLASH_STORE_USER", run.store_user);
-  if (p.warmup) {
-    env.emplace_back("DFLASH_WARMUP", "1");
-    // The worlds it stands in for: a graph with collectives inside it needs
-    // their real sizes (dflash_launch.init_process_group(fake_world_in_warmup=True)).
-    env.emplace_back("DFLASH_RUN_WORLD_SIZE", std::to_string(world_size));
-    env.emplace_back("DFLASH_RUN_ROLE_WORLD_SIZE", std::to_string(role_world_size[p.role_index]));
-  }
-  if (!p.gate_key.empty()) env.emplace_back("DFLASH_GATE_KEY", p.gate_key);
-  // Gated and log-watched processes are judged by what they say when they say
-  // it: Python's block-buffered stdout on a pipe would hold a READY line back.
-  if (!p.gate_key.empty() || RoleOf(p).ready.mode == ReadyMode::kLog) env.emplace_back("PYTHONUNBUFFERED", "1");
-  if (!p.gate_key.empty()) env.emplace_back("DFLASH_TORCH_VERSION", role_torch_version[p.role_index]);  // in READY
-  // The derived key's files, into READY: a later leader names the one whose edit changed the key.
-  if (!p.gate_key.empty() && p.role_index < role_key_files.size()) {
-    std::string sources;
-    for (const KeyFile& f : role_key_files[p.role_index])
-      if (!f.path.empty() && f.path.find('\n') == std::string::npos)
-        sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
-    if (!sources.empty()) env.emplace_back("DFLASH_GATE_SOURCES", sources);
-  }
-  // In READY and in the archives it exports; an import or fetch for another GPU identity is refused.
-  if (!p.gate_key.empty()) env.emplace_back("DFLASH_GPU_IDENTITY", role_gpu_identity[p.role_index]);
-  if (m.present) {
-    std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
-    env.insert(env.end(), {
-                              {"DFLASH_HIDDEN_SHAPE", JoinInts(m.HiddenShape())},
-                              {"DFLASH_TAPPED_LAYERS", JoinInts(taps)},
-                              {"DFLASH_TARGET_LAYERS", std::to_string(m.target_layers)},
-                              {"DFLASH_HIDDEN", std::to_string(m.hidden)},
-                              {"DFLASH_DRAFT_LAYERS", std::to_string(m.draft_layers)},
-                              {"DFLASH_BLOCK_SIZE", std::to_string(m.block_size)},
-                              {"DFLASH_SEQ_LEN", std::to_string(m.seq_len)},
-                              {"DFLASH_BATCH", std::to_string(m.batch)},
-                              {"DFLASH_DTYPE", m.dtype},
-                              {"DFLASH_VOCAB", std::to_string(m.vocab)},
-                              {"DFLASH_SEED", std::to_string(m.seed)},
-                          });
-    if (m.heads > 0) env.emplace_back("DFLASH_HEADS", std::to_string(m.heads));
-    if (m.kv_heads > 0) env.emplace_back("DFLASH_KV_HEADS", std::to_string(m.kv_heads));
-  }
-  const RoleSpec& role = RoleOf(p);
-  bool role_sets_omp = false;
-  for (const auto& [k, v] : role.env) role_sets_omp |= k == "OMP_NUM_THREADS";
-  // torchrun's default: processes sharing a host would each start one OpenMP thread per core.
-  if (default_omp_threads && !role_sets_omp) env.emplace_back("OMP_NUM_THREADS", "1");
-  // GPU numbering and compile workers (issue #25); kept together so the
-  // process-environment contract can take them over as one block.
-  bool role_sets_order = false, role_sets_threads = false;
-  for (const auto& [k, v] : role.env) {
-    role_sets_order |= k == "CUDA_DEVICE_ORDER";
-    role_sets_threads |= k == "TORCHINDUCTOR_COMPILE_THREADS";
-  }
-  // devices = [3] means what nvidia-smi and NVML call GPU 3 (CUDA's default order is fastest first).
-  if (p.on_gpu() && default_device_order && !role_sets_order) env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-  if (!p.gate_key.empty() && leader_compile_threads > 0 && !role_sets_threads) {
-    // A follower reuses the leader's kernels: one worker. dflash-worker gives its
-    // payload the leader's share once the gate makes it the leader.
-    env.emplace_back("TORCHINDUCTOR_COMPILE_THREADS", "1");
-    env.emplace_back("DFLASH_LEADER_COMPILE_THREADS", std::to_string(leader_compile_threads));
-  }
-  env.insert(env.end(), role.env.begin(), role.env.end());
-  return env;
 }
 
 std::string Plan::SpoolDir() const {

@@ -11,10 +11,9 @@
 #include "launcher/config/config.h"
 #include "launcher/plan/gate_key_files.h"
 #include "launcher/plan/gpu_inventory.h"
+#include "launcher/plan/process_env.h"
 
 namespace dflash {
-
-using EnvList = std::vector<std::pair<std::string, std::string>>;
 
 struct ProcessPlan {
   std::string name;  // "drafter:1"
@@ -103,11 +102,18 @@ struct Plan {
   GpuInventory host_gpus;
   /// The GPU a process gets, as NVML names it (nullptr: no NVML, or a MIG slice / unknown UUID).
   const GpuInfo* HostGpuOf(const ProcessPlan& p) const;
+  /// The defaults (env::VarKind::kDefault) the launcher's own environment
+  /// sets: its value wins, so ProcessEnv leaves them out.
+  std::vector<std::string> launcher_defaults;
   /// The coordination store (docs/multinode.md): "" (static mode), "private" or a redis:// URL.
   std::string store;
   /// "private": the port node 0's redis-server listens on, on MASTER_ADDR (0 while not resolved:
   /// one node picks a free one as it starts; several nodes derive it from MASTER_PORT).
   int store_port = 0;
+  /// A run without a store of its own: DFLASH_STORE from the launcher's
+  /// environment, the cluster-wide gate's store alone (docs/multinode.md). Read
+  /// as an input and passed on as DFLASH_STORE, shown by `check`; "" if unset.
+  std::string gate_store;
   bool store_private() const { return store == "private"; }
   /// DFLASH_STORE: where the store is (redis://...), "" without one; "<auto>" for a private port not chosen yet.
   std::string StoreUrlText() const;
@@ -125,9 +131,11 @@ struct Plan {
   }
   /// <run_dir>/attempt_<attempt_base + k>/<role>-<rank>.<suffix>
   std::string AttemptPath(const ProcessPlan& p, int attempt, const std::string& suffix) const;
-  /// The variables dflash-launch sets for this process on this attempt, in a
-  /// stable order; the rest of the environment is the launcher's own.
-  EnvList ProcessEnv(const ProcessPlan& p, int attempt) const;
+  /// Every variable dflash-launch sets for this process on this attempt, in a
+  /// stable order (launcher/plan/process_env.cc); the rest of the environment
+  /// is the launcher's own, without the variables it owns (SpawnEnvironment).
+  /// Without `spawn` (`check`), what only the spawner knows is a placeholder.
+  EnvList ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* spawn = nullptr) const;
   /// Hidden-state frames of this run: <run.spool_dir>/<run_id> (DFLASH_SPOOL_DIR).
   std::string SpoolDir() const;
   /// Processes that publish frames there: those of roles with spool = "produce" or a builtin

@@ -65,6 +65,9 @@ struct RunSummary {
   /// exit_code, reason}; docs/multinode.md), or null.
   nlohmann::json node_culprit;
   double wall_s = 0;
+  /// Non-empty: the run's own records are incomplete (summary.json not written,
+  /// supervisor.log lines lost: a full disk); the table says so instead of "summary in".
+  std::string records_error;
   std::vector<std::string> warnings;  // e.g. a gate reuse that still missed the cache
   std::vector<ProcessSummary> processes;
   /// The warm-ups of roles in gate mode "warmup" ("drafter:warmup"): they ran

@@ -23,6 +23,7 @@
 #include "common/signal_names.h"
 #include "common/spawn.h"
 #include "common/json_field.h"
+#include "contract/process_env.h"
 #include "launcher/console/log_router.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/pid_claim.h"
@@ -255,21 +256,14 @@ void Supervisor::Impl::DoSpawn(size_t i) {
 
   SpawnOptions so;
   so.argv = plan_.ExecArgv(pp);
-  so.env = options_.base_env;
-  for (const auto& [k, v] : plan_.ProcessEnv(pp, p.attempt)) SetEnvVar(&so.env, k, v);
-  SetEnvVar(&so.env, "NOTIFY_SOCKET", notify_.address());  // the worker reports here, never to systemd
+  SpawnContext ctx;
+  ctx.notify_socket = notify_.address();
+  ctx.run_token = run_token_;  // inherited by its whole tree: the guardian's marker
+  so.env = SpawnEnvironment(options_.base_env, plan_.ProcessEnv(pp, p.attempt, &ctx));
   // A warm-up-mode process takes no gate (no dflash-worker sets this), but it does reuse the warm-up's
   // cache: dflash_launch.gate_role() says so, as the console does.
   if (p.gate.is_object() && p.gate.value("mode", "") == "warmup" && p.gate.value("role", "") == "reuse")
-    SetEnvVar(&so.env, "DFLASH_GATE_ROLE", "reuse");
-  SetEnvVar(&so.env, kRunTokenVar, run_token_);  // inherited by its whole tree: the guardian's marker
-  // A watched Python payload dumps its stacks when its watchdog signal comes.
-  // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
-  // often to send WATCHDOG=1; dflash-worker relays those pings when it is set.
-  if (role.watchdog.count() > 0) {
-    if (!GetEnvVar(so.env, "PYTHONFAULTHANDLER")) SetEnvVar(&so.env, "PYTHONFAULTHANDLER", "1");  // yours wins
-    SetEnvVar(&so.env, "WATCHDOG_USEC", std::to_string(role.watchdog.count() * 1000));
-  }
+    SetEnvVar(&so.env, env::kGateRole, "reuse");
   so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
   so.cwd = role.cwd;
   so.stdout_fd = out_w.get();
@@ -577,8 +571,8 @@ std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
     bool same_attempt = true;
     auto token = EnvironValue(pid, kRunTokenVar);
     if (token && *token == run_token_) {
-      if (auto name = EnvironValue(pid, "DFLASH_PROCESS"); name && by_name.count(*name)) owner = by_name[*name];
-      if (auto attempt = EnvironValue(pid, "DFLASH_ATTEMPT"); attempt && owner)
+      if (auto name = EnvironValue(pid, env::kProcess); name && by_name.count(*name)) owner = by_name[*name];
+      if (auto attempt = EnvironValue(pid, env::kAttempt); attempt && owner)
         same_attempt = std::atoi(attempt->c_str()) == owner->attempt;
     }
     if (!owner && by_pid.count(st.sid)) owner = by_pid[st.sid];

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "contract/process_env.h"
+
 namespace dflash {
 namespace {
 
@@ -76,17 +78,17 @@ bool ModelFromEnv(ModelEnv* out, std::string* err) {
            "DFLASH_SEED (and DFLASH_HEADS, DFLASH_KV_HEADS)";
     return false;
   };
-  const char* taps = std::getenv("DFLASH_TAPPED_LAYERS");
+  const char* taps = std::getenv(env::kTappedLayers);
   if (!taps || !ParseInts(taps, &m.frame.taps) || m.frame.taps.empty()) return fail("DFLASH_TAPPED_LAYERS");
   int64_t batch = 1, seq = 0;
-  if (!EnvInt("DFLASH_HIDDEN", &m.hidden, true, &bad) || !EnvInt("DFLASH_SEQ_LEN", &seq, true, &bad) ||
-      !EnvInt("DFLASH_TARGET_LAYERS", &m.frame.target_layers, true, &bad) ||
-      !EnvInt("DFLASH_BATCH", &batch, false, &bad) || !EnvInt("DFLASH_VOCAB", &m.frame.vocab, true, &bad) ||
-      !EnvInt("DFLASH_DRAFT_LAYERS", &m.draft_layers, true, &bad) ||
-      !EnvInt("DFLASH_BLOCK_SIZE", &m.block_size, true, &bad) || !EnvInt("DFLASH_SEED", &m.seed, false, &bad) ||
-      !EnvInt("DFLASH_HEADS", &m.heads, false, &bad) || !EnvInt("DFLASH_KV_HEADS", &m.kv_heads, false, &bad))
+  if (!EnvInt(env::kHidden, &m.hidden, true, &bad) || !EnvInt(env::kSeqLen, &seq, true, &bad) ||
+      !EnvInt(env::kTargetLayers, &m.frame.target_layers, true, &bad) ||
+      !EnvInt(env::kBatch, &batch, false, &bad) || !EnvInt(env::kVocab, &m.frame.vocab, true, &bad) ||
+      !EnvInt(env::kDraftLayers, &m.draft_layers, true, &bad) ||
+      !EnvInt(env::kBlockSize, &m.block_size, true, &bad) || !EnvInt(env::kSeed, &m.seed, false, &bad) ||
+      !EnvInt(env::kHeads, &m.heads, false, &bad) || !EnvInt(env::kKvHeads, &m.kv_heads, false, &bad))
     return fail(bad);
-  const char* dtype = std::getenv("DFLASH_DTYPE");
+  const char* dtype = std::getenv(env::kDtype);
   m.frame.dtype = dtype && *dtype ? dtype : "fp32";
   if (m.frame.dtype != "fp32" && m.frame.dtype != "bf16" && m.frame.dtype != "fp16")
     return fail("DFLASH_DTYPE=" + m.frame.dtype + " (fp32, bf16 or fp16)");
@@ -99,7 +101,7 @@ bool ModelFromEnv(ModelEnv* out, std::string* err) {
   for (int64_t id : m.frame.taps)
     if (id < 0 || id >= m.frame.target_layers) return fail("DFLASH_TAPPED_LAYERS (ids must be < target_layers)");
   m.frame.shape = {batch, seq, static_cast<int64_t>(m.frame.taps.size()), m.hidden};
-  if (const char* hs = std::getenv("DFLASH_HIDDEN_SHAPE")) {
+  if (const char* hs = std::getenv(env::kHiddenShape)) {
     std::vector<int64_t> shape;
     if (!ParseInts(hs, &shape) || shape != m.frame.shape.Shape())
       return fail(std::string("DFLASH_HIDDEN_SHAPE=") + hs + " (must be batch,seq_len,n_taps*hidden = " +

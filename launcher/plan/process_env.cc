@@ -1,0 +1,148 @@
+#include "launcher/plan/process_env.h"
+
+#include <algorithm>
+
+#include "common/run_sweep.h"
+#include "common/spawn.h"
+#include "contract/process_env.h"
+#include "launcher/plan/plan.h"
+
+namespace dflash {
+
+static_assert(std::string_view(kRunTokenVar) == env::kRunToken, "one name for the run token");
+
+std::vector<std::string> SpawnEnvironment(std::vector<std::string> inherited, const EnvList& process_env) {
+  // A DFLASH_WARMUP=1 or DFLASH_GATE_KEY left in the launcher's environment
+  // (a shell that ran a payload by hand, a wrapper) must not reach a process
+  // the plan did not give one: ungated processes would act as warm-ups.
+  inherited.erase(std::remove_if(inherited.begin(), inherited.end(),
+                                 [](const std::string& e) { return env::IsOwnedVar(e.substr(0, e.find('='))); }),
+                  inherited.end());
+  for (const auto& [k, v] : process_env) SetEnvVar(&inherited, k, v);
+  return inherited;
+}
+
+EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* spawn) const {
+  const RunSpec& run = config.run;
+  const ModelSpec& m = config.model;
+  const RoleSpec& role = RoleOf(p);
+  auto port = [](int port) { return port > 0 ? std::to_string(port) : std::string("<auto>"); };
+  // Its role world's store runs beside the role's rank 0: on node 0 that is
+  // MASTER_ADDR; elsewhere the static mode does not know the address (docs/multinode.md).
+  int role_node = role_first_node[p.role_index];
+  // A warm-up is a world of one on this host, with a port of its own: it
+  // needs no peer, and no peer of the run can meet it by accident.
+  const bool w = p.warmup;
+  EnvList e = {
+      {env::kCudaVisibleDevices, p.visible_device},
+      // One GPU per process, seen as cuda:0: LOCAL_RANK is the device index inside the process.
+      {env::kLocalRank, "0"},
+      {env::kRank, std::to_string(p.rank)},
+      {env::kWorldSize, w ? "1" : std::to_string(world_size)},
+      {env::kLocalWorldSize, w ? "1" : std::to_string(local_world_size)},
+      {env::kGroupRank, w ? "0" : std::to_string(node_rank)},
+      {env::kGroupWorldSize, w ? "1" : std::to_string(nnodes)},
+      {env::kMasterAddr, w ? "127.0.0.1" : master_addr},
+      {env::kMasterPort, port(w ? warmup_master_ports[p.role_index] : master_port)},
+      {env::kRoleName, p.role},
+      {env::kRoleRank, std::to_string(p.role_rank)},
+      {env::kRoleWorldSize, std::to_string(p.role_world_size)},
+      {env::kRoleMasterAddr, w ? "127.0.0.1" : role_node == 0 || nnodes == 1 ? master_addr : std::string()},
+      {env::kRoleMasterPort, port(w ? warmup_master_ports[p.role_index] : role_master_ports[p.role_index])},
+      {env::kInductorCacheDir, run.cache_dir},
+      {env::kTritonCacheDir, run.cache_dir + "/triton"},
+      {env::kTorchelasticErrorFile, AttemptPath(p, attempt, "error.json")},
+      {env::kTorchelasticRestartCount, std::to_string(attempt)},
+      {env::kRunId, run_id},
+      {env::kRunDir, run_dir},
+      {env::kProcess, p.name},
+      {env::kAttempt, std::to_string(attempt)},
+      {env::kMetricsFile, AttemptPath(p, attempt, "metrics.json")},
+      {env::kSpoolDir, SpoolDir()},
+      {env::kSpoolProducers, std::to_string(SpoolProducers())},
+      {env::kNodeRank, std::to_string(node_rank)},
+      {env::kNnodes, std::to_string(nnodes)},
+  };
+  // The worker reports here, never to systemd; the token marks the process's
+  // whole tree for the guardian (common/run_sweep.h).
+  if (!spawn || !spawn->notify_socket.empty())
+    e.emplace_back(env::kNotifySocket, spawn ? spawn->notify_socket : "<the supervisor's notify socket>");
+  if (!spawn || !spawn->run_token.empty()) e.emplace_back(env::kRunToken, spawn ? spawn->run_token : "<run token>");
+  // The cluster-wide compile gate (worker) and payloads find the run's store here.
+  if (!store.empty()) e.emplace_back(env::kStore, StoreUrlText());
+  else if (!gate_store.empty()) e.emplace_back(env::kStore, gate_store);
+  // Its password, in a 0600 file the launcher writes (launcher/cluster/store_session.h): a path here,
+  // never the secret, so neither `check` nor /proc/<pid>/environ shows it.
+  if (!store.empty() && (store_private() || !run.store_password_file.empty() || !run.store_password_env.empty()))
+    e.emplace_back(env::kStoreSecretFile, run_dir + "/store.secret");
+  if (!store.empty() && !run.store_user.empty()) e.emplace_back(env::kStoreUser, run.store_user);
+  if (p.warmup) {
+    e.emplace_back(env::kWarmup, "1");
+    // The worlds it stands in for: a graph with collectives inside it needs
+    // their real sizes (dflash_launch.init_process_group(fake_world_in_warmup=True)).
+    e.emplace_back(env::kRunWorldSize, std::to_string(world_size));
+    e.emplace_back(env::kRunRoleWorldSize, std::to_string(role_world_size[p.role_index]));
+  }
+  if (!p.gate_key.empty()) e.emplace_back(env::kGateKey, p.gate_key);
+  if (!p.gate_key.empty()) e.emplace_back(env::kTorchVersion, role_torch_version[p.role_index]);  // in READY
+  // The derived key's files, into READY: a later leader names the one whose edit changed the key.
+  if (!p.gate_key.empty() && p.role_index < role_key_files.size()) {
+    std::string sources;
+    for (const KeyFile& f : role_key_files[p.role_index])
+      if (!f.path.empty() && f.path.find('\n') == std::string::npos)
+        sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
+    if (!sources.empty()) e.emplace_back(env::kGateSources, sources);
+  }
+  // In READY and in the archives it exports; an import or fetch for another GPU identity is refused.
+  if (!p.gate_key.empty()) e.emplace_back(env::kGpuIdentity, role_gpu_identity[p.role_index]);
+  if (m.present) {
+    std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
+    e.insert(e.end(), {
+                          {env::kHiddenShape, JoinInts(m.HiddenShape())},
+                          {env::kTappedLayers, JoinInts(taps)},
+                          {env::kTargetLayers, std::to_string(m.target_layers)},
+                          {env::kHidden, std::to_string(m.hidden)},
+                          {env::kDraftLayers, std::to_string(m.draft_layers)},
+                          {env::kBlockSize, std::to_string(m.block_size)},
+                          {env::kSeqLen, std::to_string(m.seq_len)},
+                          {env::kBatch, std::to_string(m.batch)},
+                          {env::kDtype, m.dtype},
+                          {env::kVocab, std::to_string(m.vocab)},
+                          {env::kSeed, std::to_string(m.seed)},
+                      });
+    if (m.heads > 0) e.emplace_back(env::kHeads, std::to_string(m.heads));
+    if (m.kv_heads > 0) e.emplace_back(env::kKvHeads, std::to_string(m.kv_heads));
+  }
+  // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
+  // often to send WATCHDOG=1; dflash-worker relays those pings when it is set.
+  if (role.watchdog.count() > 0 && (!spawn || spawn->watched))
+    e.emplace_back(env::kWatchdogUsec, std::to_string(role.watchdog.count() * 1000));
+
+  // Defaults, each unless the role's env or the launcher's own sets it.
+  auto set_default = [&](const char* name, const std::string& value) {
+    bool role_sets = std::any_of(role.env.begin(), role.env.end(), [&](const auto& kv) { return kv.first == name; });
+    bool launcher_sets = std::find(launcher_defaults.begin(), launcher_defaults.end(), name) != launcher_defaults.end();
+    if (!role_sets && !launcher_sets) e.emplace_back(name, value);
+  };
+  // Gated and log-watched processes are judged by what they say when they say
+  // it: Python's block-buffered stdout on a pipe would hold a READY line back.
+  if (!p.gate_key.empty() || role.ready.mode == ReadyMode::kLog) set_default(env::kPythonUnbuffered, "1");
+  // A watched Python payload dumps its stacks when its watchdog signal comes.
+  if (role.watchdog.count() > 0) set_default(env::kPythonFaultHandler, "1");
+  // torchrun's default: processes sharing a host would each start one OpenMP thread per core.
+  if (default_omp_threads) set_default(env::kOmpNumThreads, "1");
+  // devices = [3] means what nvidia-smi and NVML call GPU 3 (CUDA's default order is fastest first).
+  if (p.on_gpu() && default_device_order) set_default(env::kCudaDeviceOrder, "PCI_BUS_ID");
+  // One compile pool's worth of workers: a follower reuses the leader's kernels with one worker;
+  // dflash-worker gives its payload the leader's share once the gate makes it the leader.
+  bool role_sets_threads = std::any_of(role.env.begin(), role.env.end(),
+                                       [](const auto& kv) { return kv.first == env::kInductorCompileThreads; });
+  if (!p.gate_key.empty() && leader_compile_threads > 0 && !role_sets_threads) {
+    set_default(env::kInductorCompileThreads, "1");
+    e.emplace_back(env::kLeaderCompileThreads, std::to_string(leader_compile_threads));
+  }
+  e.insert(e.end(), role.env.begin(), role.env.end());
+  return e;
+}
+
+}  // namespace dflash
