@@ -219,8 +219,11 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     plan.role_master_ports.push_back(plan.master_port ? plan.master_port + 1 + static_cast<int>(ri) : 0);
   plan.store = options.store.empty() ? config.run.store : options.store;
   if (plan.store.empty())
-    for (const auto& [k, v] : options.launcher_env)
+    for (const auto& [k, v] : options.launcher_env) {
       if (k == env::kStore) plan.gate_store = v;
+      if (k == env::kStoreSecretFile) plan.gate_store_secret_file = v;
+      if (k == env::kStoreUser) plan.gate_store_user = v;
+    }
   // A private store of several nodes sits after the role and warm-up ports: every node knows it.
   if (plan.store_private() && options.nnodes > 1 && plan.master_port)
     plan.store_port = PrivateStorePort(plan.master_port, config.roles.size());

@@ -114,6 +114,9 @@ struct Plan {
   /// environment, the cluster-wide gate's store alone (docs/multinode.md). Read
   /// as an input and passed on as DFLASH_STORE, shown by `check`; "" if unset.
   std::string gate_store;
+  /// With gate_store: its secret's file and ACL user from the launcher's environment
+  /// (DFLASH_STORE_SECRET_FILE, DFLASH_STORE_USER), passed on the same way.
+  std::string gate_store_secret_file, gate_store_user;
   bool store_private() const { return store == "private"; }
   /// DFLASH_STORE: where the store is (redis://...), "" without one; "<auto>" for a private port not chosen yet.
   std::string StoreUrlText() const;

@@ -76,6 +76,10 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
   if (!store.empty() && (store_private() || !run.store_password_file.empty() || !run.store_password_env.empty()))
     e.emplace_back(env::kStoreSecretFile, run_dir + "/store.secret");
   if (!store.empty() && !run.store_user.empty()) e.emplace_back(env::kStoreUser, run.store_user);
+  if (store.empty() && !gate_store.empty()) {
+    if (!gate_store_secret_file.empty()) e.emplace_back(env::kStoreSecretFile, gate_store_secret_file);
+    if (!gate_store_user.empty()) e.emplace_back(env::kStoreUser, gate_store_user);
+  }
   if (p.warmup) {
     e.emplace_back(env::kWarmup, "1");
     // The worlds it stands in for: a graph with collectives inside it needs
