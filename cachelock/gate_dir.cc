@@ -154,22 +154,10 @@ bool ReadTrustedMarker(const std::string& path, std::string* text, std::string* 
                        st.st_mode & 07777, path);
     return false;
   }
-  text->clear();
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *err = ErrnoMessage("read(" + path + ")", errno);
-      return false;
-    }
-    if (n == 0) return true;
-    text->append(buf, static_cast<size_t>(n));
-    if (text->size() > (1u << 20)) {
-      *err = path + " is larger than 1 MiB: not a READY marker";
-      return false;
-    }
-  }
+  bool too_big = false;
+  if (ReadAllFrom(fd.get(), path, 1u << 20, text, err, &too_big)) return true;
+  if (too_big) *err = path + " is larger than 1 MiB: not a READY marker";
+  return false;
 }
 
 }  // namespace dflash

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
@@ -50,17 +51,28 @@ bool ReadFile(const std::string& path, std::string* out, std::string* err) {
     if (err) *err = ErrnoMessage("open(" + path + ")", errno);
     return false;
   }
+  std::string ignored;
+  return ReadAllFrom(fd.get(), path, SIZE_MAX, out, err ? err : &ignored);
+}
+
+bool ReadAllFrom(int fd, const std::string& what, size_t limit, std::string* out, std::string* err, bool* too_big) {
   out->clear();
+  if (too_big) *too_big = false;
   char buf[65536];
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (err) *err = ErrnoMessage("read(" + path + ")", errno);
+      *err = ErrnoMessage("read(" + what + ")", errno);
       return false;
     }
     if (n == 0) return true;
     out->append(buf, static_cast<size_t>(n));
+    if (out->size() > limit) {
+      if (too_big) *too_big = true;
+      *err = what + " is larger than " + std::to_string(limit) + " bytes";
+      return false;
+    }
   }
 }
 

@@ -34,6 +34,11 @@ bool WriteAll(int fd, std::string_view data, std::string* err);
 /// Reads a whole (small) file; false with `err` set if it cannot.
 bool ReadFile(const std::string& path, std::string* out, std::string* err);
 
+/// Reads `fd` to its end into `out`, retrying on EINTR; false with `err` (naming `what`) on a read error or
+/// once more than `limit` bytes came (`*too_big` then true, if given): a file that should be small and is not.
+bool ReadAllFrom(int fd, const std::string& what, size_t limit, std::string* out, std::string* err,
+                 bool* too_big = nullptr);
+
 /// Writes `data` to `path` atomically: temp file beside it, fsync, rename,
 /// fsync of the directory. Readers see the old content or the new, never half.
 bool WriteFileAtomic(const std::string& path, std::string_view data, std::string* err,

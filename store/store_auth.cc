@@ -31,20 +31,10 @@ bool ReadSecretFile(const std::string& path, std::string* secret, std::string* e
     return false;
   }
   std::string text;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      *err = ErrnoMessage("read " + path, errno);
-      return false;
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (text.size() > 65536) {
-      *err = "the secret file " + path + " is larger than 64 KiB: not a password";
-      return false;
-    }
+  bool too_big = false;
+  if (!ReadAllFrom(fd.get(), path, 65536, &text, err, &too_big)) {
+    if (too_big) *err = "the secret file " + path + " is larger than 64 KiB: not a password";
+    return false;
   }
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   if (text.empty() || text.find('\n') != std::string::npos) {
