@@ -91,14 +91,17 @@ def test_ddp_role_ungated_every_rank_compiles(launch, tmp_path):
 
 def test_serial_mode_on_a_process_group_is_caught_by_the_idle_hint(launch, tmp_path):
     """The old deadlock, asked for on purpose (mode = "serial"): the leader blocks
-    in init_process_group; the waiter says why long before its timeout."""
-    role = ddp_role(n=2, gate='{ mode = "serial", timeout = "20s", idle_hint = "2s" }')
+    in init_process_group; the waiter says why long before its timeout. The hint is
+    the event waited for (the leader's `import torch` alone can take most of a short
+    timeout on a cold, loaded machine), then the run is stopped."""
+    role = ddp_role(n=2, gate='{ mode = "serial", timeout = "10m", idle_hint = "2s" }')
     r = launch(write_config(tmp_path, role), env=ENV)
-    assert r.wait(timeout=120) == 75, r.out + r.err
+    r.wait_for_log("it is not compiling, it is blocked", timeout=300)
+    r.signal(signal.SIGTERM)
+    assert r.wait(timeout=120) == 128 + signal.SIGTERM, r.out + r.err
     s = r.summary()
     hints = [w for w in s["warnings"] if "it is not compiling, it is blocked" in w]
     assert hints and 'use gate mode "warmup"' in hints[0], s["warnings"]
-    assert "timed out after 20s waiting for gate" in s["reason"]
 
 
 def shell_role(cmd, ready, n=1, gate='{ key = "k", mode = "serial" }'):
