@@ -208,8 +208,8 @@ def test_a_failure_ends_that_nodes_launcher_non_zero(bin_dir, tmp_path):
 
 # ---- check: the plan of one node ----
 
-def check_json(bin_dir, config, *args, env=None):
-    r = run([bin_dir / "dflash-launch", "check", config, "--json", *args], env=env)
+def check_json(bin_dir, config, *args, env=None, cwd=None):
+    r = run([bin_dir / "dflash-launch", "check", config, "--json", *args], env=env, cwd=cwd)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -255,7 +255,9 @@ def test_check_node_1_of_2_prints_that_nodes_plan(bin_dir, tmp_path):
 
 def test_check_pinned_roles_place_ranks_node_by_node(bin_dir, tmp_path):
     config = write_config(tmp_path, PINNED)
-    plans = [check_json(bin_dir, config, "--nnodes", "3", "--node-rank", str(n)) for n in range(3)]
+    for script in ("t.py", "d.py", "e.py"):  # `check` looks for the scripts the roles run (from the cwd)
+        (tmp_path / script).write_text("")
+    plans = [check_json(bin_dir, config, "--nnodes", "3", "--node-rank", str(n), cwd=tmp_path) for n in range(3)]
     names = [[(p["name"], p["rank"], p["gpu"]) for p in plan["processes"]] for plan in plans]
     assert names[0] == [("target:0", 0, 0), ("target:1", 1, 1), ("target:2", 2, 2), ("target:3", 3, 3),
                         ("eval:0", 4, None)]
@@ -388,9 +390,11 @@ def test_kubernetes_indexed_job_env(bin_dir, tmp_path):
     assert r.returncode == 64 and "elastic ranges" in r.stderr
 
 
-def test_the_slurm_example_config_places_two_nodes(bin_dir):
+def test_the_slurm_example_config_places_two_nodes(bin_dir, tmp_path):
     config = ROOT / "examples/slurm/run.toml"
-    nodes = [check_json(bin_dir, config, "--nnodes", "2", "--node-rank", str(n), "--run-id", "ex") for n in (0, 1)]
+    (tmp_path / "train_dflash_pipeline.py").write_text("")  # the user's script, run from where it is launched
+    nodes = [check_json(bin_dir, config, "--nnodes", "2", "--node-rank", str(n), "--run-id", "ex", cwd=tmp_path)
+             for n in (0, 1)]
     assert [len(n["processes"]) for n in nodes] == [8, 8]
     assert [p["rank"] for p in nodes[1]["processes"]] == list(range(8, 16))
     assert {p["role"] for p in nodes[1]["processes"]} == {"drafter-remote"}

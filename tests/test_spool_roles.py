@@ -167,7 +167,9 @@ cpu = 2
 spool = "consume"
 command = ["python", "drafter.py"]
 """)
-    r = run([bin_dir / "dflash-launch", "check", cfg, "--json"])
+    for script in ("target.py", "drafter.py"):  # `check` looks for the scripts the roles run (from the cwd)
+        (tmp_path / script).write_text("")
+    r = run([bin_dir / "dflash-launch", "check", cfg, "--json"], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert {p["env"]["DFLASH_SPOOL_PRODUCERS"] for p in plan["processes"]} == {"3"}

@@ -156,7 +156,7 @@ def test_a_password_protected_store_without_the_password_says_which_key_to_set(b
     # A wrong one is refused as such.
     config = write_config(tmp_path, f'store = "{protected_redis.url}"\n'
                           f'store_password_file = "{secret_file(tmp_path, "wrong")}"\n' + waiters(out))
-    rc, o, e = finish(start(bin_dir, config, "ts-na"), timeout=60)
+    rc, o, e = finish(start(bin_dir, config, "ts-np"), timeout=60)  # a run id of its own
     assert rc == 69, o + e
     assert "refused our credentials" in e and "WRONGPASS" in e and "store_password_file" in e, e
     assert "wrong" not in e.replace("WRONGPASS", "")
