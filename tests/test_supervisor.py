@@ -49,13 +49,15 @@ def test_a_child_that_ignores_sigterm_is_killed_after_grace(launch, tmp_path):
     cfg = write_config(tmp_path, roles(1, ["sh", "-c", f"trap '' TERM; sleep {m}; true"], 'stop = { grace = "1s" }'))
     r = launch(cfg)
     r.wait_for_log("all 1 processes are running")
+    assert r.proc.poll() is None, ("the run ended before it was stopped", r.proc.returncode)
     t = time.monotonic()
     r.signal(signal.SIGTERM)
     r.wait()
     took = time.monotonic() - t
     # The SIGKILL came after the 1 s grace, not before (load can only make it later); that it came at all is
     # the run having ended (r.wait) with the SIGKILL line below.
-    assert took >= 1.0, took
+    log = (r.run_dir / "supervisor.log").read_text() if (r.run_dir / "supervisor.log").exists() else ""
+    assert took >= 1.0, (took, r.err[-2000:], log[-3000:])
     assert r.count_in_log("still running after its grace: SIGKILL") == 1
     assert alive_with_marker(m) == []
 
