@@ -42,6 +42,17 @@ RedisReply Copy(const redisReply* r) {
   return out;
 }
 
+/// One command, its arguments binary-safe (hiredis's argv form: no formatting, no quoting).
+redisReply* SendArgv(redisContext* c, const std::vector<std::string>& argv) {
+  std::vector<const char*> args;
+  std::vector<size_t> lens;
+  for (const std::string& a : argv) {
+    args.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  return static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(args.size()), args.data(), lens.data()));
+}
+
 }  // namespace
 
 std::string StoreUrl::ToString() const {
@@ -146,14 +157,7 @@ bool RedisClient::Connect(std::string* err) {
     std::vector<std::string> argv{"AUTH"};
     if (!auth_.user.empty()) argv.push_back(auth_.user);
     argv.push_back(auth_.password);
-    std::vector<const char*> args;
-    std::vector<size_t> lens;
-    for (const std::string& a : argv) {
-      args.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(args.size()), args.data(), lens.data()));
+    redisReply* r = SendArgv(c, argv);
     std::string what;
     if (r == nullptr)
       what = std::string("the store closed the connection after AUTH (") + (c->errstr[0] ? c->errstr : "no reply") +
@@ -182,14 +186,7 @@ bool RedisClient::Connect(std::string* err) {
 bool RedisClient::Command(const std::vector<std::string>& argv, RedisReply* reply, std::string* err) {
   auth_refused_ = false;
   if (!Connect(err)) return false;
-  std::vector<const char*> args;
-  std::vector<size_t> lens;
-  for (const std::string& a : argv) {
-    args.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(impl_->ctx, static_cast<int>(args.size()), args.data(), lens.data()));
+  redisReply* r = SendArgv(impl_->ctx, argv);
   if (r == nullptr) {
     std::string why = impl_->ctx->errstr[0] ? impl_->ctx->errstr : "connection lost";
     // A store that wants a password may drop a client that did not send one (protected mode, a proxy):
