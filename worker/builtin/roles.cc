@@ -17,6 +17,7 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/notify.h"
+#include "contract/process_env.h"
 #include "worker/builtin/frame_contract.h"
 #include "worker/builtin/model.h"
 #include "worker/builtin/spool.h"
@@ -66,8 +67,8 @@ struct Role {
 /// The [model] contract from the environment, the process name and rank.
 bool Setup(const BuiltinOptions& o, const std::string& role, Role* r) {
   std::string err;
-  r->rank = std::atoll(Env("ROLE_RANK", "0").c_str());
-  r->name = Env("DFLASH_PROCESS", role + ":" + std::to_string(r->rank));
+  r->rank = std::atoll(Env(env::kRoleRank, "0").c_str());
+  r->name = Env(env::kProcess, role + ":" + std::to_string(r->rank));
   if (!ModelFromEnv(&r->m, &err)) {
     Complain("dflash-builtin " + role, err);
     return false;
@@ -77,15 +78,15 @@ bool Setup(const BuiltinOptions& o, const std::string& role, Role* r) {
 }
 
 bool SpoolRoot(const Role& r, std::string* root) {
-  *root = Env("DFLASH_SPOOL_DIR");
+  *root = Env(env::kSpoolDir);
   if (root->empty())
-    Complain(r.name, "DFLASH_SPOOL_DIR is not set: the spool directory frames go through (dflash-launch sets it "
+    Complain(r.name, std::string(env::kSpoolDir) + " is not set: the spool directory frames go through (dflash-launch sets it "
                      "to <[run] spool_dir>/<run_id>)");
   return !root->empty();
 }
 
 void WriteMetrics(const std::string& name, const json& j) {
-  std::string path = Env("DFLASH_METRICS_FILE"), err;
+  std::string path = Env(env::kMetricsFile), err;
   if (path.empty()) return;
   if (!WriteFileAtomic(path, j.dump(2) + "\n", &err, 0600)) Complain(name, "cannot write metrics: " + err);
 }
@@ -107,7 +108,7 @@ std::vector<safetensors::TensorRef> FrameRefs(const at::Tensor& hidden, const at
 }
 
 std::string ManifestPath(const std::string& root) {
-  std::string run_dir = Env("DFLASH_RUN_DIR");
+  std::string run_dir = Env(env::kRunDir);
   return run_dir.empty() ? root + "/spool.json" : run_dir + "/spool.json";
 }
 
@@ -119,7 +120,7 @@ bool Exists(const std::string& path) {
 /// A warm-up (DFLASH_WARMUP=1: gate mode "warmup", `dflash-launch seed`) stays
 /// off the spool: a real frame it took would be trained on by a process whose
 /// steps are thrown away, and a frame it published would count for no producer.
-bool InWarmup() { return Env("DFLASH_WARMUP") == "1"; }
+bool InWarmup() { return Env(env::kWarmup) == "1"; }
 
 at::ScalarType ContractScalar(const std::string& dtype) {
   return dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
@@ -189,7 +190,7 @@ int RunTarget(const BuiltinOptions& o) {
     Complain(r.name, err);
     return exit_code::kFailure;
   }
-  const int producers = std::atoi(Env("DFLASH_SPOOL_PRODUCERS", "0").c_str());
+  const int producers = std::atoi(Env(env::kSpoolProducers, "0").c_str());
   bool manifest = false;
   if (producer.finished()) {
     Say(r.name, "already finished (%lld frames): nothing left to publish", static_cast<long long>(producer.next_seq()));
@@ -282,7 +283,7 @@ int RunDrafter(const BuiltinOptions& o) {
   if (!Setup(o, "drafter", &r)) return exit_code::kUsage;
   if (InWarmup()) return WarmUpDrafter(o, r);
   if (!SpoolRoot(r, &root)) return exit_code::kUsage;
-  const int producers = std::atoi(Env("DFLASH_SPOOL_PRODUCERS", "0").c_str());
+  const int producers = std::atoi(Env(env::kSpoolProducers, "0").c_str());
   auto t_start = Clock::now();
   Drafter drafter(r.m);
 
@@ -392,7 +393,7 @@ int RunDrafter(const BuiltinOptions& o) {
       char status[96];
       std::snprintf(status, sizeof status, "step %zu loss %.4f", step, losses.back());
       // Under dflash-worker the STATUS line reaches the console already; alone, say it.
-      if (Env("NOTIFY_SOCKET").empty()) Say(r.name, "%s", status);
+      if (Env(env::kNotifySocket).empty()) Say(r.name, "%s", status);
       else NotifySend(std::string("STATUS=") + status, &err);
     }
   }
