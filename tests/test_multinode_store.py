@@ -342,6 +342,33 @@ def test_an_unreachable_store_at_the_start_is_a_clear_error_and_nothing_is_spawn
     assert not list(out.glob("*.started")) and not (tmp_path / "runs/un/node_0/attempt_0").exists()
 
 
+def test_ctrl_c_during_a_registration_the_store_never_answers_ends_it_at_once(bin_dir, tmp_path):
+    # A listener that accepts and never replies: every claim times out, and Register would retry for
+    # 3 x store_ttl + store_outage (here 10 min). SIGINT (blocked, read from a signalfd) must end it.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        out = tmp_path / "out"
+        out.mkdir()
+        config = store_config(tmp_path, f"redis://127.0.0.1:{port}", waiters(out), extra_run='store_outage = "10m"')
+        p = launch_node(bin_dir, config, "ci", 0)
+        try:
+            silent.settimeout(EVENT_TIMEOUT)
+            conn, _ = silent.accept()  # the launcher has reached the store: it is registering now
+            with conn:
+                assert p.poll() is None
+                p.send_signal(signal.SIGINT)
+                rc, _, err = finish(p, timeout=EVENT_TIMEOUT)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert rc == 128 + signal.SIGINT, err
+    assert f"stopped by SIGINT while registering node 0 of run ci in redis://127.0.0.1:{port}" in err
+    assert "nothing was started" in err
+    assert not list(out.glob("*.started")) and not (tmp_path / "runs/ci/node_0/attempt_0").exists()
+
+
 # ---- the private store, the flag, the config ----
 
 def test_the_private_store_serves_both_nodes_and_ends_with_node_0(bin_dir, tmp_path):

@@ -1,5 +1,6 @@
 #include "launcher/cluster/node_coordinator.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/proc_info.h"
+#include "common/signal_names.h"
 #include "common/json_field.h"
 #include "launcher/cluster/node_store_scripts.h"
 #include "launcher/cluster/store_records.h"
@@ -52,6 +54,19 @@ std::string PidScope() {
 }
 
 Millis PollPeriod(Millis ttl) { return std::clamp(ttl / 10, Millis(50), Millis(200)); }
+
+/// Sleeps `d`, but wakes at once for a signal of `stop` (blocked, so only its
+/// signalfd sees it): then its number, read so it is handled once; else 0.
+int SleepUnlessSignalled(Millis d, SignalFd* stop) {
+  if (stop == nullptr || stop->fd() < 0) {
+    ::usleep(static_cast<useconds_t>(d.count() * 1000));
+    return 0;
+  }
+  pollfd p{stop->fd(), POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(d.count()));  // EINTR or readable: either way, look
+  signalfd_siginfo si;
+  return stop->Read(&si) ? static_cast<int>(si.ssi_signo) : 0;
+}
 
 }  // namespace
 
@@ -103,9 +118,18 @@ bool NodeCoordinator::ClaimOnce(bool* claimed, nlohmann::json* holder, std::stri
   return true;
 }
 
-bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std::string>* notes) {
+bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std::string>* notes, SignalFd* stop) {
   using Clock = std::chrono::steady_clock;
   const std::string where = "node " + std::to_string(o_.node_rank) + " of run " + o_.run_id;
+  // Each wait between tries ends early for a signal of `stop`: Ctrl-C is not held for 3 x ttl + outage.
+  auto pause = [&](Millis d) {
+    int sig = SleepUnlessSignalled(d, stop);
+    if (sig == 0) return false;
+    *err = "stopped by " + SignalName(sig) + " while registering " + where + " in " + o_.url.ToString() +
+           "; nothing was started";
+    *exit_code = exit_code::kSignalBase + sig;
+    return true;
+  };
   SteadyTime deadline = Clock::now() + o_.outage;
   std::string cerr;
   while (!client_.Connect(&cerr)) {
@@ -120,7 +144,7 @@ bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std
       *exit_code = exit_code::kInUse;
       return false;
     }
-    ::usleep(200 * 1000);
+    if (pause(Millis(200))) return false;
   }
   // A stale registration expires within ttl; one that is refreshed is a live launcher.
   deadline = Clock::now() + 3 * o_.ttl + o_.outage;
@@ -135,7 +159,7 @@ bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std
         *exit_code = exit_code::kInUse;
         return false;
       }
-      ::usleep(200 * 1000);
+      if (pause(Millis(200))) return false;
       continue;
     }
     if (claimed) {
@@ -172,7 +196,7 @@ bool NodeCoordinator::Register(std::string* err, int* exit_code, std::vector<std
                        " to expire (an earlier run's? it is not being refreshed so far)");
       said_waiting = true;
     }
-    ::usleep(static_cast<useconds_t>(std::max<long long>(50, o_.ttl.count() / 6) * 1000));
+    if (pause(Millis(std::max<long long>(50, o_.ttl.count() / 6)))) return false;
   }
   *err = "could not register " + where + " in " + o_.url.ToString() + (cerr.empty() ? "" : ": " + cerr);
   *exit_code = exit_code::kInUse;

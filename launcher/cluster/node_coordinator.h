@@ -25,6 +25,7 @@
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "common/fd.h"
+#include "common/signal_fd.h"
 #include "launcher/cluster/peer_tracker.h"
 #include "store/redis_client.h"
 
@@ -73,7 +74,9 @@ class NodeCoordinator {
   /// the same id): taken over at once when its launcher is provably dead on this
   /// host, else waited for (it expires within ttl unless it is refreshed, which
   /// proves it live). Unreachable store: false, exit 69. `notes`: what it did.
-  bool Register(std::string* err, int* exit_code, std::vector<std::string>* notes);
+  /// A signal of `stop` (if given) ends the wait between tries: false, exit 128+N.
+  /// One store call in flight still runs out its timeout first (ttl / 3, at most 2 s).
+  bool Register(std::string* err, int* exit_code, std::vector<std::string>* notes, SignalFd* stop = nullptr);
   /// Starts the thread: heartbeats, the watch, the requests. Its first Events
   /// come before the barrier (kBarrier once every node is seen alive).
   bool Start(std::string* err);

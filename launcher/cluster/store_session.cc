@@ -132,7 +132,10 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
   NodeCoordinator& c = *session->coordinator;
   int rc = 0;
   std::vector<std::string> notes;
-  bool registered = c.Register(&err, &rc, &notes);
+  // SIGINT, SIGTERM, SIGHUP are blocked: read them here, so they end the registration's and the barrier's waits.
+  SignalFd signals;
+  signals.Open({SIGINT, SIGTERM, SIGHUP}, &err);
+  bool registered = c.Register(&err, &rc, &notes, &signals);
   for (const std::string& n : notes) Say(log, n, false);
   if (!registered) {
     Say(log, err, true);
@@ -146,8 +149,6 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
     return exit_code::kFailure;
   }
   // The start barrier: every node registered and seen alive.
-  SignalFd signals;
-  signals.Open({SIGINT, SIGTERM, SIGHUP}, &err);
   auto t0 = std::chrono::steady_clock::now();
   auto deadline = t0 + run.store_barrier_timeout;
   bool said_waiting = false;
