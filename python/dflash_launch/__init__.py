@@ -19,7 +19,7 @@ from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (Mis
 __version__ = "0.1.0"
 
 __all__ = [
-    "notify", "notify_ready", "notify_status", "notify_watchdog", "watchdog_interval", "check_hidden_states",
+    "notify", "notify_ready", "save_precompile", "notify_status", "notify_watchdog", "watchdog_interval", "check_hidden_states",
     "check_hidden_shape", "describe_violation", "shape_string", "HiddenStateContractError",
     "contract_from_env", "gate_role", "is_warmup", "init_process_group",
 ]
@@ -47,8 +47,36 @@ def notify(message: str) -> bool:
     return True
 
 
+def save_precompile() -> str:
+    """Writes Dynamo's precompile artifact (<cache_dir>/dynamo/) for the gate's followers, when this
+    process leads (or is the warm-up) and runs with torch._dynamo.config.caching_precompile on
+    (TORCH_CACHING_PRECOMPILE=1). Dynamo writes that entry only on save_cache_artifacts(): without it a
+    follower re-traces (docs/cachelock.md). Returns "saved", "" when it does not apply, or why it failed;
+    never raises: a follower that finds no artifact falls back to the FX-graph cache, as before."""
+    import sys
+    if gate_role() != "lead" and not is_warmup():
+        return ""
+    if "torch" not in sys.modules:  # nothing compiled in this process
+        return ""
+    try:
+        import torch._dynamo  # save_cache_artifacts() returns nothing unless Dynamo was imported (torch bug)
+        if not torch._dynamo.config.caching_precompile:
+            return ""
+        if torch.compiler.save_cache_artifacts() is None:
+            return "save_cache_artifacts() returned nothing"
+        return "saved"
+    except Exception as e:  # noqa: BLE001 -- any failure leaves followers on today's path
+        return f"{type(e).__name__}: {e}"
+
+
 def notify_ready(status: str = None) -> bool:
-    """Says "ready": this process has finished compiling (its first compiled step ran)."""
+    """Says "ready": this process has finished compiling (its first compiled step ran). A leader
+    saves the Dynamo precompile artifact first (save_precompile()), so READY covers it too."""
+    why = save_precompile()
+    if why and why != "saved":
+        import sys
+        print(f"dflash_launch: precompile artifact not saved ({why}): followers trace with the "
+              f"FX-graph cache instead", file=sys.stderr, flush=True)
     return notify("READY=1" + (f"\nSTATUS={status}" if status else ""))
 
 

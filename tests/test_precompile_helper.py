@@ -1,0 +1,73 @@
+"""notify_ready() saves Dynamo's precompile artifact for a gate's leader (real torch.compile, one process
+each, one shared TORCHINDUCTOR_CACHE_DIR): a fresh follower then loads instead of tracing."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parent.parent
+
+SCRIPT = '''
+import json, os, sys
+import torch
+import dflash_launch
+from torch._dynamo.utils import counters
+{pad}
+def step(x, w):
+    return torch.relu(x @ w).sum()
+compiled = torch.compile(step)
+x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
+compiled(x, w).backward()
+{fail}
+dflash_launch.notify_ready()
+print(json.dumps({{k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor")}}))
+'''
+
+
+def run(tmp_path, role, pad="", fail=""):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(pad=pad, fail=fail))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"), TORCH_CACHING_PRECOMPILE="1",
+               DFLASH_GATE_ROLE=role, PYTHONPATH=str(REPO / "python"))
+    env.pop("NOTIFY_SOCKET", None)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def test_a_follower_loads_the_leaders_precompile_and_does_not_trace(tmp_path):
+    _, err = run(tmp_path, "lead")
+    assert "not saved" not in err, err
+    assert any((tmp_path / "cache" / "dynamo").iterdir()), "the leader wrote no dynamo entry"
+    c, _ = run(tmp_path, "reuse")
+    assert c.get("dynamo_cache", {}).get("dynamo_cache_hit") == 1, c
+    # Nothing traced, so no FX-graph lookups at all (hit or miss).
+    assert not any(k.startswith("fxgraph_cache") for k in c.get("inductor", {})), c
+
+
+def test_an_edited_script_misses_the_precompile_and_falls_back(tmp_path):
+    run(tmp_path, "lead")
+    c, _ = run(tmp_path, "reuse", pad="x_unused = 1\n")  # `step` moves a line: the key changes
+    assert not c.get("dynamo_cache", {}).get("dynamo_cache_hit"), c
+    assert c.get("inductor", {}).get("fxgraph_cache_hit", 0) >= 1, c  # today's path: the FX-graph cache
+
+
+def test_a_failing_save_says_why_and_the_follower_traces(tmp_path):
+    fail = ("def boom(*a, **k):\n    raise RuntimeError('forced save failure')\n"
+            "torch.compiler.save_cache_artifacts = boom")
+    _, err = run(tmp_path, "lead", fail=fail)
+    assert "precompile artifact not saved (RuntimeError: forced save failure)" in err, err
+    c, _ = run(tmp_path, "reuse")
+    assert not c.get("dynamo_cache", {}).get("dynamo_cache_hit"), c
+    assert c.get("inductor", {}).get("fxgraph_cache_hit", 0) >= 1, c
+
+
+def test_a_follower_does_not_save(tmp_path):
+    run(tmp_path, "reuse")
+    d = tmp_path / "cache" / "dynamo"
+    assert not d.exists() or not any(d.iterdir())
