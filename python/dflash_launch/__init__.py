@@ -13,13 +13,15 @@ that installs it (`pip install 'dflash-launch[torch]'`: dflash_launch/_extras.py
 
 import os
 import socket
+import sys
 
 from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (MissingExtraError: for callers)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "notify", "notify_ready", "save_precompile", "notify_status", "notify_watchdog", "watchdog_interval", "check_hidden_states",
+    "notify", "notify_ready", "save_precompile", "notify_status", "notify_watchdog", "watchdog_interval",
+    "check_hidden_states",
     "check_hidden_shape", "describe_violation", "shape_string", "HiddenStateContractError",
     "contract_from_env", "gate_role", "is_warmup", "init_process_group",
 ]
@@ -53,7 +55,6 @@ def save_precompile() -> str:
     (TORCH_CACHING_PRECOMPILE=1). Dynamo writes that entry only on save_cache_artifacts(): without it a
     follower re-traces (docs/cachelock.md). Returns "saved", "" when it does not apply, or why it failed;
     never raises: a follower that finds no artifact falls back to the FX-graph cache, as before."""
-    import sys
     if gate_role() != "lead" and not is_warmup():
         return ""
     if "torch" not in sys.modules:  # nothing compiled in this process
@@ -74,7 +75,6 @@ def notify_ready(status: str = None) -> bool:
     saves the Dynamo precompile artifact first (save_precompile()), so READY covers it too."""
     why = save_precompile()
     if why and why != "saved":
-        import sys
         print(f"dflash_launch: precompile artifact not saved ({why}): followers trace with the "
               f"FX-graph cache instead", file=sys.stderr, flush=True)
     return notify("READY=1" + (f"\nSTATUS={status}" if status else ""))
