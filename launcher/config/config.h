@@ -137,6 +137,17 @@ struct RoleSpec {
   /// WATCHDOG=1 once it has sent one, else no output and no STATUS=.
   Millis watchdog{0};
   int watchdog_signal = SIGABRT;  // sent to a hung process (faulthandler dumps its stacks)
+  /// `after`: the roles whose processes must all be ready before this one's start (docs/stacks.md).
+  std::vector<std::string> after;
+  std::vector<SourcePos> after_pos;  // where each name is written (parallel to after)
+  /// A service (a store, a server) starts before the other roles and stops after them; the run
+  /// ends when the other roles are done, and a service ending before that is a failure.
+  bool service = false;
+  SourcePos service_pos;
+  /// Resolved by validation (launcher/config/role_order.h): the indices of the roles it starts
+  /// after (`after`, and every service for a role that is not one), and its start phase.
+  std::vector<size_t> starts_after;
+  int phase = 0;
 
   /// Its processes publish hidden-state frames: spool = "produce", or a builtin target.
   bool ProducesFrames() const { return spool == "produce" || builtin == "target"; }

@@ -589,6 +589,14 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   if (r.Has("world")) role->world_pos = r.ValuePos("world");
   r.Duration("watchdog", &role->watchdog, /*allow_zero=*/true);
   r.Signal("watchdog_signal", &role->watchdog_signal);
+  if (r.StringArray("after", &role->after)) {
+    role->after_pos.clear();
+    if (const toml::node* n = t.get("after"); n && n->is_array())
+      for (const toml::node& e : *n->as_array()) role->after_pos.push_back(PosOf(e.source()));
+    role->after_pos.resize(role->after.size(), r.ValuePos("after"));
+  }
+  r.Bool("service", &role->service);
+  if (r.Has("service")) role->service_pos = r.ValuePos("service");
   r.RejectUnknownKeys();
 }
 

@@ -16,6 +16,7 @@
 #include "common/inductor_layout.h"
 #include "common/secure_path.h"
 #include "launcher/config/config_internal.h"
+#include "launcher/config/role_order.h"
 
 namespace dflash {
 namespace {
@@ -410,6 +411,7 @@ void CheckRestartBudget(TableReader& r, const std::string& policy, const Restart
 
 void ValidateConfig(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
   CheckRoles(root, cfg, errors);
+  ResolveRoleOrder(&cfg->roles, errors);
   CheckNodesAndPorts(cfg, errors);
   CheckModel(root, cfg, errors);
   CheckCacheDir(root, cfg, errors);

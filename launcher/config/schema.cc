@@ -182,6 +182,18 @@ std::vector<SectionSpec> MakeSchema() {
             "(dflash_launch.notify_watchdog()) once it has sent one; a process that never sends one is watched "
             "by its progress instead (any output line or STATUS=). \"0s\": no watchdog.",
             "\"5m\""},
+           {"after", K::kStringArray, "[]",
+            "Roles this one starts after: its processes start (and restart) only once every process of those "
+            "roles here is ready (RUNNING, or exited 0). On a stop the order is reversed: it stops before "
+            "them, each with its grace. A cycle or an unknown role is a config error; `check` prints the "
+            "start order (docs/stacks.md).",
+            "[\"target\"]"},
+           {"service", K::kBool, "false",
+            "A service (a store, a server the roles talk to): it starts before every role that is not a "
+            "service and stops after them. Its exit, even with code 0, is a failure judged by restart while "
+            "the run goes on; the run ends when the roles that are not services are done, then the services "
+            "are stopped (docs/stacks.md).",
+            "true"},
            {"watchdog_signal", K::kSignal, "SIGABRT",
             "Sent to a hung process (to its payload, under dflash-worker). SIGABRT makes Python's faulthandler "
             "(PYTHONFAULTHANDLER=1 is set for watched processes) print every thread's stack to stderr.",

@@ -1,5 +1,7 @@
 #include "launcher/plan/plan_format.h"
 
+#include "launcher/config/role_order.h"
+
 #include <nlohmann/json.hpp>
 
 #include <map>
@@ -114,7 +116,7 @@ std::string PlanText(const Plan& plan) {
          std::to_string(m.block_size) + ", " + m.dtype + (m.heads ? ", " + std::to_string(m.heads) + " heads" : "") +
          (m.kv_heads ? " / " + std::to_string(m.kv_heads) + " kv" : "") + "\n";
   }
-  o += "\nroles\n";
+  o += "\nroles  (start order: " + DescribeStartOrder(c.roles) + "; a stop runs it in reverse)\n";
   for (size_t i = 0; i < c.roles.size(); ++i) {
     const RoleSpec& r = c.roles[i];
     std::string where;
@@ -150,6 +152,13 @@ std::string PlanText(const Plan& plan) {
                 ? "its first process waits for it (hold one), the others start at once and wait for that one in "
                   "init_process_group\n"
                 : "then the role's " + std::to_string(r.process_count()) + " processes start together\n");
+    if (r.service)
+      o += "  " + Pad("", 10) + "service  starts before the other roles, stops after them; its end is a failure\n";
+    if (!r.starts_after.empty()) {
+      std::vector<std::string> deps;
+      for (size_t d : r.starts_after) deps.push_back(c.roles[d].name);
+      o += "  " + Pad("", 10) + "after    " + Join(deps, ", ") + " (starts once all of their processes are ready)\n";
+    }
     o += "  " + Pad("", 10) + "ready    " + DescribeReady(r.ready) + "\n";
     o += "  " + Pad("", 10) + "restart  " + DescribeRestart(r.restart) + "\n";
     o += "  " + Pad("", 10) + "stop     " + SignalName(r.stop.signal) + ", then SIGKILL after " +
@@ -266,6 +275,7 @@ std::string PlanJson(const Plan& plan) {
   } else {
     j["model"] = nullptr;
   }
+  j["start_order"] = DescribeStartOrder(c.roles);
   j["roles"] = ojson::array();
   for (size_t i = 0; i < c.roles.size(); ++i) {
     const RoleSpec& r = c.roles[i];
@@ -309,6 +319,13 @@ std::string PlanJson(const Plan& plan) {
                      {"reset_after_ms", r.restart.reset_after.count()}, {"no_restart_exit_codes", codes}}},
         {"stop", {{"signal", SignalName(r.stop.signal)}, {"grace_ms", r.stop.grace.count()}}},
         {"world", TorchWorldName(r.world)},
+        {"service", r.service},
+        {"after", [&] {
+           ojson d = ojson::array();
+           for (size_t k : r.starts_after) d.push_back(c.roles[k].name);
+           return d;
+         }()},
+        {"phase", r.phase},
         {"watchdog", {{"ms", r.watchdog.count()}, {"signal", SignalName(r.watchdog_signal)}}},
     });
   }

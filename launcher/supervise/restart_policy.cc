@@ -7,9 +7,9 @@
 
 namespace dflash {
 
-RestartDecision RestartTracker::OnExit(int exit_code, Millis runtime, SteadyTime now) {
+RestartDecision RestartTracker::OnExit(int exit_code, Millis runtime, SteadyTime now, bool zero_is_failure) {
   using Kind = RestartDecision::Kind;
-  const bool failed = exit_code != 0;
+  const bool failed = exit_code != 0 || zero_is_failure;
   if (spec_.policy == RestartPolicy::kNever)
     return {Kind::kNoRestart, Millis(0), "restart policy is \"never\""};
   if (spec_.policy == RestartPolicy::kOnFailure && !failed)

@@ -29,8 +29,9 @@ class RestartTracker {
   explicit RestartTracker(const RestartSpec& spec) : spec_(spec), next_delay_(spec.backoff_min) {}
 
   /// A member of the unit ended with shell-style `exit_code` (128+N for signal
-  /// N) after running `runtime`. Records the restart it grants.
-  RestartDecision OnExit(int exit_code, Millis runtime, SteadyTime now);
+  /// N) after running `runtime`. Records the restart it grants. `zero_is_failure`: a
+  /// service, whose every end before the run's is a failure, exit 0 included.
+  RestartDecision OnExit(int exit_code, Millis runtime, SteadyTime now, bool zero_is_failure = false);
 
   /// Restarts granted so far (all time).
   int restarts() const { return total_; }

@@ -141,8 +141,7 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
         }
         add(i);
         p.manual = true;
-        if (HeldForWarmup(i)) SetState(i, ProcState::kWaiting, "started by ctl; until its warm-up has compiled");
-        else Spawn(i);
+        StartOrHold(i, "started by ctl; ");
       }
       break;
     case ControlVerb::kRestart: {
@@ -164,7 +163,7 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
           if (q.intent == EndIntent::kNone) StopProc(j, EndIntent::kRestart, "restart asked by ctl");
           else q.intent = EndIntent::kRestart;
         } else {
-          Spawn(j);
+          StartOrHold(j, "restart asked by ctl; ");
         }
       }
       break;

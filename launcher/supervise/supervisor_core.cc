@@ -144,18 +144,78 @@ bool SupervisorCore::HeldForWarmup(size_t i) const {
   return true;
 }
 
+std::string SupervisorCore::UnreadyDependency(size_t i) const {
+  const RoleSpec& role = plan_.RoleOf(*procs_[i].plan);
+  for (size_t dep : role.starts_after)
+    for (const CoreProc& q : procs_) {
+      if (q.plan->warmup || q.plan->role_index != dep) continue;
+      // Ready: running, or ended 0 on its own (a job that prepares what the others need).
+      bool done = q.state == ProcState::kExited && !q.held && q.last() && q.last()->outcome == "succeeded";
+      if (q.state != ProcState::kRunning && !done) return plan_.config.roles[dep].name;
+    }
+  return "";
+}
+
+std::string SupervisorCore::WhyHeld(size_t i) const {
+  if (HeldForWarmup(i)) return procs_[i].plan->role + ":warmup has compiled";
+  std::string dep = UnreadyDependency(i);
+  return dep.empty() ? "" : dep + " is ready";
+}
+
+void SupervisorCore::StartOrHold(size_t i, const std::string& prefix) {
+  std::string why = WhyHeld(i);
+  if (why.empty()) Spawn(i);
+  else SetState(i, ProcState::kWaiting, prefix + "until " + why);
+}
+
+void SupervisorCore::StartReleased() {
+  if (stopping_) return;
+  for (size_t j = 0; j < procs_.size(); ++j)
+    if (procs_[j].state == ProcState::kWaiting && !procs_[j].held && WhyHeld(j).empty()) Spawn(j);
+}
+
+bool SupervisorCore::HasLiveDependents(size_t i) const {
+  size_t ri = procs_[i].plan->role_index;
+  for (const CoreProc& q : procs_) {
+    if (!q.alive()) continue;
+    const std::vector<size_t>& deps = plan_.RoleOf(*q.plan).starts_after;
+    if (std::find(deps.begin(), deps.end(), ri) != deps.end()) return true;
+  }
+  return false;
+}
+
+void SupervisorCore::ContinueStop() {
+  if (!stopping_) return;
+  for (size_t i = 0; i < procs_.size(); ++i) {
+    CoreProc& p = procs_[i];
+    if (!p.stops_after_dependents || HasLiveDependents(i)) continue;
+    p.stops_after_dependents = false;
+    if (p.alive()) StopProc(i, EndIntent::kStop, "stopping the run; what starts after it has stopped");
+  }
+}
+
+bool SupervisorCore::OnlyServicesLeft() const {
+  bool services = false, roles = false;
+  for (const CoreProc& p : procs_) {
+    if (plan_.RoleOf(*p.plan).service) {
+      services = services || p.alive();
+      continue;
+    }
+    roles = true;
+    if (p.alive() || p.held || (p.state != ProcState::kExited && p.state != ProcState::kFailed)) return false;
+  }
+  return services && roles;
+}
+
 void SupervisorCore::Start() {
   started_ = true;
   // Warm-ups first: their compile is the long pole. Roles that wait for one
-  // are held; every other role starts at once (a target loading a large model
-  // never waits for a drafter's compile).
+  // (or for the roles they start after) are held; every other role starts at
+  // once (a target loading a large model never waits for a drafter's compile).
   for (size_t i = 0; i < procs_.size(); ++i)
-    if (!stopping_ && procs_[i].plan->warmup) Spawn(i);
-  for (size_t i = 0; i < procs_.size(); ++i) {
-    if (stopping_ || procs_[i].plan->warmup) continue;
-    if (HeldForWarmup(i)) SetState(i, ProcState::kWaiting, "until " + procs_[i].plan->role + ":warmup has compiled");
-    else Spawn(i);
-  }
+    if (!stopping_ && procs_[i].plan->warmup) StartOrHold(i);
+  for (size_t i = 0; i < procs_.size(); ++i)
+    if (!stopping_ && !procs_[i].plan->warmup) StartOrHold(i);
 }
 
 void SupervisorCore::Spawn(size_t i) {
@@ -247,6 +307,7 @@ void SupervisorCore::MarkReady(size_t i, const std::string& why) {
   if (p.state != ProcState::kStarting) return;
   SetState(i, ProcState::kRunning, why);
   ArmWatchdog(i);
+  StartReleased();  // what starts after its role may be free to go
   bool all = std::all_of(procs_.begin(), procs_.end(), [](const CoreProc& q) {
     return q.state == ProcState::kRunning || q.state == ProcState::kExited;
   });
@@ -455,13 +516,21 @@ void SupervisorCore::BeginStop(const std::string& reason) {
     CoreProc& p = procs_[i];
     if (p.alive()) {
       if (p.intent == EndIntent::kRestart) p.intent = EndIntent::kStop;
-      else StopProc(i, EndIntent::kStop, "stopping the run");
+      else if (p.intent == EndIntent::kNone && HasLiveDependents(i)) {
+        // Stacks stop in reverse: a server outlives its clients, so they end cleanly.
+        p.stops_after_dependents = true;
+        Info(p.plan->name + " stops once what starts after it has stopped");
+      } else {
+        StopProc(i, EndIntent::kStop, "stopping the run");
+      }
     } else if (p.state == ProcState::kBackoff) {
       SetState(i, ProcState::kExited, "not restarted: the run is stopping");
     } else if (p.state == ProcState::kNotStarted) {
       p.reason = "not started: the run stopped before its turn";
     } else if (p.state == ProcState::kWaiting) {
-      SetState(i, ProcState::kNotStarted, "not started: the run stopped before its warm-up had compiled");
+      std::string why = WhyHeld(i);
+      p.reason = "not started: the run stopped before " + (why.empty() ? "its turn" : why);
+      SetState(i, ProcState::kNotStarted, p.reason);
     }
   }
 }
@@ -478,7 +547,8 @@ void SupervisorCore::OnTick() {
       actions_.push_back(std::move(a));
       p.kill_at = SteadyTime::max();
     }
-    if (p.state == ProcState::kBackoff && !p.alive() && now >= p.restart_at && !stopping_ && !p.held) Spawn(i);
+    if (p.state == ProcState::kBackoff && !p.alive() && now >= p.restart_at && !stopping_ && !p.held)
+      StartOrHold(i, "restarts ");
     if (p.state == ProcState::kStarting && p.alive() && p.readiness && p.readiness->OnClock(now)) {
       // The worker enforces this for the processes it hosts; these are ours.
       p.current().ready_timeout = true;

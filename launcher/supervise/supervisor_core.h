@@ -28,7 +28,8 @@
 
 namespace dflash {
 
-/// kWaiting: not started yet, held until its role's warm-up has compiled.
+/// kWaiting: not started yet (or not restarted yet), held until its role's warm-up has
+/// compiled and the roles it starts after (`after`, services) are ready.
 enum class ProcState { kNotStarted, kWaiting, kFailed, kStarting, kRunning, kBackoff, kStopping, kExited, kFatal };
 /// The states as the console, events.jsonl, summary.json and `ctl status` spell them.
 inline constexpr EnumName<ProcState> kProcStateNames[] = {
@@ -78,6 +79,7 @@ struct CoreProc {
   bool exec_pending = false;  ///< forked; whether its exec succeeded is not known yet
   bool manual = false;        ///< the current stop/restart was asked by ctl
   bool held = false;          ///< stopped by hand: stays stopped until `ctl start`
+  bool stops_after_dependents = false;  ///< the run stops: its signal waits until what starts after it has ended
   int restarts = 0;           ///< restarts by policy
   int manual_restarts = 0;    ///< restarts asked by hand
   std::string reason;         ///< how its last attempt ended (or why it never started): summary.json
@@ -242,6 +244,8 @@ class SupervisorCore final : public ControlHandler {
 
  private:
   void Spawn(size_t i);
+  /// OnExit's judgement of one end: outcome, restart, failure.
+  void JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message);
   void SetState(size_t i, ProcState s, const std::string& why = "");
   void SayIfOnlyHeldAreLeft();
   void Event(size_t i, ProcState from, ProcState to, const std::string& why);
@@ -256,6 +260,20 @@ class SupervisorCore final : public ControlHandler {
   void NoteFailure(size_t i);
   void MaybeCloseIncident();
   bool HeldForWarmup(size_t i) const;
+  /// The first role `i` starts after whose processes here are not all ready, or "".
+  std::string UnreadyDependency(size_t i) const;
+  /// Why `i` may not start now ("" : it may): its warm-up or a dependency.
+  std::string WhyHeld(size_t i) const;
+  /// Starts, or holds in WAITING with the reason, proc `i` (not alive, due to start).
+  void StartOrHold(size_t i, const std::string& prefix = "");
+  /// Starts every WAITING process nothing holds any longer.
+  void StartReleased();
+  /// Whether a process of a role that starts after `i`'s is still alive.
+  bool HasLiveDependents(size_t i) const;
+  /// The run stops: signals the deferred processes whose dependents have all ended.
+  void ContinueStop();
+  /// Every process of a role that is not a service has ended for good (with services here to stop).
+  bool OnlyServicesLeft() const;
   RestartTracker& TrackerFor(size_t i);
   void Info(const std::string& text);
   void Warn(const std::string& text);
@@ -276,6 +294,7 @@ class SupervisorCore final : public ControlHandler {
   bool told_ready_ = false;
   bool told_only_held_ = false;  ///< said that only processes held by ctl are left
   bool manual_stop_ = false;  ///< `ctl stop all` ended the run
+  bool roles_done_ = false;   ///< the roles that are not services are done: the services were stopped
   int stop_signal_ = 0;
   int interrupts_ = 0;
   std::string stop_reason_;

@@ -33,6 +33,19 @@ void SupervisorCore::MaybeCloseIncident() {
 }
 
 void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& error_message) {
+  JudgeExit(i, st, error_message);
+  // What its end frees: the next wave of a stop in reverse order, the
+  // dependents of a job that ended 0, and the end of a run of services.
+  ContinueStop();
+  StartReleased();
+  if (!stopping_ && OnlyServicesLeft()) {
+    roles_done_ = true;
+    Info("every role that is not a service is done: stopping the services");
+    BeginStop("every role that is not a service is done; the services were stopped");
+  }
+}
+
+void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message) {
   CoreProc& p = procs_[i];
   SteadyTime now = clock_();
   AttemptRecord& rec = p.current();
@@ -98,9 +111,13 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
     return;
   }
   const RoleSpec& role = plan_.RoleOf(*p.plan);
-  if (rec.exit_code != 0) NoteFailure(i);
-  RestartDecision d =
-      TrackerFor(i).OnExit(rec.exit_code, std::chrono::duration_cast<Millis>(now - p.started), now);
+  // A service runs until the run ends: any end before that, 0 included, is a failure.
+  bool service_ended = role.service && rec.exit_code == 0 && !p.plan->warmup;
+  if (service_ended) how += " (a service must run until the run ends)";
+  if (service_ended) rec.reason = p.reason = how;
+  if (rec.exit_code != 0 || service_ended) NoteFailure(i);
+  RestartDecision d = TrackerFor(i).OnExit(rec.exit_code, std::chrono::duration_cast<Millis>(now - p.started), now,
+                                           role.service);
   switch (d.kind) {
     case RestartDecision::Kind::kRestart: {
       if (node_rounds && (role.restart.scope != RestartScope::kProcess || role.world != TorchWorld::kNone)) {
@@ -135,7 +152,7 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
       return;
     }
     case RestartDecision::Kind::kNoRestart:
-      if (rec.exit_code == 0) {
+      if (rec.exit_code == 0 && !service_ended) {
         rec.outcome = "succeeded";
         SetState(i, ProcState::kExited, how);
         return;
@@ -184,9 +201,7 @@ void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
            : warmup_published_[ri] ? "compiled in " + FormatSeconds(JsonNumber(p.gate, "compile_s")) +
                                           ", READY published"
                                     : "ended without publishing READY: the role's processes compile on their own");
-  for (size_t j = 0; j < procs_.size(); ++j)
-    if (procs_[j].state == ProcState::kWaiting && procs_[j].plan->role_index == ri && !stopping_ && !procs_[j].held)
-      Spawn(j);
+  StartReleased();
 }
 
 void SupervisorCore::Fail(size_t i, const std::string& reason, bool fatal) {
@@ -242,7 +257,7 @@ std::string SupervisorCore::ExitReason() const {
     return c.plan->name + " " + c.reason;
   }
   if (!node_culprit_.empty()) return node_reason_;
-  if (unguarded_ || stop_signal_ || manual_stop_) return stop_reason_;
+  if (unguarded_ || stop_signal_ || manual_stop_ || roles_done_) return stop_reason_;
   return "all processes succeeded";
 }
 
