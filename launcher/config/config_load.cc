@@ -9,6 +9,7 @@
 
 #include "common/duration.h"
 #include "common/fd.h"
+#include "common/redact.h"
 #include "common/signal_names.h"
 #include "launcher/config/config.h"
 #include "launcher/config/config_internal.h"
@@ -414,10 +415,13 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
               "a variable dflash-launch does not manage", "`" + name + "`", ReservedEnvHint(name));
       continue;
     }
+    // A secret's value is not echoed, not even a mistyped one (common/redact.h).
+    const bool secret = IsSecretEnvName(name);
     if (!v.is_string()) {
-      r.Error("env", PosOf(v.source()), "environment values are strings", "a string", DescribeNode(v),
-              v.is_integer() ? "quote it: " + name + " = \"" + std::to_string(v.as_integer()->get()) + "\""
-                             : "quote it: " + name + " = \"...\"");
+      r.Error("env", PosOf(v.source()), "environment values are strings", "a string",
+              secret ? std::string(v.is_integer() ? "an integer" : "not a string") : DescribeNode(v),
+              v.is_integer() && !secret ? "quote it: " + name + " = \"" + std::to_string(v.as_integer()->get()) + "\""
+                                        : "quote it: " + name + " = \"...\"");
       continue;
     }
     std::string value(v.as_string()->get());
@@ -425,7 +429,10 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
       // execve takes C strings: the value would be cut at the NUL, silently.
       r.Error("env", PosOf(v.source()), "environment values cannot hold a NUL character (\\u0000)",
               "a string without NUL", "a NUL at offset " + std::to_string(nul) + " of " + name + "'s value",
-              "remove the \\u0000: the process would see only \"" + value.substr(0, nul) + "\"");
+              secret ? std::string("remove the \\u0000: the process would see only its first ") +
+                           std::to_string(nul) + " bytes"
+                     : "remove the \\u0000: the process would see only \"" +
+                           RedactUrlCredentials(value.substr(0, nul)) + "\"");
       continue;
     }
     role->env.emplace_back(name, std::move(value));

@@ -154,7 +154,8 @@ std::vector<SectionSpec> MakeSchema() {
            {"env", K::kEnvTable, "{}",
             "Extra environment for this role's processes. Variables that dflash-launch or dflash-worker set (RANK, "
             "CUDA_VISIBLE_DEVICES, DFLASH_STORE, ...: contract/process_env.h) cannot be set here; the defaults "
-            "OMP_NUM_THREADS, PYTHONUNBUFFERED and PYTHONFAULTHANDLER can.",
+            "OMP_NUM_THREADS, PYTHONUNBUFFERED and PYTHONFAULTHANDLER can. The processes get every value as it is; "
+            "`check` shows a secret-looking one (HF_TOKEN, *_API_KEY, a URL's password) redacted.",
             "{ OMP_NUM_THREADS = \"4\" }"},
            {"cwd", K::kPath, "<the launcher's cwd>", "Working directory of the processes.", "\".\""},
            {"warmup", K::kStringArray, "<command with DFLASH_WARMUP=1>",

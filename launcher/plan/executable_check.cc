@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/redact.h"
 #include "common/spawn.h"
 #include "launcher/plan/gate_key_files.h"
 
@@ -44,7 +45,7 @@ std::vector<ConfigError> CheckCommands(const RunConfig& config, const EnvList& l
       int errnum = 0;
       if (!ResolveProgram(program, path_in_cwd, &found, &errnum)) {
         errors.push_back({role.command_pos, key, "`" + program + "` is not found in the role's PATH",
-                          "a program in PATH (or a path to one)", "nothing named `" + program + "` in " + path_var,
+                          "a program in PATH (or a path to one)", "nothing named `" + program + "` in " + RedactEnvValue("PATH", path_var),
                           "install it, give its full path, or set env = { PATH = \"...\" } for the role"});
         continue;
       }

@@ -8,8 +8,10 @@
 #include <set>
 
 #include "common/duration.h"
-#include "contract/shape_contract.h"
+#include "common/redact.h"
 #include "common/signal_names.h"
+#include "contract/process_env.h"
+#include "contract/shape_contract.h"
 
 namespace dflash {
 namespace {
@@ -27,6 +29,17 @@ std::string Devices(const RoleSpec& r) {
   std::vector<std::string> d;
   for (size_t i = 0; i < r.devices.size(); ++i) d.push_back(r.DeviceName(i));
   return std::to_string(r.devices.size()) + " on GPU " + Join(d, ",");
+}
+
+// What `check` shows of a value: a secret's never (common/redact.h); the launcher's own variables are
+// not secrets whatever their names say (DFLASH_GATE_KEY, DFLASH_STORE_SECRET_FILE is a path), though a
+// URL's password is hidden in any.
+std::string Shown(const std::string& name, const std::string& value) {
+  return env::IsOwnedVar(name) ? RedactUrlCredentials(value) : RedactEnvValue(name, value);
+}
+
+std::string Quoted(const std::string& name, const std::string& value) {
+  return value.empty() ? "\"\"" : Shown(name, value);
 }
 
 std::string Pad(std::string s, size_t n) {
@@ -187,12 +200,12 @@ std::string PlanText(const Plan& plan) {
   o += "\nenvironment of every process (attempt 0)\n";
   if (!envs.empty())
     for (const auto& [k, v] : envs[0])
-      if (shared(k)) o += "  " + k + "=" + v + "\n";
+      if (shared(k)) o += "  " + k + "=" + Shown(k, v) + "\n";
   for (const ProcessPlan& w : plan.warmups) {
     o += "\nwarm-up " + w.name + " (" + (w.on_gpu() ? "GPU " + w.device : std::string("cpu")) +
          ", before " + w.role + "'s processes)\n     ";
     for (const auto& [k, v] : plan.ProcessEnv(w, 0))
-      if (!shared(k) || *values[k].begin() != v) o += " " + k + "=" + (v.empty() ? "\"\"" : v);
+      if (!shared(k) || *values[k].begin() != v) o += " " + k + "=" + Quoted(k, v);
     o += "\n";
   }
   bool any_gpu = false;
@@ -222,7 +235,7 @@ std::string PlanText(const Plan& plan) {
     o += "  " + Pad(p.name, 12) + "rank " + Pad(std::to_string(p.rank), 4) + gpu + "\n";
     std::string line;
     for (const auto& [k, v] : envs[i])
-      if (!shared(k)) line += (line.empty() ? "" : " ") + k + "=" + (v.empty() ? "\"\"" : v);
+      if (!shared(k)) line += (line.empty() ? "" : " ") + k + "=" + Quoted(k, v);
     o += "      " + line + "\n";
   }
   return o;
@@ -351,14 +364,14 @@ std::string PlanJson(const Plan& plan) {
   j["warmups"] = ojson::array();
   for (const ProcessPlan& w : plan.warmups) {
     ojson env = ojson::object();
-    for (const auto& [k, v] : plan.ProcessEnv(w, 0)) env[k] = v;
+    for (const auto& [k, v] : plan.ProcessEnv(w, 0)) env[k] = Shown(k, v);
     j["warmups"].push_back({{"name", w.name}, {"role", w.role},
                             {"device", w.on_gpu() ? "cuda:" + w.device : "cpu"},
                             {"command", w.command}, {"argv", plan.ExecArgv(w)}, {"gate_key", w.gate_key}, {"env", env}});
   }
   for (const ProcessPlan& p : plan.processes) {
     ojson env = ojson::object();
-    for (const auto& [k, v] : plan.ProcessEnv(p, 0)) env[k] = v;
+    for (const auto& [k, v] : plan.ProcessEnv(p, 0)) env[k] = Shown(k, v);
     j["processes"].push_back({{"name", p.name},
                               {"role", p.role},
                               {"role_rank", p.role_rank},

@@ -1,0 +1,33 @@
+// What the launcher shows of an environment value (docs/config.md, "Secrets in env"): `check`, `check
+// --json` and anything else written about the plan go through here, the processes get the real value.
+// Pure string functions: no I/O, no state.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dflash {
+
+/// What a whole secret value is shown as.
+inline constexpr char kRedacted[] = "<redacted>";
+/// What the password of a URL's `user:password@` is shown as.
+inline constexpr char kRedactedUrlPassword[] = "***";
+
+/// Whether a variable's name says its value is a secret. The name is cut into words at every character
+/// that is not a letter or digit (`_`, `-`, `.`) and where a lower-case letter meets an upper-case one
+/// (`hfToken`); case does not matter. A secret name has a word that is KEY, PASS or APIKEY, or that ends in
+/// TOKEN, SECRET(S), PASSWORD(S), PASSWD, PASSPHRASE or CREDENTIAL(S): HF_TOKEN, hf_token, WANDB_API_KEY,
+/// DB_PASS, GITHUBTOKEN; not KEYBOARD, MONKEY_PATCH, TOKENIZERS_PARALLELISM, MAX_TOKENS.
+bool IsSecretEnvName(std::string_view name);
+
+/// `text` with the password of every `scheme://user:password@host` in it replaced by "***"
+/// (`postgres://u:***@h/db`). The authority ends at the first '/', '?', '#' or white space after "://",
+/// as RFC 3986 has it, so an '@' in a path is left alone; its last '@' ends the user part, so an
+/// unencoded '@' in a password is hidden too. A user without a password, or an empty one, stays as it is.
+std::string RedactUrlCredentials(std::string_view text);
+
+/// What to show for `name=value`: "<redacted>" for a non-empty value of a secret name (an empty one is
+/// nothing to hide, and worth seeing), else `value` with its URL passwords hidden.
+std::string RedactEnvValue(std::string_view name, std::string_view value);
+
+}  // namespace dflash

@@ -1,0 +1,75 @@
+#include "common/redact.h"
+
+#include <gtest/gtest.h>
+
+namespace dflash {
+namespace {
+
+TEST(Redact, SecretNamesInAnyCaseAndSpelling) {
+  for (const char* n : {"HF_TOKEN", "hf_token", "Hf_Token", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "api-key",
+                        "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "DB_PASSWORD", "db.password", "MYSQL_PASS",
+                        "PGPASSWORD", "GITHUBTOKEN", "ACCESSTOKEN", "hfToken", "MyAPIKey", "APIKEY", "KEY", "TOKEN",
+                        "GOOGLE_APPLICATION_CREDENTIALS", "SSH_PASSPHRASE", "CLIENT_SECRETS", "LDAP_PASSWD",
+                        "_TOKEN_", "__key"})
+    EXPECT_TRUE(IsSecretEnvName(n)) << n;
+}
+
+TEST(Redact, WordsThatOnlyContainASecretWordAreNot) {
+  for (const char* n : {"KEYBOARD", "MONKEY_PATCH", "HOTKEY", "TOKENIZERS_PARALLELISM", "TOKENIZER_PATH", "MAX_TOKENS",
+                        "NUM_KEYS", "BYPASS_CACHE", "PASSES", "PATH", "PWD", "OLDPWD", "HOME", "KEYCHAIN_DIR",
+                        "SECRETARY", "", "_", "TOKENS", "CUDA_VISIBLE_DEVICES"})
+    EXPECT_FALSE(IsSecretEnvName(n)) << n;
+}
+
+TEST(Redact, SecretValueIsHiddenWhole) {
+  EXPECT_EQ(RedactEnvValue("HF_TOKEN", "hf_plantedsecret123"), "<redacted>");
+  EXPECT_EQ(RedactEnvValue("hf_token", "x"), "<redacted>");
+  // A URL under a secret name: all of it, host too.
+  EXPECT_EQ(RedactEnvValue("DB_PASSWORD", "postgres://u:p@h/db"), "<redacted>");
+  // Empty: nothing to hide, and "it is empty" is what one needs to see.
+  EXPECT_EQ(RedactEnvValue("HF_TOKEN", ""), "");
+  EXPECT_EQ(RedactEnvValue("KEYBOARD", "us"), "us");
+}
+
+TEST(Redact, UrlPasswordIsHiddenUserAndHostStay) {
+  EXPECT_EQ(RedactUrlCredentials("postgres://u:p4ss@h/db"), "postgres://u:***@h/db");
+  EXPECT_EQ(RedactEnvValue("DATABASE_URL", "postgres://u:p4ss@h/db"), "postgres://u:***@h/db");
+  EXPECT_EQ(RedactUrlCredentials("redis://:s3cret@10.0.0.5:6379/0"), "redis://:***@10.0.0.5:6379/0");
+  EXPECT_EQ(RedactUrlCredentials("https://u:p@host"), "https://u:***@host");  // no path
+  EXPECT_EQ(RedactUrlCredentials("https://u:p@host?x=1"), "https://u:***@host?x=1");
+  EXPECT_EQ(RedactUrlCredentials("HTTPS://U:P@HOST:8443"), "HTTPS://U:***@HOST:8443");
+  // An unencoded '@' or ':' in the password: up to the last '@' of the authority.
+  EXPECT_EQ(RedactUrlCredentials("amqp://u:p@ss:w@rd@h:5672/vh"), "amqp://u:***@h:5672/vh");
+}
+
+TEST(Redact, UrlsWithoutAPasswordStay) {
+  for (const char* v : {"https://host/path", "https://user@host/x", "https://u:@host/x", "redis://10.0.0.5:6379",
+                        "https://host:8080/a@b", "https://host/users/@me:x", "git@github.com:o/r.git",
+                        "mailto:a@b.c", "user:pass@host", "://", "a://", "x://@", "/usr/bin:/bin", ""})
+    EXPECT_EQ(RedactUrlCredentials(v), v) << v;
+}
+
+TEST(Redact, EveryUrlInAValue) {
+  EXPECT_EQ(RedactUrlCredentials("a://u:p@h1,b://v:q@h2/x"), "a://u:***@h1,b://v:***@h2/x");
+  EXPECT_EQ(RedactUrlCredentials("a://h1,b://v:q@h2"), "a://h1,b://v:***@h2");
+  EXPECT_EQ(RedactUrlCredentials("--db postgres://u:p@h/db --cache redis://:r@c"),
+            "--db postgres://u:***@h/db --cache redis://:***@c");
+  EXPECT_EQ(RedactUrlCredentials("x://u:p@h/a://v:q@h2"), "x://u:***@h/a://v:***@h2");
+}
+
+TEST(Redact, VeryLongValues) {
+  std::string secret(1 << 20, 's');
+  EXPECT_EQ(RedactEnvValue("HF_TOKEN", secret), "<redacted>");
+  std::string url = "https://u:" + secret + "@h/" + std::string(1 << 20, 'p');
+  std::string shown = RedactUrlCredentials(url);
+  EXPECT_EQ(shown, "https://u:***@h/" + std::string(1 << 20, 'p'));
+  // Many URLs: linear, not quadratic (a quadratic scan of 100k of them would not finish in ctest's timeout).
+  std::string many;
+  for (int i = 0; i < 100000; ++i) many += "a://u:p@h ";
+  std::string expect;
+  for (int i = 0; i < 100000; ++i) expect += "a://u:***@h ";
+  EXPECT_EQ(RedactUrlCredentials(many), expect);
+}
+
+}  // namespace
+}  // namespace dflash

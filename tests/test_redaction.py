@@ -1,0 +1,108 @@
+"""Secrets stay secret (docs/config.md, "Secrets in env"): a secret-named variable's value and a URL's password,
+planted in a role's `env` and in the launcher's own environment, appear in nothing the launcher prints or writes
+about the run -- `check`, `check --json`, its stdout/stderr, `ctl status`, events.jsonl, summary.json, any file of
+the run dir -- while the payload gets every real value."""
+import json
+import os
+import pathlib
+import sys
+import uuid
+
+from conftest import run
+from supervise import Run, wait_until, write_config
+
+ROLE_TOKEN = "hf_plantedsecret123"
+ROLE_URL_PASSWORD = "p4ss"
+# The launcher's own environment reaches the processes too (nothing of it is shown today; this keeps it so).
+LAUNCHER_KEY = "wandbplantedlauncher456"
+LAUNCHER_URL_PASSWORD = "launcherp4ssword"
+SECRETS = [ROLE_TOKEN, ROLE_URL_PASSWORD, LAUNCHER_KEY, LAUNCHER_URL_PASSWORD]
+
+
+def assert_hidden(where, text):
+    for s in SECRETS:
+        assert s not in text, f"{s!r} shown in {where}:\n{text}"
+
+
+def test_planted_secrets_appear_nowhere_but_the_payload_gets_them(bin_dir, tmp_path):
+    dump = tmp_path / "payload-env.json"  # outside the run dir: the one place the secrets may be
+    go = tmp_path / "go"
+    # It writes what it got, then stays until the test has asked `ctl status`.
+    payload = (f"import json, os, time, pathlib; json.dump(dict(os.environ), open({str(dump)!r}, 'w')); "
+               f"[time.sleep(0.05) for _ in range(2400) if not pathlib.Path({str(go)!r}).exists()]; "
+               f"print('payload done', flush=True)")
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "p"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, "-c", {json.dumps(payload)}]
+        [role.env]
+        HF_TOKEN = "{ROLE_TOKEN}"
+        DATABASE_URL = "postgres://u:{ROLE_URL_PASSWORD}@h/db"
+        KEYBOARD = "us"
+        EMPTY_TOKEN = ""
+        """)
+    env = dict(os.environ, WANDB_API_KEY=LAUNCHER_KEY,
+               LAUNCHER_DB_URL=f"mysql://lu:{LAUNCHER_URL_PASSWORD}@db.example:3306/x")
+    run_id = f"redact-{uuid.uuid4().hex[:8]}"
+
+    text = run([bin_dir / "dflash-launch", "check", config, "--run-id", run_id], env=env)
+    assert text.returncode == 0, text.stderr
+    assert_hidden("check", text.stdout + text.stderr)
+    # Shown redacted, not dropped: one sees the variable is set; the user and host of a URL stay.
+    assert "HF_TOKEN=<redacted>" in text.stdout, text.stdout
+    assert "DATABASE_URL=postgres://u:***@h/db" in text.stdout, text.stdout
+    assert "KEYBOARD=us" in text.stdout, text.stdout  # a name that only contains KEY is no secret
+
+    js = run([bin_dir / "dflash-launch", "check", config, "--json", "--run-id", run_id], env=env)
+    assert js.returncode == 0, js.stderr
+    assert_hidden("check --json", js.stdout + js.stderr)
+    shown = json.loads(js.stdout)["processes"][0]["env"]
+    assert shown["HF_TOKEN"] == "<redacted>"
+    assert shown["DATABASE_URL"] == "postgres://u:***@h/db"
+    assert shown["KEYBOARD"] == "us"
+    assert shown["EMPTY_TOKEN"] == ""  # nothing to hide in an empty value
+
+    r = Run(bin_dir, config, run_id=run_id, env=env)
+    try:
+        assert wait_until(lambda: dump.exists() and dump.stat().st_size > 0 or r.proc.poll() is not None)
+        assert r.proc.poll() is None, "the run ended before its payload wrote its environment"
+        got = json.loads(dump.read_text())
+        # The payload gets every real value: redaction is for what is shown, never for what is run.
+        assert got["HF_TOKEN"] == ROLE_TOKEN
+        assert got["DATABASE_URL"] == f"postgres://u:{ROLE_URL_PASSWORD}@h/db"
+        assert got["WANDB_API_KEY"] == LAUNCHER_KEY
+        assert got["LAUNCHER_DB_URL"] == f"mysql://lu:{LAUNCHER_URL_PASSWORD}@db.example:3306/x"
+        assert got["EMPTY_TOKEN"] == ""
+        for args in (["status"], ["status", "--json"]):
+            st = run([bin_dir / "dflash-launch", "ctl", run_id, *args], env=env)
+            assert st.returncode == 0, st.stdout + st.stderr
+            assert "p:0" in st.stdout or '"p:0"' in st.stdout, st.stdout
+            assert_hidden("ctl " + " ".join(args), st.stdout + st.stderr)
+    finally:
+        go.touch()
+    assert r.wait(timeout=120) == 0, r.err
+    assert "payload done" in r.out + r.err  # the console relayed the payload: the launcher's output is all here
+    assert_hidden("the launcher's stdout/stderr", r.out + r.err)
+    files = [p for p in pathlib.Path(r.run_dir).rglob("*") if p.is_file() and not p.is_symlink()]
+    names = {p.name for p in files}
+    assert {"events.jsonl", "summary.json", "supervisor.log"} <= names, names
+    for p in files:
+        assert_hidden(str(p), p.read_bytes().decode(errors="replace"))
+
+
+def test_a_mistyped_secret_is_not_echoed_in_the_config_error(bin_dir, tmp_path):
+    config = write_config(tmp_path, """
+        [[role]]
+        name = "p"
+        cpu = 1
+        command = ["true"]
+        env = { API_KEY = 8675309123, HF_TOKEN = "hf_prefixsecret\\u0000x", PLAIN = 4242 }
+        """)
+    r = run([bin_dir / "dflash-launch", "check", config])
+    assert r.returncode == 2, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert "role[p].env: environment values are strings" in out and "a NUL at offset 15 of HF_TOKEN" in out, out
+    for s in ("8675309123", "hf_prefixsecret"):
+        assert s not in out, f"{s!r} echoed:\n{out}"
+    assert '"4242"' in out, out  # a variable that is no secret still gets its ready-to-paste hint
