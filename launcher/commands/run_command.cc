@@ -187,6 +187,10 @@ int RunRun(const RunOptions& opts, char** env) {
   if (plan.resumed) log->info("resumed run {}: attempts from attempt_{}", plan.run_id, plan.attempt_base);
   log->info("node {} of {}, MASTER_ADDR={} MASTER_PORT={}", plan.node_rank, plan.nnodes, plan.master_addr,
             plan.master_port);
+  for (const auto* list : {&plan.warmups, &plan.processes})
+    for (const ProcessPlan& p : *list)
+      for (size_t i = 0; i < p.ports.size() && i < plan.RoleOf(p).ports.size(); ++i)
+        log->info("{} port {}={} (held for the run)", p.name, plan.RoleOf(p).ports[i], p.ports[i]);
   if (std::string w = FormatWarnings(ConfigWarnings(plan.config)); !w.empty()) {
     std::fputs(w.c_str(), stderr);
     log->warn("{}", w);

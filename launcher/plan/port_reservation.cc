@@ -159,6 +159,24 @@ ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortRese
   return ReserveResult::kReserved;
 }
 
+ReserveResult ReserveNamedPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err) {
+  const std::string record = HolderRecord("run " + plan->run_id);
+  for (std::vector<ProcessPlan>* list : {&plan->warmups, &plan->processes})
+    for (ProcessPlan& p : *list) {
+      const RoleSpec& role = plan->RoleOf(p);
+      p.ports.resize(role.ports.size(), 0);
+      for (size_t i = 0; i < role.ports.size(); ++i) {
+        if (p.ports[i] > 0) continue;  // reserved already (a second call)
+        ReserveResult r = ReserveFreePort(lock_dir, record, &p.ports[i], held, err);
+        if (r != ReserveResult::kReserved) {
+          *err = "port \"" + role.ports[i] + "\" of " + p.name + ": " + *err;
+          return r;
+        }
+      }
+    }
+  return ReserveResult::kReserved;
+}
+
 int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
   std::string lock_dir, warning, err;
   if (!PortLockDir(&lock_dir, &warning, &err)) {
@@ -166,7 +184,18 @@ int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
     return exit_code::kCannotCreate;
   }
   if (!warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", warning.c_str());
-  switch (ReservePlanPorts(plan, lock_dir, held, &err)) {
+  ReserveResult r = ReservePlanPorts(plan, lock_dir, held, &err);
+  if (r == ReserveResult::kReserved) {
+    r = ReserveNamedPorts(plan, lock_dir, held, &err);
+    if (r == ReserveResult::kInUse) {
+      std::fprintf(stderr,
+                   "dflash-launch: %s; nothing was started. Free ports in [20000, 32767) on this host (other "
+                   "dflash-launch runs hold theirs in %s), or name fewer ports\n",
+                   err.c_str(), lock_dir.c_str());
+      return exit_code::kInUse;
+    }
+  }
+  switch (r) {
     case ReserveResult::kReserved:
       return exit_code::kOk;
     case ReserveResult::kInUse:
