@@ -5,6 +5,7 @@ role's list as DFLASH_<ROLE>_<NAME>_PORTS. Real runs, real sockets: each payload
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import uuid
 
@@ -137,3 +138,25 @@ def test_a_bad_port_name_is_a_config_error_at_its_place(bin_dir, tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{config}:10:18: error: role[p].ports: not a valid port name" in r.stderr, r.stderr
     assert "hint:" in r.stderr and "nothing was started" in r.stderr
+
+
+def test_ports_that_cannot_be_reserved_are_an_error_before_anything_is_spawned(bin_dir, tmp_path):
+    """Out of file descriptors for the port locks (a hard limit that passes the launcher's own fd check for 3
+    processes, but not 3 x 15 held locks): exit 73 naming the port, and no payload ran."""
+    import resource
+    marker = tmp_path / "ran"
+    names = ", ".join(f'"p{i}"' for i in range(15))
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "p"
+        cpu = 3
+        command = ["touch", {json.dumps(str(marker))}]
+        ports = [{names}]
+        """)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (47, 47))  # FdsNeeded(3) = 47
+    r = subprocess.run([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", f"fd-{uuid.uuid4().hex[:8]}"],
+                       capture_output=True, text=True, preexec_fn=limit, timeout=120)
+    assert r.returncode == 73, r.stdout + r.stderr
+    assert "cannot reserve ports: port \"p" in r.stderr and "Too many open files" in r.stderr, r.stderr
+    assert "nothing was started" in r.stderr, r.stderr
+    assert not marker.exists()
