@@ -141,8 +141,8 @@ def test_a_bad_port_name_is_a_config_error_at_its_place(bin_dir, tmp_path):
 
 
 def test_ports_that_cannot_be_reserved_are_an_error_before_anything_is_spawned(bin_dir, tmp_path):
-    """Out of file descriptors for the port locks (a hard limit that passes the launcher's own fd check for 3
-    processes, but not 3 x 15 held locks): exit 73 naming the port, and no payload ran."""
+    """Out of file descriptors for the port locks (a hard limit that would do for 3 processes, but not with
+    3 x 15 held locks): the fd budget warns, then exit 73 naming the port, and no payload ran."""
     import resource
     marker = tmp_path / "ran"
     names = ", ".join(f'"p{i}"' for i in range(15))
@@ -159,4 +159,5 @@ def test_ports_that_cannot_be_reserved_are_an_error_before_anything_is_spawned(b
     assert r.returncode == 73, r.stdout + r.stderr
     assert "cannot reserve ports: port \"p" in r.stderr and "Too many open files" in r.stderr, r.stderr
     assert "nothing was started" in r.stderr, r.stderr
+    assert "3 processes and 45 named ports need ~" in r.stderr, r.stderr  # the launcher's fd budget said so first
     assert not marker.exists()

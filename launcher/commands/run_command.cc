@@ -118,7 +118,10 @@ int RunRun(const RunOptions& opts, char** env) {
   // Before anything is opened: the soft fd limit up to the hard one. Short
   // even so: say it now; the processes that cannot get their fds fail.
   std::string fd_note, fd_err;
-  bool fds_ok = RaiseFdLimit(plan.processes.size(), &fd_note, &fd_err);
+  size_t port_locks = 0;  // one per named port of each process and warm-up, held for the run
+  for (const auto* list : {&plan.warmups, &plan.processes})
+    for (const ProcessPlan& p : *list) port_locks += plan.RoleOf(p).ports.size();
+  bool fds_ok = RaiseFdLimit(plan.processes.size(), &fd_note, &fd_err, port_locks);
   if (!fds_ok) std::fprintf(stderr, "dflash-launch: warning: %s\n", fd_err.c_str());
   // The run dir is ours alone, made through nothing another user could swap
   // (common/private_files.h); an existing one is another run's history, never
