@@ -161,3 +161,36 @@ def test_ports_that_cannot_be_reserved_are_an_error_before_anything_is_spawned(b
     assert "nothing was started" in r.stderr, r.stderr
     assert "3 processes and 45 named ports need ~" in r.stderr, r.stderr  # the launcher's fd budget said so first
     assert not marker.exists()
+
+
+def test_two_node_launchers_reserve_each_nodes_ports_there_and_list_their_own(bin_dir, tmp_path):
+    """Static mode, two node launchers on one host: each reserves its own processes' ports, and the role's
+    _PORTS list holds this node's processes only (docs/multinode.md: the nodes do not exchange them)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    payload = (
+        "import json, os, pathlib, socket; s = socket.socket(); s.bind(('0.0.0.0', int(os.environ['DFLASH_PORT_HTTP'])));"
+        f"p = pathlib.Path({str(out)!r}) / os.environ['DFLASH_PROCESS'].replace(':', '-');"
+        "p.with_suffix('.tmp').write_text(json.dumps(dict(os.environ))); p.with_suffix('.tmp').rename(p)")
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "s"
+        cpu = 2
+        command = [{json.dumps(sys.executable)}, "-c", {json.dumps(payload)}]
+        ports = ["http"]
+        """)
+    nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", "mn", "--nnodes", "2",
+                               "--node-rank", str(r), "--master-addr", "127.0.0.1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for r in (0, 1)]
+    for p in nodes:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+    env = {n: json.loads((out / f"s-{n}").read_text()) for n in range(4)}  # s:0, s:1 on node 0; s:2, s:3 on node 1
+    for node, ranks in ((0, (0, 1)), (1, (2, 3))):
+        mine = [env[n]["DFLASH_PORT_HTTP"] for n in ranks]
+        for n in ranks:
+            assert env[n]["DFLASH_NODE_RANK"] == str(node)
+            assert env[n]["DFLASH_S_HTTP_PORTS"] == ",".join(mine)  # this node's processes, role-rank order
+        summary = json.loads((tmp_path / f"runs/mn/node_{node}/summary.json").read_text())
+        assert [p["ports"]["http"] for p in summary["processes"]] == [int(x) for x in mine]
