@@ -8,6 +8,7 @@
 // launcher decides leaks in from the launcher's own environment.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace dflash::env {
@@ -74,6 +75,11 @@ inline constexpr char kVocab[] = "DFLASH_VOCAB";
 inline constexpr char kSeed[] = "DFLASH_SEED";
 inline constexpr char kHeads[] = "DFLASH_HEADS";
 inline constexpr char kKvHeads[] = "DFLASH_KV_HEADS";
+// A role's named ports (`ports = ["http"]`, docs/config.md "Ports"): one name per port name,
+// so these are families (kProcessVarFamilies below), built by PortVar and RolePortsVar.
+inline constexpr char kPortPrefix[] = "DFLASH_PORT_";  // DFLASH_PORT_<NAME>: this process's own port
+inline constexpr char kRolePortsPrefix[] = "DFLASH_";  // DFLASH_<ROLE>_<NAME>_PORTS: a role's, p0,p1,...
+inline constexpr char kRolePortsSuffix[] = "_PORTS";
 // The supervisor's side channel.
 inline constexpr char kNotifySocket[] = "NOTIFY_SOCKET";
 inline constexpr char kWatchdogUsec[] = "WATCHDOG_USEC";
@@ -130,6 +136,48 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kCudaDeviceOrder, VarKind::kDefault},  {kInductorCompileThreads, VarKind::kDefault},
 };
 
+/// A family of names dflash-launch sets: every name with this prefix and suffix
+/// (and something between them), whatever the config names.
+struct ProcessVarFamily {
+  const char* prefix;
+  const char* suffix;
+  VarKind kind;
+};
+
+inline constexpr ProcessVarFamily kProcessVarFamilies[] = {
+    {kPortPrefix, "", VarKind::kOwned},
+    {kRolePortsPrefix, kRolePortsSuffix, VarKind::kOwned},
+};
+
+/// The family `name` belongs to, or nullptr.
+constexpr const ProcessVarFamily* FindProcessVarFamily(std::string_view name) {
+  for (const ProcessVarFamily& f : kProcessVarFamilies) {
+    std::string_view prefix(f.prefix), suffix(f.suffix);
+    if (name.size() > prefix.size() + suffix.size() && name.substr(0, prefix.size()) == prefix &&
+        name.substr(name.size() - suffix.size()) == suffix)
+      return &f;
+  }
+  return nullptr;
+}
+
+/// A name as a variable part: upper-cased, anything but a letter or digit -> '_' ("drafter-2" -> "DRAFTER_2").
+inline std::string VarPart(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    else if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) c = '_';
+  }
+  return out;
+}
+
+/// DFLASH_PORT_HTTP: the port named "http" of the process that gets it.
+inline std::string PortVar(std::string_view port_name) { return kPortPrefix + VarPart(port_name); }
+
+/// DFLASH_SERVE_HTTP_PORTS: every process's port "http" of role "serve", in role-rank order.
+inline std::string RolePortsVar(std::string_view role, std::string_view port_name) {
+  return kRolePortsPrefix + VarPart(role) + "_" + VarPart(port_name) + kRolePortsSuffix;
+}
+
 /// The entry of `name`, or nullptr for a variable dflash-launch never sets.
 constexpr const ProcessVar* FindProcessVar(std::string_view name) {
   for (const ProcessVar& v : kProcessVars)
@@ -139,8 +187,9 @@ constexpr const ProcessVar* FindProcessVar(std::string_view name) {
 
 /// Whether dflash-launch or dflash-worker decides `name` (VarKind::kOwned).
 constexpr bool IsOwnedVar(std::string_view name) {
-  const ProcessVar* v = FindProcessVar(name);
-  return v && v->kind == VarKind::kOwned;
+  if (const ProcessVar* v = FindProcessVar(name)) return v->kind == VarKind::kOwned;
+  const ProcessVarFamily* f = FindProcessVarFamily(name);
+  return f && f->kind == VarKind::kOwned;
 }
 
 }  // namespace dflash::env

@@ -37,7 +37,8 @@ def test_check_shows_every_variable_a_real_process_gets_and_nothing_of_ours_leak
     # A shell that ran a warm-up or a gated payload by hand, then the launcher: none of it is the run's.
     stale = {"DFLASH_WARMUP": "1", "DFLASH_GATE_KEY": "stale-key", "DFLASH_GATE_ROLE": "lead",
              "DFLASH_GATE_HOLDER": "stale", "DFLASH_RUN_WORLD_SIZE": "9", "DFLASH_RUN_ROLE_WORLD_SIZE": "9",
-             "DFLASH_STORE": "redis://127.0.0.1:1", "DFLASH_TORCH_VERSION": "0.0", "WATCHDOG_USEC": "1"}
+             "DFLASH_STORE": "redis://127.0.0.1:1", "DFLASH_TORCH_VERSION": "0.0", "WATCHDOG_USEC": "1",
+             "DFLASH_PORT_HTTP": "1", "DFLASH_P_HTTP_PORTS": "1,2"}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **stale)
     run_id = f"envc-{uuid.uuid4().hex[:8]}"
     shown = check(bin_dir, config, "--json", "--run-id", run_id, env=env)
@@ -62,7 +63,8 @@ def test_check_shows_every_variable_a_real_process_gets_and_nothing_of_ours_leak
 
 
 @pytest.mark.parametrize("name", ["DFLASH_STORE", "DFLASH_RUN_WORLD_SIZE", "DFLASH_RUN_ROLE_WORLD_SIZE",
-                                  "DFLASH_GATE_HOLDER", "WATCHDOG_USEC", "NOTIFY_SOCKET", "DFLASH_RUN_TOKEN"])
+                                  "DFLASH_GATE_HOLDER", "WATCHDOG_USEC", "NOTIFY_SOCKET", "DFLASH_RUN_TOKEN",
+                                  "DFLASH_PORT_HTTP", "DFLASH_WEB_SERVE_HTTP_PORTS"])
 def test_a_launcher_owned_variable_in_a_roles_env_is_a_config_error(bin_dir, tmp_path, name):
     config = write_config(tmp_path, f"""
         [[role]]

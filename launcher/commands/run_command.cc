@@ -118,7 +118,10 @@ int RunRun(const RunOptions& opts, char** env) {
   // Before anything is opened: the soft fd limit up to the hard one. Short
   // even so: say it now; the processes that cannot get their fds fail.
   std::string fd_note, fd_err;
-  bool fds_ok = RaiseFdLimit(plan.processes.size(), &fd_note, &fd_err);
+  size_t port_locks = 0;  // one per named port of each process and warm-up, held for the run
+  for (const auto* list : {&plan.warmups, &plan.processes})
+    for (const ProcessPlan& p : *list) port_locks += plan.RoleOf(p).ports.size();
+  bool fds_ok = RaiseFdLimit(plan.processes.size(), &fd_note, &fd_err, port_locks);
   if (!fds_ok) std::fprintf(stderr, "dflash-launch: warning: %s\n", fd_err.c_str());
   // The run dir is ours alone, made through nothing another user could swap
   // (common/private_files.h); an existing one is another run's history, never
@@ -187,6 +190,10 @@ int RunRun(const RunOptions& opts, char** env) {
   if (plan.resumed) log->info("resumed run {}: attempts from attempt_{}", plan.run_id, plan.attempt_base);
   log->info("node {} of {}, MASTER_ADDR={} MASTER_PORT={}", plan.node_rank, plan.nnodes, plan.master_addr,
             plan.master_port);
+  for (const auto* list : {&plan.warmups, &plan.processes})
+    for (const ProcessPlan& p : *list)
+      for (size_t i = 0; i < p.ports.size() && i < plan.RoleOf(p).ports.size(); ++i)
+        log->info("{} port {}={} (held for the run)", p.name, plan.RoleOf(p).ports[i], p.ports[i]);
   if (std::string w = FormatWarnings(ConfigWarnings(plan.config)); !w.empty()) {
     std::fputs(w.c_str(), stderr);
     log->warn("{}", w);

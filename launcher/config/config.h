@@ -125,6 +125,10 @@ struct RoleSpec {
   std::string spool;                     // "produce" | "consume" | empty: what the role does with the spool
   std::vector<std::pair<std::string, std::string>> env;
   std::vector<SourcePos> env_pos;        // where each env value is written (parallel to env)
+  /// Named TCP ports, one per process per name, reserved for the whole run
+  /// (DFLASH_PORT_<NAME>, DFLASH_<ROLE>_<NAME>_PORTS; docs/config.md "Ports").
+  std::vector<std::string> ports;
+  std::vector<SourcePos> port_pos;       // where each name is written (parallel to ports)
   std::string cwd;
   std::vector<std::string> warmup;       // the seed's warm-up command; empty: command + DFLASH_WARMUP=1
   GateSpec gate;

@@ -440,6 +440,43 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
   }
 }
 
+/// ports = ["http", "metrics"]: names [a-z][a-z0-9_]*, each once. Two roles whose
+/// names map to one variable are ValidateConfig's (config_validate.cc).
+void ReadPorts(TableReader& r, const toml::node* n, RoleSpec* role) {
+  if (!n || !n->is_array()) {
+    std::vector<std::string> none;
+    r.StringArray("ports", &none);  // absent, or the type error
+    return;
+  }
+  r.Get("ports");
+  static const std::regex kPortName("^[a-z][a-z0-9_]{0,31}$");
+  for (const toml::node& e : *n->as_array()) {
+    SourcePos pos = PosOf(e.source());
+    if (!e.is_string()) {
+      r.Error("ports", pos, "wrong element type", "port names as strings", DescribeNode(e),
+              "e.g. ports = [\"http\", \"metrics\"]");
+      continue;
+    }
+    std::string name(e.as_string()->get());
+    if (!std::regex_match(name, kPortName)) {
+      r.Error("ports", pos, "not a valid port name",
+              "lower-case letters, digits or '_', starting with a letter, at most 32 ([a-z][a-z0-9_]*)",
+              "\"" + name + "\"",
+              "e.g. \"http\": the process gets it as DFLASH_PORT_HTTP");
+      continue;
+    }
+    auto same = std::find(role->ports.begin(), role->ports.end(), name);
+    if (same != role->ports.end()) {
+      r.Error("ports", pos, "duplicate port name \"" + name + "\"", "each port name once",
+              "also at " + role->port_pos[static_cast<size_t>(same - role->ports.begin())].ToString(),
+              "remove one: each name is one port per process");
+      continue;
+    }
+    role->ports.push_back(std::move(name));
+    role->port_pos.push_back(pos);
+  }
+}
+
 /// nvidia-smi -L's names: "GPU-<uuid>", and for a MIG slice "MIG-<uuid>" (R470+)
 /// or "MIG-GPU-<uuid>/<gi>/<ci>" (older drivers). CUDA_VISIBLE_DEVICES takes them as they are.
 bool LooksLikeGpuUuid(const std::string& s) {
@@ -565,6 +602,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
             "remove spool: a builtin " + role->builtin + " " + (std::string(fixed) == "produce" ? "publishes" : "reads") +
                 " frames by itself");
   ReadEnv(r, role);
+  ReadPorts(r, t.get("ports"), role);
   std::string cwd;
   r.String("cwd", &cwd);
   if (r.Has("cwd")) role->cwd = ResolvePath(cwd, base_dir);

@@ -129,6 +129,39 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
   }
 }
 
+/// Named ports become variable names (contract/process_env.h): DFLASH_<ROLE>_<NAME>_PORTS upper-cases and
+/// maps '-' to '_', so roles "a-b" and "a_b", or role "a" port "b_http" and role "a_b" port "http", would
+/// write one variable with two meanings; so would DFLASH_PORT_<NAME> and the list of a role named "port".
+void CheckPortVars(RunConfig* cfg, std::vector<ConfigError>* errors) {
+  struct Use {
+    const RoleSpec* role;
+    std::string port;
+    SourcePos pos;
+    bool own;  // DFLASH_PORT_<NAME>: the same for every role that names the port, by design
+  };
+  std::map<std::string, Use> vars;
+  auto describe = [](const Use& u) {
+    return (u.own ? "the port \"" + u.port + "\" of each process of role \"" + u.role->name + "\""
+                  : "the list of role \"" + u.role->name + "\"'s ports \"" + u.port + "\"") +
+           " at " + u.pos.ToString();
+  };
+  for (const RoleSpec& r : cfg->roles)
+    for (size_t i = 0; i < r.ports.size(); ++i)
+      for (bool own : {true, false}) {
+        Use u{&r, r.ports[i], i < r.port_pos.size() ? r.port_pos[i] : r.pos, own};
+        std::string var = own ? env::PortVar(u.port) : env::RolePortsVar(r.name, u.port);
+        auto [it, inserted] = vars.emplace(var, u);
+        if (inserted || (own && it->second.own)) continue;
+        errors->push_back({u.pos, "role[" + r.name + "].ports",
+                           var + " would name both " + describe(it->second) + " and " + describe(u),
+                           "role and port names that give distinct variables (DFLASH_PORT_<NAME>, "
+                           "DFLASH_<ROLE>_<NAME>_PORTS: upper-cased, '-' -> '_')",
+                           "\"" + u.port + "\" in role \"" + r.name + "\"",
+                           "rename the port or one of the roles"});
+        break;
+      }
+}
+
 void CheckModel(const toml::table& root, RunConfig* cfg, std::vector<ConfigError>* errors) {
   ModelSpec& m = cfg->model;
   const std::string& file = cfg->path;
@@ -366,6 +399,9 @@ std::string ReservedEnvHint(const std::string& name) {
   if (name == env::kWarmup || name == env::kRunWorldSize || name == env::kRunRoleWorldSize)
     return "set the role's gate.mode = \"warmup\": its warm-up process gets " + name;
   if (name == env::kGateRole || name == env::kGateHolder) return "dflash-worker sets " + name + " for a gated process";
+  if (env::FindProcessVarFamily(name))
+    return "name the port in the role's ports = [\"http\"]: dflash-launch reserves one per process and sets "
+           "DFLASH_PORT_<NAME> and DFLASH_<ROLE>_<NAME>_PORTS";
   if (name.rfind("DFLASH_", 0) == 0) return name + " comes from [model] or the plan; change that instead";
   return "remove it: `dflash-launch check` shows the value each process gets";
 }
@@ -413,6 +449,7 @@ void ValidateConfig(const toml::table& root, RunConfig* cfg, std::vector<ConfigE
   CheckRoles(root, cfg, errors);
   ResolveRoleOrder(&cfg->roles, errors);
   CheckNodesAndPorts(cfg, errors);
+  CheckPortVars(cfg, errors);
   CheckModel(root, cfg, errors);
   CheckCacheDir(root, cfg, errors);
   CheckRunDirs(root, cfg, errors);

@@ -157,6 +157,13 @@ std::vector<SectionSpec> MakeSchema() {
             "OMP_NUM_THREADS, PYTHONUNBUFFERED and PYTHONFAULTHANDLER can. The processes get every value as it is; "
             "`check` shows a secret-looking one (HF_TOKEN, *_API_KEY, a URL's password) redacted.",
             "{ OMP_NUM_THREADS = \"4\" }"},
+           {"ports", K::kStringArray, "[]",
+            "Named TCP ports ([a-z][a-z0-9_]*): per name, one free port per process of the role, reserved for "
+            "the whole run as an auto master_port is (no two runs on this host get the same one; a restarted "
+            "process keeps its own). The process gets it as DFLASH_PORT_<NAME>, every process of the run gets "
+            "the role's as DFLASH_<ROLE>_<NAME>_PORTS=p0,p1,... in role-rank order (role name upper-cased, '-' "
+            "-> '_'; with several nodes: this node's processes only). Nothing binds it for the process.",
+            "[\"http\"]"},
            {"cwd", K::kPath, "<the launcher's cwd>", "Working directory of the processes.", "\".\""},
            {"warmup", K::kStringArray, "<command with DFLASH_WARMUP=1>",
             "What `dflash-launch seed` runs to pre-compile this role.", "[\"python\", \"warmup.py\"]"},

@@ -290,6 +290,7 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
                         ? role.command
                         : std::vector<std::string>{options.bin_dir + "/dflash-builtin", role.builtin};
         p.gate_key = keys[ri];
+        p.ports.assign(role.ports.size(), 0);  // reserved when the run starts
         plan.processes.push_back(std::move(p));
       }
     }

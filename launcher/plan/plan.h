@@ -30,6 +30,10 @@ struct ProcessPlan {
   std::string visible_device;
   bool on_gpu() const { return !device.empty(); }
   std::vector<std::string> command;  // the payload (for a builtin: dflash-builtin <role>)
+  /// Its role's named ports (RoleSpec::ports), one per name: reserved for the
+  /// whole run by ReservePlanPorts, so every attempt gets the same ones; 0
+  /// until then (`check` shows <auto>). A warm-up has ports of its own.
+  std::vector<int> ports;
   std::string gate_key;              // empty if ungated
   /// The warm-up of a role in gate mode "warmup" ("drafter:warmup"): compiles
   /// under the gate in a world of one before the role's processes start.
@@ -144,6 +148,9 @@ struct Plan {
   /// Processes that publish frames there: those of roles with spool = "produce" or a builtin
   /// target, warm-ups not counted (they publish nothing) (DFLASH_SPOOL_PRODUCERS).
   int SpoolProducers() const;
+  /// DFLASH_<ROLE>_<NAME>_PORTS of role `role`'s port `name`: its processes' on this node, in role-rank
+  /// order ("<auto>" for one not reserved yet). Several nodes: the other nodes' are not known here.
+  std::string RolePortsList(size_t role, size_t name) const;
   /// Whether the process needs dflash-worker in between: for the gate, or a
   /// readiness only a host can observe (log lines, a file). Otherwise the
   /// supervisor executes the payload itself and sees its readiness (none,

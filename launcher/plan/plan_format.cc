@@ -172,6 +172,14 @@ std::string PlanText(const Plan& plan) {
       for (size_t d : r.starts_after) deps.push_back(c.roles[d].name);
       o += "  " + Pad("", 10) + "after    " + Join(deps, ", ") + " (starts once all of their processes are ready)\n";
     }
+    if (!r.ports.empty()) {
+      std::vector<std::string> names;
+      for (const std::string& n : r.ports)
+        names.push_back(n + " (" + env::PortVar(n) + ", all: " + env::RolePortsVar(r.name, n) + ")");
+      o += "  " + Pad("", 10) + "ports    " + Join(names, ", ") +
+           ": one free port per process, reserved for the whole run" +
+           (plan.nnodes > 1 ? "; the lists hold this node's processes only" : "") + "\n";
+    }
     o += "  " + Pad("", 10) + "ready    " + DescribeReady(r.ready) + "\n";
     o += "  " + Pad("", 10) + "restart  " + DescribeRestart(r.restart) + "\n";
     o += "  " + Pad("", 10) + "stop     " + SignalName(r.stop.signal) + ", then SIGKILL after " +
@@ -322,6 +330,17 @@ std::string PlanJson(const Plan& plan) {
                   {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},
                   {"idle_hint_ms", r.gate.idle_hint.count()},
                   {"key_files", KeyFilesJson(plan.role_key_files[i])}}},
+        {"ports", [&] {
+           ojson ports = ojson::array();
+           for (size_t k = 0; k < r.ports.size(); ++k) {
+             ojson given = ojson::array();  // this node's processes, in role-rank order; null: not reserved yet
+             for (const ProcessPlan& p : plan.processes)
+               if (p.role_index == i && k < p.ports.size()) given.push_back(p.ports[k] ? ojson(p.ports[k]) : ojson());
+             ports.push_back({{"name", r.ports[k]}, {"env", env::PortVar(r.ports[k])},
+                              {"list_env", env::RolePortsVar(r.name, r.ports[k])}, {"ports", given}});
+           }
+           return ports;
+         }()},
         {"ready", {{"mode", ReadyModeName(r.ready.mode)},
                    {"pattern", r.ready.mode == ReadyMode::kLog ? ojson(r.ready.arg) : ojson()},
                    {"path", r.ready.mode == ReadyMode::kFile ? ojson(r.ready.arg) : ojson()},

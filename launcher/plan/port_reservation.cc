@@ -19,14 +19,17 @@ namespace {
 constexpr int kAutoLow = 20000, kAutoHigh = 32767;  // [low, high): below ip_local_port_range (32768-60999)
 constexpr int kAutoTries = 200;
 
+enum class Probe { kBindable, kTaken, kNoSocket };
+
 /// Binds a throw-away socket of `family` to the port on every address.
-/// EAFNOSUPPORT (no IPv6 on the host) counts as bindable.
-bool TryBind(int family, int port, std::string* why) {
+/// EAFNOSUPPORT (no IPv6 on the host) counts as bindable. kNoSocket: no socket
+/// to probe with (out of fds, memory): says nothing about the port.
+Probe TryBindProbe(int family, int port, std::string* why) {
   UniqueFd s(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s) {
-    if (errno == EAFNOSUPPORT) return true;
+    if (errno == EAFNOSUPPORT) return Probe::kBindable;
     *why = ErrnoMessage("socket", errno);
-    return false;
+    return Probe::kNoSocket;
   }
   int one = 1;
   ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as TCPStore: TIME_WAIT is no obstacle
@@ -45,12 +48,17 @@ bool TryBind(int family, int port, std::string* why) {
     a.sin_port = htons(static_cast<uint16_t>(port));
     rc = ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
   }
-  if (rc == 0) return true;
-  if (family == AF_INET6 && errno == EADDRNOTAVAIL) return true;  // IPv6 disabled
+  if (rc == 0) return Probe::kBindable;
+  if (family == AF_INET6 && errno == EADDRNOTAVAIL) return Probe::kBindable;  // IPv6 disabled
   *why = errno == EADDRINUSE ? "something on this host already uses it (" +
                                    std::string(family == AF_INET6 ? "IPv6" : "IPv4") + ")"
                              : ErrnoMessage("bind", errno);
-  return false;
+  return Probe::kTaken;
+}
+
+Probe ProbePort(int port, std::string* why) {
+  Probe v4 = TryBindProbe(AF_INET, port, why);
+  return v4 != Probe::kBindable ? v4 : TryBindProbe(AF_INET6, port, why);
 }
 
 bool SafeSharedDir(const std::string& dir) {
@@ -88,7 +96,7 @@ bool PortLockDir(std::string* dir, std::string* warning, std::string* err) {
   return true;
 }
 
-bool PortBindable(int port, std::string* why) { return TryBind(AF_INET, port, why) && TryBind(AF_INET6, port, why); }
+bool PortBindable(int port, std::string* why) { return ProbePort(port, why) == Probe::kBindable; }
 
 ReserveResult ReservePort(const std::string& lock_dir, int port, const std::string& record, PortReservations* held,
                           std::string* err) {
@@ -105,9 +113,15 @@ ReserveResult ReservePort(const std::string& lock_dir, int port, const std::stri
       break;
   }
   std::string why;
-  if (!PortBindable(port, &why)) {
-    *err = "port " + std::to_string(port) + " is in use: " + why;
-    return ReserveResult::kInUse;  // fd closes: the lock is dropped
+  switch (ProbePort(port, &why)) {  // fd closes on a return: the lock is dropped
+    case Probe::kBindable:
+      break;
+    case Probe::kTaken:
+      *err = "port " + std::to_string(port) + " is in use: " + why;
+      return ReserveResult::kInUse;
+    case Probe::kNoSocket:  // not the port's fault: another candidate would fail the same way
+      *err = "cannot probe port " + std::to_string(port) + ": " + why;
+      return ReserveResult::kFailed;
   }
   held->locks.push_back(std::move(fd));
   return ReserveResult::kReserved;
@@ -159,6 +173,24 @@ ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortRese
   return ReserveResult::kReserved;
 }
 
+ReserveResult ReserveNamedPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err) {
+  const std::string record = HolderRecord("run " + plan->run_id);
+  for (std::vector<ProcessPlan>* list : {&plan->warmups, &plan->processes})
+    for (ProcessPlan& p : *list) {
+      const RoleSpec& role = plan->RoleOf(p);
+      p.ports.resize(role.ports.size(), 0);
+      for (size_t i = 0; i < role.ports.size(); ++i) {
+        if (p.ports[i] > 0) continue;  // reserved already (a second call)
+        ReserveResult r = ReserveFreePort(lock_dir, record, &p.ports[i], held, err);
+        if (r != ReserveResult::kReserved) {
+          *err = "port \"" + role.ports[i] + "\" of " + p.name + ": " + *err;
+          return r;
+        }
+      }
+    }
+  return ReserveResult::kReserved;
+}
+
 int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
   std::string lock_dir, warning, err;
   if (!PortLockDir(&lock_dir, &warning, &err)) {
@@ -166,7 +198,18 @@ int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
     return exit_code::kCannotCreate;
   }
   if (!warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", warning.c_str());
-  switch (ReservePlanPorts(plan, lock_dir, held, &err)) {
+  ReserveResult r = ReservePlanPorts(plan, lock_dir, held, &err);
+  if (r == ReserveResult::kReserved) {
+    r = ReserveNamedPorts(plan, lock_dir, held, &err);
+    if (r == ReserveResult::kInUse) {
+      std::fprintf(stderr,
+                   "dflash-launch: %s; nothing was started. Free ports in [20000, 32767) on this host (other "
+                   "dflash-launch runs hold theirs in %s), or name fewer ports\n",
+                   err.c_str(), lock_dir.c_str());
+      return exit_code::kInUse;
+    }
+  }
+  switch (r) {
     case ReserveResult::kReserved:
       return exit_code::kOk;
     case ReserveResult::kInUse:
@@ -178,7 +221,7 @@ int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
     case ReserveResult::kFailed:
       break;
   }
-  std::fprintf(stderr, "dflash-launch: cannot reserve ports: %s\n", err.c_str());
+  std::fprintf(stderr, "dflash-launch: cannot reserve ports: %s; nothing was started\n", err.c_str());
   return exit_code::kCannotCreate;
 }
 

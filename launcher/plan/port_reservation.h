@@ -1,4 +1,4 @@
-// MASTER_PORT and ROLE_MASTER_PORT without collisions: two runs on one host
+// MASTER_PORT, ROLE_MASTER_PORT and the roles' named ports (`ports = ["http"]`) without collisions: two runs on one host
 // never share a port, and a port in use is an error before anything starts.
 //
 // Why a lock file per port and not a held socket: the run's rank 0 must bind
@@ -51,7 +51,13 @@ ReserveResult ReserveFreePort(const std::string& lock_dir, const std::string& re
 /// ROLE_MASTER_PORT whose role rank 0 is here). kInUse: exit 69, nothing spawned.
 ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err);
 
-/// ReservePlanPorts in the default lock dir, errors and warnings on stderr.
+/// Reserves a free port per name of each role's `ports` for each of this node's
+/// processes and warm-ups (ProcessPlan::ports), held like the master ports: for
+/// the whole run, so a restarted process gets its own again. kInUse: no free port
+/// left to draw; kFailed: a lock could not be made (e.g. out of file descriptors).
+ReserveResult ReserveNamedPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err);
+
+/// ReservePlanPorts and ReserveNamedPorts in the default lock dir, errors and warnings on stderr.
 /// Returns 0, 69 (a port is taken: nothing may be spawned) or 73.
 int ReservePlanPortsOrReport(Plan* plan, PortReservations* held);
 

@@ -2,13 +2,17 @@
 #include "launcher/plan/port_reservation.h"
 
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "launcher/plan/holder_lock.h"
 #include "testing/temp_dir.h"
@@ -63,6 +67,105 @@ TEST(PortReservation, AReservedPortIsRefusedNamingItsHolderUntilReleased) {
   first.locks.clear();  // the run ended
   PortReservations third;
   EXPECT_EQ(ReservePort(dir, port, "third", &third, &err), ReserveResult::kReserved) << err;
+}
+
+// Two roles' named ports; "s" is warmup-gated, so its warm-up gets ports of its own.
+Plan NamedPortsPlan(const std::string& run_id) {
+  const char* text = R"(
+[run]
+name = "p"
+log_dir = "/tmp/dflash-port-test-logs"
+cache_dir = "/tmp/dflash-port-test-cache"
+[[role]]
+name = "s"
+cpu = 3
+command = ["true"]
+ports = ["http", "grpc"]
+gate = { mode = "warmup" }
+[[role]]
+name = "c"
+cpu = 1
+command = ["true"]
+)";
+  RunConfig c;
+  std::vector<ConfigError> errors;
+  EXPECT_TRUE(LoadConfigFromString(text, "/tmp/ports.toml", &c, &errors)) << FormatErrors(errors);
+  PlanOptions po;
+  po.run_id = run_id;
+  po.torch_version = [](const RoleSpec&) { return std::string("2.13.0+cpu"); };
+  return BuildPlan(c, po);
+}
+
+std::vector<int> AllNamedPorts(const Plan& plan) {
+  std::vector<int> all;
+  for (const auto* list : {&plan.warmups, &plan.processes})
+    for (const ProcessPlan& p : *list) all.insert(all.end(), p.ports.begin(), p.ports.end());
+  return all;
+}
+
+TEST(NamedPorts, EachProcessAndWarmUpGetsItsOwnHeldPortsAndASecondRunOthers) {
+  test::TempDir tmp("port-reservation-test");
+  std::string dir = tmp.path(), err;
+  Plan a = NamedPortsPlan("run-a"), b = NamedPortsPlan("run-b");
+  ASSERT_EQ(a.warmups.size(), 1u);
+  PortReservations held_a, held_b;
+  ASSERT_EQ(ReserveNamedPorts(&a, dir, &held_a, &err), ReserveResult::kReserved) << err;
+  std::vector<int> ports = AllNamedPorts(a);
+  ASSERT_EQ(ports.size(), 8u);  // 3 processes and the warm-up, 2 names each; the role "c" names none
+  EXPECT_EQ(held_a.locks.size(), 8u);
+  EXPECT_TRUE(a.processes.back().ports.empty());
+  std::set<int> distinct(ports.begin(), ports.end());
+  EXPECT_EQ(distinct.size(), ports.size());
+  for (int p : ports) {
+    EXPECT_GE(p, 20000);
+    EXPECT_LT(p, 32767);
+    PortReservations probe;
+    EXPECT_EQ(ReservePort(dir, p, "other", &probe, &err), ReserveResult::kInUse) << p;
+    EXPECT_NE(err.find("run run-a"), std::string::npos) << err;  // the holder is named
+  }
+  // The list a peer reads: this node's processes in role-rank order, the warm-up's not among them.
+  EXPECT_EQ(a.RolePortsList(0, 1), std::to_string(a.processes[0].ports[1]) + "," +
+                                       std::to_string(a.processes[1].ports[1]) + "," +
+                                       std::to_string(a.processes[2].ports[1]));
+  // A second call (nothing to do) keeps what was given: the ports are the run's, not a spawn's.
+  std::vector<int> before = AllNamedPorts(a);
+  ASSERT_EQ(ReserveNamedPorts(&a, dir, &held_a, &err), ReserveResult::kReserved) << err;
+  EXPECT_EQ(AllNamedPorts(a), before);
+  // A concurrent run on the host never gets one of them.
+  ASSERT_EQ(ReserveNamedPorts(&b, dir, &held_b, &err), ReserveResult::kReserved) << err;
+  for (int p : AllNamedPorts(b)) EXPECT_EQ(distinct.count(p), 0u) << p;
+  // Run a ends: its ports are free for the next run.
+  held_a.locks.clear();
+  PortReservations next;
+  for (int p : ports) EXPECT_EQ(ReservePort(dir, p, "next", &next, &err), ReserveResult::kReserved) << err;
+}
+
+TEST(NamedPorts, OutOfFileDescriptorsIsAClearFailureNamingThePort) {
+  test::TempDir tmp("port-reservation-test");
+  std::string dir = tmp.path();
+  Plan plan = NamedPortsPlan("run-fd");
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // No fd left to open: the first lock file cannot be made.
+    int lowest = ::dup(0);
+    ::close(lowest);
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = static_cast<rlim_t>(lowest);
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    PortReservations held;
+    std::string err;
+    ReserveResult r = ReserveNamedPorts(&plan, dir, &held, &err);
+    std::fprintf(stderr, "err: %s\n", err.c_str());
+    bool ok = r == ReserveResult::kFailed && err.find("port \"http\" of s:warmup") != std::string::npos &&
+              err.find("Too many open files") != std::string::npos && held.locks.empty();
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "see err: above";
 }
 
 TEST(HolderLock, RefusesASymlinkAndKeepsTheHoldersRecord) {

@@ -22,6 +22,14 @@ std::vector<std::string> SpawnEnvironment(std::vector<std::string> inherited, co
   return inherited;
 }
 
+std::string Plan::RolePortsList(size_t role, size_t name) const {
+  std::string list;
+  for (const ProcessPlan& q : processes)
+    if (q.role_index == role && name < q.ports.size())
+      list += (list.empty() ? "" : ",") + (q.ports[name] > 0 ? std::to_string(q.ports[name]) : std::string("<auto>"));
+  return list;
+}
+
 EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* spawn) const {
   const RunSpec& run = config.run;
   const ModelSpec& m = config.model;
@@ -63,6 +71,12 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
       {env::kNodeRank, std::to_string(node_rank)},
       {env::kNnodes, std::to_string(nnodes)},
   };
+  // Named ports: its own, and those of every role's processes here, so a peer finds them (docs/config.md "Ports").
+  for (size_t i = 0; i < role.ports.size() && i < p.ports.size(); ++i)
+    e.emplace_back(env::PortVar(role.ports[i]), port(p.ports[i]));
+  for (size_t ri = 0; ri < config.roles.size(); ++ri)
+    for (size_t i = 0; i < config.roles[ri].ports.size(); ++i)
+      e.emplace_back(env::RolePortsVar(config.roles[ri].name, config.roles[ri].ports[i]), RolePortsList(ri, i));
   // The worker reports here, never to systemd; the token marks the process's
   // whole tree for the guardian (common/run_sweep.h).
   if (!spawn || !spawn->notify_socket.empty())

@@ -18,7 +18,7 @@ namespace {
 const std::string kSource = DFLASH_SOURCE_DIR;
 
 // Every way a process gets a variable: a gated warm-up, a watched log-ready role,
-// the [model] contract, a store, several processes on the host.
+// the [model] contract, a store, several processes on the host, named ports.
 const char* kEverything = R"(
 [run]
 name = "everything"
@@ -43,6 +43,7 @@ cpu = 2
 command = ["sh", "-c", "true"]
 gate = { mode = "warmup" }
 watchdog = "30s"
+ports = ["http"]
 
 [[role]]
 name = "eval"
@@ -88,12 +89,15 @@ TEST(ProcessEnvContract, EveryVariableWrittenIsInTheTableReservedAndShownByCheck
                                    [&](const auto& kv) { return kv.first == k; });
       if (from_role) continue;
       written.insert(k);
-      EXPECT_NE(env::FindProcessVar(k), nullptr) << k << " is written but not in contract/process_env.h";
+      EXPECT_TRUE(env::FindProcessVar(k) || env::FindProcessVarFamily(k))
+          << k << " is written but not in contract/process_env.h";
       EXPECT_NE(json.find("\"" + k + "\""), std::string::npos) << k << " not in check --json";
       EXPECT_NE(text.find(k + "="), std::string::npos) << k << " not in check's text";
     }
   }
   // What this config must exercise, or the test proves less than it says.
+  EXPECT_EQ(written.count("DFLASH_PORT_HTTP"), 1u);
+  EXPECT_EQ(written.count("DFLASH_DRAFTER_HTTP_PORTS"), 1u);
   for (const char* k : {env::kWatchdogUsec, env::kPythonFaultHandler, env::kNotifySocket, env::kRunToken, env::kStore,
                         env::kWarmup, env::kRunWorldSize, env::kRunRoleWorldSize, env::kGateKey, env::kHeads,
                         env::kPythonUnbuffered, env::kOmpNumThreads})
@@ -115,6 +119,40 @@ TEST(ProcessEnvContract, EveryVariableWrittenIsInTheTableReservedAndShownByCheck
     EXPECT_EQ(errors[0].pos.col, 9) << v.name;
     EXPECT_FALSE(errors[0].hint.empty()) << v.name;
   }
+}
+
+// The named ports' families are owned whatever the config names: a role's env cannot set one, and
+// one in the launcher's own environment (a payload that runs dflash-launch again) never leaks through.
+TEST(ProcessEnvContract, NamedPortVariablesAreOwnedAsFamilies) {
+  for (const char* k : {"DFLASH_PORT_HTTP", "DFLASH_SERVE_HTTP_PORTS", "DFLASH_A_B_X_PORTS"}) {
+    EXPECT_TRUE(env::IsOwnedVar(k)) << k;
+    std::string cfg = "[run]\nname = \"x\"\n\n[[role]]\nname = \"r\"\ncpu = 1\ncommand = [\"true\"]\nenv = { " +
+                      std::string(k) + " = \"1\" }\n";
+    RunConfig c;
+    std::vector<ConfigError> errors;
+    ASSERT_FALSE(LoadConfigFromString(cfg, "/tmp/x.toml", &c, &errors)) << k;
+    EXPECT_EQ(errors[0].pos.line, 8) << k;
+    EXPECT_NE(errors[0].hint.find("ports = ["), std::string::npos) << errors[0].Format();
+  }
+  for (const char* k : {"DFLASH_PORT_", "DFLASH_PORTS", "DFLASH__PORTS", "DFLASH_SAMPLES", "MY_PORTS"})
+    EXPECT_FALSE(env::IsOwnedVar(k)) << k;
+  EXPECT_EQ(env::PortVar("http_2"), "DFLASH_PORT_HTTP_2");
+  EXPECT_EQ(env::RolePortsVar("drafter-2", "http"), "DFLASH_DRAFTER_2_HTTP_PORTS");
+
+  Plan plan = PlanOf(kEverything);
+  plan.processes[0].ports = {23001};
+  plan.processes[1].ports = {23002};
+  plan.warmups[0].ports = {23003};
+  std::vector<std::string> launcher = {"DFLASH_PORT_HTTP=1", "DFLASH_EVAL_HTTP_PORTS=9,9", "DFLASH_PORT_OTHER=7"};
+  std::vector<std::string> eval = SpawnEnvironment(launcher, plan.ProcessEnv(plan.processes.back(), 0));
+  EXPECT_FALSE(GetEnvVar(eval, "DFLASH_PORT_HTTP")) << "eval names no port: the launcher's must not leak";
+  EXPECT_FALSE(GetEnvVar(eval, "DFLASH_PORT_OTHER"));
+  EXPECT_FALSE(GetEnvVar(eval, "DFLASH_EVAL_HTTP_PORTS"));
+  EXPECT_EQ(GetEnvVar(eval, "DFLASH_DRAFTER_HTTP_PORTS").value_or(""), "23001,23002");  // the warm-up's is not listed
+  std::vector<std::string> d1 = SpawnEnvironment(launcher, plan.ProcessEnv(plan.processes[1], 3));
+  EXPECT_EQ(GetEnvVar(d1, "DFLASH_PORT_HTTP").value_or(""), "23002");  // attempt 3: the same port
+  std::vector<std::string> w = SpawnEnvironment({}, plan.ProcessEnv(plan.warmups[0], 0));
+  EXPECT_EQ(GetEnvVar(w, "DFLASH_PORT_HTTP").value_or(""), "23003");
 }
 
 TEST(ProcessEnvContract, TheLaunchersOwnValuesOfOwnedVariablesNeverReachAProcess) {

@@ -8,15 +8,16 @@
 
 namespace dflash {
 
-size_t FdsNeeded(size_t processes) {
+size_t FdsNeeded(size_t processes, size_t port_locks) {
   // Held per running process: 2 pipe read ends, 2 log files, 1 pidfd. Held
   // while one is being started: 2 pipe write ends, the exec-status pipe,
   // /dev/null, its cgroup.procs. Fixed: stdio, supervisor.log, epoll,
   // signalfd, notify socket, the guardian's pipe and log, the console, slack.
-  return 5 * processes + 8 + 24;
+  // And one lock per named port (launcher/plan/port_reservation.h), held until the run ends.
+  return 5 * processes + port_locks + 8 + 24;
 }
 
-bool RaiseFdLimit(size_t processes, std::string* note, std::string* err) {
+bool RaiseFdLimit(size_t processes, std::string* note, std::string* err, size_t port_locks) {
   struct rlimit rl;
   if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) {
     *err = ErrnoMessage("getrlimit(RLIMIT_NOFILE)", errno);
@@ -35,9 +36,11 @@ bool RaiseFdLimit(size_t processes, std::string* note, std::string* err) {
     else if (::getrlimit(RLIMIT_NOFILE, &rl) != 0)
       rl.rlim_cur = old;
   }
-  size_t need = FdsNeeded(processes);
+  size_t need = FdsNeeded(processes, port_locks);
   if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-    *err = std::to_string(processes) + " processes need ~" + std::to_string(need) +
+    *err = std::to_string(processes) + " processes" +
+           (port_locks ? " and " + std::to_string(port_locks) + " named ports" : std::string()) + " need ~" +
+           std::to_string(need) +
            " file descriptors in the launcher; the limit is " + std::to_string(rl.rlim_cur) + " (hard " +
            (rl.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_max)) +
            "): raise it (ulimit -n, LimitNOFILE=, /etc/security/limits.conf) or some processes cannot start";

@@ -9,13 +9,14 @@
 
 namespace dflash {
 
-/// About how many fds the supervisor needs for `processes` processes.
-size_t FdsNeeded(size_t processes);
+/// About how many fds the supervisor needs for `processes` processes and
+/// `port_locks` named-port locks held for the run (one per process and name).
+size_t FdsNeeded(size_t processes, size_t port_locks = 0);
 
 /// Raises the soft RLIMIT_NOFILE to the hard limit. Returns false with a
 /// message ("N processes need ~M file descriptors; the hard limit is H ...")
 /// when the hard limit is below FdsNeeded(processes); `note` tells what was
 /// raised (empty if nothing changed).
-bool RaiseFdLimit(size_t processes, std::string* note, std::string* err);
+bool RaiseFdLimit(size_t processes, std::string* note, std::string* err, size_t port_locks = 0);
 
 }  // namespace dflash

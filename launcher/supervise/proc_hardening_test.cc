@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 TEST(FdLimit, NeedGrowsWithTheProcesses) {
   EXPECT_LT(FdsNeeded(1), FdsNeeded(2));
   EXPECT_GE(FdsNeeded(300), 1500u);  // 300 processes break a soft limit of 1024
+  EXPECT_EQ(FdsNeeded(3, 45), FdsNeeded(3) + 45);  // each named port's lock is held for the run
 }
 
 /// In a child: the limits are per process.

@@ -130,6 +130,8 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["gate"] = p.gate.is_null() ? ojson() : ojson::parse(p.gate.dump());
     e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
     e["memory_peak_bytes"] = p.memory_peak_bytes < 0 ? ojson() : ojson(p.memory_peak_bytes);
+    e["ports"] = ojson::object();  // the same for every attempt: reserved for the run
+    for (const auto& [name, port] : p.ports) e["ports"][name] = port;
     e["attempts"] = ojson::array();
     for (const AttemptSummary& a : p.attempts) {
       ojson aj;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dflash {
@@ -51,6 +52,7 @@ struct ProcessSummary {
   nlohmann::json metrics;     // the payload's DFLASH_METRICS_FILE, or null
   int64_t memory_peak_bytes = -1;  // max memory.peak of its attempts' cgroups; -1: not measured
   std::vector<AttemptSummary> attempts;  // every attempt, first to last
+  std::vector<std::pair<std::string, int>> ports;  // its role's named ports as given: ("http", 23456)
 };
 
 struct RunSummary {

@@ -44,6 +44,8 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     e.ready_s = last ? last->ready_s : 0;
     e.metrics = ReadMetricsFile(plan.AttemptPath(pp, attempt, "metrics.json"));
     e.memory_peak_bytes = p.memory_peak;
+    const std::vector<std::string>& names = plan.RoleOf(pp).ports;
+    for (size_t k = 0; k < names.size() && k < pp.ports.size(); ++k) e.ports.emplace_back(names[k], pp.ports[k]);
     for (const AttemptRecord& a : p.attempts) {
       AttemptSummary as;
       as.attempt = a.attempt;

@@ -1,0 +1,196 @@
+"""A role's named ports (`ports = ["http"]`, docs/config.md "Ports"): one free TCP port per process and name,
+reserved for the whole run the way an auto master_port is, so two runs on one host never get the same one and a
+restarted process gets its own again. The process gets it as DFLASH_PORT_<NAME>, every process of the run the
+role's list as DFLASH_<ROLE>_<NAME>_PORTS. Real runs, real sockets: each payload binds its port."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import uuid
+
+from conftest import run
+from supervise import Run, wait_until, write_config
+
+# web-serve:<r> binds DFLASH_PORT_HTTP (proving it is free and its own), records its env, and holds the port
+# until the test says "release". Rank 0's first attempt exits 1 once bound: on-failure restarts it.
+SERVE = r"""
+import json, os, pathlib, socket, sys, time
+out = pathlib.Path(sys.argv[1])
+me = os.environ["DFLASH_PROCESS"].replace(":", "-") + "-" + os.environ["DFLASH_ATTEMPT"]
+port = int(os.environ["DFLASH_PORT_HTTP"])
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:
+    s.bind(("0.0.0.0", port))
+    s.listen(4)
+    bound = True
+except OSError as e:
+    bound = repr(e)
+tmp = out / (me + ".tmp")
+tmp.write_text(json.dumps({"env": dict(os.environ), "bound": bound}))
+tmp.rename(out / (me + ".json"))
+if bound is not True:
+    sys.exit(3)
+if os.environ["ROLE_RANK"] == "0" and os.environ["DFLASH_ATTEMPT"] == "0":
+    sys.exit(1)  # fail once, holding nothing: the restart must get the same port back
+while not (out / "release").exists():
+    time.sleep(0.05)
+"""
+
+# client:0, of another role: what it is told about web-serve's ports.
+CLIENT = r"""
+import json, os, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+(out / "client.tmp").write_text(json.dumps(dict(os.environ)))
+(out / "client.tmp").rename(out / "client.json")
+"""
+
+
+def make_run(tmp_path, name):
+    d = tmp_path / name
+    d.mkdir()
+    out = d / "out"
+    out.mkdir()
+    (d / "serve.py").write_text(SERVE)
+    (d / "client.py").write_text(CLIENT)
+    config = write_config(d, f"""
+        [[role]]
+        name = "web-serve"
+        cpu = 2
+        command = [{json.dumps(sys.executable)}, {json.dumps(str(d / "serve.py"))}, {json.dumps(str(out))}]
+        ports = ["http"]
+        restart = {{ policy = "on-failure", max = 2, window = "1h", backoff = "100ms..100ms" }}
+
+        [[role]]
+        name = "client"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, {json.dumps(str(d / "client.py"))}, {json.dumps(str(out))}]
+        """, name=name)
+    return config, out
+
+
+def test_two_concurrent_runs_get_distinct_ports_listed_to_peers_and_kept_across_a_restart(bin_dir, tmp_path):
+    runs = []
+    for name in ("ports-a", "ports-b"):
+        config, out = make_run(tmp_path, name)
+        runs.append((Run(bin_dir, config, run_id=f"{name}-{uuid.uuid4().hex[:8]}"), out))
+    expect = ["web-serve-0-0", "web-serve-0-1", "web-serve-1-0"]  # rank 0 twice (the restart), rank 1 once
+    try:
+        # Both runs hold their ports at once: every server of both is bound before either is released.
+        for r, out in runs:
+            done = wait_until(lambda: r.proc.poll() is not None or (
+                all((out / f"{e}.json").exists() for e in expect) and (out / "client.json").exists()), timeout=120)
+            assert done and r.proc.poll() is None, f"{r.run_id} ended early: " + " ".join(r.proc.communicate())
+        seen = []
+        for r, out in runs:
+            got = {e: json.loads((out / f"{e}.json").read_text()) for e in expect}
+            for e, g in got.items():
+                assert g["bound"] is True, (e, g["bound"])  # the port was free and the process's own
+            p0, p0_again, p1 = (int(got[e]["env"]["DFLASH_PORT_HTTP"]) for e in expect)
+            assert p0_again == p0, "a restarted process keeps its port: it is reserved for the run"
+            assert p0 != p1
+            listed = f"{p0},{p1}"
+            client = json.loads((out / "client.json").read_text())
+            assert client["DFLASH_WEB_SERVE_HTTP_PORTS"] == listed  # a process of another role finds them
+            assert "DFLASH_PORT_HTTP" not in client  # client names no port of its own
+            assert all(g["env"]["DFLASH_WEB_SERVE_HTTP_PORTS"] == listed for g in got.values())
+            seen += [p0, p1]
+        assert len(set(seen)) == 4, f"two concurrent runs shared a port: {seen}"
+    finally:
+        for r, out in runs:
+            (out / "release").write_text("")
+    for r, out in runs:
+        assert r.wait(timeout=120) == 0, r.err
+        summary = r.summary()
+        ports = {p["name"]: p["ports"] for p in summary["processes"]}
+        got0 = json.loads((out / "web-serve-0-1.json").read_text())["env"]["DFLASH_PORT_HTTP"]
+        assert ports["web-serve:0"] == {"http": int(got0)}
+        assert ports["client:0"] == {}
+        assert [p["restarts"] for p in summary["processes"] if p["name"] == "web-serve:0"] == [1]
+
+
+def test_check_shows_each_roles_port_names_and_their_variables(bin_dir, tmp_path):
+    config, _ = make_run(tmp_path, "ports-check")
+    r = run([bin_dir / "dflash-launch", "check", config, "--json"])
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    roles = {x["name"]: x for x in plan["roles"]}
+    assert roles["web-serve"]["ports"] == [{"name": "http", "env": "DFLASH_PORT_HTTP",
+                                            "list_env": "DFLASH_WEB_SERVE_HTTP_PORTS", "ports": [None, None]}]
+    assert roles["client"]["ports"] == []
+    procs = {p["name"]: p for p in plan["processes"]}
+    assert procs["web-serve:1"]["env"]["DFLASH_PORT_HTTP"] == "<auto>"
+    assert procs["client:0"]["env"]["DFLASH_WEB_SERVE_HTTP_PORTS"] == "<auto>,<auto>"
+    text = run([bin_dir / "dflash-launch", "check", config])
+    assert text.returncode == 0, text.stderr
+    assert "ports    http (DFLASH_PORT_HTTP, all: DFLASH_WEB_SERVE_HTTP_PORTS)" in text.stdout, text.stdout
+
+
+def test_a_bad_port_name_is_a_config_error_at_its_place(bin_dir, tmp_path):
+    config = write_config(tmp_path, """
+        [[role]]
+        name = "p"
+        cpu = 1
+        command = ["true"]
+        ports = ["http", "Http"]
+        """)
+    r = run([bin_dir / "dflash-launch", "run", config])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{config}:10:18: error: role[p].ports: not a valid port name" in r.stderr, r.stderr
+    assert "hint:" in r.stderr and "nothing was started" in r.stderr
+
+
+def test_ports_that_cannot_be_reserved_are_an_error_before_anything_is_spawned(bin_dir, tmp_path):
+    """Out of file descriptors for the port locks (a hard limit that would do for 3 processes, but not with
+    3 x 15 held locks): the fd budget warns, then exit 73 naming the port, and no payload ran."""
+    import resource
+    marker = tmp_path / "ran"
+    names = ", ".join(f'"p{i}"' for i in range(15))
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "p"
+        cpu = 3
+        command = ["touch", {json.dumps(str(marker))}]
+        ports = [{names}]
+        """)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (47, 47))  # FdsNeeded(3) = 47
+    r = subprocess.run([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", f"fd-{uuid.uuid4().hex[:8]}"],
+                       capture_output=True, text=True, preexec_fn=limit, timeout=120)
+    assert r.returncode == 73, r.stdout + r.stderr
+    assert "cannot reserve ports: port \"p" in r.stderr and "Too many open files" in r.stderr, r.stderr
+    assert "nothing was started" in r.stderr, r.stderr
+    assert "3 processes and 45 named ports need ~" in r.stderr, r.stderr  # the launcher's fd budget said so first
+    assert not marker.exists()
+
+
+def test_two_node_launchers_reserve_each_nodes_ports_there_and_list_their_own(bin_dir, tmp_path):
+    """Static mode, two node launchers on one host: each reserves its own processes' ports, and the role's
+    _PORTS list holds this node's processes only (docs/multinode.md: the nodes do not exchange them)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    payload = (
+        "import json, os, pathlib, socket; s = socket.socket(); s.bind(('0.0.0.0', int(os.environ['DFLASH_PORT_HTTP'])));"
+        f"p = pathlib.Path({str(out)!r}) / os.environ['DFLASH_PROCESS'].replace(':', '-');"
+        "p.with_suffix('.tmp').write_text(json.dumps(dict(os.environ))); p.with_suffix('.tmp').rename(p)")
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "s"
+        cpu = 2
+        command = [{json.dumps(sys.executable)}, "-c", {json.dumps(payload)}]
+        ports = ["http"]
+        """)
+    nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(config), "--run-id", "mn", "--nnodes", "2",
+                               "--node-rank", str(r), "--master-addr", "127.0.0.1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for r in (0, 1)]
+    for p in nodes:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+    env = {n: json.loads((out / f"s-{n}").read_text()) for n in range(4)}  # s:0, s:1 on node 0; s:2, s:3 on node 1
+    for node, ranks in ((0, (0, 1)), (1, (2, 3))):
+        mine = [env[n]["DFLASH_PORT_HTTP"] for n in ranks]
+        for n in ranks:
+            assert env[n]["DFLASH_NODE_RANK"] == str(node)
+            assert env[n]["DFLASH_S_HTTP_PORTS"] == ",".join(mine)  # this node's processes, role-rank order
+        summary = json.loads((tmp_path / f"runs/mn/node_{node}/summary.json").read_text())
+        assert [p["ports"]["http"] for p in summary["processes"]] == [int(x) for x in mine]
