@@ -83,6 +83,8 @@ class Readiness {
   /// "readiness evidence from a payload that exited with code 3 does not count"
   /// needs the caller's wording of the exit, so this only says it happened.
   bool discounted_evidence() const { return discounted_; }
+  /// What the last failed probe saw ("connection refused"), or "".
+  const std::string& last_probe() const { return last_probe_; }
 
  private:
   bool Evidence();

@@ -1041,7 +1041,7 @@ TEST(SupervisorCoreProbe, AnAnswerAfterTheProcessDiedDoesNotCount) {
   const AttemptRecord& a = h.Proc("s:0").attempts[0];
   EXPECT_EQ(a.ready_s, 0);
   EXPECT_NE(a.reason.find("exited with code 1 before it was ready (ready = http: GET "
-                          "http://127.0.0.1:8080/health never answered with 2xx)"),
+                          "http://127.0.0.1:8080/health never answered with 2xx; last try: connection refused)"),
             std::string::npos)
       << a.reason;
   h.Advance(Millis(1000));  // restarted per policy: its tries start again

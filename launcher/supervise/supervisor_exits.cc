@@ -62,7 +62,8 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
   // Probed for readiness and never answered: the process died first, and the probe says what it never saw.
   if (p.state == ProcState::kStarting && p.readiness && p.readiness->WantsProbe() && !rec.start_failed &&
       p.intent == EndIntent::kNone)
-    how += " before it was ready (ready = " + DescribeNotReady(p.readiness->spec()) + ")";
+    how += " before it was ready (ready = " + DescribeNotReady(p.readiness->spec()) +
+           (p.readiness->last_probe().empty() ? "" : "; last try: " + p.readiness->last_probe()) + ")";
   p.probe_out = false;
   p.probe_at = SteadyTime::max();
   // Not ready in time: the timeout is why it failed, the stop signal only how it ended.
