@@ -35,6 +35,15 @@ bool Readiness::OnLine(int stream, std::string_view line) {
 
 bool Readiness::OnFileExists() { return spec_.mode == ReadyMode::kFile && Evidence(); }
 
+bool Readiness::OnProbe(bool answered, const std::string& detail) {
+  if (!spec_.probes()) return false;
+  if (!answered) {
+    last_probe_ = detail;
+    return false;
+  }
+  return Evidence();
+}
+
 void Readiness::OnExit(bool ok) {
   exited_ = true;
   exit_ok_ = ok;
@@ -63,7 +72,8 @@ std::optional<Readiness::Clock::time_point> Readiness::deadline() const {
 }
 
 std::string Readiness::TimeoutText() const {
-  return "not ready after " + FormatDuration(spec_.timeout) + " (ready = " + DescribeNotReady(spec_) + ")";
+  return "not ready after " + FormatDuration(spec_.timeout) + " (ready = " + DescribeNotReady(spec_) +
+         (last_probe_.empty() ? "" : "; last try: " + last_probe_) + ")";
 }
 
 }  // namespace dflash

@@ -46,6 +46,10 @@ class Readiness {
   bool OnLine(int stream, std::string_view line);
   /// The caller found the `file` path present (it does the stat; see WantsFileCheck).
   bool OnFileExists();
+  /// One try of a tcp/http probe ended (the caller connects; see WantsProbe):
+  /// `answered` as contract/probe_spec.h JudgeProbe said; `detail` is kept
+  /// for the timeout message ("last try: connection refused").
+  bool OnProbe(bool answered, const std::string& detail);
   /// The process ended (`ok`: exited 0). From now on evidence counts only if
   /// it ended well: the last words of a crashing process (a traceback that
   /// echoes the pattern) do not. Call, drain the evidence it left queued
@@ -68,6 +72,8 @@ class Readiness {
   std::optional<Clock::time_point> deadline() const;
   /// Mode `file` and still waiting: the caller should stat the path.
   bool WantsFileCheck() const { return waiting() && spec_.mode == ReadyMode::kFile; }
+  /// Mode `tcp`/`http`, started and still waiting: the caller should probe.
+  bool WantsProbe() const { return waiting() && started_ && spec_.probes(); }
   /// Mode `log` and still waiting: lines are worth feeding.
   bool WantsLines() const { return waiting() && spec_.mode == ReadyMode::kLog; }
 
@@ -77,6 +83,8 @@ class Readiness {
   /// "readiness evidence from a payload that exited with code 3 does not count"
   /// needs the caller's wording of the exit, so this only says it happened.
   bool discounted_evidence() const { return discounted_; }
+  /// What the last failed probe saw ("connection refused"), or "".
+  const std::string& last_probe() const { return last_probe_; }
 
  private:
   bool Evidence();
@@ -88,6 +96,7 @@ class Readiness {
   bool exited_ = false;
   bool exit_ok_ = false;
   bool discounted_ = false;
+  std::string last_probe_;  ///< what the last failed probe saw
 };
 
 }  // namespace dflash

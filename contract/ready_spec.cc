@@ -9,13 +9,16 @@ bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
   bool has_arg = mode.size() < text.size();
   ReadyMode m;
   if (!ParseIn(kReadyModeNames, mode, &m)) {
-    if (err) *err = "unknown ready mode '" + std::string(mode) + "' (use none, exit, notify, file:<path> or log:<regex>)";
+    if (err) *err = "unknown ready mode '" + std::string(mode) + "' (use none, exit, notify, file:<path>, log:<regex>, tcp:<port> or http:<url>)";
     return false;
   }
-  bool needs_arg = m == ReadyMode::kFile || m == ReadyMode::kLog;
+  bool needs_arg = m != ReadyMode::kNone && m != ReadyMode::kExit && m != ReadyMode::kNotify;
   if (needs_arg && arg.empty()) {
     if (err) *err = "ready mode '" + std::string(mode) + "' needs an argument: '" + std::string(mode) +
-                    (m == ReadyMode::kFile ? ":<path>'" : ":<regex>'");
+                    (m == ReadyMode::kFile  ? ":<path>'"
+                     : m == ReadyMode::kLog ? ":<regex>'"
+                     : m == ReadyMode::kTcp ? ":<port>' or ':<ip>:<port>'"
+                                            : ":http://<ip>:<port>/<path>'");
     return false;
   }
   if (!needs_arg && has_arg) {
@@ -30,8 +33,19 @@ bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
       return false;
     }
   }
+  ProbeSpec probe = out->probe;
+  std::string perr;
+  if (m == ReadyMode::kTcp && !ParseTcpTarget(arg, &probe, &perr)) {
+    if (err) *err = "bad target in 'tcp:" + std::string(arg) + "': " + perr;
+    return false;
+  }
+  if (m == ReadyMode::kHttp && !ParseProbeUrl(arg, &probe, &perr)) {
+    if (err) *err = "bad URL in 'http:" + std::string(arg) + "': " + perr;
+    return false;
+  }
   out->mode = m;
   out->arg = std::string(arg);
+  if (out->probes()) out->probe = probe;
   return true;
 }
 
@@ -46,7 +60,7 @@ bool ParseReadyStream(std::string_view text, ReadySpec::Stream* out, std::string
 const char* ReadyModeName(ReadyMode m) { return NameIn(kReadyModeNames, m).data(); }
 
 std::string FormatReadySpec(const ReadySpec& spec) {
-  bool has_arg = spec.mode == ReadyMode::kFile || spec.mode == ReadyMode::kLog;
+  bool has_arg = spec.mode != ReadyMode::kNone && spec.mode != ReadyMode::kExit && spec.mode != ReadyMode::kNotify;
   return ReadyModeName(spec.mode) + (has_arg ? ":" + spec.arg : std::string());
 }
 
@@ -57,6 +71,8 @@ std::string DescribeNotReady(const ReadySpec& spec) {
     case ReadyMode::kNotify: return "notify: no READY=1 received";
     case ReadyMode::kFile: return "file: '" + spec.arg + "' does not exist";
     case ReadyMode::kLog: return "log: no output line matched '" + spec.arg + "'";
+    case ReadyMode::kTcp: return "tcp: no connect to " + spec.probe.Describe().substr(4) + " succeeded";
+    case ReadyMode::kHttp: return "http: GET " + spec.probe.url + " never answered with " + spec.probe.statuses.text();
   }
   return "?";
 }

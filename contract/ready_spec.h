@@ -1,5 +1,6 @@
 // How a payload says "I have finished compiling": the readiness modes of a
-// role (`ready = "notify"`, "log:<regex>", "file:<path>", "exit", "none").
+// role (`ready = "notify"`, "log:<regex>", "file:<path>", "exit", "none",
+// "tcp:<port>", "http:<url>").
 #pragma once
 
 #include <regex.h>
@@ -10,6 +11,7 @@
 
 #include "common/duration.h"
 #include "contract/enum_names.h"
+#include "contract/probe_spec.h"
 
 namespace dflash {
 
@@ -19,14 +21,17 @@ enum class ReadyMode {
   kNotify,  ///< READY=1 on NOTIFY_SOCKET (the systemd protocol)
   kFile,    ///< a path appears
   kLog,     ///< a whole line of stdout/stderr matches a regex
+  kTcp,     ///< a TCP connect to the process's port succeeds (contract/probe_spec.h)
+  kHttp,    ///< GET <url> answers with a status in the set
 };
 
 /// The spellings of the modes (run.toml's ready.mode, --ready), written once.
 inline constexpr EnumName<ReadyMode> kReadyModeNames[] = {
     {ReadyMode::kNone, "none"}, {ReadyMode::kNotify, "notify"}, {ReadyMode::kLog, "log"},
-    {ReadyMode::kFile, "file"}, {ReadyMode::kExit, "exit"},
+    {ReadyMode::kFile, "file"}, {ReadyMode::kExit, "exit"},   {ReadyMode::kTcp, "tcp"},
+    {ReadyMode::kHttp, "http"},
 };
-/// "none", "exit", "notify", "file", "log".
+/// "none", "exit", "notify", "file", "log", "tcp", "http".
 const char* ReadyModeName(ReadyMode m);
 
 /// A readiness mode, its argument and its timeout.
@@ -39,6 +44,9 @@ struct ReadySpec {
   /// kLog: which output is matched (stdout unless asked: a traceback on
   /// stderr echoes source lines, pattern included).
   enum class Stream { kStdout, kStderr, kBoth } stream = Stream::kStdout;
+  /// kTcp, kHttp: what is probed, how often, how long a try may take.
+  ProbeSpec probe;
+  bool probes() const { return mode == ReadyMode::kTcp || mode == ReadyMode::kHttp; }
   bool Matches(int fd_index) const {  // 0: stdout, 1: stderr
     return stream == Stream::kBoth || (fd_index == 0) == (stream == Stream::kStdout);
   }
@@ -52,8 +60,10 @@ inline constexpr EnumName<ReadySpec::Stream> kReadyStreamNames[] = {
 const char* ReadyStreamName(ReadySpec::Stream s);
 bool ParseReadyStream(std::string_view text, ReadySpec::Stream* out, std::string* err);
 
-/// "none", "exit", "notify", "file:<path>", "log:<regex>" -> spec (the
-/// timeout is left as it was). False with a reason in `err` otherwise.
+/// "none", "exit", "notify", "file:<path>", "log:<regex>", "tcp:<port>",
+/// "tcp:<ip>:<port>", "http:<http-url>" -> spec (the timeout and the probe's
+/// interval, per-try timeout and, for http, statuses ("2xx") are left as they
+/// were). False with a reason in `err` otherwise.
 bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err);
 
 /// The spelling ParseReadySpec reads back: "log:^compiled$".

@@ -35,9 +35,11 @@ TEST(ReadySpec, RejectsMistakes) {
 }
 
 TEST(ReadySpec, DescribesWhatIsMissing) {
-  ReadySpec s{ReadyMode::kNotify, "", Millis(0)};
+  ReadySpec s;
+  s.mode = ReadyMode::kNotify;
   EXPECT_EQ(DescribeNotReady(s), "notify: no READY=1 received");
-  s = {ReadyMode::kLog, "compiled", Millis(0)};
+  s.mode = ReadyMode::kLog;
+  s.arg = "compiled";
   EXPECT_EQ(DescribeNotReady(s), "log: no output line matched 'compiled'");
 }
 

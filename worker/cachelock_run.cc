@@ -68,6 +68,11 @@ int CachelockRunMain(int argc, char** argv) {
     Say(err);
     return exit_code::kUsage;
   }
+  if (o.ready.probes()) {  // the gated host has no prober: it would wait until its timeout
+    Say("--ready " + ready + ": tcp/http readiness is probed by dflash-launch's supervisor, not here; use notify "
+        "(dflash_launch.notify_ready() once the server listens), log or file");
+    return exit_code::kUsage;
+  }
   if (o.gate_timeout.count() <= 0) {
     Say("--timeout " + timeout + ": must be more than 0");
     return exit_code::kUsage;

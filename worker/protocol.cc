@@ -137,6 +137,11 @@ ArgvDecode DecodeWorkerArgv(const std::vector<std::string>& argv, WorkerArgs* ou
       !ParseDuration(progress, &a.progress_every, err) || !ParseDuration(idle_hint, &a.gate_idle_hint, err) ||
       !ParseReadyStream(stream, &a.ready.stream, err))
     return ArgvDecode::kUsage;
+  if (a.ready.probes()) {  // the payload host has no prober: it would wait until its timeout
+    *err = std::string(kReady) + " " + ready + ": tcp/http readiness is probed by dflash-launch's supervisor, "
+           "not by dflash-worker; use notify (dflash_launch.notify_ready() once the server listens), log or file";
+    return ArgvDecode::kUsage;
+  }
   *out = std::move(a);
   return ArgvDecode::kRun;
 }

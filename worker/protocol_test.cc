@@ -77,6 +77,9 @@ TEST(WorkerArgvTest, BadCommandLinesAreUsageErrorsThatSayWhy) {
   EXPECT_EQ(DecodeWorkerArgv({"w", "--ready", "sometimes", "--", "x"}, &out, &err), ArgvDecode::kUsage);
   EXPECT_NE(err.find("sometimes"), std::string::npos) << err;
   err.clear();
+  // The payload host does not probe: a tcp/http readiness would only wait for its timeout.
+  EXPECT_EQ(DecodeWorkerArgv({"w", "--ready", "tcp:8080", "--", "x"}, &out, &err), ArgvDecode::kUsage);
+  EXPECT_NE(err.find("probed by dflash-launch's supervisor, not by dflash-worker"), std::string::npos) << err;
   EXPECT_EQ(DecodeWorkerArgv({"w", "--ready-timeout", "soon", "--", "x"}, &out, &err), ArgvDecode::kUsage);
   EXPECT_FALSE(err.empty());
   err.clear();

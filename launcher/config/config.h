@@ -109,6 +109,13 @@ struct ModelSpec {
   std::vector<int64_t> HiddenShape() const;
 };
 
+/// role.liveness: a network probe of a RUNNING server; `failures` failed tries in a row: hung.
+struct LivenessSpec {
+  bool enabled = false;
+  ProbeSpec probe{ProbeKind::kTcp, "127.0.0.1", 0, "", "/", "", StatusSet(), Millis(5000), Millis(1000)};
+  int failures = 3;
+};
+
 struct RoleSpec {
   std::string name;
   SourcePos pos;                         // where the [[role]] begins
@@ -152,6 +159,7 @@ struct RoleSpec {
   /// after (`after`, and every service for a role that is not one), and its start phase.
   std::vector<size_t> starts_after;
   int phase = 0;
+  LivenessSpec liveness;
 
   /// Its processes publish hidden-state frames: spool = "produce", or a builtin target.
   bool ProducesFrames() const { return spool == "produce" || builtin == "target"; }

@@ -261,6 +261,63 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
   r.RejectUnknownKeys();
 }
 
+/// The keys of a tcp/http probe (role.ready and role.liveness): port and host,
+/// or url and status; interval and probe_timeout. `kind`: "tcp", "http", or
+/// anything else when the mode is not a probe (then each key given is an error).
+/// `what`: "ready" or "liveness", for the examples.
+void ReadProbeKeys(TableReader& r, const toml::node* n, const std::string& kind, const std::string& what,
+                   ProbeSpec* p) {
+  bool tcp = kind == "tcp", http = kind == "http";
+  SourcePos where = n ? PosOf(n->source()) : r.TablePos();
+  auto only = [&](const char* key, bool applies, const char* to, const char* hint) {
+    if (r.Has(key) && !applies)
+      r.Error(key, r.ValuePos(key), std::string(key) + " only applies to " + to, to, "mode = \"" + kind + "\"",
+              hint);
+  };
+  only("port", tcp, "mode = \"tcp\"", http ? "the port goes in the url: \"http://127.0.0.1:8080/health\"" : "set mode = \"tcp\" or remove port");
+  only("host", tcp, "mode = \"tcp\"", http ? "the address goes in the url" : "set mode = \"tcp\" or remove host");
+  only("url", http, "mode = \"http\"", "set mode = \"http\" or remove url");
+  only("status", http, "mode = \"http\"", "set mode = \"http\" or remove status");
+  only("interval", tcp || http, "mode = \"tcp\" or \"http\"", "remove interval: only a network probe is polled");
+  only("probe_timeout", tcp || http, "mode = \"tcp\" or \"http\"", "remove probe_timeout: only a network probe has one");
+  if (!tcp && !http) return;
+  r.Duration("interval", &p->interval);
+  r.Duration("probe_timeout", &p->timeout);
+  if (tcp) {
+    p->kind = ProbeKind::kTcp;
+    const toml::node* port = r.Get("port");
+    if (!port) {
+      r.Error("port", where, "mode = \"tcp\" needs a port", "a port number from 1 to 65535", "no port",
+              "e.g. " + what + " = { mode = \"tcp\", port = 8080 }");
+    } else if (port->is_string()) {
+      r.Error("port", r.ValuePos("port"), "not a port number", "a port number from 1 to 65535", DescribeNode(*port),
+              "write the number: port = 8080 (named ports are not supported yet)");
+    } else {
+      r.Int("port", &p->port, 1, 65535);
+    }
+    r.String("host", &p->host);
+    std::string err;
+    if (!NormaliseProbeHost(&p->host, &err))
+      r.Error("host", r.ValuePos("host"), "not an IP address", "an IPv4 or IPv6 literal, or \"localhost\"",
+              "\"" + p->host + "\"", err);
+    return;
+  }
+  std::string url, status, err;
+  r.String("url", &url);
+  if (!r.Has("url") || url.empty()) {
+    r.Error("url", r.Has("url") ? r.ValuePos("url") : where, "mode = \"http\" needs a url",
+            "\"http://ADDR[:PORT][/PATH]\"", r.Has("url") ? "\"\"" : "no url",
+            "e.g. " + what + " = { mode = \"http\", url = \"http://127.0.0.1:8080/health\" }");
+  } else if (!ParseProbeUrl(url, p, &err)) {
+    r.Error("url", r.ValuePos("url"), url.rfind("https://", 0) == 0 ? "https is not supported" : "not a probe URL",
+            "\"http://ADDR[:PORT][/PATH]\" (ADDR an IP literal, [v6] or localhost)", "\"" + url + "\"", err);
+  }
+  p->kind = ProbeKind::kHttp;
+  if (r.String("status", &status) && !p->statuses.Parse(status, &err))
+    r.Error("status", r.ValuePos("status"), "not a status set", "classes and codes like \"2xx\" or \"200,204\"",
+            "\"" + status + "\"", err);
+}
+
 void ReadReady(const toml::node* n, const std::string& prefix, ReadySpec* rs, std::vector<ConfigError>* errors,
                TableReader& role, bool* given) {
   static const toml::table empty;
@@ -316,6 +373,9 @@ void ReadReady(const toml::node* n, const std::string& prefix, ReadySpec* rs, st
     r.Error("pattern", r.ValuePos("pattern"), "pattern only applies to mode = \"log\"", "mode = \"log\"",
             "mode = \"" + mode + "\"", "set mode = \"log\" or remove pattern");
   }
+  ReadProbeKeys(r, n, mode, "ready", &rs->probe);
+  if (rs->mode == ReadyMode::kTcp) rs->arg = rs->probe.Describe().substr(4);  // "127.0.0.1:8080": `tcp:` + it reads back
+  if (rs->mode == ReadyMode::kHttp) rs->arg = rs->probe.url;
   if (rs->mode == ReadyMode::kFile) {
     if (!r.Has("path") || path.empty())
       r.Error("path", n ? PosOf(n->source()) : r.TablePos(), "mode = \"file\" needs a path", "a path string",
@@ -324,6 +384,26 @@ void ReadReady(const toml::node* n, const std::string& prefix, ReadySpec* rs, st
     r.Error("path", r.ValuePos("path"), "path only applies to mode = \"file\"", "mode = \"file\"",
             "mode = \"" + mode + "\"", "set mode = \"file\" or remove path");
   }
+  r.RejectUnknownKeys();
+}
+
+void ReadLiveness(const toml::node* n, const std::string& prefix, LivenessSpec* l, std::vector<ConfigError>* errors,
+                  TableReader& role) {
+  if (!n) return;
+  if (!n->is_table()) {
+    role.TypeError("liveness", *n);
+    return;
+  }
+  TableReader r(*n->as_table(), "role.liveness", prefix + ".liveness", errors);
+  std::string mode;
+  if (!r.Has("mode")) {
+    r.Error("mode", r.TablePos(), "liveness needs a mode", "\"tcp\" or \"http\"", "no mode",
+            "e.g. liveness = { mode = \"http\", url = \"http://127.0.0.1:8080/health\" }");
+  } else if (r.Enum("mode", &mode)) {
+    l->enabled = true;
+    ReadProbeKeys(r, n, mode, "liveness", &l->probe);
+  }
+  r.Int("failures", &l->failures, 1, 1000);
   r.RejectUnknownKeys();
 }
 
@@ -625,6 +705,12 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
             "ready = \"notify\", \"log\", \"file\" or \"exit\"", "\"none\"",
             "the gate is released when the leader is ready: ready = \"notify\" and call "
             "dflash_launch.notify_ready() after the first compiled step");
+  if (role->gate.enabled && role->ready.probes())
+    r.Error("ready", r.ValuePos("ready"), "a gated role cannot be probed for readiness",
+            "ready = \"notify\", \"log\", \"file\" or \"exit\" (with a gate)",
+            std::string("\"") + ReadyModeName(role->ready.mode) + "\"",
+            "the gate's leader is judged by dflash-worker, which does not probe: call "
+            "dflash_launch.notify_ready() once the server listens (ready = \"notify\"), or gate = false");
   ReadRestart(r.Get("restart"), name_for_path, &role->restart, errors, r);
   ReadStop(r.Get("stop"), name_for_path, &role->stop, errors, r);
   std::string world;
@@ -642,6 +728,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   }
   r.Bool("service", &role->service);
   if (r.Has("service")) role->service_pos = r.ValuePos("service");
+  ReadLiveness(r.Get("liveness"), name_for_path, &role->liveness, errors, r);
   r.RejectUnknownKeys();
 }
 

@@ -13,7 +13,7 @@ namespace {
 
 TEST(EnumNamesTest, EveryEnumHasOneNamePerValueAndReadsBack) {
   ExpectOneNameEachAndRoundTrip(kReadyModeNames, {ReadyMode::kNone, ReadyMode::kExit, ReadyMode::kNotify,
-                                                  ReadyMode::kFile, ReadyMode::kLog});
+                                                  ReadyMode::kFile, ReadyMode::kLog, ReadyMode::kTcp, ReadyMode::kHttp});
   ExpectOneNameEachAndRoundTrip(kReadyStreamNames, {ReadySpec::Stream::kStdout, ReadySpec::Stream::kStderr,
                                                     ReadySpec::Stream::kBoth});
   ExpectOneNameEachAndRoundTrip(kGateModeNames, {GateMode::kAuto, GateMode::kWarmup, GateMode::kSerial});

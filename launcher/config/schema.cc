@@ -206,6 +206,11 @@ std::vector<SectionSpec> MakeSchema() {
             "Sent to a hung process (to its payload, under dflash-worker). SIGABRT makes Python's faulthandler "
             "(PYTHONFAULTHANDLER=1 is set for watched processes) print every thread's stack to stderr.",
             "\"SIGUSR1\""},
+           {"liveness", K::kLiveness, "<none>",
+            "A network probe of a RUNNING server (see role.liveness): `failures` failed tries in a row and it is "
+            "hung, handled as the watchdog's hung verdict (watchdog_signal, SIGKILL after the stop grace, a "
+            "failure judged by restart).",
+            "{ mode = \"http\", url = \"http://127.0.0.1:8080/health\", interval = \"2s\", failures = 3 }"},
        }},
       {"role.gate", "The compile gate of a role (`gate = true` takes every default).",
        {
@@ -250,7 +255,8 @@ std::vector<SectionSpec> MakeSchema() {
        {
            {"mode", K::kEnum, NameIn(kReadyModeNames, ReadySpec{}.mode),
             "none: ready at start; notify: READY=1 on NOTIFY_SOCKET (systemd protocol); log: a line of "
-            "output matches `pattern`; file: `path` exists; exit: the process exited 0.",
+            "output matches `pattern`; file: `path` exists; exit: the process exited 0; tcp: a TCP connect to "
+            "`port` succeeds; http: a GET of `url` answers with a status in `status`.",
             "\"notify\"", NamesIn(kReadyModeNames)},
            {"pattern", K::kString, "", "mode = \"log\": POSIX extended regex matched against each line.",
             "\"compiled in [0-9.]+s\""},
@@ -260,7 +266,38 @@ std::vector<SectionSpec> MakeSchema() {
             "\"both\"", NamesIn(kReadyStreamNames)},
            {"path", K::kPath, "", "mode = \"file\": the file whose appearance means ready.",
             "\"/tmp/ready\""},
+           {"port", K::kInt, "",
+            "mode = \"tcp\": the port (1-65535) a TCP connect must reach; ready once one succeeds.", "8080"},
+           {"host", K::kString, "127.0.0.1",
+            "mode = \"tcp\": the address to connect to: an IP literal (no host names: DNS could stall the "
+            "supervisor), or \"localhost\".",
+            "\"::1\""},
+           {"url", K::kString, "",
+            "mode = \"http\": http://ADDR[:PORT][/PATH] (ADDR an IP literal, [v6] or localhost; port 80 if "
+            "none). Ready once a GET answers with a status in `status`. Only http://, not https.",
+            "\"http://127.0.0.1:8080/health\""},
+           {"status", K::kString, "2xx",
+            "mode = \"http\": the statuses that count: classes and codes, comma-separated.", "\"200,204\""},
+           {"interval", K::kDuration, "500ms",
+            "mode = \"tcp\"/\"http\": the pause between the end of one try and the next.", "\"1s\""},
+           {"probe_timeout", K::kDuration, "1s",
+            "mode = \"tcp\"/\"http\": the most one try (connect, request, status line) may take.", "\"2s\""},
            {"timeout", K::kDuration, "30m", "Not ready by then: the process fails (exit 75).", "\"20m\""},
+       }},
+      {"role.liveness", "A network probe of a RUNNING server: the watchdog's evidence, for a server that "
+                        "cannot send WATCHDOG=1. The probe starts once the process is ready.",
+       {
+           {"mode", K::kEnum, "", "tcp: a TCP connect succeeds; http: a GET answers with a status in `status`.",
+            "\"http\"", {"tcp", "http"}, true},
+           {"port", K::kInt, "", "mode = \"tcp\": the port.", "8080"},
+           {"host", K::kString, "127.0.0.1", "mode = \"tcp\": the address (an IP literal or \"localhost\").",
+            "\"127.0.0.1\""},
+           {"url", K::kString, "", "mode = \"http\": the URL, as for ready.url.",
+            "\"http://127.0.0.1:8080/health\""},
+           {"status", K::kString, "2xx", "mode = \"http\": the statuses that count as alive.", "\"200\""},
+           {"interval", K::kDuration, "5s", "The pause between tries.", "\"2s\""},
+           {"probe_timeout", K::kDuration, "1s", "The most one try may take.", "\"2s\""},
+           {"failures", K::kInt, "3", "Failed tries in a row that make it hung.", "3"},
        }},
       {"role.restart", "What happens when a process of the role fails.",
        {
@@ -329,7 +366,8 @@ std::string DescribeType(const KeySpec& k) {
     case KeyType::kGate: return "true, false, or a table like " + std::string(k.example);
     case KeyType::kReady: return "a mode string or a table like { mode = \"log\", pattern = \"...\" }";
     case KeyType::kRestart:
-    case KeyType::kStop: return "a table like " + std::string(k.example);
+    case KeyType::kStop:
+    case KeyType::kLiveness: return "a table like " + std::string(k.example);
   }
   return "?";
 }

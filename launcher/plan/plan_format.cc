@@ -63,10 +63,21 @@ std::string DescribeRestart(const RestartSpec& r) {
   return s + ")";
 }
 
+/// A tcp/http probe for the check JSON (null when there is none).
+static ojson ProbeJson(bool on, const ProbeSpec& p) {
+  if (!on) return ojson();
+  return {{"kind", p.kind == ProbeKind::kTcp ? "tcp" : "http"}, {"host", p.host}, {"port", p.port},
+          {"url", p.kind == ProbeKind::kHttp ? ojson(p.url) : ojson()},
+          {"status", p.kind == ProbeKind::kHttp ? ojson(p.statuses.text()) : ojson()},
+          {"interval_ms", p.interval.count()}, {"probe_timeout_ms", p.timeout.count()}};
+}
+
 std::string DescribeReady(const ReadySpec& r) {
   std::string s = ReadyModeName(r.mode);
   if (r.mode == ReadyMode::kLog) s += " /" + r.arg + "/";
   if (r.mode == ReadyMode::kFile) s += " " + r.arg;
+  if (r.probes()) s += " " + r.probe.Describe().substr(r.mode == ReadyMode::kTcp ? 4 : 0) + " every " +
+                       FormatDuration(r.probe.interval);
   if (r.mode != ReadyMode::kNone) s += " (timeout " + FormatDuration(r.timeout) + ")";
   return s;
 }
@@ -190,6 +201,10 @@ std::string PlanText(const Plan& plan) {
     if (r.watchdog.count() > 0)
       o += "  " + Pad("", 10) + "watchdog " + FormatDuration(r.watchdog) + ", then " + SignalName(r.watchdog_signal) +
            " (hung: no WATCHDOG=1, or no output/STATUS= from one that never sent it)\n";
+    if (r.liveness.enabled)
+      o += "  " + Pad("", 10) + "liveness " + r.liveness.probe.Describe() + " every " +
+           FormatDuration(r.liveness.probe.interval) + ", hung after " + std::to_string(r.liveness.failures) +
+           " failed tries, then " + SignalName(r.watchdog_signal) + "\n";
     if (r.gate.enabled) o += "  " + Pad("", 10) + "torch    " + plan.role_torch_version[i] + " (in the gate key)\n";
     if (r.gate.enabled && !plan.role_gpu_identity[i].empty())
       o += "  " + Pad("", 10) + "gpu      " + plan.role_gpu_identity[i] + " (in the gate key, READY and exports)\n";
@@ -344,7 +359,11 @@ std::string PlanJson(const Plan& plan) {
         {"ready", {{"mode", ReadyModeName(r.ready.mode)},
                    {"pattern", r.ready.mode == ReadyMode::kLog ? ojson(r.ready.arg) : ojson()},
                    {"path", r.ready.mode == ReadyMode::kFile ? ojson(r.ready.arg) : ojson()},
+                   {"probe", ProbeJson(r.ready.probes(), r.ready.probe)},
                    {"timeout_ms", r.ready.timeout.count()}}},
+        {"liveness", r.liveness.enabled ? ojson({{"probe", ProbeJson(true, r.liveness.probe)},
+                                                 {"failures", r.liveness.failures}})
+                                        : ojson()},
         {"restart", {{"policy", RestartPolicyName(r.restart.policy)}, {"scope", RestartScopeName(r.restart.scope)},
                      {"max", r.restart.max}, {"window_ms", r.restart.window.count()},
                      {"backoff_min_ms", r.restart.backoff_min.count()}, {"backoff_max_ms", r.restart.backoff_max.count()},

@@ -145,8 +145,8 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
   // Gated and log-watched processes are judged by what they say when they say
   // it: Python's block-buffered stdout on a pipe would hold a READY line back.
   if (!p.gate_key.empty() || role.ready.mode == ReadyMode::kLog) set_default(env::kPythonUnbuffered, "1");
-  // A watched Python payload dumps its stacks when its watchdog signal comes.
-  if (role.watchdog.count() > 0) set_default(env::kPythonFaultHandler, "1");
+  // A watched Python payload dumps its stacks when its watchdog signal comes (a liveness probe's hang too).
+  if (role.watchdog.count() > 0 || role.liveness.enabled) set_default(env::kPythonFaultHandler, "1");
   // torchrun's default: processes sharing a host would each start one OpenMP thread per core.
   if (default_omp_threads) set_default(env::kOmpNumThreads, "1");
   // devices = [3] means what nvidia-smi and NVML call GPU 3 (CUDA's default order is fastest first).

@@ -27,6 +27,7 @@
 #include "launcher/console/log_router.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/pid_claim.h"
+#include "launcher/supervise/probe_runner.h"
 #include "launcher/supervise/supervisor_core.h"
 #include "launcher/supervise/supervisor_summary.h"
 #include "worker/protocol.h"
@@ -34,7 +35,7 @@
 namespace dflash {
 namespace {
 
-constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3, kTagExec = 4, kTagWatch = 5;
+constexpr uint64_t kTagSignal = 1, kTagNotify = 2, kTagStream = 3, kTagExec = 4, kTagWatch = 5, kTagProbe = 6;
 uint64_t Tag(uint64_t kind, uint64_t id) { return kind << 32 | id; }
 
 LogRouter::Options RouterOptions(const Plan& plan) {
@@ -65,6 +66,7 @@ struct Supervisor::Impl : public ControlHandler {
       if (console_) console_->StatusText(name, text);
     };
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+    probes_ = std::make_unique<ProbeRunner>(epoll_.get(), Tag(kTagProbe, 0));
     core_.status_base.run_id = plan_.run_id;
     core_.status_base.run_dir = plan_.run_dir;
     core_.status_base.supervisor_pid = static_cast<int>(::getpid());
@@ -107,6 +109,9 @@ struct Supervisor::Impl : public ControlHandler {
   /// The epoll timeout from `now`; `asked`: the wake-up it stands for.
   int NextTimeoutMs(SteadyTime now, SteadyTime* asked) const;
   void Dispatch(const epoll_event* events, int n);
+  /// Tries that ended go to the core -- after any exit already waiting is
+  /// reaped, so an answer that came after its process died never counts.
+  void DeliverProbes();
   void TakeQueued(epoll_event* events);
   void Info(const std::string& text) {
     if (log_) log_->info(text);
@@ -127,6 +132,7 @@ struct Supervisor::Impl : public ControlHandler {
   NotifyListener notify_;
   UniqueFd epoll_;
   UniqueFd events_file_;  // <run_dir>/events.jsonl
+  std::unique_ptr<ProbeRunner> probes_;  // ready = tcp/http, liveness (after epoll_)
   std::vector<Os> os_;
   std::vector<int> stream_owner_;  // stream id -> proc index
   std::vector<std::function<void()>> watches_;
@@ -181,6 +187,9 @@ void Supervisor::Impl::Execute(const CoreAction& a) {
       break;
     case K::kRoundStopped:
       if (options_.on_round_stopped) options_.on_round_stopped(static_cast<int>(a.index));
+      break;
+    case K::kProbe:
+      if (a.probe) probes_->Start(a.index, a.seq, *a.probe, std::chrono::steady_clock::now());
       break;
   }
 }
@@ -369,6 +378,8 @@ int Supervisor::Impl::Run() {
       break;
     }
     Dispatch(events, std::max(n, 0));
+    probes_->Expire(std::chrono::steady_clock::now());
+    DeliverProbes();
     // Before a deadline is judged, what is already queued is taken: the pings
     // and READY=1 a payload sent while we were not looking count.
     if (core_.NextDeadline() <= std::chrono::steady_clock::now()) TakeQueued(events);
@@ -415,6 +426,9 @@ void Supervisor::Impl::Dispatch(const epoll_event* events, int n) {
       size_t owner = static_cast<size_t>(stream_owner_[id]);
       if (!router_.OnReadable(sid)) CloseStream(sid);
       core_.OnOutput(owner);
+    } else if (kind == kTagProbe) {
+      probes_->OnReady(static_cast<uint32_t>(id));
+      DeliverProbes();
     } else if (kind == kTagWatch) {
       if (id < watches_.size() && watches_[id]) {
         auto cb = watches_[id];  // it may remove itself
@@ -422,6 +436,15 @@ void Supervisor::Impl::Dispatch(const epoll_event* events, int n) {
       }
     }
     Drain();
+  }
+}
+
+void Supervisor::Impl::DeliverProbes() {
+  if (!probes_->HasDone()) return;
+  Reap();
+  for (const ProbeRunner::Result& r : probes_->TakeDone()) {
+    core_.OnProbeResult(r.index, r.seq, r.answered, r.detail);
+    Drain();  // a try that ended at once (a refusal) may be followed by the next
   }
 }
 
@@ -442,6 +465,7 @@ int Supervisor::Impl::NextTimeoutMs(SteadyTime now, SteadyTime* asked) const {
   SteadyTime next = core_.NextWake(now);
   // The live view is refreshed at least once a second while someone shows it.
   if (console_) next = std::min(next, last_status_ + kStatusPeriod);
+  next = std::min(next, probes_->NextDeadline());
   *asked = next;
   if (next == SteadyTime::max()) return -1;
   if (next <= now) return 0;

@@ -235,7 +235,10 @@ void SupervisorCore::Spawn(size_t i) {
   if (!pp.warmup && !pp.gate_key.empty() && role.warmup_gated())
     // No gate of its own: it starts after the warm-up, on the cache that one filled.
     p.gate = {{"key", pp.gate_key}, {"mode", "warmup"}, {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
-  p.kill_at = p.watchdog_at = SteadyTime::max();
+  p.kill_at = p.watchdog_at = p.probe_at = SteadyTime::max();
+  p.probe_out = false;
+  p.probe_failures = 0;
+  p.hung_why.clear();
   // No worker in between: readiness is judged here, by the worker's rules (contract/readiness.h).
   p.readiness.reset();
   if (p.direct) p.readiness.emplace(role.ready);
@@ -300,6 +303,50 @@ void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
   }
   // No worker in between and ready = none: running as soon as it runs.
   if (p.readiness && p.readiness->OnExec(p.started)) MarkReady(i, "started");
+  // ready = tcp/http: the first try at once (a refusal costs microseconds), then every interval.
+  if (p.readiness && p.readiness->WantsProbe()) p.probe_at = clock_();
+}
+
+const ProbeSpec* SupervisorCore::ActiveProbe(size_t i) const {
+  const CoreProc& p = procs_[i];
+  if (!p.alive() || stopping_ || p.intent != EndIntent::kNone) return nullptr;
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  if (p.state == ProcState::kStarting && p.readiness && p.readiness->WantsProbe()) return &role.ready.probe;
+  if (p.state == ProcState::kRunning && role.liveness.enabled) return &role.liveness.probe;
+  return nullptr;
+}
+
+void SupervisorCore::OnProbeResult(size_t i, uint64_t seq, bool answered, const std::string& detail) {
+  CoreProc& p = procs_[i];
+  if (!p.probe_out || seq != p.probe_seq) return;  // an earlier try's, or an earlier attempt's
+  p.probe_out = false;
+  const ProbeSpec* probe = ActiveProbe(i);
+  if (!probe) return;  // it died, is stopping, or changed state meanwhile: nothing to judge
+  SteadyTime now = clock_();
+  p.probe_at = now + probe->interval;
+  if (p.state == ProcState::kStarting) {
+    if (!p.readiness->OnProbe(answered, detail)) return;
+    AttemptRecord& rec = p.current();
+    rec.ready_s = std::chrono::duration<double>(now - p.started).count();
+    p.probe_at = SteadyTime::max();
+    MarkReady(i, "ready after " + FormatSeconds(rec.ready_s) + " (" + probe->Describe() + ": " + detail + ")");
+    return;
+  }
+  const LivenessSpec& l = plan_.RoleOf(*p.plan).liveness;
+  if (answered) {
+    if (p.probe_failures > 0) Info(p.plan->name + " liveness: " + detail + " again");
+    p.probe_failures = 0;
+    return;
+  }
+  ++p.probe_failures;
+  if (p.probe_failures < l.failures) {
+    Info(p.plan->name + " liveness: " + probe->Describe() + ": " + detail + " (" + std::to_string(p.probe_failures) +
+         " of " + std::to_string(l.failures) + " failed tries)");
+    return;
+  }
+  p.probe_at = SteadyTime::max();
+  Hang(i, "liveness: " + std::to_string(p.probe_failures) + " failed tries in a row of " + probe->Describe() +
+              " (last: " + detail + ")");
 }
 
 void SupervisorCore::MarkReady(size_t i, const std::string& why) {
@@ -307,6 +354,11 @@ void SupervisorCore::MarkReady(size_t i, const std::string& why) {
   if (p.state != ProcState::kStarting) return;
   SetState(i, ProcState::kRunning, why);
   ArmWatchdog(i);
+  if (const LivenessSpec& l = plan_.RoleOf(*p.plan).liveness; l.enabled) {
+    p.probe_out = false;  // a ready try still out is not liveness evidence
+    p.probe_failures = 0;
+    p.probe_at = clock_() + l.probe.interval;
+  }
   StartReleased();  // what starts after its role may be free to go
   bool all = std::all_of(procs_.begin(), procs_.end(), [](const CoreProc& q) {
     return q.state == ProcState::kRunning || q.state == ProcState::kExited;
@@ -485,11 +537,12 @@ void SupervisorCore::StopProc(size_t i, EndIntent intent, const std::string& why
            why + "; " + SignalName(role.stop.signal) + ", SIGKILL after " + FormatDuration(role.stop.grace));
 }
 
-void SupervisorCore::Hang(size_t i) {
+void SupervisorCore::Hang(size_t i, const std::string& why) {
   CoreProc& p = procs_[i];
   const RoleSpec& role = plan_.RoleOf(*p.plan);
   p.intent = EndIntent::kHung;
-  p.watchdog_at = SteadyTime::max();
+  p.hung_why = why;
+  p.watchdog_at = p.probe_at = SteadyTime::max();
   p.kill_at = clock_() + role.stop.grace;
   NoteFailure(i);
   CoreAction a;
@@ -499,8 +552,7 @@ void SupervisorCore::Hang(size_t i) {
   a.payload = true;  // the payload itself: its faulthandler dumps its stacks
   actions_.push_back(std::move(a));
   SetState(i, ProcState::kStopping,
-           std::string("hung: no ") + (p.watchdog_pings ? "WATCHDOG=1" : "output or STATUS=") + " for " +
-               FormatDuration(role.watchdog) + "; " + SignalName(role.watchdog_signal) + ", SIGKILL after " +
+           "hung: " + why + "; " + SignalName(role.watchdog_signal) + ", SIGKILL after " +
                FormatDuration(role.stop.grace));
 }
 
@@ -555,7 +607,21 @@ void SupervisorCore::OnTick() {
       NoteFailure(i);
       Fail(i, "(pid " + std::to_string(p.pid) + ") " + p.readiness->TimeoutText(), false);
     }
-    if (p.state == ProcState::kRunning && p.alive() && now >= p.watchdog_at && !stopping_) Hang(i);
+    if (p.state == ProcState::kRunning && p.alive() && now >= p.watchdog_at && !stopping_)
+      Hang(i, std::string("no ") + (p.watchdog_pings ? "WATCHDOG=1" : "output or STATUS=") + " for " +
+                  FormatDuration(plan_.RoleOf(*p.plan).watchdog));
+    if (!p.probe_out && now >= p.probe_at) {
+      if (const ProbeSpec* probe = ActiveProbe(i)) {
+        p.probe_out = true;
+        p.probe_at = SteadyTime::max();
+        CoreAction a;
+        a.kind = CoreAction::Kind::kProbe;
+        a.index = i;
+        a.probe = probe;
+        a.seq = ++p.probe_seq;
+        actions_.push_back(std::move(a));
+      }
+    }
   }
 }
 
@@ -576,6 +642,7 @@ bool SupervisorCore::Timing() const {
     if (p.state == ProcState::kStopping && p.kill_at != SteadyTime::max()) return true;
     if (p.state == ProcState::kStarting && p.readiness && p.readiness->deadline()) return true;
     if (p.state == ProcState::kRunning && p.watchdog_at != SteadyTime::max()) return true;
+    if (p.state == ProcState::kRunning && plan_.RoleOf(*p.plan).liveness.enabled) return true;
   }
   return false;
 }
@@ -595,6 +662,11 @@ void SupervisorCore::OnPaused(SteadyTime::duration lost) {
     // whole-run pause) or its pings are queued, it gets a full interval from
     // now. A payload that is really hung is still caught, one interval later.
     if (p.state == ProcState::kRunning && p.watchdog_at != SteadyTime::max()) ArmWatchdog(static_cast<size_t>(&p - procs_.data()));
+    // Liveness, like the watchdog: tries that failed while the run was frozen prove nothing.
+    if (p.state == ProcState::kRunning && plan_.RoleOf(*p.plan).liveness.enabled) {
+      p.probe_failures = 0;
+      if (!p.probe_out) p.probe_at = clock_() + plan_.RoleOf(*p.plan).liveness.probe.interval;
+    }
   }
   Warn("the supervisor did not run for " + FormatSeconds(s) +
        " (stopped, frozen or starved): readiness and stop grace postponed by that, watchdogs re-armed; "
@@ -625,6 +697,9 @@ SteadyTime SupervisorCore::NextDeadline() const {
     if (p.state == ProcState::kStarting && p.alive() && p.readiness && p.readiness->deadline())
       next = std::min(next, *p.readiness->deadline());
     if (p.state == ProcState::kRunning && p.alive()) next = std::min(next, p.watchdog_at);
+    if (p.alive() && !p.probe_out && p.probe_at != SteadyTime::max() &&
+        ActiveProbe(static_cast<size_t>(&p - procs_.data())))
+      next = std::min(next, p.probe_at);
   }
   return next;
 }

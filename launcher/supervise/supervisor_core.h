@@ -94,6 +94,12 @@ struct CoreProc {
   std::optional<Readiness> readiness;  ///< direct processes only: their readiness, judged here
   SteadyTime watchdog_at = SteadyTime::max(); ///< RUNNING with a watchdog: hung then
   bool watchdog_pings = false;                ///< it sent WATCHDOG=1 this attempt
+  // Network probes (contract/probe_spec.h): ready = tcp/http while STARTING, liveness while RUNNING.
+  SteadyTime probe_at = SteadyTime::max();  ///< the next try then (none out)
+  uint64_t probe_seq = 0;                   ///< the try out, if probe_out: its answer must carry this
+  bool probe_out = false;                   ///< a kProbe was sent, OnProbeResult not yet
+  int probe_failures = 0;                   ///< liveness: failed tries in a row
+  std::string hung_why;                     ///< why it was judged hung: "no WATCHDOG=1 for 5m", "liveness: ..."
   int64_t memory_peak = -1;
   std::vector<AttemptRecord> attempts;
 
@@ -118,6 +124,7 @@ struct CoreAction {
     kCheckReuse,     ///< proc `index` reused a gate and is ready: did it hit the cache?
     kRoundRequest,   ///< nodes: ask every node for the round after round `index` (`text`: why)
     kRoundStopped,   ///< nodes: every process here has stopped for round `index`
+    kProbe,          ///< one try of `probe` for proc `index`; answer OnProbeResult with `seq`
   };
   Kind kind = Kind::kLog;
   size_t index = 0;
@@ -126,6 +133,8 @@ struct CoreAction {
   bool warn = false;
   std::string text;
   nlohmann::json event;
+  const ProbeSpec* probe = nullptr;  ///< kProbe: what to try (the plan's, lives as long as the run)
+  uint64_t seq = 0;                  ///< kProbe: handed back with the answer
 };
 
 class SupervisorCore final : public ControlHandler {
@@ -148,6 +157,11 @@ class SupervisorCore final : public ControlHandler {
   /// Reaped; `error_message` is its TORCHELASTIC_ERROR_FILE's message, if any.
   void OnExit(size_t i, const ExitStatus& st, const std::string& error_message);
   void OnReport(size_t i, const NotifyFields& report);
+  /// A try of kProbe `seq` for proc `i` ended: `answered` and what it saw, as
+  /// contract/probe_spec.h JudgeProbe says. A stale answer (an earlier try, an
+  /// attempt that ended) is dropped; the shell settles a dead process's exit
+  /// first, so an answer that came after the process died never counts.
+  void OnProbeResult(size_t i, uint64_t seq, bool answered, const std::string& detail);
   /// It wrote output: progress for a watchdog that has no WATCHDOG=1 pings.
   void OnOutput(size_t i);
   /// SIGINT/SIGTERM/SIGHUP stop the run (twice: kill at once); others are forwarded.
@@ -255,8 +269,10 @@ class SupervisorCore final : public ControlHandler {
   void MarkReady(size_t i, const std::string& why);
   void OnWarmupExit(size_t i, const std::string& how);
   void ScheduleRestart(size_t i, SteadyTime at, const std::string& why);
-  void Hang(size_t i);
+  void Hang(size_t i, const std::string& why);
   void ArmWatchdog(size_t i);
+  /// The probe proc `i` runs now (ready while STARTING, liveness while RUNNING), or nullptr.
+  const ProbeSpec* ActiveProbe(size_t i) const;
   void NoteFailure(size_t i);
   void MaybeCloseIncident();
   bool HeldForWarmup(size_t i) const;

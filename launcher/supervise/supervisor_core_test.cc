@@ -139,6 +139,24 @@ class Harness {
     Pump();
   }
   SteadyTime now() const { return now_; }
+  /// The probe tries asked for `name` since the last call (their seq), taken.
+  std::vector<uint64_t> TakeProbes(const std::string& name) {
+    std::vector<uint64_t> out;
+    size_t i = Index(name);
+    for (auto it = actions_.begin(); it != actions_.end();) {
+      if (it->kind == CoreAction::Kind::kProbe && it->index == i) {
+        out.push_back(it->seq);
+        it = actions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
+  void Probed(const std::string& name, uint64_t seq, bool answered, const std::string& detail) {
+    core_->OnProbeResult(Index(name), seq, answered, detail);
+    Pump();
+  }
   bool spawn_fails_ = false;
   /// Spawns whose exec outcome comes later (ExecResult), as the shell reports a direct payload's.
   bool exec_pending_ = false;
@@ -1103,6 +1121,138 @@ TEST(SupervisorCoreStack, CtlStartOfAStoppedDependentWaitsForItsDependency) {
   EXPECT_EQ(h.State("drafter:0"), "WAITING");
   Ready(h, "target:0");
   EXPECT_EQ(h.Spawns("drafter:0"), 1);
+}
+
+}  // namespace
+}  // namespace dflash
+
+namespace dflash {
+namespace {
+
+// --- network probes: ready = tcp/http, liveness ---
+
+const char* kHttpReady =
+    "ready = { mode = \"http\", url = \"http://127.0.0.1:8080/health\", interval = \"500ms\", timeout = \"10s\" }";
+
+TEST(SupervisorCoreProbe, ReadyOnlyAfterAnAnswerInTheSetTriedEveryInterval) {
+  Harness h(Role("s", 1, kHttpReady));
+  h.Start();
+  h.Advance(Millis(0));
+  std::vector<uint64_t> tries = h.TakeProbes("s:0");
+  ASSERT_EQ(tries.size(), 1u) << "the first try at once";
+  h.Advance(Millis(2000));
+  EXPECT_TRUE(h.TakeProbes("s:0").empty()) << "one try at a time";
+  h.Probed("s:0", tries[0], false, "HTTP 503 (wanted 2xx)");
+  EXPECT_EQ(h.State("s:0"), "STARTING");
+  h.Advance(Millis(499));
+  EXPECT_TRUE(h.TakeProbes("s:0").empty()) << "the next try after the interval";
+  EXPECT_EQ(h.core().NextDeadline(), h.now() + Millis(1));
+  h.Advance(Millis(1));
+  tries = h.TakeProbes("s:0");
+  ASSERT_EQ(tries.size(), 1u);
+  h.Probed("s:0", tries[0] - 1, true, "HTTP 200");  // an earlier try's late answer
+  EXPECT_EQ(h.State("s:0"), "STARTING");
+  h.Probed("s:0", tries[0], true, "HTTP 200");
+  EXPECT_EQ(h.State("s:0"), "RUNNING");
+  EXPECT_GT(h.Proc("s:0").attempts[0].ready_s, 0);
+  bool said = false;
+  for (const nlohmann::json& e : h.Events())
+    if (e.value("to", "") == "RUNNING" && e.value("reason", "").find("HTTP 200") != std::string::npos) said = true;
+  EXPECT_TRUE(said) << "the RUNNING event says what answered";
+  h.Advance(Millis(5000));
+  EXPECT_TRUE(h.TakeProbes("s:0").empty()) << "no liveness: no more tries once ready";
+}
+
+TEST(SupervisorCoreProbe, NotAnsweredInTimeFailsWithTheLastTry) {
+  Harness h(Role("s", 1, kHttpReady));
+  h.Start();
+  for (int k = 0; k < 40 && h.State("s:0") == "STARTING"; ++k) {
+    h.Advance(Millis(250));
+    for (uint64_t t : h.TakeProbes("s:0")) h.Probed("s:0", t, false, "connection refused");
+  }
+  EXPECT_EQ(h.State("s:0"), "STOPPING");
+  EXPECT_TRUE(h.Proc("s:0").attempts[0].ready_timeout);
+  EXPECT_NE(h.core().stop_reason().find("never answered with 2xx; last try: connection refused"), std::string::npos)
+      << h.core().stop_reason();
+}
+
+TEST(SupervisorCoreProbe, AnAnswerAfterTheProcessDiedDoesNotCount) {
+  Harness h(Role("s", 1, std::string(kHttpReady) + "\n" + kOnFailure3));
+  h.Start();
+  h.Advance(Millis(0));
+  std::vector<uint64_t> tries = h.TakeProbes("s:0");
+  ASSERT_EQ(tries.size(), 1u);
+  h.Probed("s:0", tries[0], false, "connection refused");
+  h.Advance(Millis(500));
+  tries = h.TakeProbes("s:0");
+  ASSERT_EQ(tries.size(), 1u);
+  h.Exit("s:0", 1);  // it died while the try was out
+  h.Probed("s:0", tries[0], true, "HTTP 200");
+  EXPECT_EQ(h.State("s:0"), "BACKOFF");
+  const AttemptRecord& a = h.Proc("s:0").attempts[0];
+  EXPECT_EQ(a.ready_s, 0);
+  EXPECT_NE(a.reason.find("exited with code 1 before it was ready (ready = http: GET "
+                          "http://127.0.0.1:8080/health never answered with 2xx; last try: connection refused)"),
+            std::string::npos)
+      << a.reason;
+  h.Advance(Millis(1000));  // restarted per policy: its tries start again
+  EXPECT_EQ(h.Spawns("s:0"), 2);
+  h.Advance(Millis(0));
+  tries = h.TakeProbes("s:0");
+  ASSERT_EQ(tries.size(), 1u);
+  h.Probed("s:0", tries[0], true, "HTTP 200");
+  EXPECT_EQ(h.State("s:0"), "RUNNING");
+}
+
+TEST(SupervisorCoreProbe, LivenessFailuresInARowAreAHangHandledAsTheWatchdogs) {
+  Harness h(Role("s", 1, std::string("liveness = { mode = \"tcp\", port = 8080, interval = \"1s\", failures = 3 }\n") +
+                             kOnFailure3));
+  h.Start();
+  ASSERT_EQ(h.State("s:0"), "RUNNING");  // ready = none
+  auto fail_once = [&](const char* what) {
+    h.Advance(Millis(1000));
+    std::vector<uint64_t> t = h.TakeProbes("s:0");
+    ASSERT_EQ(t.size(), 1u);
+    h.Probed("s:0", t[0], false, what);
+  };
+  fail_once("connection refused");
+  fail_once("connection refused");
+  h.Advance(Millis(1000));
+  std::vector<uint64_t> t = h.TakeProbes("s:0");
+  ASSERT_EQ(t.size(), 1u);
+  h.Probed("s:0", t[0], true, "connected");  // an answer: the count starts again
+  fail_once("no connect within 1s");
+  fail_once("no connect within 1s");
+  EXPECT_EQ(h.State("s:0"), "RUNNING");
+  EXPECT_TRUE(h.TakeSignals("s:0").empty());
+  fail_once("no connect within 1s");
+  EXPECT_EQ(h.State("s:0"), "STOPPING");
+  EXPECT_EQ(h.TakeSignals("s:0"), std::vector<int>{SIGABRT});
+  h.Advance(Millis(1000));
+  EXPECT_TRUE(h.TakeProbes("s:0").empty()) << "a hung process is not probed";
+  h.Killed("s:0", SIGABRT);
+  const AttemptRecord& a = h.Proc("s:0").attempts[0];
+  EXPECT_TRUE(a.hung);
+  EXPECT_EQ(a.outcome, "restarted");
+  EXPECT_NE(a.reason.find("hung: liveness: 3 failed tries in a row of tcp 127.0.0.1:8080 (last: no connect within 1s)"),
+            std::string::npos)
+      << a.reason;
+  EXPECT_EQ(h.State("s:0"), "BACKOFF");
+}
+
+TEST(SupervisorCoreProbe, LivenessTriesThatFailedWhileTheSupervisorWasStoppedDoNotCount) {
+  Harness h(Role("s", 1, "liveness = { mode = \"tcp\", port = 8080, interval = \"1s\", failures = 2 }"));
+  h.Start();
+  h.Advance(Millis(1000));
+  std::vector<uint64_t> t = h.TakeProbes("s:0");
+  ASSERT_EQ(t.size(), 1u);
+  h.Probed("s:0", t[0], false, "no connect within 1s");
+  h.Paused(Millis(60000));
+  h.Advance(Millis(1000));
+  t = h.TakeProbes("s:0");
+  ASSERT_EQ(t.size(), 1u);
+  h.Probed("s:0", t[0], false, "no connect within 1s");
+  EXPECT_EQ(h.State("s:0"), "RUNNING") << "the count began again after the pause";
 }
 
 }  // namespace

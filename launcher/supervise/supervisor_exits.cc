@@ -69,10 +69,16 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
     rec.start_failed = true;
   if (rec.start_failed && how.find("exit") == std::string::npos) how += " (exit " + std::to_string(rec.exit_code) + ")";
   if (p.intent == EndIntent::kHung) {
-    how = "hung: no " + std::string(p.watchdog_pings ? "WATCHDOG=1" : "output or STATUS=") + " for " +
-          FormatDuration(plan_.RoleOf(*p.plan).watchdog) + "; " + how;
+    how = "hung: " + p.hung_why + "; " + how;
     rec.hung = true;
   }
+  // Probed for readiness and never answered: the process died first, and the probe says what it never saw.
+  if (p.state == ProcState::kStarting && p.readiness && p.readiness->WantsProbe() && !rec.start_failed &&
+      p.intent == EndIntent::kNone)
+    how += " before it was ready (ready = " + DescribeNotReady(p.readiness->spec()) +
+           (p.readiness->last_probe().empty() ? "" : "; last try: " + p.readiness->last_probe()) + ")";
+  p.probe_out = false;
+  p.probe_at = SteadyTime::max();
   // Not ready in time: the timeout is why it failed, the stop signal only how it ended.
   if (rec.ready_timeout && !p.reason.empty()) how = p.reason + "; " + how;
   rec.reason = how;

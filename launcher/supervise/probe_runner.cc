@@ -1,0 +1,84 @@
+#include "launcher/supervise/probe_runner.h"
+
+#include <sys/epoll.h>
+
+namespace dflash {
+
+ProbeRunner::~ProbeRunner() {
+  for (auto& [id, t] : tries_)
+    if (t->probe.fd() >= 0) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, t->probe.fd(), nullptr);
+}
+
+void ProbeRunner::Start(size_t index, uint64_t seq, const ProbeSpec& spec, SteadyTime now) {
+  uint32_t id = next_id_++;
+  auto t = std::make_unique<Try>();
+  t->index = index;
+  t->seq = seq;
+  t->spec = &spec;
+  t->deadline = now + spec.timeout;
+  Try& ref = *t;
+  tries_[id] = std::move(t);
+  if (!ref.probe.Start(spec.host, spec.port, spec.Request(), kMaxStatusLine)) return Finish(id);
+  if (ref.probe.done()) return Finish(id);
+  epoll_event ev{};
+  ev.events = ref.events = ref.probe.events();
+  ev.data.u64 = tag_base_ | id;
+  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, ref.probe.fd(), &ev) != 0) {
+    done_.push_back({index, seq, false, ErrnoMessage("epoll_ctl", errno)});
+    tries_.erase(id);  // closes its socket
+  }
+}
+
+void ProbeRunner::OnReady(uint32_t id) {
+  auto it = tries_.find(id);
+  if (it == tries_.end()) return;  // ended earlier in this batch
+  Try& t = *it->second;
+  if (t.probe.OnReady()) return Finish(id);
+  uint32_t want = t.probe.events();
+  if (want == t.events) return;
+  epoll_event ev{};
+  ev.events = t.events = want;
+  ev.data.u64 = tag_base_ | id;
+  ::epoll_ctl(epoll_, EPOLL_CTL_MOD, t.probe.fd(), &ev);
+}
+
+void ProbeRunner::Expire(SteadyTime now) {
+  std::vector<uint32_t> late;
+  for (auto& [id, t] : tries_)
+    if (now >= t->deadline) late.push_back(id);
+  for (uint32_t id : late) {
+    const Try& t = *tries_[id];
+    Finish(id, std::string(t.probe.connected() ? "no answer" : "no connect") + " within " +
+                   FormatDuration(t.spec->timeout));
+  }
+}
+
+SteadyTime ProbeRunner::NextDeadline() const {
+  SteadyTime next = SteadyTime::max();
+  for (const auto& [id, t] : tries_) next = std::min(next, t->deadline);
+  return next;
+}
+
+void ProbeRunner::Finish(uint32_t id, const std::string& timeout_detail) {
+  auto it = tries_.find(id);
+  if (it == tries_.end()) return;
+  Try& t = *it->second;
+  if (t.probe.fd() >= 0) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, t.probe.fd(), nullptr);
+  Result r;
+  r.index = t.index;
+  r.seq = t.seq;
+  if (!timeout_detail.empty()) r.detail = timeout_detail;
+  else
+    r.answered = JudgeProbe(*t.spec, t.probe.connected(), t.probe.reply(), t.probe.complete(), t.probe.error(),
+                            &r.detail);
+  done_.push_back(std::move(r));
+  tries_.erase(it);  // closes its socket
+}
+
+std::vector<ProbeRunner::Result> ProbeRunner::TakeDone() {
+  std::vector<Result> out;
+  out.swap(done_);
+  return out;
+}
+
+}  // namespace dflash

@@ -1,0 +1,64 @@
+// The tries of the supervisor's network probes (ready = tcp/http, liveness),
+// on its own epoll: each try is a non-blocking common/net_probe.h socket with
+// a deadline, so a server that accepts and never answers, or an address that
+// drops SYNs, costs one fd and at most its probe_timeout -- the loop that
+// supervises every process never waits on one. What a try saw is judged by
+// contract/probe_spec.h JudgeProbe; the core (supervisor_core.h) decides.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/duration.h"
+#include "common/net_probe.h"
+#include "contract/probe_spec.h"
+
+namespace dflash {
+
+class ProbeRunner {
+ public:
+  struct Result {
+    size_t index = 0;  ///< the process
+    uint64_t seq = 0;  ///< the core's try number, handed back
+    bool answered = false;
+    std::string detail;  ///< "HTTP 200", "connection refused", "no answer within 1s"
+  };
+
+  /// Tries are added to `epoll_fd` with data.u64 = tag_base | try id.
+  ProbeRunner(int epoll_fd, uint64_t tag_base) : epoll_(epoll_fd), tag_base_(tag_base) {}
+  ~ProbeRunner();
+
+  /// Starts a try of `spec` (which must outlive it) for process `index`.
+  void Start(size_t index, uint64_t seq, const ProbeSpec& spec, SteadyTime now);
+  /// epoll said try `id` is ready.
+  void OnReady(uint32_t id);
+  /// Ends every try whose probe_timeout passed by `now`.
+  void Expire(SteadyTime now);
+  /// The earliest try deadline (SteadyTime::max(): none out).
+  SteadyTime NextDeadline() const;
+  /// The tries that ended since the last call.
+  std::vector<Result> TakeDone();
+  bool HasDone() const { return !done_.empty(); }
+
+ private:
+  struct Try {
+    size_t index = 0;
+    uint64_t seq = 0;
+    const ProbeSpec* spec = nullptr;
+    SteadyTime deadline{};
+    uint32_t events = 0;  ///< what epoll waits for now
+    NetProbe probe;
+  };
+  void Finish(uint32_t id, const std::string& timeout_detail = "");
+
+  int epoll_;
+  uint64_t tag_base_;
+  uint32_t next_id_ = 0;
+  std::map<uint32_t, std::unique_ptr<Try>> tries_;
+  std::vector<Result> done_;
+};
+
+}  // namespace dflash
