@@ -60,6 +60,9 @@ inline constexpr char kLeaderCompileThreads[] = "DFLASH_LEADER_COMPILE_THREADS";
 // GPUs and compile workers.
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
 inline constexpr char kInductorCompileThreads[] = "TORCHINDUCTOR_COMPILE_THREADS";
+// Dynamo's precompile cache (docs/cachelock.md): 1 for gated processes, 0 when the role opted out
+// (gate.precompile = false); dflash-worker (and, for warm-up mode's processes, the supervisor) sets it.
+inline constexpr char kTorchCachingPrecompile[] = "TORCH_CACHING_PRECOMPILE";
 // The [model] contract.
 inline constexpr char kHiddenShape[] = "DFLASH_HIDDEN_SHAPE";
 inline constexpr char kTappedLayers[] = "DFLASH_TAPPED_LAYERS";
@@ -128,6 +131,7 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kWatchdogUsec, VarKind::kOwned},       {kPythonUnbuffered, VarKind::kDefault},
     {kPythonFaultHandler, VarKind::kDefault}, {kOmpNumThreads, VarKind::kDefault},
     {kCudaDeviceOrder, VarKind::kDefault},  {kInductorCompileThreads, VarKind::kDefault},
+    {kTorchCachingPrecompile, VarKind::kDefault},
 };
 
 /// The entry of `name`, or nullptr for a variable dflash-launch never sets.
