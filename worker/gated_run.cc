@@ -223,7 +223,7 @@ void PrecompileFacts(const GatedRunOptions& o, const std::string& env, const std
                      NotifyFields* f) {
   f->gate_precompiled = false;
   if (env != "1") {
-    f->gate_precompile = !o.precompile ? "opted out (gate.precompile = false)"
+    f->gate_precompile = !o.precompile ? std::string("off (gate.precompile = false)")
                                        : "off: TORCH_CACHING_PRECOMPILE=" + env + " in the process's environment";
     return;
   }
@@ -359,8 +359,8 @@ int RunGated(const GatedRunOptions& o) {
     if (o.manage_precompile) {
       if (const char* v = std::getenv(env::kTorchCachingPrecompile)) {
         precompile_env = v;
-      } else {
-        precompile_env = o.precompile ? "1" : "0";
+      } else if (o.precompile) {
+        precompile_env = "1";
         h.extra_env.emplace_back(env::kTorchCachingPrecompile, precompile_env);
       }
       h.on_precompile = [&](const NotifyFields& f) { precompile_said = f; };
@@ -462,7 +462,7 @@ int RunGated(const GatedRunOptions& o) {
   auto add_precompile = [&](NotifyFields* facts) {
     if (!gate || !o.manage_precompile) return;
     PrecompileFacts(o, precompile_env, precompile_said, facts);
-    if (precompile_said_once) return;
+    if (precompile_said_once || precompile_env.empty()) return;  // not asked for: nothing to say
     precompile_said_once = true;
     const std::string& why = *facts->gate_precompile;
     if (*facts->gate_precompiled)

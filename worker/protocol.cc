@@ -26,7 +26,7 @@ constexpr const char* kGateIdleHint = "--gate-idle-hint";
 constexpr const char* kProgress = "--progress";
 constexpr const char* kWarmup = "--warmup";
 constexpr const char* kPublishUnchanged = "--publish-unchanged";
-constexpr const char* kNoPrecompile = "--no-precompile";
+constexpr const char* kPrecompile = "--precompile";
 constexpr const char* kTorchVersion = "--torch-version";
 constexpr const char* kVerbose = "-v,--verbose";
 
@@ -55,7 +55,7 @@ std::vector<std::string> EncodeWorkerArgv(const std::string& worker_bin, const W
   if (a.progress_every != d.progress_every) flag(kProgress, FormatDuration(a.progress_every));
   if (a.warmup) v.push_back(kWarmup);
   if (a.publish_unchanged) v.push_back(kPublishUnchanged);
-  if (!a.gate_dir.empty() && !a.precompile) v.push_back(kNoPrecompile);
+  if (!a.gate_dir.empty() && a.precompile) v.push_back(kPrecompile);
   if (a.ready.mode != ReadyMode::kNone) {  // "none" is ready at exec: no timeout, no stream
     flag(kReady, FormatReadySpec(a.ready));
     flag(kReadyTimeout, FormatDuration(a.ready.timeout));
@@ -98,10 +98,9 @@ ArgvDecode DecodeWorkerArgv(const std::vector<std::string>& argv, WorkerArgs* ou
   app.add_flag(kPublishUnchanged, a.publish_unchanged,
                "publish READY even if the leader left the gate dir as it was (a payload whose output is not an "
                "Inductor cache in the gate dir)");
-  bool no_precompile = false;
-  app.add_flag(kNoPrecompile, no_precompile,
-               "gated: TORCH_CACHING_PRECOMPILE=0 for the payload instead of 1 (followers trace, not load Dynamo's "
-               "precompile artifact), unless its environment sets it");
+  app.add_flag(kPrecompile, a.precompile,
+               "gated: TORCH_CACHING_PRECOMPILE=1 for the payload unless its environment sets it (followers load "
+               "the leader's Dynamo precompile artifact; the gate facts say whether they did)");
   app.add_option(kTorchVersion, a.torch_version, "recorded in READY (default $DFLASH_TORCH_VERSION)");
   app.add_flag(kVerbose, a.verbose, "say readiness and STATUS= lines on stderr");
   app.footer("Usage: dflash-worker [OPTIONS] -- COMMAND [ARGS...]\n"
@@ -122,7 +121,6 @@ ArgvDecode DecodeWorkerArgv(const std::vector<std::string>& argv, WorkerArgs* ou
     *err = e.what();
     return ArgvDecode::kUsage;
   }
-  a.precompile = !no_precompile;
   a.command = app.remaining();
   if (!a.command.empty() && a.command[0] != "--" && a.command[0].size() > 1 && a.command[0][0] == '-') {
     // prefix_command() takes an unknown flag as the start of the command: a

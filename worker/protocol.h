@@ -39,8 +39,8 @@ struct WorkerArgs {
   Millis gate_idle_hint = kDefaultGateIdleHint;
   bool warmup = false;
   bool publish_unchanged = false;
-  /// TORCH_CACHING_PRECOMPILE=1 for the payload (0 with --no-precompile): gate.precompile.
-  bool precompile = true;
+  /// gate.precompile (--precompile): TORCH_CACHING_PRECOMPILE=1 for the payload unless its env sets it.
+  bool precompile = false;
   std::string torch_version;  ///< recorded in READY; empty: $DFLASH_TORCH_VERSION
   bool verbose = false;
 
@@ -107,7 +107,7 @@ struct NotifyFields {
   /// READY=1, relayed (or, when the payload said nothing, decided) by dflash-worker. A leader or
   /// warm-up: 1 = it saved the artifact; a follower: 1 = it loaded it (Dynamo cache hits).
   std::optional<bool> gate_precompiled;           ///< X_DFLASH_GATE_PRECOMPILED=1|0
-  std::optional<std::string> gate_precompile;     ///< X_DFLASH_GATE_PRECOMPILE=: why ("dynamo cache hit", "opted out", ...)
+  std::optional<std::string> gate_precompile;     ///< X_DFLASH_GATE_PRECOMPILE=: why ("dynamo cache hit", "off (gate.precompile = false)", ...)
   std::optional<int64_t> gate_dynamo_hits;        ///< X_DFLASH_GATE_DYNAMO_HITS=: counters["dynamo_cache"]["dynamo_cache_hit"]
 
   /// Lines Decode did not take: an unknown key ("BARRIER=1", a newer

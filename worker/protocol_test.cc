@@ -27,7 +27,7 @@ TEST(WorkerArgvTest, EveryFieldRoundTrips) {
   a.gate_idle_hint = std::chrono::seconds(0);
   a.warmup = true;
   a.publish_unchanged = true;
-  a.precompile = false;
+  a.precompile = true;
   a.torch_version = "2.13.0+cpu";
   a.verbose = true;
   a.command = {"python", "--ready", "x", "--", "-v"};  // the payload's own flags are never the worker's

@@ -79,9 +79,9 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   // Kernels tuned for one GPU model, CUDA and Triton are no promise for another (Inductor's
   // own keys see them too: a READY made elsewhere would promise a cache that misses).
   if (!gpu_identity.empty()) text += "gpu=" + gpu_identity + "\n";
-  // gate.precompile = false compiles with another Dynamo config (docs/cachelock.md); the default
-  // adds nothing, so the keys of runs that did not opt out stay what they were.
-  if (!role.gate.precompile) text += "precompile=off\n";
+  // gate.precompile = true compiles with another Dynamo config (docs/cachelock.md); the default
+  // adds nothing, so the keys of runs that did not opt in stay what they were.
+  if (role.gate.precompile) text += "precompile=on\n";
   for (const std::string& a : role.command) text += "arg=" + a + "\n";
   for (const auto& [k, v] : env) text += "env=" + k + "=" + v + "\n";
   for (const KeyFile& f : files)

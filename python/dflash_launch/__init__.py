@@ -89,6 +89,9 @@ def precompile_facts():
         return None
     if "torch" not in sys.modules:
         return False, "torch not imported: nothing compiled", None
+    off = os.environ.get("TORCH_CACHING_PRECOMPILE", "")
+    if off != "1" and "torch._dynamo" not in sys.modules:  # nothing compiled, and no Dynamo import just to say so
+        return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", None
     try:
         import torch._dynamo
         from torch._dynamo.utils import counters
@@ -96,8 +99,7 @@ def precompile_facts():
             return False, f"torch {torch.__version__} without caching_precompile", None
         hits = int(counters["dynamo_cache"]["dynamo_cache_hit"])
         if not torch._dynamo.config.caching_precompile:
-            off = os.environ.get("TORCH_CACHING_PRECOMPILE", "")
-            return False, "opted out" if off == "0" else f"caching_precompile off (TORCH_CACHING_PRECOMPILE={off})", hits
+            return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", hits
         if lead:
             why = save_precompile()
             if why != "saved":
@@ -111,8 +113,7 @@ def precompile_facts():
             return False, "dynamo cache entry failed to load", hits
         if not _dynamo_entries():
             return False, "no artifact: leader did not save", hits
-        return False, ("dynamo cache miss: the artifact is for other code (an edited script, another torch, "
-                       "guards that failed)"), hits
+        return False, "dynamo cache miss: no entry for this code (its function moved, or another leader's)", hits
     except Exception as e:  # noqa: BLE001 -- a report, never a failure of the payload
         return False, f"cannot tell: {type(e).__name__}: {e}", None
 
