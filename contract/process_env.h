@@ -61,6 +61,9 @@ inline constexpr char kLeaderCompileThreads[] = "DFLASH_LEADER_COMPILE_THREADS";
 // GPUs and compile workers.
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
 inline constexpr char kInductorCompileThreads[] = "TORCHINDUCTOR_COMPILE_THREADS";
+// Dynamo's precompile cache (docs/cachelock.md): 1 for gated processes, 0 when the role opted out
+// (gate.precompile = false); dflash-worker (and, for warm-up mode's processes, the supervisor) sets it.
+inline constexpr char kTorchCachingPrecompile[] = "TORCH_CACHING_PRECOMPILE";
 // The [model] contract.
 inline constexpr char kHiddenShape[] = "DFLASH_HIDDEN_SHAPE";
 inline constexpr char kTappedLayers[] = "DFLASH_TAPPED_LAYERS";
@@ -134,6 +137,7 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kWatchdogUsec, VarKind::kOwned},       {kPythonUnbuffered, VarKind::kDefault},
     {kPythonFaultHandler, VarKind::kDefault}, {kOmpNumThreads, VarKind::kDefault},
     {kCudaDeviceOrder, VarKind::kDefault},  {kInductorCompileThreads, VarKind::kDefault},
+    {kTorchCachingPrecompile, VarKind::kDefault},
 };
 
 /// A family of names dflash-launch sets: every name with this prefix and suffix

@@ -9,7 +9,7 @@ import socket
 import sys
 import textwrap
 
-from supervise import write_config
+from supervise import wait_until, write_config
 
 # A small HTTP/TCP server. argv: port, plan file. The plan (JSON) says what to do:
 #   delay: seconds before it binds; answers: statuses for the first requests (then "last" for the
@@ -47,11 +47,11 @@ SERVER = textwrap.dedent("""\
         c.settimeout(5)
         try:
             c.recv(4096)
+            note(f"answered {what}")  # before it is sent: the supervisor cannot have judged it earlier
             c.sendall(f"HTTP/1.0 {what} X\\r\\nContent-Length: 0\\r\\n\\r\\n".encode())
         except OSError:
             pass
         c.close()
-        note(f"answered {what}")
         if exit_after and not answers:
             note("done")
             sys.exit(0)
@@ -124,8 +124,11 @@ def test_a_server_answering_503_is_ready_only_after_its_200(launch, tmp_path):
                             '{{ mode = "http", url = "{url}", interval = "100ms", timeout = "60s" }}')
     r = launch(config)
     r.wait_for_log("RUNNING")
+    # The server logs an answer after sending it: the supervisor may have judged it first.
+    answered = lambda: [(what, t) for what, t, _ in server_log(tmp_path) if what.startswith("answered")]  # noqa: E731
+    assert wait_until(lambda: len(answered()) >= 4), server_log(tmp_path)
     log = server_log(tmp_path)
-    answers = [(what, t) for what, t, _ in log if what.startswith("answered")]
+    answers = answered()
     assert [w for w, _ in answers[:4]] == ["answered 503"] * 3 + ["answered 200"], log
     first_200 = answers[3][1]
     ready = running_events(r)

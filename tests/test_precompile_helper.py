@@ -71,3 +71,17 @@ def test_a_follower_does_not_save(tmp_path):
     run(tmp_path, "reuse")
     d = tmp_path / "cache" / "dynamo"
     assert not d.exists() or not any(d.iterdir())
+
+
+def test_torch_2_13_crashes_a_follower_whose_loaded_entry_fails_a_guard(tmp_path):
+    """Why gate.precompile is opt-in (docs/cachelock.md): the entry loads (same qualname and first line), its
+    GLOBAL_STATE guard fails (another thread count), and the re-trace dies on the globals the load installed
+    instead of falling back. When this fails, torch fixed it: make gate.precompile default to true."""
+    run(tmp_path, "lead", pad="torch.set_num_threads(1)")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(pad="torch.set_num_threads(2)", fail=""))  # `step` stays on its line
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"), TORCH_CACHING_PRECOMPILE="1",
+               DFLASH_GATE_ROLE="reuse", PYTHONPATH=str(REPO / "python"))
+    env.pop("NOTIFY_SOCKET", None)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0 and "already exists in scope" in p.stderr, (p.returncode, p.stderr[-2000:])

@@ -216,6 +216,28 @@ std::string CodeChangedSince(const GatedRunOptions& o) {
   return "the code changed since READY(" + last->key + ") by " + last->role + ": " + changes;
 }
 
+/// Dynamo's precompile, as the gate facts say it (X_DFLASH_GATE_PRECOMPILE*): what the payload's
+/// notify_ready() said (`said`), or why it could not apply. `env` is the TORCH_CACHING_PRECOMPILE the
+/// payload ran with ("" unset).
+void PrecompileFacts(const GatedRunOptions& o, const std::string& env, const std::optional<NotifyFields>& said,
+                     NotifyFields* f) {
+  f->gate_precompiled = false;
+  if (env != "1") {
+    f->gate_precompile = !o.precompile ? std::string("off (gate.precompile = false)")
+                                       : "off: TORCH_CACHING_PRECOMPILE=" + env + " in the process's environment";
+    return;
+  }
+  if (!said || !said->gate_precompiled) {
+    f->gate_precompile = "not reported: the payload did not call dflash_launch.notify_ready(), which saves and "
+                         "reports it (docs/cachelock.md)";
+    return;
+  }
+  f->gate_precompiled = *said->gate_precompiled;
+  f->gate_precompile = said->gate_precompile.value_or(*said->gate_precompiled ? "yes" : "no reason given");
+  if (f->gate_precompile->size() > 300) f->gate_precompile->resize(300);  // the payload's words, bounded
+  f->gate_dynamo_hits = said->gate_dynamo_hits;
+}
+
 }  // namespace
 
 std::vector<ReadySource> ParseGateSources(const std::string& text) {
@@ -265,6 +287,8 @@ int RunGated(const GatedRunOptions& o) {
   bool lead = false;
   std::string err, token;
   CacheSnapshot before;
+  std::string precompile_env;                  // TORCH_CACHING_PRECOMPILE as the payload runs with it
+  std::optional<NotifyFields> precompile_said;  // what its notify_ready() said about the precompile
   PayloadHostOptions h;
   // Opt-in only: Inductor loads what its remote cache holds (pickles, and on GPU kernels) unsigned, so
   // anyone who can write the store could run code in the payload (docs/cachelock.md).
@@ -329,6 +353,18 @@ int RunGated(const GatedRunOptions& o) {
       }
     }
     h.extra_env.emplace_back(env::kGateRole, GateDecisionName(lead ? GateDecision::kLead : GateDecision::kReuse));
+    // Leader and followers alike: the leader records what Dynamo traced and saves it (notify_ready()),
+    // a follower finds it under <cache_dir>/dynamo and loads instead of tracing. Under dflash-launch the
+    // plan has set it (Plan::ProcessEnv, where `check` shows it); standalone, we do. Its env wins.
+    if (o.manage_precompile) {
+      if (const char* v = std::getenv(env::kTorchCachingPrecompile)) {
+        precompile_env = v;
+      } else if (o.precompile) {
+        precompile_env = "1";
+        h.extra_env.emplace_back(env::kTorchCachingPrecompile, precompile_env);
+      }
+      h.on_precompile = [&](const NotifyFields& f) { precompile_said = f; };
+    }
     if (lead) {
       std::string changed = CodeChangedSince(o);
       say("gate " + o.gate_key + ": lead, compiling" + (got.recovered ? " (took over from a dead holder)" : "") +
@@ -421,10 +457,25 @@ int RunGated(const GatedRunOptions& o) {
     f.watchdog = true;
     report(f);
   };
+  // One line for people, once: whether this process saved (lead) or loaded (reuse) the precompile.
+  bool precompile_said_once = false;
+  auto add_precompile = [&](NotifyFields* facts) {
+    if (!gate || !o.manage_precompile) return;
+    PrecompileFacts(o, precompile_env, precompile_said, facts);
+    if (precompile_said_once || precompile_env.empty()) return;  // not asked for: nothing to say
+    precompile_said_once = true;
+    const std::string& why = *facts->gate_precompile;
+    if (*facts->gate_precompiled)
+      say("gate " + o.gate_key + ": precompile " + (lead ? "artifact saved for the followers" : "loaded (" + why + ")"));
+    else
+      say("gate " + o.gate_key + ": not precompiled (" + why + "): " +
+          (lead ? "followers trace with the FX-graph cache" : "traced with the FX-graph cache"));
+  };
   h.on_ready = [&] {
     double ready_s = std::chrono::duration<double>(Clock::now() - spawned).count();
     NotifyFields facts;
     if (gate && lead) facts = publish(ready_s);
+    add_precompile(&facts);
     facts.ready_s = ready_s;
     facts.ready = true;
     report(facts);
@@ -441,7 +492,9 @@ int RunGated(const GatedRunOptions& o) {
   if (gate && gate->holding() && o.warmup && exited_ok) {
     // A warm-up that honours DFLASH_WARMUP=1 compiles and exits 0.
     double ready_s = std::chrono::duration<double>(Clock::now() - spawned).count();
-    report(publish(ready_s));
+    NotifyFields facts = publish(ready_s);
+    add_precompile(&facts);
+    report(facts);
   }
   if (gate && gate->holding()) {
     int killed = 0;

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   o.progress_every = a.progress_every;
   o.idle_hint = a.gate_idle_hint;
   o.warmup = a.warmup;
+  o.precompile = a.precompile;
   o.torch_version = a.torch_version;
   o.require_cache_change = !a.publish_unchanged;
   o.verbose = a.verbose;

@@ -145,7 +145,7 @@ bool Host::Setup(std::vector<std::string>* env, std::string* err) {
   *env = o_.env.empty() ? CurrentEnvironment() : o_.env;
   for (const auto& [k, v] : o_.extra_env) SetEnvVar(env, k, v);
   UnsetEnvVar(env, env::kNotifySocket);
-  if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog) {
+  if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog || o_.on_precompile) {
     if (!listener_.Open(err) || !watch(listener_.fd(), kTagNotify)) return false;
     SetEnvVar(env, env::kNotifySocket, listener_.address());
   }
@@ -338,6 +338,13 @@ void Host::OnNotify() {
     NotifyFields f = DecodeNotify(m.fields);
     if (f.status && o_.on_status) o_.on_status(*f.status);
     if (f.watchdog && o_.on_watchdog) o_.on_watchdog();
+    if ((f.gate_precompiled || f.gate_precompile || f.gate_dynamo_hits) && o_.on_precompile) {
+      NotifyFields p;  // only these: the payload cannot speak for the worker's gate
+      p.gate_precompiled = f.gate_precompiled;
+      p.gate_precompile = f.gate_precompile;
+      p.gate_dynamo_hits = f.gate_dynamo_hits;
+      o_.on_precompile(p);
+    }
     if (f.ready) Evidence([&] { return readiness_->OnNotifyReady(); });
   }
 }

@@ -70,6 +70,10 @@ struct GateSpec {
   std::vector<std::string> key_files;  // glob patterns (role cwd) whose files go into the derived key
   Millis timeout{};     // how long a follower waits for the gate
   Millis idle_hint{};   // a leader idle this long while we wait: say why (0: never)
+  /// Followers load the leader's Dynamo precompile artifact instead of tracing
+  /// (TORCH_CACHING_PRECOMPILE=1 for the gated processes; docs/cachelock.md). Opt-in: on torch 2.13
+  /// a loaded entry whose guard fails crashes the re-trace (tests/test_precompile_helper.py).
+  bool precompile = false;
 };
 
 struct RestartSpec {

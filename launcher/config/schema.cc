@@ -249,6 +249,14 @@ std::vector<SectionSpec> MakeSchema() {
             "A waiter whose leader's processes used almost no CPU for this long says so, with the likely cause "
             "(a leader blocked on its peers) and the fix; \"0s\" turns the hint off.",
             "\"2m\""},
+           {"precompile", K::kBool, "false",
+            "Followers load the leader's Dynamo precompile artifact instead of tracing: the launcher sets "
+            "TORCH_CACHING_PRECOMPILE=1 for the gated processes (unless their env sets it), the leader saves the "
+            "artifact in dflash_launch.notify_ready(), and summary.json's gate facts say whether each process was "
+            "precompiled and why not. Opt-in: on torch 2.13 a follower whose loaded entry fails a guard (another "
+            "thread count, grad mode, autocast) crashes in its re-trace instead of falling back, and Dynamo drops "
+            "identity guards (docs/cachelock.md).",
+            "true"},
            {"enabled", K::kBool, "true", "Set false to keep the table but run ungated.", "true"},
        }},
       {"role.ready", "Readiness (`ready = \"notify\"` is short for `ready = { mode = \"notify\" }`).",

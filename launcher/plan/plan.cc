@@ -21,6 +21,8 @@ bool AffectsCompile(const std::string& name) {
   // How many workers compile, not what they produce: the launcher gives the
   // leader and its followers different values (Plan::leader_compile_threads).
   if (name == "TORCHINDUCTOR_COMPILE_THREADS") return false;
+  // Dynamo's precompile also bundles the AOTAutograd entries and drops identity guards.
+  if (name == env::kTorchCachingPrecompile) return true;
   for (const char* prefix : {"TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_", "TRITON_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
@@ -77,6 +79,9 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   // Kernels tuned for one GPU model, CUDA and Triton are no promise for another (Inductor's
   // own keys see them too: a READY made elsewhere would promise a cache that misses).
   if (!gpu_identity.empty()) text += "gpu=" + gpu_identity + "\n";
+  // gate.precompile = true compiles with another Dynamo config (docs/cachelock.md); the default
+  // adds nothing, so the keys of runs that did not opt in stay what they were.
+  if (role.gate.precompile) text += "precompile=on\n";
   for (const std::string& a : role.command) text += "arg=" + a + "\n";
   for (const auto& [k, v] : env) text += "env=" + k + "=" + v + "\n";
   for (const KeyFile& f : files)
@@ -388,6 +393,7 @@ std::vector<std::string> Plan::ExecArgv(const ProcessPlan& p) const {
     w.gate_timeout = role.gate.timeout;
     w.gate_idle_hint = role.gate.idle_hint;
     w.warmup = p.warmup;
+    w.precompile = role.gate.precompile;
   }
   w.ready = role.ready;
   w.command = p.command;

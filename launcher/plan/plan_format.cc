@@ -343,7 +343,7 @@ std::string PlanJson(const Plan& plan) {
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
                   {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},
-                  {"idle_hint_ms", r.gate.idle_hint.count()},
+                  {"idle_hint_ms", r.gate.idle_hint.count()}, {"precompile", r.gate.precompile},
                   {"key_files", KeyFilesJson(plan.role_key_files[i])}}},
         {"ports", [&] {
            ojson ports = ojson::array();

@@ -357,6 +357,30 @@ TEST(GpuPlan, CompileThreadsForGatedProcessesOnly) {
   EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0)).count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
 }
 
+// Dynamo's precompile (docs/cachelock.md): gate.precompile = true sets it for gated processes only, tells the
+// worker and moves the derived key (another Dynamo config); off by default; a role's own value wins.
+TEST(GpuPlan, PrecompileIsOptInForGatedProcesses) {
+  auto config = [](const std::string& gate) {
+    return GpuConfig("[[role]]\nname = \"d\"\ncpu = 1\ngate = " + gate + "\ncommand = [\"d\"]\n"
+                     "[[role]]\nname = \"f\"\ncpu = 1\ncommand = [\"f\"]\n");
+  };
+  auto has = [](const std::vector<std::string>& v, const char* s) { return std::find(v.begin(), v.end(), s) != v.end(); };
+  Plan off = BuildPlan(config("true"), PlanOptions{});
+  Plan on = BuildPlan(config("{ precompile = true }"), PlanOptions{});
+  EXPECT_EQ(EnvMap(on.ProcessEnv(on.processes[0], 0))["TORCH_CACHING_PRECOMPILE"], "1");
+  EXPECT_EQ(EnvMap(on.ProcessEnv(on.processes[1], 0)).count("TORCH_CACHING_PRECOMPILE"), 0u);  // ungated
+  EXPECT_TRUE(has(on.ExecArgv(on.processes[0]), "--precompile"));
+  EXPECT_EQ(EnvMap(off.ProcessEnv(off.processes[0], 0)).count("TORCH_CACHING_PRECOMPILE"), 0u);
+  EXPECT_FALSE(has(off.ExecArgv(off.processes[0]), "--precompile"));
+  EXPECT_NE(on.processes[0].gate_key, off.processes[0].gate_key);
+  EXPECT_EQ(off.processes[0].gate_key, BuildPlan(config("{ precompile = false }"), PlanOptions{}).processes[0].gate_key);
+  RunConfig own = config("{ precompile = true }");
+  own.roles[0].env.emplace_back("TORCH_CACHING_PRECOMPILE", "0");
+  Plan mine = BuildPlan(own, PlanOptions{});
+  EXPECT_EQ(EnvMap(mine.ProcessEnv(mine.processes[0], 0))["TORCH_CACHING_PRECOMPILE"], "0");
+  EXPECT_NE(mine.processes[0].gate_key, on.processes[0].gate_key);  // a compile variable of the role's: in the key
+}
+
 // The GPU identity: model and capability from NVML (never the index), CUDA and Triton from
 // the role's interpreter; "cpu" for CPU roles. In the key, and given to the worker for READY.
 TEST(GpuPlan, GpuIdentityIsInTheKeyButTheIndexIsNot) {

@@ -159,6 +159,9 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
     set_default(env::kInductorCompileThreads, "1");
     e.emplace_back(env::kLeaderCompileThreads, std::to_string(leader_compile_threads));
   }
+  // gate.precompile: followers load the leader's Dynamo precompile artifact instead of tracing
+  // (docs/cachelock.md); the leader needs it on to record what it traced. dflash-worker reports it.
+  if (!p.gate_key.empty() && role.gate.precompile) set_default(env::kTorchCachingPrecompile, "1");
   e.insert(e.end(), role.env.begin(), role.env.end());
   return e;
 }

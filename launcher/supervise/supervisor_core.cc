@@ -420,6 +420,10 @@ void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
   if (r.gate_fetch_bytes) gate("fetch_bytes", *r.gate_fetch_bytes);
   if (r.gate_fetch_s) gate("fetch_s", *r.gate_fetch_s);
   if (r.gate_published_bytes) gate("published_bytes", *r.gate_published_bytes);
+  // Dynamo's precompile: from dflash-worker, or from a warm-up mode process's own notify_ready().
+  if (r.gate_precompiled) gate("precompiled", *r.gate_precompiled);
+  if (r.gate_precompile) gate("precompile", *r.gate_precompile);
+  if (r.gate_dynamo_hits) gate("dynamo_hits", *r.gate_dynamo_hits);
   std::string gate_state = r.gate_state ? GateStateName(*r.gate_state) : "";
   if (!gate_state.empty()) gate("state", gate_state);
   if (!gate_state.empty()) {

@@ -20,7 +20,7 @@ from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (Mis
 __version__ = "0.1.0"
 
 __all__ = [
-    "notify", "notify_ready", "save_precompile", "notify_status", "notify_watchdog", "watchdog_interval",
+    "notify", "notify_ready", "save_precompile", "precompile_facts", "notify_status", "notify_watchdog", "watchdog_interval",
     "check_hidden_states",
     "check_hidden_shape", "describe_violation", "shape_string", "HiddenStateContractError",
     "contract_from_env", "gate_role", "is_warmup", "init_process_group",
@@ -70,14 +70,72 @@ def save_precompile() -> str:
         return f"{type(e).__name__}: {e}"
 
 
+def _dynamo_entries() -> int:
+    """How many precompile entries <cache_dir>/dynamo/ holds (torch._dynamo.package.DynamoCache)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        return len(os.listdir(os.path.join(cache_dir(), "dynamo")))
+    except Exception:  # noqa: BLE001 -- no dir, or a torch without it: none
+        return 0
+
+
+def precompile_facts():
+    """What this gated process did with Dynamo's precompile artifact, as (precompiled, reason, dynamo_hits),
+    or None when it is not gated. A leader (or warm-up) saves it (save_precompile()): True, "saved"; a
+    follower loaded it when Dynamo's cache hit: True, "dynamo cache hit". Otherwise False and why
+    (summary.json's gate facts; docs/cachelock.md). Call it after the first compiled step; it never raises."""
+    lead = gate_role() == "lead" or is_warmup()
+    if not lead and gate_role() != "reuse":
+        return None
+    if "torch" not in sys.modules:
+        return False, "torch not imported: nothing compiled", None
+    off = os.environ.get("TORCH_CACHING_PRECOMPILE", "")
+    if off != "1" and "torch._dynamo" not in sys.modules:  # nothing compiled, and no Dynamo import just to say so
+        return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", None
+    try:
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+        if not hasattr(torch._dynamo.config, "caching_precompile"):
+            return False, f"torch {torch.__version__} without caching_precompile", None
+        hits = int(counters["dynamo_cache"]["dynamo_cache_hit"])
+        if not torch._dynamo.config.caching_precompile:
+            return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", hits
+        if lead:
+            why = save_precompile()
+            if why != "saved":
+                return False, f"save failed: {why}", hits
+            if not _dynamo_entries():
+                return False, "saved nothing: no compiled function Dynamo could serialise", hits
+            return True, "saved", hits
+        if hits:
+            return True, "dynamo cache hit", hits
+        if counters["dynamo_cache"]["dynamo_cache_error"]:
+            return False, "dynamo cache entry failed to load", hits
+        if not _dynamo_entries():
+            return False, "no artifact: leader did not save", hits
+        return False, "dynamo cache miss: no entry for this code (its function moved, or another leader's)", hits
+    except Exception as e:  # noqa: BLE001 -- a report, never a failure of the payload
+        return False, f"cannot tell: {type(e).__name__}: {e}", None
+
+
 def notify_ready(status: str = None) -> bool:
     """Says "ready": this process has finished compiling (its first compiled step ran). A leader
-    saves the Dynamo precompile artifact first (save_precompile()), so READY covers it too."""
-    why = save_precompile()
-    if why and why != "saved":
-        print(f"dflash_launch: precompile artifact not saved ({why}): followers trace with the "
-              f"FX-graph cache instead", file=sys.stderr, flush=True)
-    return notify("READY=1" + (f"\nSTATUS={status}" if status else ""))
+    saves the Dynamo precompile artifact first (save_precompile()), so READY covers it too, and a
+    gated process says whether it saved or loaded one (precompile_facts(), X_DFLASH_GATE_PRECOMPILE*:
+    dflash-worker puts them into summary.json's gate facts)."""
+    facts = precompile_facts()
+    lines = []
+    if facts is not None:
+        done, why, hits = facts
+        if not done and why.startswith("save failed: "):
+            print(f"dflash_launch: precompile artifact not saved ({why[len('save failed: '):]}): followers trace "
+                  f"with the FX-graph cache instead", file=sys.stderr, flush=True)
+        lines += [f"X_DFLASH_GATE_PRECOMPILED={int(done)}", "X_DFLASH_GATE_PRECOMPILE=" + why.replace("\n", " ")]
+        if hits is not None:
+            lines.append(f"X_DFLASH_GATE_DYNAMO_HITS={hits}")
+    if status:
+        lines.append(f"STATUS={status}")
+    return notify("\n".join(lines + ["READY=1"]))
 
 
 def notify_status(text: str) -> bool:

@@ -224,7 +224,8 @@ def run_launcher(launcher, config, run_id, log_dir, timeout_s, env):
 
 PROCESS_FIELDS = ("gate_role", "device", "device_name", "device_uuid", "attention", "cuda_visible_devices",
                   "compile_wall_s", "compile_cpu_s", "fxgraph_cache_hit", "fxgraph_cache_miss",
-                  "fxgraph_cache_bypass", "autograd_cache_hit", "autograd_cache_miss", "first_loss", "steps",
+                  "fxgraph_cache_bypass", "autograd_cache_hit", "autograd_cache_miss", "dynamo_cache_hit",
+                  "first_loss", "steps",
                   "torch_version")
 
 
@@ -279,8 +280,9 @@ def drafter_run(mode, launcher, work, name, gated, n_gpus, steps, timeouts):
         leads = [p for p in procs if p["gate_role"] == "lead"]
         reuse = [p for p in procs if p["gate_role"] == "reuse"]
         out["leads"], out["reused"] = len(leads), len(reuse)
+        # A follower that loaded the leader's Dynamo precompile artifact looks nothing up in the FX cache.
         out["reused_with_0_misses"] = sum(1 for p in reuse if p["fxgraph_cache_miss"] == 0
-                                          and (p["fxgraph_cache_hit"] or 0) > 0)
+                                          and ((p["fxgraph_cache_hit"] or 0) > 0 or (p["dynamo_cache_hit"] or 0) > 0))
         # A bypassed graph is never cached: every follower compiles it again, whatever its hits say.
         out["bypassed"] = {p["name"]: p["fxgraph_cache_bypass"] for p in procs if (p["fxgraph_cache_bypass"] or 0) > 0}
         out["ok"] = bool(done and len(leads) == 1 and out["reused_with_0_misses"] == N_DRAFTERS - 1

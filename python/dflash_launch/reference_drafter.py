@@ -201,8 +201,12 @@ class SyntheticSource:
 
 def cache_counters():
     from torch._dynamo.utils import counters
-    ind, aot = counters["inductor"], counters["aot_autograd"]
+    ind, aot, dyn = counters["inductor"], counters["aot_autograd"], counters["dynamo_cache"]
     return {
+        # Dynamo's precompile (docs/cachelock.md): a follower that loads the leader's artifact has a hit
+        # here and no FX-graph or AOTAutograd lookups at all.
+        "dynamo_cache_hit": int(dyn["dynamo_cache_hit"]),
+        "dynamo_cache_miss": int(dyn["dynamo_cache_miss"]),
         "fxgraph_cache_hit": int(ind["fxgraph_cache_hit"]),
         "fxgraph_cache_miss": int(ind["fxgraph_cache_miss"]),
         "fxgraph_cache_bypass": int(ind["fxgraph_cache_bypass"]),

@@ -1,0 +1,113 @@
+"""Dynamo's precompile behind the gate (issue #22), real torch.compile of a tiny step on CPU: with
+gate.precompile = true the launcher sets TORCH_CACHING_PRECOMPILE=1 for gated processes, the leader (or warm-up)
+saves the artifact in notify_ready(), the followers load it, and summary.json's gate facts say for each whether it
+was precompiled and why not. Off by default (docs/cachelock.md: a torch 2.13 crash)."""
+import json
+import os
+import sys
+
+import pytest
+
+from supervise import write_config
+
+pytest.importorskip("torch")
+
+VENV_BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+
+STEP = '''
+import json, os
+import torch
+import dflash_launch
+from torch._dynamo.utils import counters
+{pad}
+def step(x, w):
+    return torch.relu(x @ w).sum()
+if os.environ.get("BREAK_SAVE") == "1":  # stands in for a torch whose save raises
+    def boom(*a, **k):
+        raise RuntimeError("forced save failure")
+    torch.compiler.save_cache_artifacts = boom
+compiled = torch.compile(step)
+x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
+compiled(x, w).backward()
+m = {{k: int(v) for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}}
+m["dynamo_cache_hit"] = int(counters["dynamo_cache"]["dynamo_cache_hit"])
+with open(os.environ["DFLASH_METRICS_FILE"], "w") as f:
+    json.dump(m, f)
+dflash_launch.notify_ready()
+'''
+
+
+def config(tmp_path, n, gate, env="", pad=""):
+    (tmp_path / "step.py").write_text(STEP.format(pad=pad))
+    return write_config(tmp_path, f"""
+        [[role]]
+        name = "tiny"
+        cpu = {n}
+        command = ["python", "{tmp_path / 'step.py'}"]
+        env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1", OMP_NUM_THREADS = "1"{env} }}
+        gate = {gate}
+        """)
+
+
+def facts(p):
+    g = p["gate"] or {}
+    return g.get("precompiled"), g.get("precompile")
+
+
+def traced_with_the_fx_cache(p):
+    m = p["metrics"]
+    return p["exit_code"] == 0 and m.get("fxgraph_cache_hit", 0) > 0 and m.get("fxgraph_cache_miss", 0) == 0
+
+
+def test_followers_load_the_warmups_artifact_and_an_edited_script_falls_back(launch, tmp_path):
+    gate = '{ key = "tiny", timeout = "10m", precompile = true }'  # a fixed key: the edited script reuses its READY
+    r = launch(config(tmp_path, 2, gate), env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    s = r.summary()
+    (warmup,) = s["warmups"]
+    assert facts(warmup) == (True, "saved"), warmup["gate"]
+    assert any((tmp_path / "cache" / "dynamo").iterdir())
+    for p in s["processes"]:  # warm-up mode: no worker of their own, their notify_ready() says it
+        assert p["gate"]["role"] == "reuse" and facts(p) == (True, "dynamo cache hit"), p["gate"]
+        assert p["gate"]["dynamo_hits"] >= 1 and p["metrics"]["dynamo_cache_hit"] >= 1, p
+        # Loaded, not traced: no FX-graph lookups at all.
+        assert not any(k.startswith("fxgraph_cache") and v for k, v in p["metrics"].items()), p["metrics"]
+    assert s["warnings"] == []
+
+    # The same key, but `step` one line down: Dynamo's key (qualname + first line) misses, today's path.
+    r = launch(config(tmp_path, 1, '{ key = "tiny", timeout = "10m", mode = "serial", precompile = true }',
+                      pad="x_unused = 1\n"),
+               run_id="edited", env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    (p,) = r.summary()["processes"]
+    precompiled, why = facts(p)
+    assert p["gate"]["role"] == "reuse" and precompiled is False and why.startswith("dynamo cache miss"), p["gate"]
+    assert traced_with_the_fx_cache(p), p
+    assert "not precompiled (dynamo cache miss" in (tmp_path / p["log"]["stderr"]).read_text()
+
+
+def test_precompile_is_off_unless_the_gate_asks_for_it(launch, tmp_path):
+    r = launch(config(tmp_path, 2, '{ timeout = "10m", mode = "serial" }'), env=ENV)
+    assert r.wait(timeout=600) == 0, r.err
+    procs = r.summary()["processes"]
+    assert sorted(p["gate"]["role"] for p in procs) == ["lead", "reuse"]
+    for p in procs:
+        assert facts(p) == (False, "off (gate.precompile = false)"), p["gate"]
+    (follower,) = [p for p in procs if p["gate"]["role"] == "reuse"]
+    assert traced_with_the_fx_cache(follower), follower
+    d = tmp_path / "cache" / "dynamo"
+    assert not d.exists() or not any(d.iterdir())
+
+
+def test_a_failed_save_is_in_the_summary_and_the_follower_traces(launch, tmp_path):
+    r = launch(config(tmp_path, 2, '{ timeout = "10m", mode = "serial", precompile = true }', env=', BREAK_SAVE = "1"'),
+               env=ENV)
+    assert r.wait(timeout=600) == 0, r.err
+    procs = {p["gate"]["role"]: p for p in r.summary()["processes"]}
+    assert facts(procs["lead"]) == (False, "save failed: RuntimeError: forced save failure"), procs["lead"]["gate"]
+    assert procs["lead"]["gate"]["state"] == "ready"  # READY still published: the FX-graph cache is warm
+    assert facts(procs["reuse"]) == (False, "no artifact: leader did not save"), procs["reuse"]["gate"]
+    assert traced_with_the_fx_cache(procs["reuse"]), procs["reuse"]
+    assert "precompile artifact not saved (RuntimeError: forced save failure)" in (
+        tmp_path / procs["lead"]["log"]["stderr"]).read_text()
