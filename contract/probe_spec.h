@@ -37,8 +37,8 @@ struct ProbeSpec {
   std::string host = "127.0.0.1";
   /// The port; 0 while `port_name` still has to be resolved.
   int port = 0;
-  /// Reserved for named ports (resolved by the plan from the role's ports);
-  /// empty: `port` is the number given. Not read from run.toml yet.
+  /// A name of the role's `ports` (port = "http", or url "http://127.0.0.1:{http}/health"):
+  /// each process probes its own (ResolveProbe). Empty: `port` is the number given.
   std::string port_name;
   /// kHttp: the request target ("/health?x=1") and the URL as written.
   std::string path = "/";

@@ -262,6 +262,28 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
   r.RejectUnknownKeys();
 }
 
+/// "http://127.0.0.1:{http}/health" -> the URL with a placeholder port (for
+/// ParseProbeUrl) and `name` = "http"; any other URL as it is, `name` cleared.
+std::string NamePortInUrl(const std::string& url, std::string* name) {
+  name->clear();
+  size_t open = url.find(":{"), close = open == std::string::npos ? open : url.find('}', open);
+  if (close == std::string::npos) return url;
+  *name = url.substr(open + 2, close - open - 2);
+  return url.substr(0, open) + ":1" + url.substr(close + 1);
+}
+
+/// A probe's named port must be one of the role's `ports`.
+void CheckProbePortName(TableReader& r, const char* key, const ProbeSpec& p, const RoleSpec& role) {
+  if (p.port_name.empty() || std::find(role.ports.begin(), role.ports.end(), p.port_name) != role.ports.end()) return;
+  r.Error(key, r.ValuePos(key), "no port named \"" + p.port_name + "\" in this role's ports",
+          role.ports.empty() ? "a port number, or a name listed in ports" : "one of: " + [&] {
+            std::string all;
+            for (const std::string& n : role.ports) all += (all.empty() ? "" : ", ") + n;
+            return all;
+          }(),
+          "\"" + p.port_name + "\"", "add ports = [\"" + p.port_name + "\"] to the role, or write the port number");
+}
+
 /// The keys of a tcp/http probe (role.ready and role.liveness): port and host,
 /// or url and status; interval and probe_timeout. `kind`: "tcp", "http", or
 /// anything else when the mode is not a probe (then each key given is an error).
@@ -291,8 +313,8 @@ void ReadProbeKeys(TableReader& r, const toml::node* n, const std::string& kind,
       r.Error("port", where, "mode = \"tcp\" needs a port", "a port number from 1 to 65535", "no port",
               "e.g. " + what + " = { mode = \"tcp\", port = 8080 }");
     } else if (port->is_string()) {
-      r.Error("port", r.ValuePos("port"), "not a port number", "a port number from 1 to 65535", DescribeNode(*port),
-              "write the number: port = 8080 (named ports are not supported yet)");
+      // A name of the role's `ports`: each process probes its own (checked once `ports` is read).
+      p->port_name = port->as_string()->get();
     } else {
       r.Int("port", &p->port, 1, 65535);
     }
@@ -309,11 +331,15 @@ void ReadProbeKeys(TableReader& r, const toml::node* n, const std::string& kind,
     r.Error("url", r.Has("url") ? r.ValuePos("url") : where, "mode = \"http\" needs a url",
             "\"http://ADDR[:PORT][/PATH]\"", r.Has("url") ? "\"\"" : "no url",
             "e.g. " + what + " = { mode = \"http\", url = \"http://127.0.0.1:8080/health\" }");
-  } else if (!ParseProbeUrl(url, p, &err)) {
+  } else if (!ParseProbeUrl(NamePortInUrl(url, &p->port_name), p, &err)) {
     r.Error("url", r.ValuePos("url"), url.rfind("https://", 0) == 0 ? "https is not supported" : "not a probe URL",
             "\"http://ADDR[:PORT][/PATH]\" (ADDR an IP literal, [v6] or localhost)", "\"" + url + "\"", err);
   }
   p->kind = ProbeKind::kHttp;
+  if (!p->port_name.empty()) {
+    p->port = 0;  // resolved per process
+    p->url = url;
+  }
   if (r.String("status", &status) && !p->statuses.Parse(status, &err))
     r.Error("status", r.ValuePos("status"), "not a status set", "classes and codes like \"2xx\" or \"200,204\"",
             "\"" + status + "\"", err);
@@ -730,6 +756,8 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   r.Bool("service", &role->service);
   if (r.Has("service")) role->service_pos = r.ValuePos("service");
   ReadLiveness(r.Get("liveness"), name_for_path, &role->liveness, errors, r);
+  CheckProbePortName(r, "ready", role->ready.probe, *role);
+  if (role->liveness.enabled) CheckProbePortName(r, "liveness", role->liveness.probe, *role);
   r.RejectUnknownKeys();
 }
 

@@ -275,14 +275,16 @@ std::vector<SectionSpec> MakeSchema() {
            {"path", K::kPath, "", "mode = \"file\": the file whose appearance means ready.",
             "\"/tmp/ready\""},
            {"port", K::kInt, "",
-            "mode = \"tcp\": the port (1-65535) a TCP connect must reach; ready once one succeeds.", "8080"},
+            "mode = \"tcp\": the port (1-65535) a TCP connect must reach, or the name of one of the role's ports "
+            "(port = \"http\": each process its own); ready once one succeeds.", "8080"},
            {"host", K::kString, "127.0.0.1",
             "mode = \"tcp\": the address to connect to: an IP literal (no host names: DNS could stall the "
             "supervisor), or \"localhost\".",
             "\"::1\""},
            {"url", K::kString, "",
             "mode = \"http\": http://ADDR[:PORT][/PATH] (ADDR an IP literal, [v6] or localhost; port 80 if "
-            "none). Ready once a GET answers with a status in `status`. Only http://, not https.",
+            "none; :{NAME} for a named port of the role, each process its own). Ready once a GET answers with a status "
+            "in `status`. Only http://, not https.",
             "\"http://127.0.0.1:8080/health\""},
            {"status", K::kString, "2xx",
             "mode = \"http\": the statuses that count: classes and codes, comma-separated.", "\"200,204\""},
@@ -297,7 +299,7 @@ std::vector<SectionSpec> MakeSchema() {
        {
            {"mode", K::kEnum, "", "tcp: a TCP connect succeeds; http: a GET answers with a status in `status`.",
             "\"http\"", {"tcp", "http"}, true},
-           {"port", K::kInt, "", "mode = \"tcp\": the port.", "8080"},
+           {"port", K::kInt, "", "mode = \"tcp\": the port, or the name of one of the role's ports.", "8080"},
            {"host", K::kString, "127.0.0.1", "mode = \"tcp\": the address (an IP literal or \"localhost\").",
             "\"127.0.0.1\""},
            {"url", K::kString, "", "mode = \"http\": the URL, as for ready.url.",

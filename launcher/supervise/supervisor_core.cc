@@ -243,6 +243,8 @@ void SupervisorCore::Spawn(size_t i) {
   p.readiness.reset();
   if (p.direct) p.readiness.emplace(role.ready);
   p.watchdog_pings = false;
+  p.ready_probe = ResolveProbe(role.ready.probe, role, pp);
+  p.live_probe = ResolveProbe(role.liveness.probe, role, pp);
   p.started = clock_();
   AttemptRecord rec;
   rec.attempt = p.attempt;
@@ -311,9 +313,22 @@ const ProbeSpec* SupervisorCore::ActiveProbe(size_t i) const {
   const CoreProc& p = procs_[i];
   if (!p.alive() || stopping_ || p.intent != EndIntent::kNone) return nullptr;
   const RoleSpec& role = plan_.RoleOf(*p.plan);
-  if (p.state == ProcState::kStarting && p.readiness && p.readiness->WantsProbe()) return &role.ready.probe;
-  if (p.state == ProcState::kRunning && role.liveness.enabled) return &role.liveness.probe;
+  if (p.state == ProcState::kStarting && p.readiness && p.readiness->WantsProbe()) return &p.ready_probe;
+  if (p.state == ProcState::kRunning && role.liveness.enabled) return &p.live_probe;
   return nullptr;
+}
+
+ProbeSpec ResolveProbe(const ProbeSpec& spec, const RoleSpec& role, const ProcessPlan& pp) {
+  ProbeSpec out = spec;
+  if (spec.port_name.empty()) return out;
+  auto it = std::find(role.ports.begin(), role.ports.end(), spec.port_name);
+  size_t k = static_cast<size_t>(it - role.ports.begin());
+  out.port = it != role.ports.end() && k < pp.ports.size() ? pp.ports[k] : 0;
+  std::string placeholder = "{" + spec.port_name + "}";
+  if (size_t at = out.url.find(placeholder); at != std::string::npos)
+    out.url.replace(at, placeholder.size(), std::to_string(out.port));
+  out.port_name.clear();
+  return out;
 }
 
 void SupervisorCore::OnProbeResult(size_t i, uint64_t seq, bool answered, const std::string& detail) {

@@ -96,6 +96,8 @@ struct CoreProc {
   bool watchdog_pings = false;                ///< it sent WATCHDOG=1 this attempt
   // Network probes (contract/probe_spec.h): ready = tcp/http while STARTING, liveness while RUNNING.
   SteadyTime probe_at = SteadyTime::max();  ///< the next try then (none out)
+  /// Its role's ready and liveness probes with its own named port filled in (ResolveProbe).
+  ProbeSpec ready_probe, live_probe;
   uint64_t probe_seq = 0;                   ///< the try out, if probe_out: its answer must carry this
   bool probe_out = false;                   ///< a kProbe was sent, OnProbeResult not yet
   int probe_failures = 0;                   ///< liveness: failed tries in a row
@@ -136,6 +138,10 @@ struct CoreAction {
   const ProbeSpec* probe = nullptr;  ///< kProbe: what to try (the plan's, lives as long as the run)
   uint64_t seq = 0;                  ///< kProbe: handed back with the answer
 };
+
+/// `spec` of `role` for process `pp`: a named port (port = "http", url "...:{http}/...")
+/// replaced by the port the process was given.
+ProbeSpec ResolveProbe(const ProbeSpec& spec, const RoleSpec& role, const ProcessPlan& pp);
 
 class SupervisorCore final : public ControlHandler {
  public:

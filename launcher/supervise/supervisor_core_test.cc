@@ -1255,5 +1255,22 @@ TEST(SupervisorCoreProbe, LivenessTriesThatFailedWhileTheSupervisorWasStoppedDoN
   EXPECT_EQ(h.State("s:0"), "RUNNING") << "the count began again after the pause";
 }
 
+
+TEST(SupervisorCoreStack, ANamedProbePortIsEachProcesssOwn) {
+  Harness h(Role("server", 2, "ports = [\"admin\", \"http\"]\n"
+                              "ready = { mode = \"http\", url = \"http://127.0.0.1:{http}/health\" }\n"
+                              "liveness = { mode = \"tcp\", port = \"admin\" }"));
+  const RoleSpec& role = h.plan().config.roles[0];
+  ProcessPlan pp = h.plan().processes[1];
+  pp.ports = {20001, 20002};
+  ProbeSpec ready = ResolveProbe(role.ready.probe, role, pp);
+  EXPECT_EQ(ready.port, 20002);
+  EXPECT_EQ(ready.url, "http://127.0.0.1:20002/health");
+  EXPECT_EQ(ready.Request().find("Host: 127.0.0.1:20002"), ready.Request().find("Host: "));
+  ProbeSpec live = ResolveProbe(role.liveness.probe, role, pp);
+  EXPECT_EQ(live.port, 20001);
+  EXPECT_EQ(live.Describe(), "tcp 127.0.0.1:20001");
+}
+
 }  // namespace
 }  // namespace dflash
