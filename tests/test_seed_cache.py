@@ -179,3 +179,24 @@ def test_clear_waits_for_the_gate_and_no_reader_sees_half_a_cache(bin_dir, tmp_p
     assert clear.returncode == 0, out + err
     assert bad == []
     assert [p.name for p in cache.iterdir()] == [".dflash"]
+
+def test_precompile_artifact_travels_in_an_export_and_verify_loads_it(bin_dir, tmp_path):
+    """gate.precompile (issue 22): the seed's warm-up saves Dynamo's artifact, `cache export` carries it, and
+    after clear + import a fresh process (seed --verify) loads it: Dynamo cache hits, no FX graph compiled."""
+    body = drafters(n=1).replace('mode = "serial" }', 'mode = "serial", precompile = true }')
+    assert "precompile = true" in body
+    cfg = write_config(tmp_path, body)
+    seeded = launch_cmd(bin_dir, "seed", cfg)
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    archive = tmp_path / "cache.tar.zst"
+    assert launch_cmd(bin_dir, "cache", "export", cfg, archive).returncode == 0
+    names = subprocess.run(["tar", "--zstd", "-tf", archive], capture_output=True, text=True, check=True).stdout
+    assert any(n.startswith("dynamo/") or "/dynamo/" in n for n in names.splitlines()), names
+    assert launch_cmd(bin_dir, "cache", "clear", cfg).returncode == 0
+    assert launch_cmd(bin_dir, "cache", "import", cfg, archive).returncode == 0
+    v = launch_cmd(bin_dir, "seed", cfg, "--verify")
+    assert v.returncode == 0, v.stdout + v.stderr
+    line = next(ln for ln in v.stdout.splitlines() if "verify drafter: " in ln and "FX-graph" in ln)
+    assert "0 FX-graph misses" in line and "Dynamo precompile " in line, line
+    hits = int(line.split("Dynamo precompile ", 1)[1].split(" hits", 1)[0])
+    assert hits > 0, line

@@ -38,14 +38,14 @@ std::string Num(double v) {
   return buf;
 }
 
-/// Inductor FX-graph hits the payload wrote to its metrics file, or 0.
+/// Cache hits the payload wrote to its metrics file (FX graph, AOTAutograd, Dynamo precompile), or 0.
 int MetricsHits(const std::string& path) {
   std::string text, err;
   if (path.empty() || !ReadFile(path, &text, &err)) return 0;
   nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
   if (!m.is_object()) return 0;
   int hits = 0;
-  for (const char* k : {"fxgraph_cache_hit", "autograd_cache_hit"})
+  for (const char* k : {"fxgraph_cache_hit", "autograd_cache_hit", "dynamo_cache_hit"})
     if (m.contains(k) && m[k].is_number_integer()) hits += m[k].get<int>();
   return hits;
 }
