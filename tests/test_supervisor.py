@@ -45,8 +45,10 @@ def test_eight_roles_run_then_sigterm_stops_all_within_grace(launch, tmp_path):
 
 def test_a_child_that_ignores_sigterm_is_killed_after_grace(launch, tmp_path):
     m = marker()
-    # The trap makes sh and its sleep ignore SIGTERM; only SIGKILL ends them.
-    cfg = write_config(tmp_path, roles(1, ["sh", "-c", f"trap '' TERM; sleep {m}; true"], 'stop = { grace = "1s" }'))
+    # The trap makes sh and its sleep ignore SIGTERM; only SIGKILL ends them. Ready once the trap is set: with
+    # ready = "none" it counted as running at exec, and a SIGTERM that came before `trap` ran ended it at once.
+    cfg = write_config(tmp_path, roles(1, ["sh", "-c", f"trap '' TERM; echo trapped; sleep {m}; true"],
+                                       'stop = { grace = "1s" }\nready = { mode = "log", pattern = "^trapped$" }'))
     r = launch(cfg)
     r.wait_for_log("all 1 processes are running")
     assert r.proc.poll() is None, ("the run ended before it was stopped", r.proc.returncode)
