@@ -99,7 +99,7 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
         std::string unfinished;
         for (const CoreProc& p : procs_) {
           const AttemptRecord* a = p.last();
-          if (p.held && !p.alive() && a && a->outcome == "stopped by ctl" && (a->exit_code != 0 || a->signal != 0))
+          if (p.held && !p.alive() && a && a->outcome == AttemptOutcome::kStoppedByCtl && (a->exit_code != 0 || a->signal != 0))
             unfinished += (unfinished.empty() ? "" : ", ") + p.plan->name;
         }
         Info("stop all asked by ctl: stopping the run");

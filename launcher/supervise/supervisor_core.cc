@@ -10,6 +10,7 @@
 
 namespace dflash {
 const char* ProcStateName(ProcState s) { return NameIn(kProcStateNames, s).data(); }  // literals: NUL-ended
+const char* AttemptOutcomeName(AttemptOutcome o) { return NameIn(kAttemptOutcomeNames, o).data(); }
 
 SupervisorCore::SupervisorCore(const Plan& plan, Clock clock) : plan_(plan), clock_(std::move(clock)) {
   // The role processes, then the warm-ups of roles in gate mode "warmup".
@@ -150,7 +151,7 @@ std::string SupervisorCore::UnreadyDependency(size_t i) const {
     for (const CoreProc& q : procs_) {
       if (q.plan->warmup || q.plan->role_index != dep) continue;
       // Ready: running, or ended 0 on its own (a job that prepares what the others need).
-      bool done = q.state == ProcState::kExited && !q.held && q.last() && q.last()->outcome == "succeeded";
+      bool done = q.state == ProcState::kExited && !q.held && q.last() && q.last()->outcome == AttemptOutcome::kSucceeded;
       if (q.state != ProcState::kRunning && !done) return plan_.config.roles[dep].name;
     }
   return "";

@@ -48,6 +48,27 @@ enum class EndIntent {
   kHung,     ///< its watchdog expired: a failure, reason "hung"
 };
 
+/// What came of an attempt's end (summary.json's "outcome"); kNone while it runs.
+enum class AttemptOutcome {
+  kNone, kRestarted, kRestartedByCtl, kStopped, kStoppedByCtl, kSucceeded, kFailed, kFatal, kHung, kCollateral,
+};
+inline constexpr EnumName<AttemptOutcome> kAttemptOutcomeNames[] = {
+    {AttemptOutcome::kNone, ""},
+    {AttemptOutcome::kRestarted, "restarted"},
+    {AttemptOutcome::kRestartedByCtl, "restarted by ctl"},
+    {AttemptOutcome::kStopped, "stopped"},
+    {AttemptOutcome::kStoppedByCtl, "stopped by ctl"},
+    {AttemptOutcome::kSucceeded, "succeeded"},
+    {AttemptOutcome::kFailed, "failed"},
+    {AttemptOutcome::kFatal, "fatal"},
+    {AttemptOutcome::kHung, "hung"},
+    {AttemptOutcome::kCollateral, "collateral"},
+};
+const char* AttemptOutcomeName(AttemptOutcome o);
+inline bool Restarted(AttemptOutcome o) {
+  return o == AttemptOutcome::kRestarted || o == AttemptOutcome::kRestartedByCtl;
+}
+
 /// One start of a process, kept for summary.json's history.
 struct AttemptRecord {
   int attempt = 0;
@@ -57,9 +78,7 @@ struct AttemptRecord {
   int exit_code = -1;   ///< shell style (128+N for signal N); -1: no end yet
   int signal = 0;
   std::string reason;   ///< how it ended ("exited with code 3: ...")
-  /// What came of its end: "restarted", "restarted by ctl", "stopped", "stopped by ctl",
-  /// "succeeded", "failed", "fatal", "hung", "collateral"; "" while it runs.
-  std::string outcome;
+  AttemptOutcome outcome = AttemptOutcome::kNone;  ///< what came of its end; kNone while it runs
   bool start_failed = false;  ///< could not be started (pipes, fork, exec: 126/127)
   bool ready_timeout = false; ///< not ready within ready.timeout (the run exits 75)
   bool hung = false;          ///< killed by its watchdog

@@ -224,7 +224,7 @@ TEST(SupervisorCore, RestartsAfterAnExponentialBackoff) {
   EXPECT_EQ(h.Spawns("a:0"), 3);
   EXPECT_EQ(h.Proc("a:0").restarts, 2);
   ASSERT_EQ(h.Proc("a:0").attempts.size(), 3u);
-  EXPECT_EQ(h.Proc("a:0").attempts[0].outcome, "restarted");
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:0").attempts[0].outcome)), "restarted");
   EXPECT_EQ(h.Proc("a:0").attempts[0].exit_code, 1);
 }
 
@@ -248,7 +248,7 @@ TEST(SupervisorCore, ABudgetExhaustedIsFatalAndStopsTheRun) {
   EXPECT_EQ(h.core().culprit_attempt()->attempt, 3) << "the same process failing again: its last failure";
   EXPECT_EQ(h.core().ExitReason().rfind("a:0 exited with code 7; restart budget exhausted", 0), 0u)
       << h.core().ExitReason();
-  EXPECT_EQ(h.Proc("b:0").last()->outcome, "collateral");
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("b:0").last()->outcome)), "collateral");
 }
 
 TEST(SupervisorCore, StopGraceEndsInSigkill) {
@@ -282,7 +282,7 @@ TEST(SupervisorCore, ScopeRoleRestartsTheRoleOnly) {
   EXPECT_EQ(h.Spawns("flaky:1"), 2);
   EXPECT_EQ(h.Spawns("stable:0"), 1);
   EXPECT_EQ(h.Proc("flaky:1").last() - &h.Proc("flaky:1").attempts[0], 1);
-  EXPECT_EQ(h.Proc("flaky:1").attempts[0].outcome, "restarted");
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("flaky:1").attempts[0].outcome)), "restarted");
 }
 
 TEST(SupervisorCore, ScopeAllRestartsEveryone) {
@@ -458,6 +458,11 @@ TEST(SupervisorCore, EveryStateAndVerbHasOneNameThatReadsBack) {
                                 {ProcState::kNotStarted, ProcState::kWaiting, ProcState::kFailed, ProcState::kStarting,
                                  ProcState::kRunning, ProcState::kBackoff, ProcState::kStopping, ProcState::kExited,
                                  ProcState::kFatal});
+  ExpectOneNameEachAndRoundTrip(kAttemptOutcomeNames,
+                                {AttemptOutcome::kNone, AttemptOutcome::kRestarted, AttemptOutcome::kRestartedByCtl,
+                                 AttemptOutcome::kStopped, AttemptOutcome::kStoppedByCtl, AttemptOutcome::kSucceeded,
+                                 AttemptOutcome::kFailed, AttemptOutcome::kFatal, AttemptOutcome::kHung,
+                                 AttemptOutcome::kCollateral});
   ExpectOneNameEachAndRoundTrip(kControlVerbNames, {ControlVerb::kStatus, ControlVerb::kRestart, ControlVerb::kStop,
                                                     ControlVerb::kStart, ControlVerb::kSignal});
   EXPECT_STREQ(ProcStateName(ProcState::kRunning), "RUNNING");
@@ -495,7 +500,7 @@ TEST(SupervisorCore, AnExecThatFailsWhileTheRunStopsIsItsFailureNotCollateral) {
   h.Exit("b:0", 126);
   EXPECT_EQ(h.State("b:0"), "FAILED");
   EXPECT_TRUE(h.Proc("b:0").last()->start_failed);
-  EXPECT_NE(h.Proc("b:0").last()->outcome, "collateral");
+  EXPECT_NE(std::string(AttemptOutcomeName(h.Proc("b:0").last()->outcome)), "collateral");
 }
 
 TEST(SupervisorCore, ADirectProcessIsRunningOnlyOnceItsExecSucceeded) {
@@ -567,7 +572,7 @@ TEST(SupervisorCoreControl, ARestartByHandDoesNotCountAgainstTheBudget) {
   EXPECT_EQ(h.Spawns("a:0"), 1) << "its peer kept running";
   EXPECT_EQ(h.Proc("a:1").manual_restarts, 3);
   EXPECT_EQ(h.Proc("a:1").restarts, 0);
-  EXPECT_EQ(h.Proc("a:1").attempts[0].outcome, "restarted by ctl");
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:1").attempts[0].outcome)), "restarted by ctl");
   // The budget of one is intact: a real failure is still restarted.
   h.Exit("a:1", 1);
   EXPECT_EQ(h.State("a:1"), "BACKOFF");
@@ -1086,7 +1091,7 @@ TEST(SupervisorCoreStack, TheRunEndsWhenTheRolesAreDoneThenTheServicesStop) {
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 0);
   EXPECT_EQ(h.core().culprit(), -1);
-  EXPECT_EQ(h.Proc("store:0").last()->outcome, "stopped");
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("store:0").last()->outcome)), "stopped");
   EXPECT_NE(h.core().ExitReason().find("services were stopped"), std::string::npos) << h.core().ExitReason();
 }
 
@@ -1107,7 +1112,7 @@ TEST(SupervisorCoreStack, AServiceThatEndsZeroIsRestartedByOnFailure) {
   h.Start();
   h.Exit("store:0", 0);
   EXPECT_EQ(h.State("store:0"), "BACKOFF");
-  EXPECT_EQ(h.Proc("store:0").last()->outcome, "restarted");
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("store:0").last()->outcome)), "restarted");
   h.Advance(Millis(1000));
   EXPECT_EQ(h.Spawns("store:0"), 2);
   EXPECT_FALSE(h.core().stopping());
@@ -1233,7 +1238,7 @@ TEST(SupervisorCoreProbe, LivenessFailuresInARowAreAHangHandledAsTheWatchdogs) {
   h.Killed("s:0", SIGABRT);
   const AttemptRecord& a = h.Proc("s:0").attempts[0];
   EXPECT_TRUE(a.hung);
-  EXPECT_EQ(a.outcome, "restarted");
+  EXPECT_EQ(std::string(AttemptOutcomeName(a.outcome)), "restarted");
   EXPECT_NE(a.reason.find("hung: liveness: 3 failed tries in a row of tcp 127.0.0.1:8080 (last: no connect within 1s)"),
             std::string::npos)
       << a.reason;

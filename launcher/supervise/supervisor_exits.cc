@@ -93,14 +93,14 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
     return;
   }
   if (p.intent == EndIntent::kRestart && !stopping_) {  // stopped because its unit restarts
-    rec.outcome = p.manual ? "restarted by ctl" : "restarted";
+    rec.outcome = p.manual ? AttemptOutcome::kRestartedByCtl : AttemptOutcome::kRestarted;
     SetState(i, ProcState::kBackoff, "stopped for a restart; " + how);
     MaybeRoundStopped();
     return;
   }
   if ((stopping_ || p.intent == EndIntent::kStop) && rec.start_failed) {
     // It failed to start on its own while the run stopped: a failure, not collateral.
-    rec.outcome = "failed";
+    rec.outcome = AttemptOutcome::kFailed;
     SetState(i, ProcState::kFailed, how);
     return;
   }
@@ -109,9 +109,9 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
     // died and NCCL failed, say): the culprit came first, this is collateral.
     bool by_hand = p.held || (p.manual && p.intent == EndIntent::kStop);
     // Another node's failure is a culprit too: what it stopped here is collateral.
-    rec.outcome = by_hand                                                              ? "stopped by ctl"
-                  : (culprit_ >= 0 && culprit_ != static_cast<int>(i)) || !node_culprit_.empty() ? "collateral"
-                                                                                       : "stopped";
+    rec.outcome = by_hand                                                              ? AttemptOutcome::kStoppedByCtl
+                  : (culprit_ >= 0 && culprit_ != static_cast<int>(i)) || !node_culprit_.empty() ? AttemptOutcome::kCollateral
+                                                                                       : AttemptOutcome::kStopped;
     SetState(i, ProcState::kExited,
              (p.intent == EndIntent::kStop ? (by_hand ? "stopped by ctl; " : "stopped; ") : "") + how);
     return;
@@ -129,7 +129,7 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
       if (node_rounds && (role.restart.scope != RestartScope::kProcess || role.world != TorchWorld::kNone)) {
         // Its unit spans the nodes: every node stops and starts again together.
         ++p.restarts;
-        rec.outcome = "restarted";
+        rec.outcome = AttemptOutcome::kRestarted;
         p.restart_at = SteadyTime::max();  // held until StartRound
         round_not_before_ = std::max(round_not_before_, now + d.delay);
         SetState(i, ProcState::kBackoff, how + "; " + d.reason + "; every node restarts in a new round");
@@ -145,7 +145,7 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
       }
       SteadyTime at = now + d.delay;
       ++p.restarts;
-      rec.outcome = "restarted";
+      rec.outcome = AttemptOutcome::kRestarted;
       p.restart_at = at;
       std::string what = role.restart.scope == RestartScope::kAll ? "run" : role.world != TorchWorld::kNone
                                                                                  ? "torch world"
@@ -159,15 +159,15 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
     }
     case RestartDecision::Kind::kNoRestart:
       if (rec.exit_code == 0 && !service_ended) {
-        rec.outcome = "succeeded";
+        rec.outcome = AttemptOutcome::kSucceeded;
         SetState(i, ProcState::kExited, how);
         return;
       }
-      rec.outcome = rec.hung ? "hung" : "failed";
+      rec.outcome = rec.hung ? AttemptOutcome::kHung : AttemptOutcome::kFailed;
       Fail(i, how + " (" + d.reason + ")", false);
       return;
     case RestartDecision::Kind::kExhausted:
-      rec.outcome = "fatal";
+      rec.outcome = AttemptOutcome::kFatal;
       Fail(i, how + "; " + d.reason, true);
       return;
   }
@@ -193,12 +193,12 @@ void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
   size_t ri = p.plan->role_index;
   if (p.current().exit_code != 0) {
     NoteFailure(i);
-    p.current().outcome = "fatal";
+    p.current().outcome = AttemptOutcome::kFatal;
     Fail(i, "warm-up failed: " + how + " (its log: " + plan_.AttemptPath(*p.plan, p.attempt, "stderr.log") + ")",
          true);
     return;
   }
-  p.current().outcome = "succeeded";
+  p.current().outcome = AttemptOutcome::kSucceeded;
   role_warm_[ri] = true;
   std::string state = JsonText(p.gate, "state"), decision = JsonText(p.gate, "role");
   warmup_published_[ri] = state == "ready" || decision == "reuse";

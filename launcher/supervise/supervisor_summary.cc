@@ -32,7 +32,7 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     e.manual_restarts = p.manual_restarts;
     e.held = p.held;
     e.culprit = core.culprit() == static_cast<int>(i);
-    e.collateral = last && last->outcome == "collateral";
+    e.collateral = last && last->outcome == AttemptOutcome::kCollateral;
     e.runtime_s = last && last->end_s >= last->start_s && last->start_s >= 0 ? last->end_s - last->start_s : 0;
     e.reason = p.reason;
     int attempt = std::max(0, p.attempt);
@@ -55,8 +55,8 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
       as.exit_code = a.exit_code;
       as.signal = a.signal;
       as.reason = a.reason;
-      as.outcome = a.outcome;
-      as.restarted = a.outcome.rfind("restarted", 0) == 0;
+      as.outcome = AttemptOutcomeName(a.outcome);
+      as.restarted = Restarted(a.outcome);
       as.hung = a.hung;
       as.start_failed = a.start_failed;
       as.ready_timeout = a.ready_timeout;
