@@ -10,8 +10,9 @@
 
 namespace dflash {
 RunStatus SupervisorCore::Status() {
+  EventTime event_time(this);
   RunStatus s = status_base;
-  SteadyTime now = clock_();
+  SteadyTime now = Now();
   s.uptime_s = Since(now);
   s.stopping = stopping_;
   for (const CoreProc& p : procs_) {
@@ -39,6 +40,7 @@ RunStatus SupervisorCore::Status() {
 }
 
 ControlReply SupervisorCore::Apply(const ControlRequest& req) {
+  EventTime event_time(this);
   ControlReply reply;
   if (req.verb == ControlVerb::kStatus) {
     reply.ok = true;
@@ -64,7 +66,7 @@ ControlReply SupervisorCore::Apply(const ControlRequest& req) {
       if (a == procs_[i].plan->name) return;
     affected.push_back(procs_[i].plan->name);
   };
-  SteadyTime now = clock_();
+  SteadyTime now = Now();
   switch (req.verb) {
     case ControlVerb::kStatus: break;
     case ControlVerb::kSignal:

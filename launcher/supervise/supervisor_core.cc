@@ -52,7 +52,7 @@ std::vector<CoreAction> SupervisorCore::TakeActions() {
 
 void SupervisorCore::Event(size_t i, ProcState from, ProcState to, const std::string& why) {
   const CoreProc& p = procs_[i];
-  nlohmann::json e = {{"t", Since(clock_())},
+  nlohmann::json e = {{"t", Since(Now())},
                       {"process", p.plan->name},
                       {"from", ProcStateName(from)},
                       {"to", ProcStateName(to)},
@@ -209,6 +209,7 @@ bool SupervisorCore::OnlyServicesLeft() const {
 }
 
 void SupervisorCore::Start() {
+  EventTime event_time(this);
   started_ = true;
   // Warm-ups first: their compile is the long pole. Roles that wait for one
   // (or for the roles they start after) are held; every other role starts at
@@ -246,7 +247,7 @@ void SupervisorCore::Spawn(size_t i) {
   p.watchdog_pings = false;
   p.ready_probe = ResolveProbe(role.ready.probe, role, pp);
   p.live_probe = ResolveProbe(role.liveness.probe, role, pp);
-  p.started = clock_();
+  p.started = Now();
   AttemptRecord rec;
   rec.attempt = p.attempt;
   rec.start_s = Since(p.started);
@@ -264,6 +265,7 @@ void SupervisorCore::Spawn(size_t i) {
 }
 
 void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
+  EventTime event_time(this);
   CoreProc& p = procs_[i];
   const ProcessPlan& pp = *p.plan;
   p.pid = pid;
@@ -275,6 +277,7 @@ void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
 }
 
 void SupervisorCore::OnSpawnFailed(size_t i, const std::string& why, int exit_code, pid_t pid) {
+  EventTime event_time(this);
   CoreProc& p = procs_[i];
   AttemptRecord& rec = p.current();
   rec.start_failed = true;
@@ -295,6 +298,7 @@ void SupervisorCore::OnSpawnFailed(size_t i, const std::string& why, int exit_co
 }
 
 void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
+  EventTime event_time(this);
   CoreProc& p = procs_[i];
   if (!p.exec_pending && !ok) return;
   p.exec_pending = false;
@@ -307,7 +311,7 @@ void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
   // No worker in between and ready = none: running as soon as it runs.
   if (p.readiness && p.readiness->OnExec(p.started)) MarkReady(i, "started");
   // ready = tcp/http: the first try at once (a refusal costs microseconds), then every interval.
-  if (p.readiness && p.readiness->WantsProbe()) p.probe_at = clock_();
+  if (p.readiness && p.readiness->WantsProbe()) p.probe_at = Now();
 }
 
 const ProbeSpec* SupervisorCore::ActiveProbe(size_t i) const {
@@ -333,12 +337,13 @@ ProbeSpec ResolveProbe(const ProbeSpec& spec, const RoleSpec& role, const Proces
 }
 
 void SupervisorCore::OnProbeResult(size_t i, uint64_t seq, bool answered, const std::string& detail) {
+  EventTime event_time(this);
   CoreProc& p = procs_[i];
   if (!p.probe_out || seq != p.probe_seq) return;  // an earlier try's, or an earlier attempt's
   p.probe_out = false;
   const ProbeSpec* probe = ActiveProbe(i);
   if (!probe) return;  // it died, is stopping, or changed state meanwhile: nothing to judge
-  SteadyTime now = clock_();
+  SteadyTime now = Now();
   p.probe_at = now + probe->interval;
   if (p.state == ProcState::kStarting) {
     if (!p.readiness->OnProbe(answered, detail)) return;
@@ -373,7 +378,7 @@ void SupervisorCore::MarkReady(size_t i, const std::string& why) {
   if (const LivenessSpec& l = plan_.RoleOf(*p.plan).liveness; l.enabled) {
     p.probe_out = false;  // a ready try still out is not liveness evidence
     p.probe_failures = 0;
-    p.probe_at = clock_() + l.probe.interval;
+    p.probe_at = Now() + l.probe.interval;
   }
   StartReleased();  // what starts after its role may be free to go
   bool all = std::all_of(procs_.begin(), procs_.end(), [](const CoreProc& q) {
@@ -394,16 +399,18 @@ void SupervisorCore::ArmWatchdog(size_t i) {
   CoreProc& p = procs_[i];
   Millis wd = plan_.RoleOf(*p.plan).watchdog;
   if (wd.count() <= 0 || p.state != ProcState::kRunning) return;
-  p.watchdog_at = clock_() + wd;
+  p.watchdog_at = Now() + wd;
 }
 
 void SupervisorCore::OnOutput(size_t i) {
+  EventTime event_time(this);
   CoreProc& p = procs_[i];
   // Output is progress only for a process that never promised WATCHDOG=1.
   if (!p.watchdog_pings) ArmWatchdog(i);
 }
 
 void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
+  EventTime event_time(this);
   CoreProc& p = procs_[i];
   if (r.main_pid) p.payload_pid = *r.main_pid;
   if (r.error) p.worker_error = *r.error;
@@ -458,7 +465,7 @@ void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
   bool ready = p.readiness ? r.ready && p.readiness->OnNotifyReady() : r.ready;
   if (ready && p.state == ProcState::kStarting) {
     AttemptRecord& rec = p.current();
-    if (p.direct) rec.ready_s = std::chrono::duration<double>(clock_() - p.started).count();
+    if (p.direct) rec.ready_s = std::chrono::duration<double>(Now() - p.started).count();
     MarkReady(i, "ready" + (rec.ready_s > 0 ? " after " + FormatSeconds(rec.ready_s) : ""));
     if (JsonText(p.gate, "role") == "reuse") {
       CoreAction a;
@@ -470,13 +477,15 @@ void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
 }
 
 void SupervisorCore::AddWarning(const std::string& w) {
+  EventTime event_time(this);
   if (std::find(warnings_.begin(), warnings_.end(), w) != warnings_.end()) return;
   warnings_.push_back(w);
   Warn(w);
 }
 
 bool SupervisorCore::OnGuardianDied(const std::string& how) {
-  SteadyTime now = clock_();
+  EventTime event_time(this);
+  SteadyTime now = Now();
   guardian_deaths_.erase(std::remove_if(guardian_deaths_.begin(), guardian_deaths_.end(),
                                         [&](SteadyTime t) { return now - t > kGuardianWindow; }),
                          guardian_deaths_.end());
@@ -492,6 +501,7 @@ bool SupervisorCore::OnGuardianDied(const std::string& how) {
 }
 
 void SupervisorCore::StopUnguarded(const std::string& why) {
+  EventTime event_time(this);
   if (!unguarded_) Warn(why);
   unguarded_ = true;
   BeginStop(why);
@@ -502,6 +512,7 @@ void SupervisorCore::NoteMemoryPeak(size_t i, int64_t bytes) {
 }
 
 void SupervisorCore::OnSignal(int sig) {
+  EventTime event_time(this);
   if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
     ++interrupts_;
     if (!stopping_) {
@@ -527,6 +538,7 @@ void SupervisorCore::OnSignal(int sig) {
 }
 
 void SupervisorCore::Abort(const std::string& why) {
+  EventTime event_time(this);
   if (!why.empty()) Warn(why);
   for (CoreProc& p : procs_)
     if (p.alive() && p.intent != EndIntent::kStop) p.intent = EndIntent::kStop;
@@ -547,7 +559,7 @@ void SupervisorCore::StopProc(size_t i, EndIntent intent, const std::string& why
   bool was_hung = p.intent == EndIntent::kHung;
   p.intent = intent;
   if (was_hung) return;  // its signal is sent and its SIGKILL due already
-  p.kill_at = clock_() + role.stop.grace;
+  p.kill_at = Now() + role.stop.grace;
   CoreAction a;
   a.kind = CoreAction::Kind::kSignal;
   a.index = i;
@@ -563,7 +575,7 @@ void SupervisorCore::Hang(size_t i, const std::string& why) {
   p.intent = EndIntent::kHung;
   p.hung_why = why;
   p.watchdog_at = p.probe_at = SteadyTime::max();
-  p.kill_at = clock_() + role.stop.grace;
+  p.kill_at = Now() + role.stop.grace;
   NoteFailure(i);
   CoreAction a;
   a.kind = CoreAction::Kind::kSignal;
@@ -608,7 +620,8 @@ void SupervisorCore::BeginStop(const std::string& reason) {
 }
 
 void SupervisorCore::OnTick() {
-  SteadyTime now = clock_();
+  EventTime event_time(this);
+  SteadyTime now = Now();
   for (size_t i = 0; i < procs_.size(); ++i) {
     CoreProc& p = procs_[i];
     if (p.state == ProcState::kStopping && p.alive() && now >= p.kill_at) {
@@ -668,6 +681,7 @@ bool SupervisorCore::Timing() const {
 }
 
 void SupervisorCore::OnPaused(SteadyTime::duration lost) {
+  EventTime event_time(this);
   ++pauses_;
   double s = std::chrono::duration<double>(lost).count();
   paused_s_ += s;
@@ -685,7 +699,7 @@ void SupervisorCore::OnPaused(SteadyTime::duration lost) {
     // Liveness, like the watchdog: tries that failed while the run was frozen prove nothing.
     if (p.state == ProcState::kRunning && plan_.RoleOf(*p.plan).liveness.enabled) {
       p.probe_failures = 0;
-      if (!p.probe_out) p.probe_at = clock_() + plan_.RoleOf(*p.plan).liveness.probe.interval;
+      if (!p.probe_out) p.probe_at = Now() + plan_.RoleOf(*p.plan).liveness.probe.interval;
     }
   }
   Warn("the supervisor did not run for " + FormatSeconds(s) +

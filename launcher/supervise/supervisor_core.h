@@ -322,8 +322,29 @@ class SupervisorCore final : public ControlHandler {
   double Since(SteadyTime t) const;
   bool Timing() const;
 
+  /// One "now" per event: every decision an event leads to is judged at the same
+  /// instant (its events, deadlines and records agree). Public entry points open an
+  /// EventTime; Now() outside one reads the clock afresh.
+  SteadyTime Now() const { return event_now_ ? *event_now_ : clock_(); }
+  class EventTime {
+   public:
+    explicit EventTime(const SupervisorCore* core) : core_(core), outer_(!core->event_now_) {
+      if (outer_) core_->event_now_ = core_->clock_();
+    }
+    ~EventTime() {
+      if (outer_) core_->event_now_.reset();
+    }
+    EventTime(const EventTime&) = delete;
+    EventTime& operator=(const EventTime&) = delete;
+
+   private:
+    const SupervisorCore* core_;
+    bool outer_;
+  };
+
   const Plan& plan_;
   Clock clock_;
+  mutable std::optional<SteadyTime> event_now_;
   std::vector<CoreProc> procs_;
   std::vector<std::unique_ptr<RestartTracker>> trackers_;
   std::vector<CoreAction> actions_;

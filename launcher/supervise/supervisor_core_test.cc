@@ -26,7 +26,11 @@ class Harness {
     po.run_id = "t-1";
     po.torch_version = [](const RoleSpec&) { return std::string("2.13.0+cpu"); };
     plan_ = BuildPlan(c, po);
-    core_ = std::make_unique<SupervisorCore>(plan_, [this] { return now_; });
+    core_ = std::make_unique<SupervisorCore>(plan_, [this] {
+      SteadyTime t = now_;
+      if (tick_per_read_) now_ += Millis(1);  // a clock that moves while the core decides
+      return t;
+    });
   }
 
   SupervisorCore& core() { return *core_; }
@@ -158,6 +162,7 @@ class Harness {
     Pump();
   }
   bool spawn_fails_ = false;
+  bool tick_per_read_ = false;
   /// Spawns whose exec outcome comes later (ExecResult), as the shell reports a direct payload's.
   bool exec_pending_ = false;
   void ExecResult(const std::string& name, bool ok, const std::string& err = "") {
@@ -1275,6 +1280,21 @@ TEST(SupervisorCoreStack, ANamedProbePortIsEachProcesssOwn) {
   ProbeSpec live = ResolveProbe(role.liveness.probe, role, pp);
   EXPECT_EQ(live.port, 20001);
   EXPECT_EQ(live.Describe(), "tcp 127.0.0.1:20001");
+}
+
+
+TEST(SupervisorCore, OneEventIsJudgedAtOneInstant) {
+  Harness h(Role("a", 3, "restart = { policy = \"on-failure\", scope = \"role\", max = 3, window = \"1h\", "
+                         "backoff = \"1s..1s\" }\nstop = { grace = \"5s\" }"));
+  h.Start();
+  size_t before = h.Events().size();
+  h.tick_per_read_ = true;  // every read of the clock moves it on
+  h.Exit("a:0", 1);
+  std::vector<nlohmann::json> ev = h.Events();
+  ASSERT_EQ(ev.size(), before + 3) << "a:0 BACKOFF, a:1 and a:2 STOPPING";
+  for (size_t k = before; k < ev.size(); ++k) EXPECT_EQ(ev[k]["t"], ev[before]["t"]) << ev[k].dump();
+  EXPECT_EQ(h.Proc("a:1").restart_at, h.Proc("a:0").restart_at);
+  EXPECT_EQ(h.Proc("a:1").kill_at, h.Proc("a:2").kill_at);
 }
 
 }  // namespace

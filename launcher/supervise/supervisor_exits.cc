@@ -22,7 +22,7 @@ void SupervisorCore::MaybeCloseIncident() {
   // and every live process has run its role's reset_after (the same "ran long
   // enough" that resets the backoff): a failure after that is a new incident.
   if (incident_proc_ < 0 || stopping_) return;
-  SteadyTime now = clock_();
+  SteadyTime now = Now();
   for (const CoreProc& p : procs_) {
     if (p.state == ProcState::kBackoff || p.state == ProcState::kStarting || p.state == ProcState::kStopping ||
         p.state == ProcState::kFailed || p.state == ProcState::kFatal)
@@ -33,6 +33,7 @@ void SupervisorCore::MaybeCloseIncident() {
 }
 
 void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& error_message) {
+  EventTime event_time(this);
   JudgeExit(i, st, error_message);
   // What its end frees: the next wave of a stop in reverse order, the
   // dependents of a job that ended 0, and the end of a run of services.
@@ -47,7 +48,7 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
 
 void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message) {
   CoreProc& p = procs_[i];
-  SteadyTime now = clock_();
+  SteadyTime now = Now();
   AttemptRecord& rec = p.current();
   p.ended = now;
   p.pid = -1;

@@ -8,6 +8,7 @@
 namespace dflash {
 
 void SupervisorCore::BeginRound(int round, const std::string& why) {
+  EventTime event_time(this);
   if (stopping_ || round <= round_ || round <= round_pending_) return;
   round_pending_ = round;
   round_stopped_sent_ = false;
@@ -41,10 +42,11 @@ void SupervisorCore::MaybeRoundStopped() {
 }
 
 void SupervisorCore::StartRound(int round) {
+  EventTime event_time(this);
   if (stopping_ || round != round_pending_ || !round_stopped_sent_) return;
   round_ = round;
   round_pending_ = -1;
-  SteadyTime at = std::max(clock_(), round_not_before_);
+  SteadyTime at = std::max(Now(), round_not_before_);
   round_not_before_ = SteadyTime{};
   Info("round " + std::to_string(round) + ": every node has stopped; starting again");
   for (CoreProc& p : procs_)
@@ -53,6 +55,7 @@ void SupervisorCore::StartRound(int round) {
 }
 
 void SupervisorCore::StopForNode(const std::string& culprit, const std::string& reason, int exit_code) {
+  EventTime event_time(this);
   if (stopping_) return;
   node_culprit_ = culprit;
   node_exit_code_ = exit_code;
