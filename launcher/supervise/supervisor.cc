@@ -58,13 +58,7 @@ struct Supervisor::Impl : public ControlHandler {
         core_(plan, [] { return std::chrono::steady_clock::now(); }),
         router_(console, RouterOptions(plan)) {
     os_.resize(core_.size());
-    core_.settle_exec = [this](size_t i) { OnExecStatus(i); };
     core_.node_rounds = options_.node_rounds;
-    core_.on_status_text = [this](size_t i, const std::string& text) {
-      const std::string& name = core_.proc(i).plan->name;
-      if (log_) log_->info("{}: {}", name, text);
-      if (console_) console_->StatusText(name, text);
-    };
     epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
     probes_ = std::make_unique<ProbeRunner>(epoll_.get(), Tag(kTagProbe, 0));
     core_.status_base.run_id = plan_.run_id;
@@ -190,6 +184,19 @@ void Supervisor::Impl::Execute(const CoreAction& a) {
       break;
     case K::kProbe:
       if (a.probe) probes_->Start(a.index, a.seq, *a.probe, std::chrono::steady_clock::now());
+      break;
+    // A stop the core holds back until it knows whether the exec failed: the answer (OnExecResult) comes
+    // now, before any other event; its actions follow this batch, in order.
+    case K::kSettleExec:
+      OnExecStatus(a.index);
+      // No status left to read (it cannot happen: the core asks only while one is pending): never leave the
+      // stop waiting.
+      if (p && p->exec_pending) core_.OnExecResult(a.index, true, "");
+      break;
+    case K::kStatusText:
+      if (!p) break;
+      if (log_) log_->info("{}: {}", p->plan->name, a.text);
+      if (console_) console_->StatusText(p->plan->name, a.text);
       break;
   }
 }

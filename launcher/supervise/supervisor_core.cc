@@ -227,6 +227,7 @@ void SupervisorCore::Spawn(size_t i) {
   ++p.attempt;
   p.intent = EndIntent::kNone;
   p.exec_pending = false;
+  p.stop_after_exec.reset();
   p.payload_pid = -1;
   p.worker_error.clear();
   p.payload_exit.clear();
@@ -270,7 +271,7 @@ void SupervisorCore::OnSpawned(size_t i, pid_t pid, bool exec_pending) {
   const ProcessPlan& pp = *p.plan;
   p.pid = pid;
   p.current().pid = pid;
-  p.exec_pending = exec_pending;
+  p.exec_pending = true;
   Info(pp.name + " STARTING (pid " + std::to_string(pid) + ", attempt " + std::to_string(p.attempt) +
        (pp.on_gpu() ? ", GPU " + pp.device : std::string(", cpu")) + ")");
   if (!exec_pending) OnExecResult(i, true, "");
@@ -300,11 +301,15 @@ void SupervisorCore::OnSpawnFailed(size_t i, const std::string& why, int exit_co
 void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
   EventTime event_time(this);
   CoreProc& p = procs_[i];
-  if (!p.exec_pending && !ok) return;
+  if (!p.exec_pending) return;  // settled already (or reaped): not judged twice
   p.exec_pending = false;
+  std::optional<std::string> stop = std::move(p.stop_after_exec);
+  p.stop_after_exec.reset();
   if (!ok) {
+    // Its own failure, not a stop: it exits 127/126 and OnExit judges it so, with this reason.
+    if (stop) p.intent = EndIntent::kNone;
     p.current().start_failed = true;
-    p.current().reason = err;  // the child exits 127/126: OnExit reports it with this reason
+    p.current().reason = err;
     Warn(p.plan->name + ": " + err);
     return;
   }
@@ -312,6 +317,7 @@ void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
   if (p.readiness && p.readiness->OnExec(p.started)) MarkReady(i, "started");
   // ready = tcp/http: the first try at once (a refusal costs microseconds), then every interval.
   if (p.readiness && p.readiness->WantsProbe()) p.probe_at = Now();
+  if (stop) SignalStop(i, *stop);
 }
 
 const ProbeSpec* SupervisorCore::ActiveProbe(size_t i) const {
@@ -419,9 +425,12 @@ void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
   if (r.ready_s) p.current().ready_s = *r.ready_s;
   if (r.status) {
     p.status = *r.status;
-    // The console shows it once (launcher/console/console.h StatusText); else a log line.
-    if (on_status_text) on_status_text(i, *r.status);
-    else Info(p.plan->name + ": " + *r.status);
+    // In order with the log lines and events around it; the console shows it once (console.h StatusText).
+    CoreAction a;
+    a.kind = CoreAction::Kind::kStatusText;
+    a.index = i;
+    a.text = *r.status;
+    actions_.push_back(std::move(a));
     if (!p.watchdog_pings) ArmWatchdog(i);
   }
   if (r.watchdog) {
@@ -551,14 +560,28 @@ void SupervisorCore::Abort(const std::string& why) {
 void SupervisorCore::StopProc(size_t i, EndIntent intent, const std::string& why) {
   CoreProc& p = procs_[i];
   if (!p.alive() || p.intent == EndIntent::kStop || p.intent == EndIntent::kRestart) return;
-  // Its exec is decided within microseconds: if it failed, the process exits
-  // 126/127 on its own and that is its failure, not something we stopped.
-  if (p.exec_pending && settle_exec) settle_exec(i);
-  if (p.current().start_failed) return;
-  const RoleSpec& role = plan_.RoleOf(*p.plan);
+  if (p.current().start_failed) return;  // its exec failed: it exits 126/127 on its own, its own failure
   bool was_hung = p.intent == EndIntent::kHung;
   p.intent = intent;
   if (was_hung) return;  // its signal is sent and its SIGKILL due already
+  if (p.exec_pending) {
+    // Its exec is decided within microseconds; if it failed, the process exits 126/127 on its own and
+    // that is its failure, not something we stopped. The shell reads the outcome now and answers
+    // OnExecResult, which sends the signal or drops the stop. Meanwhile the intent stands, so what
+    // comes next (BeginStop, ctl) sees the stop as decided.
+    p.stop_after_exec = why;
+    CoreAction a;
+    a.kind = CoreAction::Kind::kSettleExec;
+    a.index = i;
+    actions_.push_back(std::move(a));
+    return;
+  }
+  SignalStop(i, why);
+}
+
+void SupervisorCore::SignalStop(size_t i, const std::string& why) {
+  CoreProc& p = procs_[i];
+  const RoleSpec& role = plan_.RoleOf(*p.plan);
   p.kill_at = Now() + role.stop.grace;
   CoreAction a;
   a.kind = CoreAction::Kind::kSignal;

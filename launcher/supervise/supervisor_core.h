@@ -96,6 +96,9 @@ struct CoreProc {
   int attempt = -1;        ///< spawns so far - 1
   EndIntent intent = EndIntent::kNone;
   bool exec_pending = false;  ///< forked; whether its exec succeeded is not known yet
+  /// A stop decided while exec_pending (`intent` is set): its signal waits for
+  /// OnExecResult, since a failed exec is its own failure, not a stop. The why for STOPPING.
+  std::optional<std::string> stop_after_exec;
   bool manual = false;        ///< the current stop/restart was asked by ctl
   bool held = false;          ///< stopped by hand: stays stopped until `ctl start`
   bool stops_after_dependents = false;  ///< the run stops: its signal waits until what starts after it has ended
@@ -146,6 +149,8 @@ struct CoreAction {
     kRoundRequest,   ///< nodes: ask every node for the round after round `index` (`text`: why)
     kRoundStopped,   ///< nodes: every process here has stopped for round `index`
     kProbe,          ///< one try of `probe` for proc `index`; answer OnProbeResult with `seq`
+    kSettleExec,     ///< a stop of proc `index` waits for its exec outcome: read it now, answer OnExecResult
+    kStatusText,     ///< proc `index` said STATUS=`text`: its log line and the console's status (shown once)
   };
   Kind kind = Kind::kLog;
   size_t index = 0;
@@ -178,6 +183,8 @@ class SupervisorCore final : public ControlHandler {
   /// exits 126/127 on its own: it will be reaped).
   void OnSpawnFailed(size_t i, const std::string& why, int exit_code, pid_t pid = -1);
   /// Its exec succeeded (ok) or failed (`err`: it exits 126/127 on its own).
+  /// Also the answer to kSettleExec: a stop held back for it is carried out
+  /// now if it succeeded, and dropped if it failed. An outcome already known is not re-judged.
   void OnExecResult(size_t i, bool ok, const std::string& err);
   /// Reaped; `error_message` is its TORCHELASTIC_ERROR_FILE's message, if any.
   void OnExit(size_t i, const ExitStatus& st, const std::string& error_message);
@@ -218,12 +225,6 @@ class SupervisorCore final : public ControlHandler {
   static constexpr Millis kGuardianWindow{60000};
   bool unguarded() const { return unguarded_; }
   void NoteMemoryPeak(size_t i, int64_t bytes);
-  /// If set, called when a stop needs the exec outcome of proc `i` now (the
-  /// shell then calls OnExecResult): a failed exec is its own failure, not a stop.
-  std::function<void(size_t)> settle_exec;
-  /// If set, a STATUS= of proc `i` goes here instead of an Info line (the
-  /// shell logs it and hands it to the console, which shows it once).
-  std::function<void(size_t, const std::string&)> on_status_text;
 
   // --- nodes (a coordination store, docs/multinode.md) ----------------------
   /// Set by the shell when a store coordinates several nodes: a restart wider than
@@ -290,6 +291,8 @@ class SupervisorCore final : public ControlHandler {
   void Event(size_t i, ProcState from, ProcState to, const std::string& why);
   void Fail(size_t i, const std::string& reason, bool fatal);
   void StopProc(size_t i, EndIntent intent, const std::string& why);
+  /// StopProc's second half, once its exec is known to have succeeded: the stop signal and STOPPING.
+  void SignalStop(size_t i, const std::string& why);
   void BeginStop(const std::string& reason);
   void MarkReady(size_t i, const std::string& why);
   void OnWarmupExit(size_t i, const std::string& how);

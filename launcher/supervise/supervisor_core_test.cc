@@ -55,6 +55,8 @@ class Harness {
           if (spawn_fails_) core_->OnSpawnFailed(a.index, "fork: no", 1);
           else core_->OnSpawned(a.index, next_pid_++, exec_pending_);
         }
+        if (a.kind == CoreAction::Kind::kSettleExec && settle_)
+          core_->OnExecResult(a.index, settle_->first, settle_->second);
       }
     }
   }
@@ -118,6 +120,8 @@ class Harness {
       if (a.kind == CoreAction::Kind::kEvent) out.push_back(a.event);
     return out;
   }
+  /// Every action taken so far, in the order the core queued them.
+  const std::vector<CoreAction>& Actions() const { return actions_; }
   /// Actions of `kind` since the start (their index), e.g. the rounds asked for.
   std::vector<size_t> Taken(CoreAction::Kind kind) const {
     std::vector<size_t> out;
@@ -176,16 +180,16 @@ class Harness {
       if (a.kind == CoreAction::Kind::kLog && a.text.find(text) != std::string::npos) ++n;
     return n;
   }
-  /// A stop that needs the outcome now asks the shell (settle_exec); this one answers `ok`/`err`.
-  void SettleExecAs(bool ok, const std::string& err = "") {
-    core_->settle_exec = [this, ok, err](size_t i) { core_->OnExecResult(i, ok, err); };
-  }
+  /// A stop that needs the outcome now asks the shell (kSettleExec); this harness answers `ok`/`err`
+  /// at once, like the shell. Without it, kSettleExec stays unanswered until ExecResult.
+  void SettleExecAs(bool ok, const std::string& err = "") { settle_.emplace(ok, err); }
 
  private:
   Plan plan_;
   SteadyTime now_ = SteadyTime{} + std::chrono::hours(1);
   std::unique_ptr<SupervisorCore> core_;
   std::vector<CoreAction> actions_;
+  std::optional<std::pair<bool, std::string>> settle_;
   std::map<size_t, int> spawns_;
   pid_t next_pid_ = 1000;
 };
@@ -506,6 +510,112 @@ TEST(SupervisorCore, AnExecThatFailsWhileTheRunStopsIsItsFailureNotCollateral) {
   EXPECT_EQ(h.State("b:0"), "FAILED");
   EXPECT_TRUE(h.Proc("b:0").last()->start_failed);
   EXPECT_NE(std::string(AttemptOutcomeName(h.Proc("b:0").last()->outcome)), "collateral");
+}
+
+const char* kRoleScope =
+    "restart = { policy = \"on-failure\", scope = \"role\", max = 3, window = \"1h\", backoff = \"1s..1s\" }";
+
+/// Two processes of a role restarted together; a:0's exec succeeded, a:1's is still pending.
+void StartWithASecondExecPending(Harness& h) {
+  h.exec_pending_ = true;
+  h.Start();
+  h.ExecResult("a:0", true);
+  ASSERT_EQ(h.State("a:0"), "RUNNING");
+  ASSERT_EQ(h.State("a:1"), "STARTING");
+}
+
+TEST(SupervisorCore, AStopOfAProcessWhoseExecIsPendingWaitsForTheOutcome) {
+  Harness h(Role("a", 2, kRoleScope));
+  StartWithASecondExecPending(h);
+  h.core().OnSignal(SIGTERM);
+  h.Pump();
+  EXPECT_EQ(h.Taken(CoreAction::Kind::kSettleExec), std::vector<size_t>{h.Index("a:1")}) << "asked once";
+  EXPECT_TRUE(h.TakeSignals("a:1").empty()) << "no signal before the shell says how its exec went";
+  EXPECT_EQ(h.State("a:1"), "STARTING");
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM});
+  h.ExecResult("a:1", true);  // it succeeded, late: the stop held back goes out now
+  EXPECT_EQ(h.TakeSignals("a:1"), std::vector<int>{SIGTERM});
+  EXPECT_EQ(h.State("a:1"), "STOPPING");
+  EXPECT_NE(h.Proc("a:1").why.find("stopping the run"), std::string::npos) << h.Proc("a:1").why;
+  h.Killed("a:0", SIGTERM);
+  h.Killed("a:1", SIGTERM);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 128 + SIGTERM);
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:1").last()->outcome)), "stopped");
+}
+
+TEST(SupervisorCore, AnExecThatFailsDuringARestartIsItsOwnFailureNotARestartOfItsUnit) {
+  Harness h(Role("a", 2, kRoleScope));
+  StartWithASecondExecPending(h);
+  h.SettleExecAs(false, "cannot execute /nope: Permission denied");
+  h.Exit("a:0", 1);  // its role restarts: a:1 is to be stopped, but its exec failed
+  EXPECT_TRUE(h.TakeSignals("a:1").empty()) << "it ends by itself";
+  EXPECT_EQ(h.Proc("a:1").intent, EndIntent::kNone) << "the restart's stop was dropped";
+  h.Exit("a:1", 126);
+  const AttemptRecord& rec = *h.Proc("a:1").last();
+  EXPECT_TRUE(rec.start_failed);
+  EXPECT_NE(rec.reason.find("Permission denied"), std::string::npos) << rec.reason;
+  EXPECT_EQ(h.Proc("a:1").restarts, 1) << "its failure counts against the budget, as a stop for a restart does not";
+  EXPECT_EQ(h.State("a:1"), "BACKOFF");
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+}
+
+TEST(SupervisorCore, AnExecThatSucceedsLateDuringARestartIsStoppedForIt) {
+  Harness h(Role("a", 2, kRoleScope));
+  StartWithASecondExecPending(h);
+  h.Exit("a:0", 1);
+  EXPECT_TRUE(h.TakeSignals("a:1").empty());
+  EXPECT_EQ(h.Proc("a:1").intent, EndIntent::kRestart) << "decided: what comes next sees it";
+  h.ExecResult("a:1", true);
+  EXPECT_EQ(h.TakeSignals("a:1"), std::vector<int>{SIGTERM});
+  h.Killed("a:1", SIGTERM);
+  EXPECT_EQ(h.State("a:1"), "BACKOFF");
+  EXPECT_EQ(h.Proc("a:1").restarts, 0) << "stopped for its unit's restart: not its failure";
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:1").last()->outcome)), "restarted");
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.Spawns("a:0"), 2);
+  EXPECT_EQ(h.Spawns("a:1"), 2);
+}
+
+TEST(SupervisorCore, ARunThatStopsWhileARestartWaitsForAnExecStopsItForGood) {
+  Harness h(Role("a", 2, kRoleScope));
+  StartWithASecondExecPending(h);
+  h.Exit("a:0", 1);           // a:1's restart waits for its exec
+  h.core().OnSignal(SIGINT);  // then the run stops
+  h.Pump();
+  EXPECT_EQ(h.Proc("a:1").intent, EndIntent::kStop);
+  h.ExecResult("a:1", true);
+  EXPECT_EQ(h.TakeSignals("a:1"), std::vector<int>{SIGTERM});
+  h.Killed("a:1", SIGTERM);
+  EXPECT_EQ(h.State("a:1"), "EXITED");
+  h.Advance(Millis(5000));
+  EXPECT_EQ(h.Spawns("a:1"), 1) << "not restarted: the run stopped";
+  EXPECT_TRUE(h.core().Done());
+}
+
+TEST(SupervisorCore, AStatusTextIsAnActionInOrderWithTheOthers) {
+  Harness h(Role("a", 1, "ready = { mode = \"notify\", timeout = \"10s\" }"));
+  h.Start();
+  size_t before = h.Actions().size();
+  NotifyFields r;
+  r.status = "step 1 loss 2.5";
+  r.ready = true;
+  h.Report("a:0", r);
+  int status_at = -1, running_at = -1;
+  for (size_t k = before; k < h.Actions().size(); ++k) {
+    const CoreAction& a = h.Actions()[k];
+    if (a.kind == CoreAction::Kind::kStatusText && status_at < 0) status_at = static_cast<int>(k);
+    if (a.kind == CoreAction::Kind::kEvent && a.event["to"] == "RUNNING") running_at = static_cast<int>(k);
+    if (a.kind == CoreAction::Kind::kStatusText) {
+      EXPECT_EQ(a.index, h.Index("a:0"));
+      EXPECT_EQ(a.text, "step 1 loss 2.5");
+    }
+  }
+  ASSERT_GE(status_at, 0);
+  ASSERT_GE(running_at, 0);
+  EXPECT_LT(status_at, running_at) << "it came in the datagram before READY=1 was judged";
+  EXPECT_EQ(h.Said("step 1 loss"), 0) << "not a log line too: the shell logs it, once";
 }
 
 TEST(SupervisorCore, ADirectProcessIsRunningOnlyOnceItsExecSucceeded) {

@@ -53,6 +53,9 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
   p.ended = now;
   p.pid = -1;
   p.exec_pending = false;
+  // A stop held back for its exec outcome that never came: it ended first, stopped as decided
+  // (the shell answers before it reports an exit, so only a harness gets here).
+  p.stop_after_exec.reset();
   p.watchdog_at = SteadyTime::max();
   p.kill_at = SteadyTime::max();
   rec.end_s = Since(now);
