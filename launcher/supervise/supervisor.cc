@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <csignal>
 #include <ctime>
-#include <unordered_map>
 
 #include "common/duration.h"
 #include "common/exit_codes.h"
@@ -25,6 +24,7 @@
 #include "common/json_field.h"
 #include "contract/process_env.h"
 #include "launcher/console/log_router.h"
+#include "launcher/supervise/orphan_owner.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/pid_claim.h"
 #include "launcher/supervise/probe_runner.h"
@@ -585,38 +585,22 @@ std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
   std::vector<pid_t> killed;
   std::vector<pid_t> children = OwnChildren();
   if (children.empty()) return killed;
-  std::unordered_map<pid_t, const CoreProc*> by_pid;
-  std::unordered_map<std::string, const CoreProc*> by_name;
-  for (const CoreProc& p : core_.procs()) {
-    if (p.pid > 0) by_pid[p.pid] = &p;
-    by_name[p.plan->name] = &p;
-  }
+  std::vector<RunProcess> processes;
+  for (const CoreProc& p : core_.procs()) processes.push_back({p.plan->name, p.pid, p.attempt, p.alive()});
   pid_t own_group = ::getpgrp();
   for (pid_t pid : children) {
-    if (pid == guard_.guardian_pid() || pid == options_.keep_pid || by_pid.count(pid)) continue;
+    if (pid == guard_.guardian_pid() || pid == options_.keep_pid) continue;
     ProcStat st;
     if (!ReadProcStat(pid, &st) || st.state == 'Z') continue;  // the reaper collects it
-    // Whose is it? The environment it was exec'd with survives setsid and
-    // double-fork; its session names the process it was started under.
-    const CoreProc* owner = nullptr;
-    bool same_attempt = true;
-    auto token = EnvironValue(pid, kRunTokenVar);
-    if (token && *token == run_token_) {
-      if (auto name = EnvironValue(pid, env::kProcess); name && by_name.count(*name)) owner = by_name[*name];
-      if (auto attempt = EnvironValue(pid, env::kAttempt); attempt && owner)
-        same_attempt = std::atoi(attempt->c_str()) == owner->attempt;
-    }
-    if (!owner && by_pid.count(st.sid)) owner = by_pid[st.sid];
-    bool owner_alive = owner && owner->alive() && same_attempt;
-    if (owner_alive && !all) continue;  // a live process's orphan: its own business
+    Orphan o{pid, st.sid, st.pgid, EnvironValue(pid, kRunTokenVar), EnvironValue(pid, env::kProcess),
+             EnvironValue(pid, env::kAttempt)};
+    OrphanVerdict v = JudgeOrphan(o, processes, run_token_, own_group, all);
+    if (!v.kill) continue;
     std::string comm, e;
     ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &e);
     if (!comm.empty() && comm.back() == '\n') comm.pop_back();
-    std::string whose = !owner        ? "an unknown process"
-                        : owner_alive ? owner->plan->name + " (the run is ending)"
-                                      : owner->plan->name + (owner->alive() ? " (an earlier attempt)" : " (ended)");
-    if (log_) log_->info("killing leftover {} ({}) of {}", pid, comm, whose);
-    if (st.pgid > 1 && st.pgid != own_group) ::kill(-st.pgid, SIGKILL);
+    if (log_) log_->info("killing leftover {} ({}) of {}", pid, comm, v.whose);
+    if (v.kill_group) ::kill(-st.pgid, SIGKILL);
     ::kill(pid, SIGKILL);
     killed.push_back(pid);
   }
