@@ -15,6 +15,7 @@
 #include "common/json_field.h"
 #include "launcher/cluster/node_store_scripts.h"
 #include "launcher/cluster/store_records.h"
+#include "launcher/cluster/store_rules.h"
 
 namespace dflash {
 namespace {
@@ -80,7 +81,9 @@ NodeCoordinator::NodeCoordinator(CoordinatorOptions options)
       pid_(::getpid()),
       pid_start_(ProcessStartTime(::getpid())),
       event_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      peers_(std::make_unique<PeerTracker>(o_.nnodes, o_.node_rank, o_.ttl)) {
+      peers_(std::make_unique<PeerTracker>(o_.nnodes, o_.node_rank, o_.ttl)),
+      outage_(std::make_unique<StoreOutage>(o_.outage)),
+      rounds_(std::make_unique<RoundBarrier>(o_.nnodes, o_.barrier_timeout)) {
   if (o_.node_rank == 0) session_ = nonce_;
 }
 
@@ -340,29 +343,31 @@ bool NodeCoordinator::Heartbeat(std::string* err) {
   for (std::string& a : RecordArgs()) args.push_back(std::move(a));
   RedisReply r;
   if (!client_.Eval(kRefresh, {NodeKey(o_.node_rank)}, args, &r, err)) return false;
-  if (r.integer == 2 && client_.connection_count() != registered_conn_) {
-    // Gone, on a connection made since it was last seen: the store may have restarted empty (every
-    // node finds itself gone then, and each gets a ttl to register again: Grace). Recreate it.
+  Standing standing = JudgeRefresh(r.integer, client_.connection_count() != registered_conn_);
+  if (standing == Standing::kRecreate) {
+    // Every node finds itself gone when the store restarted empty, and each gets a ttl to register
+    // again (Grace): recreate it.
     if (!client_.Eval(kRecreate, {NodeKey(o_.node_rank)}, args, &r, err)) return false;
-    if (r.integer == 1) {
-      registered_conn_ = client_.connection_count();
-      if (barrier_passed_)
-        Info("registered again in " + o_.url.ToString() + " (the store had lost the registration: restarted?)");
-      return true;
-    }
+    standing = JudgeRecreate(r.integer);
+    if (standing == Standing::kRegistered && barrier_passed_)
+      Info("registered again in " + o_.url.ToString() + " (the store had lost the registration: restarted?)");
   }
-  if (r.integer == 1) {
-    registered_conn_ = client_.connection_count();
-  } else if (r.integer == 2) {
-    // Gone while one connection stayed up: the server lived, so the key was deleted, or it expired
-    // because this launcher was not heard from for store_ttl (paused, starved). The other nodes have
-    // seen this node lost, or will: running on alone is the split brain (docs/multinode.md).
-    LeftBehind("this node's registration " + NodeKey(o_.node_rank) + " vanished from the store " +
-               o_.url.ToString() + " (deleted, or expired: no refresh for " + FormatDuration(o_.ttl) +
-               ", [run] store_ttl)");
-  } else {
-    LeftBehind("another launcher registered as node " + std::to_string(o_.node_rank) + " of run " + o_.run_id +
-               " in the store " + o_.url.ToString());
+  switch (standing) {
+    case Standing::kRegistered:
+    case Standing::kRecreate:  // not after JudgeRecreate
+      registered_conn_ = client_.connection_count();
+      break;
+    case Standing::kVanished:
+      // The other nodes have seen this node lost, or will: running on alone is the split brain
+      // (docs/multinode.md).
+      LeftBehind("this node's registration " + NodeKey(o_.node_rank) + " vanished from the store " +
+                 o_.url.ToString() + " (deleted, or expired: no refresh for " + FormatDuration(o_.ttl) +
+                 ", [run] store_ttl)");
+      break;
+    case Standing::kReplaced:
+      LeftBehind("another launcher registered as node " + std::to_string(o_.node_rank) + " of run " + o_.run_id +
+                 " in the store " + o_.url.ToString());
+      break;
   }
   return true;
 }
@@ -403,7 +408,7 @@ bool NodeCoordinator::CarryOutRequests(std::string* err) {
     std::lock_guard<std::mutex> l(mu_);
     if (round_request_ == round_request) round_request_ = -1;
   }
-  if (round_stopped > round_started_ && !session_.empty()) {
+  if (round_stopped > rounds_->started() && !session_.empty()) {
     std::string key = SessionKey("stopped:" + std::to_string(round_stopped));
     if (!client_.Command({"SADD", key, std::to_string(o_.node_rank)}, &r, err) ||
         !client_.Command({"PEXPIRE", key, kKeepMs}, &r, err))
@@ -417,7 +422,7 @@ bool NodeCoordinator::Watch(std::string* err) {
   int waiting_round;
   {
     std::lock_guard<std::mutex> l(mu_);
-    waiting_round = round_stopped_ > round_started_ ? round_stopped_ : 0;
+    waiting_round = rounds_->Waiting(round_stopped_);
   }
   std::vector<std::string> keys;
   for (int i = 0; i < n; ++i) keys.push_back(NodeKey(i));
@@ -527,34 +532,24 @@ bool NodeCoordinator::Watch(std::string* err) {
     e.text = "round " + std::to_string(round) + " asked by a node";
     Emit(std::move(e));
   }
-  if (waiting_round > round_started_) {
-    // A node that already ended cannot join the round; one that never stops is bounded.
-    std::string why;
-    if (round_wait_since_ == SteadyTime{}) round_wait_since_ = now;
-    for (int r = 0; r < n && why.empty(); ++r)
-      if (r != o_.node_rank && peers_->Done(r))
-        why = "node " + std::to_string(r) + " had already finished: round " + std::to_string(waiting_round) +
-              " cannot restart every node";
-    if (why.empty() && now - round_wait_since_ > o_.barrier_timeout)
-      why = "round " + std::to_string(waiting_round) + ": not every node stopped within " +
-            FormatDuration(o_.barrier_timeout) + " ([run] store_barrier_timeout)";
-    if (!why.empty()) {
-      stop_sent_ = true;
-      Event e;
-      e.kind = Event::Kind::kStop;
-      e.culprit = "round " + std::to_string(waiting_round);
-      e.text = why;
-      e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", why}};
-      Emit(std::move(e));
-      return true;
-    }
+  std::vector<int> finished;
+  for (int r = 0; r < n; ++r)
+    if (r != o_.node_rank && peers_->Done(r)) finished.push_back(r);
+  RoundBarrier::Verdict rv = rounds_->Poll(waiting_round, round_seen_, stopped, finished, now);
+  if (rv.kind == RoundBarrier::Verdict::Kind::kGiveUp) {
+    stop_sent_ = true;
+    Event e;
+    e.kind = Event::Kind::kStop;
+    e.culprit = "round " + std::to_string(rv.round);
+    e.text = rv.why;
+    e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", rv.why}};
+    Emit(std::move(e));
+    return true;
   }
-  if (waiting_round > round_started_ && waiting_round == round_seen_ && stopped >= n) {
-    round_wait_since_ = SteadyTime{};
-    round_started_ = waiting_round;
+  if (rv.kind == RoundBarrier::Verdict::Kind::kStart) {
     Event e;
     e.kind = Event::Kind::kStartRound;
-    e.round = waiting_round;
+    e.round = rv.round;
     Emit(std::move(e));
   }
   return true;
@@ -574,16 +569,15 @@ void NodeCoordinator::Loop() {
     SteadyTime now = Clock::now();
     err.clear();
     bool ok = true;
-    if (now - last_heartbeat_ >= beat || !connected_) {
+    if (now - last_heartbeat_ >= beat || outage_->away()) {
       ok = Heartbeat(&err);
       if (ok) last_heartbeat_ = now;
-      if (ok && !connected_) {
+      if (auto away = ok ? outage_->Back(now) : std::nullopt) {
         // Back (re-registered by Heartbeat), before the watch looks: the others were away
         // from it too, so each gets a ttl to register again before its absence counts.
-        connected_ = true;
         peers_->Grace(now);
         Info("the store " + o_.url.ToString() + " is back after " +
-             FormatSeconds(std::chrono::duration<double>(now - outage_since_).count()) + "; registered again");
+             FormatSeconds(std::chrono::duration<double>(*away).count()) + "; registered again");
       }
     }
     if (ok && !finish) ok = CarryOutRequests(&err) && Watch(&err);
@@ -612,17 +606,16 @@ void NodeCoordinator::Loop() {
         return;
       }
     }
+    StoreOutage::Step step = ok ? StoreOutage::Step::kGoingOn : outage_->Failed(now);
     if (!ok) {
-      if (connected_) {
-        connected_ = false;
-        outage_since_ = now;
+      if (step == StoreOutage::Step::kBegan) {
         Event e;
         e.kind = Event::Kind::kWarn;
         e.text = "the store " + o_.url.ToString() + " is unreachable (" + err +
                  "): the processes go on; this node stops if it stays away for " + FormatDuration(o_.outage) +
                  " ([run] store_outage)";
         Emit(std::move(e));
-      } else if (now - outage_since_ > o_.outage && !stop_sent_) {
+      } else if (step == StoreOutage::Step::kTooLong && !stop_sent_) {
         stop_sent_ = true;
         Event e;
         e.kind = Event::Kind::kStop;

@@ -27,6 +27,7 @@
 #include "common/fd.h"
 #include "common/signal_fd.h"
 #include "launcher/cluster/peer_tracker.h"
+#include "launcher/cluster/store_rules.h"
 #include "store/redis_client.h"
 
 namespace dflash {
@@ -149,13 +150,14 @@ class NodeCoordinator {
 
   // The thread's own state (no lock: only the thread touches it after Start).
   std::unique_ptr<PeerTracker> peers_;
+  std::unique_ptr<StoreOutage> outage_;
+  std::unique_ptr<RoundBarrier> rounds_;
   std::string session_;
   bool barrier_passed_ = false, stop_sent_ = false, failure_published_ = false;
-  int round_seen_ = 0, round_started_ = 0;
-  bool connected_ = true;
+  int round_seen_ = 0;
   uint64_t registered_conn_ = 0;  // client_'s connection on which our registration was last seen
   std::string last_ignored_;
-  SteadyTime outage_since_{}, last_heartbeat_{}, round_wait_since_{};
+  SteadyTime last_heartbeat_{};
 };
 
 }  // namespace dflash
