@@ -594,6 +594,20 @@ TEST(SupervisorCore, ARunThatStopsWhileARestartWaitsForAnExecStopsItForGood) {
   EXPECT_TRUE(h.core().Done());
 }
 
+TEST(SupervisorCore, ACtlStopOfAProcessWhoseExecIsPendingWaitsForTheOutcomeToo) {
+  Harness h(Role("a", 2, kRoleScope));
+  StartWithASecondExecPending(h);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  EXPECT_TRUE(h.TakeSignals("a:1").empty());
+  EXPECT_TRUE(h.Proc("a:1").held);
+  h.ExecResult("a:1", true);
+  EXPECT_EQ(h.TakeSignals("a:1"), std::vector<int>{SIGTERM});
+  h.Killed("a:1", SIGTERM);
+  EXPECT_EQ(h.State("a:1"), "EXITED");
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:1").last()->outcome)), "stopped by ctl");
+  EXPECT_EQ(h.State("a:0"), "RUNNING") << "a stop by hand restarts nobody";
+}
+
 TEST(SupervisorCore, AStatusTextIsAnActionInOrderWithTheOthers) {
   Harness h(Role("a", 1, "ready = { mode = \"notify\", timeout = \"10s\" }"));
   h.Start();
