@@ -8,6 +8,8 @@
 #include "testing/enum_names_check.h"
 
 #include <csignal>
+#include <fstream>
+#include <sstream>
 
 namespace dflash {
 namespace {
@@ -827,6 +829,94 @@ TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
   nlohmann::ordered_json j = SummaryJson(s);
   EXPECT_EQ(j["processes"][0]["attempts"][0]["gate"]["role"], "lead");
   EXPECT_EQ(j["processes"][0]["attempts"][1]["gate"]["role"], "reuse");
+}
+
+/// A run with every gate fact the worker reports: a cluster leader, a follower, a leader that fetched
+/// another node's kernels after a local fallback crashed, and a role started on its warm-up's cache.
+RunSummary GatedRunSummary(std::vector<nlohmann::json>* events = nullptr) {
+  Harness h(Role("d", 3, "gate = { mode = \"serial\" }\nrestart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\" }") +
+            Role("w", 2, "gate = { mode = \"warmup\" }\nrestart = { policy = \"never\" }"));
+  h.Start();
+  NotifyFields warm;
+  warm.gate_key = "w-key";
+  warm.gate_role = "lead";
+  warm.gate_state = GateState::kReady;
+  warm.gate_compile_s = 7.25;
+  warm.gate_precompiled = false;
+  warm.gate_precompile = "off (gate.precompile = false)";
+  h.Report("w:warmup", warm);
+  h.Exit("w:warmup", 0);
+  NotifyFields lead;
+  lead.gate_key = "d-key";
+  lead.gate_role = "lead";
+  lead.gate_state = GateState::kLeading;
+  lead.gate_wait_s = 0.004;
+  lead.gate_cluster = "leader";
+  lead.gate_cluster_token = 3;
+  h.Report("d:0", lead);
+  NotifyFields published;
+  published.gate_state = GateState::kReady;
+  published.gate_compile_s = 31.2;
+  published.gate_published_bytes = 248832;
+  published.gate_precompiled = true;
+  published.gate_precompile = "saved";
+  published.gate_dynamo_hits = 0;
+  published.ready = true;
+  published.ready_s = 31.5;
+  h.Report("d:0", published);
+  NotifyFields reuse;
+  reuse.gate_key = "d-key";
+  reuse.gate_role = "reuse";
+  reuse.gate_state = GateState::kReusing;
+  reuse.gate_wait_s = 30.125;
+  reuse.gate_precompiled = true;
+  reuse.gate_precompile = "dynamo cache hit";
+  reuse.gate_dynamo_hits = 1;
+  reuse.ready = true;
+  reuse.ready_s = 2.5;
+  h.Report("d:1", reuse);
+  NotifyFields fallback;
+  fallback.gate_key = "d-key";
+  fallback.gate_role = "lead";
+  fallback.gate_state = GateState::kLeading;
+  fallback.gate_cluster = "local-fallback";
+  h.Report("d:2", fallback);
+  h.Killed("d:2", SIGSEGV);
+  h.Advance(Millis(1000));
+  NotifyFields fetched;
+  fetched.gate_key = "d-key";
+  fetched.gate_role = "lead";
+  fetched.gate_state = GateState::kLeading;
+  fetched.gate_wait_s = 1.5;
+  fetched.gate_cluster = "fetched";
+  fetched.gate_fetch_bytes = 248832;
+  fetched.gate_fetch_s = 0.25;
+  h.Report("d:2", fetched);
+  for (const char* n : {"d:0", "d:1", "d:2", "w:0", "w:1"}) h.Exit(n, 0);
+  EXPECT_TRUE(h.core().Done());
+  if (events) *events = h.Events();
+  return BuildRunSummary(h.core(), 40.5, "");
+}
+
+std::string Golden(const std::string& name) {
+  std::ifstream in(std::string(DFLASH_SOURCE_DIR) + "/launcher/supervise/testdata/" + name);
+  EXPECT_TRUE(in) << name;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(SupervisorCoreSummary, GateFactsReachSummaryJsonEventsAndTheTableAsTheyAlwaysWere) {
+  // summary.json and events.jsonl are read by tools outside this repo: for a run with every gate fact, their
+  // bytes are pinned (launcher/supervise/testdata/gated_run.*; a deliberate change of format rewrites them).
+  std::vector<nlohmann::json> events;
+  RunSummary s = GatedRunSummary(&events);
+  EXPECT_EQ(SummaryJson(s).dump(1) + "\n", Golden("gated_run.summary.json"));
+  EXPECT_EQ(SummaryTable(s, /*color=*/false), Golden("gated_run.table.txt"));
+  std::string lines;
+  for (const nlohmann::json& e : events)
+    if (e.contains("gate")) lines += e.dump() + "\n";
+  EXPECT_EQ(lines, Golden("gated_run.events.jsonl"));
 }
 
 }  // namespace
