@@ -429,16 +429,21 @@ void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
     ArmWatchdog(i);
   }
   if (r.gate_warning) AddWarning(*r.gate_warning);
+  // A value its enum has no name for was set aside by DecodeNotify: say so, never guess.
+  for (const std::string& line : r.ignored)
+    if (line.rfind("X_DFLASH_GATE_", 0) == 0)
+      Warn(p.plan->name + " reported the gate fact " + line + ", which this launcher does not know (another "
+           "dflash-worker version?): ignored");
   // The summary's "gate" object: the X_DFLASH_GATE_* facts by their lower-cased names.
   auto gate = [&](const char* k, nlohmann::json v) {
     if (!p.gate.is_object()) p.gate = nlohmann::json::object();
     p.gate[k] = std::move(v);
   };
   if (r.gate_key) gate("key", *r.gate_key);
-  if (r.gate_role) gate("role", *r.gate_role);
+  if (r.gate_role) gate("role", GateRoleName(*r.gate_role));
   if (r.gate_wait_s) gate("wait_s", *r.gate_wait_s);
   if (r.gate_compile_s) gate("compile_s", *r.gate_compile_s);
-  if (r.gate_cluster) gate("cluster", *r.gate_cluster);  // the cluster-wide gate (docs/cachelock.md)
+  if (r.gate_cluster) gate("cluster", ClusterOutcomeName(*r.gate_cluster));  // the cluster-wide gate (docs/cachelock.md)
   if (r.gate_cluster_token) gate("cluster_token", *r.gate_cluster_token);
   if (r.gate_fetch_bytes) gate("fetch_bytes", *r.gate_fetch_bytes);
   if (r.gate_fetch_s) gate("fetch_s", *r.gate_fetch_s);

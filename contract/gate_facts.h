@@ -1,0 +1,45 @@
+// The compile gate's facts, typed once: dflash-worker sends them as X_DFLASH_GATE_*
+// notify fields (worker/protocol.h, where each value is parsed into its enum), the
+// supervisor writes them to summary.json's "gate". Each enum has one spelling table
+// (contract/enum_names.h): the wire and summary.json use the same names.
+#pragma once
+
+#include <string_view>
+
+#include "contract/enum_names.h"
+
+namespace dflash {
+
+/// Where a gated worker stands with the compile gate (X_DFLASH_GATE_STATE).
+enum class GateState { kWaiting, kLeading, kReusing, kReady, kUnpublished, kAbandoned };
+inline constexpr EnumName<GateState> kGateStateNames[] = {
+    {GateState::kWaiting, "waiting"}, {GateState::kLeading, "leading"},         {GateState::kReusing, "reusing"},
+    {GateState::kReady, "ready"},     {GateState::kUnpublished, "unpublished"}, {GateState::kAbandoned, "abandoned"},
+};
+inline const char* GateStateName(GateState s) { return NameIn(kGateStateNames, s).data(); }  // literals: NUL-ended
+inline bool ParseGateState(std::string_view text, GateState* out) { return ParseIn(kGateStateNames, text, out); }
+
+/// What a process is to its gate (X_DFLASH_GATE_ROLE, DFLASH_GATE_ROLE, summary.json's gate.role).
+/// kLead compiles for the others; kReuse loads the cache a READY marker promised; kNone: a process
+/// of a warm-up-mode role whose warm-up published nothing (it compiles on its own, ungated).
+enum class GateRole { kNone, kLead, kReuse };
+inline constexpr EnumName<GateRole> kGateRoleNames[] = {
+    {GateRole::kNone, "none"}, {GateRole::kLead, "lead"}, {GateRole::kReuse, "reuse"}};
+inline const char* GateRoleName(GateRole r) { return NameIn(kGateRoleNames, r).data(); }
+inline bool ParseGateRole(std::string_view text, GateRole* out) { return ParseIn(kGateRoleNames, text, out); }
+
+/// What the cluster-wide gate decided for a local leader (cachelock/cluster_gate.h; X_DFLASH_GATE_CLUSTER):
+/// kLeader took the cluster lease and compiles, kFetched imported another node's kernels, kLocalFallback
+/// compiles locally because the store was unusable or its kernels were refused (with a warning).
+enum class ClusterOutcome { kLeader, kFetched, kLocalFallback };
+inline constexpr EnumName<ClusterOutcome> kClusterOutcomeNames[] = {
+    {ClusterOutcome::kLeader, "leader"},
+    {ClusterOutcome::kFetched, "fetched"},
+    {ClusterOutcome::kLocalFallback, "local-fallback"},
+};
+inline const char* ClusterOutcomeName(ClusterOutcome o) { return NameIn(kClusterOutcomeNames, o).data(); }
+inline bool ParseClusterOutcome(std::string_view text, ClusterOutcome* out) {
+  return ParseIn(kClusterOutcomeNames, text, out);
+}
+
+}  // namespace dflash
