@@ -1,9 +1,13 @@
-// The compile gate's facts, typed once: dflash-worker sends them as X_DFLASH_GATE_*
-// notify fields (worker/protocol.h, where each value is parsed into its enum), the
-// supervisor writes them to summary.json's "gate". Each enum has one spelling table
-// (contract/enum_names.h): the wire and summary.json use the same names.
+// The compile gate's facts about one attempt of a process, typed once: dflash-worker
+// sends them as X_DFLASH_GATE_* notify fields (worker/protocol.h, where each value is
+// parsed into its enum), the supervisor keeps them per attempt and writes them to
+// summary.json's "gate", events.jsonl and the console. Each enum has one spelling
+// table (contract/enum_names.h): the wire and summary.json use the same names.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "contract/enum_names.h"
@@ -41,5 +45,31 @@ inline const char* ClusterOutcomeName(ClusterOutcome o) { return NameIn(kCluster
 inline bool ParseClusterOutcome(std::string_view text, ClusterOutcome* out) {
   return ParseIn(kClusterOutcomeNames, text, out);
 }
+
+/// One attempt's gate facts (docs/summary-json.md, "gate"). An unset field was never reported;
+/// a report sets the fields it carries and leaves the others as they were.
+struct GateFacts {
+  std::optional<std::string> key;
+  /// Set by the supervisor, not the worker: a process of a warm-up-mode role, which takes no gate of
+  /// its own and starts on the cache its role's warm-up filled (summary.json: "mode": "warmup").
+  bool warmup_mode = false;
+  std::optional<GateRole> role;
+  std::optional<GateState> state;
+  std::optional<double> wait_s;     ///< time spent waiting for the gate (local, and the cluster lease)
+  std::optional<double> compile_s;  ///< the leader's spawn to READY
+  // The cluster-wide gate (a local leader with a store):
+  std::optional<ClusterOutcome> cluster;
+  std::optional<int64_t> cluster_token;    ///< kLeader: its fencing token
+  std::optional<int64_t> fetch_bytes;      ///< kFetched: the archive's size
+  std::optional<double> fetch_s;           ///< kFetched: fetch + check + import
+  std::optional<int64_t> published_bytes;  ///< kLeader: the archive it shipped
+  // Dynamo's precompile (docs/cachelock.md): a leader or warm-up saved the artifact, a follower loaded it.
+  std::optional<bool> precompiled;
+  std::optional<std::string> precompile;  ///< why: "saved", "dynamo cache hit", "off (gate.precompile = false)"
+  std::optional<int64_t> dynamo_hits;
+
+  bool empty() const { return *this == GateFacts{}; }
+  bool operator==(const GateFacts&) const = default;
+};
 
 }  // namespace dflash

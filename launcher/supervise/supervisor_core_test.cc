@@ -178,6 +178,13 @@ class Harness {
       if (a.kind == CoreAction::Kind::kLog && a.text.find(text) != std::string::npos) ++n;
     return n;
   }
+  /// How many warnings so far contain `text`.
+  int Warned(const std::string& text) const {
+    int n = 0;
+    for (const CoreAction& a : actions_)
+      if (a.kind == CoreAction::Kind::kLog && a.warn && a.text.find(text) != std::string::npos) ++n;
+    return n;
+  }
   /// A stop that needs the outcome now asks the shell (settle_exec); this one answers `ok`/`err`.
   void SettleExecAs(bool ok, const std::string& err = "") {
     core_->settle_exec = [this, ok, err](size_t i) { core_->OnExecResult(i, ok, err); };
@@ -758,7 +765,8 @@ TEST(SupervisorCoreWarmup, TheRoleWaitsForItsWarmupThenStartsOnTheWarmCache) {
   h.Exit("d:warmup", 0);
   EXPECT_EQ(h.Spawns("d:0"), 1);
   EXPECT_EQ(h.Spawns("d:1"), 1);
-  EXPECT_EQ(h.Proc("d:0").gate["role"], "reuse");
+  EXPECT_EQ(h.Proc("d:0").gate().role, GateRole::kReuse);
+  EXPECT_TRUE(h.Proc("d:0").gate().warmup_mode);
 }
 
 TEST(SupervisorCoreWarmup, HoldOneHoldsOnlyTheFirstProcessOfADeclaredWorld) {
@@ -798,6 +806,24 @@ TEST(SupervisorCoreWarmup, AFailedWarmupFailsTheRunAndItsRoleNeverStarts) {
   EXPECT_EQ(h.Spawns("d:0"), 0);
 }
 
+TEST(SupervisorCoreSummary, AGateFactItsLauncherDoesNotKnowIsAWarningNotAString) {
+  Harness h(Role("d", 1, "gate = { mode = \"serial\" }"));
+  h.Start();
+  // What another dflash-worker version might send: decoded at the protocol boundary like any datagram.
+  h.Report("d:0", DecodeNotify("X_DFLASH_GATE_KEY=k\nX_DFLASH_GATE_ROLE=leader\nX_DFLASH_GATE_CLUSTER=elected\n"
+                               "X_DFLASH_GATE_STATE=leading"));
+  EXPECT_EQ(h.Warned("d:0 reported the gate fact X_DFLASH_GATE_ROLE=leader, which this launcher does not know"), 1);
+  EXPECT_EQ(h.Warned("X_DFLASH_GATE_CLUSTER=elected"), 1);
+  const GateFacts& g = h.Proc("d:0").gate();
+  EXPECT_FALSE(g.role) << "no role is better than a guessed one";
+  EXPECT_FALSE(g.cluster);
+  EXPECT_EQ(g.key, "k");
+  EXPECT_EQ(g.state, GateState::kLeading) << "the facts it knows are kept";
+  h.Report("d:0", DecodeNotify("X_DFLASH_GATE_ROLE=lead\nBARRIER=1"));
+  EXPECT_EQ(h.Proc("d:0").gate().role, GateRole::kLead);
+  EXPECT_EQ(h.Warned("BARRIER"), 0) << "only gate facts are the gate's business";
+}
+
 TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
   // A leader that crashed mid-compile, then reused what a peer published: summary.json says both.
   Harness h(Role("d", 1, "gate = { mode = \"serial\" }\nrestart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\" }"));
@@ -809,7 +835,7 @@ TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
   h.Killed("d:0", SIGSEGV);
   h.Advance(Millis(1000));
   ASSERT_EQ(h.Spawns("d:0"), 2);
-  EXPECT_TRUE(h.Proc("d:0").gate.is_null()) << "a new attempt starts with no gate facts";
+  EXPECT_TRUE(h.Proc("d:0").gate().empty()) << "a new attempt starts with no gate facts";
   NotifyFields reuse;
   reuse.gate_role = GateRole::kReuse;
   reuse.gate_state = GateState::kReusing;
@@ -820,11 +846,11 @@ TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
   ASSERT_EQ(s.processes.size(), 1u);
   const ProcessSummary& d = s.processes[0];
   ASSERT_EQ(d.attempts.size(), 2u);
-  EXPECT_EQ(d.attempts[0].gate["role"], "lead");
-  EXPECT_EQ(d.attempts[0].gate["state"], "leading");
-  EXPECT_FALSE(d.attempts[0].gate.contains("wait_s"));
-  EXPECT_EQ(d.attempts[1].gate["role"], "reuse");
-  EXPECT_EQ(d.attempts[1].gate["wait_s"], 4.0);
+  EXPECT_EQ(d.attempts[0].gate.role, GateRole::kLead);
+  EXPECT_EQ(d.attempts[0].gate.state, GateState::kLeading);
+  EXPECT_FALSE(d.attempts[0].gate.wait_s);
+  EXPECT_EQ(d.attempts[1].gate.role, GateRole::kReuse);
+  EXPECT_EQ(d.attempts[1].gate.wait_s, 4.0);
   EXPECT_EQ(d.gate, d.attempts[1].gate) << "the process's gate is its last attempt's";
   nlohmann::ordered_json j = SummaryJson(s);
   EXPECT_EQ(j["processes"][0]["attempts"][0]["gate"]["role"], "lead");
