@@ -699,11 +699,11 @@ void Supervisor::StartRound(int round) {
   impl_->core_.StartRound(round);
   impl_->Drain();
 }
-void Supervisor::StopForNode(const std::string& culprit, const std::string& reason, int exit_code) {
-  impl_->core_.StopForNode(culprit, reason, exit_code);
+void Supervisor::StopForNode(const std::string& culprit, const std::string& reason, int exit_code,
+                             nlohmann::json record) {
+  impl_->core_.StopForNode(culprit, reason, exit_code, std::move(record));
   impl_->Drain();
 }
-const std::string& Supervisor::node_culprit() const { return impl_->core_.node_culprit(); }
 
 bool Supervisor::AddWatch(int fd, std::function<void()> on_readable, std::string* err) {
   if (!impl_->epoll_) {

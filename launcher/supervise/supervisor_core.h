@@ -201,9 +201,15 @@ class SupervisorCore final : public ControlHandler {
   /// The run stops because of another node (its failure, its launcher lost, the
   /// store lost): `culprit` names it ("node 1 (launcher lost)"), the exit is kNodeFailed.
   /// `exit_code`: the run's (70: another node failed; 76: this node was left behind).
-  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70);
+  /// `record`: that failure as the store had it (summary.json's node_culprit). Once the
+  /// run is stopping, it changes nothing: the first reason to stop is the culprit.
+  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70,
+                   nlohmann::json record = nullptr);
   int round() const { return round_; }
+  /// Another node whose failure stopped the run, or "": summary.json's culprit (named
+  /// over a failure here that came after it; one before would have stopped the run).
   const std::string& node_culprit() const { return node_culprit_; }
+  const nlohmann::json& node_record() const { return node_record_; }
 
   // --- control (launcher/control/control.h) ---------------------------------------
   RunStatus Status() override;
@@ -338,6 +344,7 @@ class SupervisorCore final : public ControlHandler {
   bool round_stopped_sent_ = false;
   SteadyTime round_not_before_{};
   std::string node_culprit_, node_reason_;
+  nlohmann::json node_record_;
   int node_exit_code_ = 70;
   bool unguarded_ = false;                 ///< stopped for want of a guardian
   std::vector<SteadyTime> guardian_deaths_;  ///< within kGuardianWindow

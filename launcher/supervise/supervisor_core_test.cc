@@ -411,6 +411,25 @@ TEST(SupervisorCoreRounds, AStaleOrRepeatedRoundIsIgnoredAndAStopForANodeWins) {
   EXPECT_EQ(h.core().culprit(), -1);
 }
 
+TEST(SupervisorCore, AnotherNodesFailureIsTheSummarysCulpritWithItsRecord) {
+  Harness h(Role("a", 1, kOnFailure3));
+  h.Start();
+  nlohmann::json record = {{"node", 1}, {"process", "b:0"}, {"exit_code", 3}, {"reason", "exited with code 3"}};
+  h.core().StopForNode("node 1: b:0", "node 1 failed: b:0 exited with code 3", 70, record);
+  h.core().StopForNode("node 2: c:0", "node 2 failed", 70, {{"node", 2}});  // stopping already: the first one stays
+  h.Pump();
+  h.Killed("a:0", SIGTERM);
+  ASSERT_TRUE(h.core().Done());
+  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
+  EXPECT_EQ(s.culprit, "node 1: b:0");
+  EXPECT_EQ(s.node_culprit, record);
+  EXPECT_EQ(s.exit_code, 70);
+  EXPECT_TRUE(s.processes[0].collateral);
+  nlohmann::ordered_json j = SummaryJson(s);
+  EXPECT_EQ(j["culprit"], "node 1: b:0");
+  EXPECT_EQ(j["node_culprit"]["process"], "b:0");
+}
+
 TEST(SupervisorCore, ATorchWorldIsOneRestartUnitWhateverTheScope) {
   Harness h(Role("target", 2, kOnFailure3) + Role("drafter", 2, kOnFailure3) + Role("other", 1, kOnFailure3),
             [](RunConfig* c) {

@@ -64,6 +64,11 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     s.exit_code = core.ExitCode();
     s.reason = core.ExitReason();
   }
+  // Another node's failure stopped the run (store mode): that node is the culprit.
+  if (!core.node_culprit().empty()) {
+    s.culprit = core.node_culprit();
+    s.node_culprit = core.node_record();
+  }
   return s;
 }
 
