@@ -65,15 +65,6 @@ bool WriteNewFile(const std::string& path, const std::string& data, std::string*
 
 }  // namespace
 
-const char* ClusterRoleName(ClusterRole r) {
-  switch (r) {
-    case ClusterRole::kLeader: return "leader";
-    case ClusterRole::kFetched: return "fetched";
-    case ClusterRole::kLocalFallback: return "local-fallback";
-  }
-  return "?";
-}
-
 ClusterGate::ClusterGate(ClusterGateOptions options)
     : o_(std::move(options)), lease_(o_.store, o_.key, o_.lease_ttl, o_.io_timeout, o_.auth, o_.sign_key) {
   me_.host = HostName();
@@ -96,7 +87,7 @@ bool ClusterGate::Resolve(ClusterDecision* d, std::string* err) {
   *d = ClusterDecision{};
   const std::string store = o_.store.ToString();
   auto fallback = [&](const std::string& why) {
-    d->role = ClusterRole::kLocalFallback;
+    d->outcome = ClusterOutcome::kLocalFallback;
     d->warning = "gate " + o_.key + ": " + why + "; compiling locally, without the cluster lease";
     return true;
   };
@@ -119,7 +110,7 @@ bool ClusterGate::Resolve(ClusterDecision* d, std::string* err) {
     Clock::time_point now = Clock::now();
     d->wait_s = waited ? Seconds(now - start) : 0;
     if (take == ClusterLease::Take::kTaken) {
-      d->role = ClusterRole::kLeader;
+      d->outcome = ClusterOutcome::kLeader;
       d->token = me_.token = h.token;
       me_.lease = h.lease;
       d->took_over = waited;
@@ -200,7 +191,7 @@ bool ClusterGate::FetchAndImport(ClusterDecision* d, std::string* why) {
            " (to drop them: redis-cli -u " + o_.store.ToString() + " DEL " + lease_.Key("kernels") + ")";
     return false;
   }
-  d->role = ClusterRole::kFetched;
+  d->outcome = ClusterOutcome::kFetched;
   d->fetched_bytes = archive.size();
   d->fetch_s = Seconds(Clock::now() - t0);
   d->from = meta.role + " on host " + meta.host + " in " + FormatSeconds(meta.compile_s);

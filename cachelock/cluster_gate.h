@@ -25,6 +25,7 @@
 #include "cachelock/cluster_lease.h"
 #include "common/duration.h"
 #include "contract/defaults.h"
+#include "contract/gate_facts.h"
 #include "store/redis_client.h"
 
 namespace dflash {
@@ -50,11 +51,9 @@ struct ClusterGateOptions {
   std::string sign_key;
 };
 
-enum class ClusterRole { kLeader, kFetched, kLocalFallback };
-const char* ClusterRoleName(ClusterRole r);  ///< "leader", "fetched", "local-fallback"
 
 struct ClusterDecision {
-  ClusterRole role = ClusterRole::kLocalFallback;
+  ClusterOutcome outcome = ClusterOutcome::kLocalFallback;  ///< contract/gate_facts.h
   int64_t token = 0;          ///< kLeader: the fencing token
   bool took_over = false;     ///< kLeader after waiting: the holder's lease expired (or it let go unpublished)
   ClusterHolder previous;     ///< the holder it waited on (took_over)

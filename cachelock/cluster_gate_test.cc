@@ -267,7 +267,7 @@ TEST_F(ClusterGateTest, LeaderPublishesAndTheOtherNodeImportsAllOfIt) {
   ClusterDecision d0, d1;
   std::string err;
   ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
-  ASSERT_EQ(d0.role, ClusterRole::kLeader) << d0.warning;
+  ASSERT_EQ(d0.outcome, ClusterOutcome::kLeader) << d0.warning;
   EXPECT_GT(d0.token, 0);
   g0.StartRenewing("");
   Compile(n0);
@@ -276,7 +276,7 @@ TEST_F(ClusterGateTest, LeaderPublishesAndTheOtherNodeImportsAllOfIt) {
   EXPECT_GT(bytes, 0u);
   ClusterGate g1(Options(server, n1, "drafter:3"));
   ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-  ASSERT_EQ(d1.role, ClusterRole::kFetched) << d1.warning;
+  ASSERT_EQ(d1.outcome, ClusterOutcome::kFetched) << d1.warning;
   EXPECT_EQ(d1.fetched_bytes, bytes);
   EXPECT_NE(d1.from.find("drafter:0"), std::string::npos) << d1.from;
   EXPECT_EQ(test::Slurp(n1.cache + "/ab/cabkernel.cpp"), "kernel source");
@@ -294,7 +294,7 @@ TEST_F(ClusterGateTest, AWaiterFetchesWhenTheLeaderPublishesAndSaysWhoItWaitsFor
   ClusterDecision d0, d1;
   std::string err0, err1;
   ASSERT_TRUE(g0.Resolve(&d0, &err0)) << err0;
-  ASSERT_EQ(d0.role, ClusterRole::kLeader);
+  ASSERT_EQ(d0.outcome, ClusterOutcome::kLeader);
   g0.StartRenewing("");
   std::atomic<int> lines{0};
   std::string first_line;
@@ -311,7 +311,7 @@ TEST_F(ClusterGateTest, AWaiterFetchesWhenTheLeaderPublishesAndSaysWhoItWaitsFor
   ASSERT_TRUE(g0.Publish(2.0, &bytes, &err0)) << err0;
   waiter.join();
   ASSERT_TRUE(ok1) << err1;
-  EXPECT_EQ(d1.role, ClusterRole::kFetched) << d1.warning;
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kFetched) << d1.warning;
   EXPECT_GT(d1.wait_s, 0);
   EXPECT_NE(first_line.find("waiting for gate drafter-0123456789abcdef: cluster lease held by drafter:0 (pid "),
             std::string::npos)
@@ -326,10 +326,10 @@ TEST_F(ClusterGateTest, ALeaderThatStopsRenewingIsTakenOverAndCannotPublishAfter
   ClusterDecision d0, d1;
   std::string err;
   ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
-  ASSERT_EQ(d0.role, ClusterRole::kLeader);
+  ASSERT_EQ(d0.outcome, ClusterOutcome::kLeader);
   ClusterGate g1(Options(server, n1, "drafter:3"));
   ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;  // waits until the lease expires, then takes it
-  ASSERT_EQ(d1.role, ClusterRole::kLeader);
+  ASSERT_EQ(d1.outcome, ClusterOutcome::kLeader);
   EXPECT_TRUE(d1.took_over);
   EXPECT_EQ(d1.previous.token, d0.token);
   EXPECT_GT(d1.token, d0.token);
@@ -369,7 +369,7 @@ TEST_F(ClusterGateTest, AWaiterSaysWhenTheRemoteLeadersRenewalsShowNoCpu) {
   ASSERT_TRUE(g0.Publish(1.0, &bytes, &err0)) << err0;
   waiter.join();
   ASSERT_TRUE(ok1) << err1;
-  EXPECT_EQ(d1.role, ClusterRole::kFetched);
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kFetched);
   EXPECT_NE(hint.find("gate drafter-0123456789abcdef: the cluster leader drafter:0 (pid "), std::string::npos) << hint;
   EXPECT_NE(hint.find("it is not compiling, it is blocked"), std::string::npos) << hint;
 }
@@ -403,7 +403,7 @@ TEST_F(ClusterGateTest, ALeaderThatGivesUpLetsTheNextTakeTheLeaseAtOnce) {
   o1.timeout = Millis(1);  // it must not have to wait at all
   ClusterGate g1(o1);
   ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.role, ClusterRole::kLeader);
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kLeader);
   EXPECT_FALSE(d1.took_over);
 }
 
@@ -417,7 +417,7 @@ TEST_F(ClusterGateTest, KernelsOfAnotherTorchAreRefusedAndTheCacheIsUntouched) {
   ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
   ClusterGate g1(Options(server, n1, "drafter:3", "2.13.0+cpu"));
   ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
   EXPECT_NE(d1.warning.find("were refused"), std::string::npos) << d1.warning;
   EXPECT_NE(d1.warning.find("1.0.0"), std::string::npos) << d1.warning;
   EXPECT_NE(d1.warning.find("the cache is untouched"), std::string::npos) << d1.warning;
@@ -441,7 +441,7 @@ TEST_F(ClusterGateTest, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
   ClusterGate g1(Options(server, n1, "drafter:3"));
   ClusterDecision d1;
   ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
   EXPECT_NE(d1.warning.find("were refused"), std::string::npos) << d1.warning;
   EXPECT_NE(d1.warning.find("DEL dflash:gate:drafter-0123456789abcdef:kernels"), std::string::npos) << d1.warning;
   for (const auto& e : fs::directory_iterator(n1.cache))
@@ -473,7 +473,7 @@ TEST(ClusterGate, AStoreThatIsDownFallsBackAtOnceWithAWarning) {
   ClusterGate g(o);
   ClusterDecision d;
   ASSERT_TRUE(g.Resolve(&d, &err)) << err;
-  EXPECT_EQ(d.role, ClusterRole::kLocalFallback);
+  EXPECT_EQ(d.outcome, ClusterOutcome::kLocalFallback);
   EXPECT_NE(d.warning.find("cannot be used"), std::string::npos) << d.warning;
   EXPECT_NE(d.warning.find("Connection refused"), std::string::npos) << d.warning;
 }
@@ -493,7 +493,7 @@ TEST_F(ClusterGateTest, AStoreThatDiesWhileWaitingFallsBackInsteadOfWaitingOn) {
   server.Kill();
   waiter.join();
   ASSERT_TRUE(ok1) << err1;
-  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
   EXPECT_NE(d1.warning.find("cannot be used"), std::string::npos) << d1.warning;
 }
 
@@ -512,7 +512,7 @@ TEST_F(ClusterGateTest, AnArchiveSignedWithAnotherSecretOrUnsignedIsRefusedAndCo
   {
     ClusterGate g1(Options(server, n1, "drafter:3"));
     ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-    EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+    EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
     EXPECT_NE(d1.warning.find("signature does not verify"), std::string::npos) << d1.warning;
     EXPECT_NE(d1.warning.find("compiling locally"), std::string::npos) << d1.warning;
     EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
@@ -524,7 +524,7 @@ TEST_F(ClusterGateTest, AnArchiveSignedWithAnotherSecretOrUnsignedIsRefusedAndCo
   ASSERT_TRUE(c.Command({"HDEL", "dflash:gate:drafter-0123456789abcdef:kernels", "sig"}, &r, &err)) << err;
   ClusterGate g2(Options(server, n1, "drafter:3"));
   ASSERT_TRUE(g2.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
   EXPECT_NE(d1.warning.find("unsigned"), std::string::npos) << d1.warning;
   EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
   // A process without the secret neither fetches nor leads: it compiles locally and says why.
@@ -532,7 +532,7 @@ TEST_F(ClusterGateTest, AnArchiveSignedWithAnotherSecretOrUnsignedIsRefusedAndCo
   none.sign_key.clear();
   ClusterGate g3(none);
   ASSERT_TRUE(g3.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.role, ClusterRole::kLocalFallback);
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
   EXPECT_NE(d1.warning.find("no run secret"), std::string::npos) << d1.warning;
 }
 
@@ -546,7 +546,7 @@ TEST_F(ClusterGateTest, TheSameSecretVerifiesAndImports) {
   ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
   ClusterGate g1(Options(server, n1, "drafter:3"));
   ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.role, ClusterRole::kFetched) << d1.warning;
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kFetched) << d1.warning;
   EXPECT_TRUE(fs::exists(n1.cache + "/ab/cabkernel.cpp"));
 }
 

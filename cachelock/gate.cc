@@ -44,7 +44,6 @@ int GateExitCode(GateError e) {
   return exit_code::kFailure;
 }
 
-const char* GateDecisionName(GateDecision d) { return d == GateDecision::kLead ? "lead" : "reuse"; }
 
 struct CompileGate::Wait {
   Wait(std::string k, GateClock::TimePoint now, const GateOptions& o)

@@ -30,8 +30,8 @@ int GateExitCode(GateError e);
 /// What Acquire decided. kLead: this process compiles, holding the gate until
 /// Release (after Publish, once its payload is ready). kReuse: READY(key) is
 /// there, nothing is held, run and load the cache.
+/// (DFLASH_GATE_ROLE spells it as a GateRole, contract/gate_facts.h.)
 enum class GateDecision { kLead, kReuse };
-const char* GateDecisionName(GateDecision d);  ///< "lead" / "reuse", as in DFLASH_GATE_ROLE
 
 
 struct GateOptions {

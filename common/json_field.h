@@ -1,6 +1,6 @@
-// One field of a JSON object that came from outside the supervisor (a worker's
-// gate report, a store record, a metrics file): missing, of another type, or
-// not an object at all, it reads as the fallback, never as an exception.
+// One field of a JSON object that came from outside the supervisor (a store
+// record, a metrics file): missing, of another type, or not an object at all,
+// it reads as the fallback, never as an exception.
 #pragma once
 
 #include <string>

@@ -129,7 +129,7 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
   StoreUrl url;
   std::string err;
   if (!ParseStoreUrl(o.cluster_store, &url, &err)) {
-    cd->role = ClusterRole::kLocalFallback;
+    cd->outcome = ClusterOutcome::kLocalFallback;
     warn("gate " + o.gate_key + ": DFLASH_STORE is not usable (" + err +
          "); compiling locally, without the cluster lease");
     return exit_code::kOk;
@@ -171,17 +171,17 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
     report(f);
     return GateExitCode(GateError::kTimeout);
   }
-  switch (cd->role) {
-    case ClusterRole::kLocalFallback:
+  switch (cd->outcome) {
+    case ClusterOutcome::kLocalFallback:
       warn(cd->warning);
       return exit_code::kOk;
-    case ClusterRole::kLeader:
+    case ClusterOutcome::kLeader:
       if (cd->took_over)
         say("gate " + o.gate_key + ": took the cluster lease over from " + cd->previous.Describe() +
             ": it let its lease expire (it died or stalled) or let go unpublished");
       *cluster = std::move(g);
       return exit_code::kOk;
-    case ClusterRole::kFetched: {
+    case ClusterOutcome::kFetched: {
       // The archive carries the exporter's READY markers; if READY(key) was not among them, this
       // node's READY is ours to write (we hold the gate as its leader, and the cache is warm now).
       GateLayout layout;
@@ -352,7 +352,7 @@ int RunGated(const GatedRunOptions& o) {
         if (rc != exit_code::kOk) return rc;
       }
     }
-    h.extra_env.emplace_back(env::kGateRole, GateDecisionName(lead ? GateDecision::kLead : GateDecision::kReuse));
+    h.extra_env.emplace_back(env::kGateRole, GateRoleName(lead ? GateRole::kLead : GateRole::kReuse));
     // Leader and followers alike: the leader records what Dynamo traced and saves it (notify_ready()),
     // a follower finds it under <cache_dir>/dynamo and loads instead of tracing. Under dflash-launch the
     // plan has set it (Plan::ProcessEnv, where `check` shows it); standalone, we do. Its env wins.
@@ -381,7 +381,7 @@ int RunGated(const GatedRunOptions& o) {
         h.extra_env.emplace_back("TORCHINDUCTOR_COMPILE_THREADS", o.leader_compile_threads);
       if (cluster) cluster->StartRenewing(token);
       if (o.require_cache_change) before = SnapshotCache(o.gate_dir);
-    } else if (cd.role == ClusterRole::kFetched) {
+    } else if (cd.outcome == ClusterOutcome::kFetched) {
       say("gate " + o.gate_key + ": reuse (fetched " + std::to_string(cd.fetched_bytes) + " bytes of kernels from the "
           "cluster in " + FormatSeconds(cd.fetch_s) + ", compiled by " + cd.from + ")");
     } else {
@@ -389,12 +389,12 @@ int RunGated(const GatedRunOptions& o) {
           FormatSeconds(got.marker.compile_seconds) + ")");
     }
     NotifyFields decided = gate_state(lead ? GateState::kLeading : GateState::kReusing);
-    decided.gate_role = lead ? "lead" : "reuse";
+    decided.gate_role = lead ? GateRole::kLead : GateRole::kReuse;
     decided.gate_wait_s = got.waited_seconds + cd.wait_s;
     if (!o.cluster_store.empty() && got.decision == GateDecision::kLead) {
-      decided.gate_cluster = ClusterRoleName(cd.role);
-      if (cd.role == ClusterRole::kLeader) decided.gate_cluster_token = cd.token;
-      if (cd.role == ClusterRole::kFetched) {
+      decided.gate_cluster = cd.outcome;
+      if (cd.outcome == ClusterOutcome::kLeader) decided.gate_cluster_token = cd.token;
+      if (cd.outcome == ClusterOutcome::kFetched) {
         decided.gate_fetch_bytes = static_cast<int64_t>(cd.fetched_bytes);
         decided.gate_fetch_s = cd.fetch_s;
       }

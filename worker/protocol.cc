@@ -153,28 +153,6 @@ ArgvDecode DecodeWorkerArgv(const std::vector<std::string>& argv, WorkerArgs* ou
 
 // ------------------------------------------------------------- notify fields
 
-const char* GateStateName(GateState s) {
-  switch (s) {
-    case GateState::kWaiting: return "waiting";
-    case GateState::kLeading: return "leading";
-    case GateState::kReusing: return "reusing";
-    case GateState::kReady: return "ready";
-    case GateState::kUnpublished: return "unpublished";
-    case GateState::kAbandoned: return "abandoned";
-  }
-  return "?";
-}
-
-bool ParseGateState(std::string_view text, GateState* out) {
-  for (GateState s : {GateState::kWaiting, GateState::kLeading, GateState::kReusing, GateState::kReady,
-                      GateState::kUnpublished, GateState::kAbandoned})
-    if (text == GateStateName(s)) {
-      *out = s;
-      return true;
-    }
-  return false;
-}
-
 namespace {
 
 std::string Num(double v) {
@@ -250,6 +228,19 @@ struct FieldCodec {
           return true;                                                                                    \
         }                                                                                                 \
   }
+/// A value from an enum's spelling table (contract/gate_facts.h); another spelling is garbled.
+#define DFLASH_ENUM_FIELD(KEY, member, names)                                                             \
+  FieldCodec {                                                                                            \
+    KEY, [](const NotifyFields& f, std::vector<std::string>* l) {                                         \
+      if (f.member) l->push_back(std::string(KEY) + "=" + std::string(NameIn(names, *f.member)));         \
+    },                                                                                                    \
+        [](std::string_view v, NotifyFields* f) {                                                         \
+          decltype(f->member)::value_type e{};                                                            \
+          if (!ParseIn(names, v, &e)) return false;                                                       \
+          f->member = e;                                                                                  \
+          return true;                                                                                    \
+        }                                                                                                 \
+  }
 #define DFLASH_FLAG_FIELD(KEY, member)                                                                    \
   FieldCodec {                                                                                            \
     KEY, [](const NotifyFields& f, std::vector<std::string>* l) {                                         \
@@ -291,21 +282,12 @@ const FieldCodec kFields[] = {
                }},
     DFLASH_SECONDS_FIELD("X_DFLASH_READY_S", ready_s),
     DFLASH_TEXT_FIELD("X_DFLASH_GATE_KEY", gate_key),
-    DFLASH_TEXT_FIELD("X_DFLASH_GATE_ROLE", gate_role),
+    DFLASH_ENUM_FIELD("X_DFLASH_GATE_ROLE", gate_role, kGateRoleNames),
     DFLASH_SECONDS_FIELD("X_DFLASH_GATE_WAIT_S", gate_wait_s),
     DFLASH_SECONDS_FIELD("X_DFLASH_GATE_COMPILE_S", gate_compile_s),
-    FieldCodec{"X_DFLASH_GATE_STATE",
-               [](const NotifyFields& f, std::vector<std::string>* l) {
-                 if (f.gate_state) l->push_back(std::string("X_DFLASH_GATE_STATE=") + GateStateName(*f.gate_state));
-               },
-               [](std::string_view v, NotifyFields* f) {
-                 GateState s;
-                 if (!ParseGateState(v, &s)) return false;
-                 f->gate_state = s;
-                 return true;
-               }},
+    DFLASH_ENUM_FIELD("X_DFLASH_GATE_STATE", gate_state, kGateStateNames),
     DFLASH_TEXT_FIELD("X_DFLASH_GATE_WARNING", gate_warning),
-    DFLASH_TEXT_FIELD("X_DFLASH_GATE_CLUSTER", gate_cluster),
+    DFLASH_ENUM_FIELD("X_DFLASH_GATE_CLUSTER", gate_cluster, kClusterOutcomeNames),
     DFLASH_COUNT_FIELD("X_DFLASH_GATE_CLUSTER_TOKEN", gate_cluster_token),
     DFLASH_COUNT_FIELD("X_DFLASH_GATE_FETCH_BYTES", gate_fetch_bytes),
     DFLASH_SECONDS_FIELD("X_DFLASH_GATE_FETCH_S", gate_fetch_s),
@@ -327,6 +309,7 @@ const FieldCodec kFields[] = {
 #undef DFLASH_TEXT_FIELD
 #undef DFLASH_SECONDS_FIELD
 #undef DFLASH_FLAG_FIELD
+#undef DFLASH_ENUM_FIELD
 #undef DFLASH_COUNT_FIELD
 
 }  // namespace

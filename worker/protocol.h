@@ -17,6 +17,7 @@
 
 #include "common/duration.h"
 #include "contract/defaults.h"
+#include "contract/gate_facts.h"
 #include "contract/ready_spec.h"
 
 namespace dflash {
@@ -68,12 +69,6 @@ ArgvDecode DecodeWorkerArgv(const std::vector<std::string>& argv, WorkerArgs* ou
 
 // ------------------------------------------------------------- notify fields
 
-/// Where a gated worker stands with the compile gate (X_DFLASH_GATE_STATE).
-enum class GateState { kWaiting, kLeading, kReusing, kReady, kUnpublished, kAbandoned };
-/// "waiting", "leading", "reusing", "ready", "unpublished", "abandoned".
-const char* GateStateName(GateState s);
-bool ParseGateState(std::string_view text, GateState* out);
-
 /// One notify datagram, decoded: the systemd fields the project speaks
 /// (READY, STATUS, MAINPID, WATCHDOG, STOPPING) and the worker's own
 /// X_DFLASH_* facts. An unset optional means the datagram did not carry it.
@@ -90,15 +85,13 @@ struct NotifyFields {
   std::optional<double> ready_s;            ///< X_DFLASH_READY_S=: spawn to ready, seconds
 
   std::optional<std::string> gate_key;        ///< X_DFLASH_GATE_KEY=
-  std::optional<std::string> gate_role;       ///< X_DFLASH_GATE_ROLE=: "lead" or "reuse"
+  std::optional<GateRole> gate_role;          ///< X_DFLASH_GATE_ROLE=: "lead" or "reuse"
   std::optional<GateState> gate_state;        ///< X_DFLASH_GATE_STATE=
   std::optional<double> gate_wait_s;          ///< X_DFLASH_GATE_WAIT_S=: time spent waiting for the gate
   std::optional<double> gate_compile_s;       ///< X_DFLASH_GATE_COMPILE_S=: the leader's spawn to READY
   std::optional<std::string> gate_warning;    ///< X_DFLASH_GATE_WARNING=: say it loudly
-  /// The cluster-wide gate (a local leader with DFLASH_STORE): "leader" (took the cluster
-  /// lease and compiles), "fetched" (imported another node's kernels), "local-fallback"
-  /// (store unusable or its kernels refused: compiles locally, with a warning).
-  std::optional<std::string> gate_cluster;        ///< X_DFLASH_GATE_CLUSTER=
+  /// The cluster-wide gate (a local leader with DFLASH_STORE): "leader", "fetched" or "local-fallback".
+  std::optional<ClusterOutcome> gate_cluster;     ///< X_DFLASH_GATE_CLUSTER=
   std::optional<int64_t> gate_cluster_token;      ///< X_DFLASH_GATE_CLUSTER_TOKEN=: the leader's fencing token
   std::optional<int64_t> gate_fetch_bytes;        ///< X_DFLASH_GATE_FETCH_BYTES=: the archive fetched
   std::optional<double> gate_fetch_s;             ///< X_DFLASH_GATE_FETCH_S=: fetch + check + import
@@ -111,7 +104,8 @@ struct NotifyFields {
   std::optional<int64_t> gate_dynamo_hits;        ///< X_DFLASH_GATE_DYNAMO_HITS=: counters["dynamo_cache"]["dynamo_cache_hit"]
 
   /// Lines Decode did not take: an unknown key ("BARRIER=1", a newer
-  /// worker's field), or a known key with a garbled value ("MAINPID=abc").
+  /// worker's field), or a known key with a garbled value ("MAINPID=abc",
+  /// "X_DFLASH_GATE_ROLE=leader": an enum's value outside its table).
   /// Diagnostics only: one bad line never spoils the others.
   std::vector<std::string> ignored;
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/enum_names_check.h"
+
 namespace dflash {
 namespace {
 
@@ -100,12 +102,12 @@ NotifyFields Full() {
   f.payload_signal = 11;
   f.ready_s = 12.5;
   f.gate_key = "drafter-1a2b";
-  f.gate_role = "lead";
+  f.gate_role = GateRole::kLead;
   f.gate_state = GateState::kLeading;
   f.gate_wait_s = 0.25;
   f.gate_compile_s = 31.125;
   f.gate_warning = "the leader is blocked = not compiling";  // '=' in a value stays in the value
-  f.gate_cluster = "fetched";
+  f.gate_cluster = ClusterOutcome::kFetched;
   f.gate_cluster_token = 7;
   f.gate_fetch_bytes = 3'145'728;
   f.gate_fetch_s = 0.5;
@@ -144,24 +146,44 @@ TEST(NotifyProtocolTest, EachFieldAloneRoundTrips) {
   EXPECT_EQ(n, 23);  // one line per field of NotifyFields: a new field needs a codec row
 }
 
-TEST(NotifyProtocolTest, EveryGateStateRoundTrips) {
-  for (GateState s : {GateState::kWaiting, GateState::kLeading, GateState::kReusing, GateState::kReady,
-                      GateState::kUnpublished, GateState::kAbandoned}) {
+TEST(NotifyProtocolTest, EveryGateStateRoleAndClusterOutcomeRoundTrips) {
+  ExpectOneNameEachAndRoundTrip(kGateStateNames, {GateState::kWaiting, GateState::kLeading, GateState::kReusing,
+                                                  GateState::kReady, GateState::kUnpublished, GateState::kAbandoned});
+  ExpectOneNameEachAndRoundTrip(kGateRoleNames, {GateRole::kNone, GateRole::kLead, GateRole::kReuse});
+  ExpectOneNameEachAndRoundTrip(kClusterOutcomeNames,
+                                {ClusterOutcome::kLeader, ClusterOutcome::kFetched, ClusterOutcome::kLocalFallback});
+  // On the wire each value is its table's name, as it always was (X_DFLASH_GATE_ROLE=lead).
+  for (const auto& [s, name] : kGateStateNames) {
     NotifyFields f;
     f.gate_state = s;
-    EXPECT_EQ(DecodeNotify(EncodeNotify(f)).gate_state, s) << GateStateName(s);
+    EXPECT_EQ(EncodeNotify(f), "X_DFLASH_GATE_STATE=" + std::string(name));
+    EXPECT_EQ(DecodeNotify(EncodeNotify(f)).gate_state, s) << name;
+  }
+  for (const auto& [r, name] : kGateRoleNames) {
+    NotifyFields f;
+    f.gate_role = r;
+    EXPECT_EQ(EncodeNotify(f), "X_DFLASH_GATE_ROLE=" + std::string(name));
+    EXPECT_EQ(DecodeNotify(EncodeNotify(f)).gate_role, r) << name;
+  }
+  for (const auto& [c, name] : kClusterOutcomeNames) {
+    NotifyFields f;
+    f.gate_cluster = c;
+    EXPECT_EQ(EncodeNotify(f), "X_DFLASH_GATE_CLUSTER=" + std::string(name));
+    EXPECT_EQ(DecodeNotify(EncodeNotify(f)).gate_cluster, c) << name;
   }
 }
 
 TEST(NotifyProtocolTest, UnknownAndGarbledLinesAreSetAsideNotFatal) {
   NotifyFields f = DecodeNotify(
       "MAINPID=abc\nX_DFLASH_SIGNAL=-3\nX_DFLASH_READY_S=nan\nX_DFLASH_GATE_WAIT_S=-1\nX_DFLASH_GATE_STATE=dancing\n"
-      "X_DFLASH_GATE_CLUSTER_TOKEN=-2\nX_DFLASH_GATE_FETCH_BYTES=12x\nREADY=0\nWATCHDOG=yes\nBARRIER=1\nX_DFLASH_FROM_THE_FUTURE=7\nnoequals\n=x\n\nSTATUS=still fine");
+      "X_DFLASH_GATE_ROLE=leader\nX_DFLASH_GATE_CLUSTER=Fetched\nX_DFLASH_GATE_CLUSTER_TOKEN=-2\nX_DFLASH_GATE_FETCH_BYTES=12x\nREADY=0\nWATCHDOG=yes\nBARRIER=1\nX_DFLASH_FROM_THE_FUTURE=7\nnoequals\n=x\n\nSTATUS=still fine");
   EXPECT_FALSE(f.main_pid);
   EXPECT_FALSE(f.payload_signal);
   EXPECT_FALSE(f.ready_s);
   EXPECT_FALSE(f.gate_wait_s);
   EXPECT_FALSE(f.gate_state);
+  EXPECT_FALSE(f.gate_role) << "a role outside its table is no role";
+  EXPECT_FALSE(f.gate_cluster);
   EXPECT_FALSE(f.gate_cluster_token);
   EXPECT_FALSE(f.gate_fetch_bytes);
   EXPECT_FALSE(f.ready);
@@ -169,6 +191,7 @@ TEST(NotifyProtocolTest, UnknownAndGarbledLinesAreSetAsideNotFatal) {
   EXPECT_EQ(f.status, "still fine");  // one bad line never spoils the others
   std::vector<std::string> want = {"MAINPID=abc", "X_DFLASH_SIGNAL=-3", "X_DFLASH_READY_S=nan",
                                    "X_DFLASH_GATE_WAIT_S=-1", "X_DFLASH_GATE_STATE=dancing",
+                                   "X_DFLASH_GATE_ROLE=leader", "X_DFLASH_GATE_CLUSTER=Fetched",
                                    "X_DFLASH_GATE_CLUSTER_TOKEN=-2", "X_DFLASH_GATE_FETCH_BYTES=12x", "READY=0",
                                    "WATCHDOG=yes", "BARRIER=1", "X_DFLASH_FROM_THE_FUTURE=7", "noequals", "=x"};
   EXPECT_EQ(f.ignored, want);

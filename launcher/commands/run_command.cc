@@ -246,7 +246,6 @@ int RunRun(const RunOptions& opts, char** env) {
       coord->PublishFailure(process, code, reason);
     };
   }
-  nlohmann::json node_record;  // what another node's failure said, if that ended the run
   if (!fd_note.empty()) log->info(fd_note);
   if (!fds_ok) log->warn(fd_err);
   int rc;
@@ -273,8 +272,7 @@ int RunRun(const RunOptions& opts, char** env) {
                 break;
               case K::kBarrier: break;
               case K::kStop:
-                if (node_record.is_null()) node_record = e.record;
-                sup.StopForNode(e.culprit, e.text, e.exit_code);
+                sup.StopForNode(e.culprit, e.text, e.exit_code, e.record);
                 break;
               case K::kBeginRound: sup.BeginRound(e.round, e.text); break;
               case K::kStartRound: sup.StartRound(e.round); break;
@@ -289,11 +287,7 @@ int RunRun(const RunOptions& opts, char** env) {
     rc = sup.Run();
     if (coord) sup.RemoveWatch(coord->event_fd());
     control.Close();  // before the registry entry goes: `ps` never lists a run whose socket is gone
-    summary = sup.Summary();
-    if (!sup.node_culprit().empty()) {
-      summary.culprit = sup.node_culprit();
-      summary.node_culprit = node_record;
-    }
+    summary = sup.Summary();  // the culprit, another node's included, as the core judged it
   }
   // Done (and the failure, if ours) for the other nodes before this one unregisters.
   CloseStoreSession(plan, rc, summary.reason, log, &store);

@@ -5,6 +5,7 @@
 #include "cachelock/cache_inventory.h"  // HumanBytes
 #include "common/signal_names.h"
 #include "common/json_field.h"
+#include "launcher/supervise/gate_facts_json.h"
 
 namespace dflash {
 namespace {
@@ -53,21 +54,23 @@ std::string SummaryTable(const RunSummary& s, bool color) {
   // The compile gate, per gated process: who compiled, who waited, what the cache gave.
   bool gated = false, cluster = false;  // cluster: a store was in use (the cluster-wide gate)
   for (const ProcessSummary* p : all) {
-    gated |= p->gate.is_object();
-    cluster |= p->gate.is_object() && p->gate.contains("cluster");
+    gated |= !p->gate.empty();
+    cluster |= p->gate.cluster.has_value();
   }
   if (gated) {
     o += "\n" + Pad("compile gate", 14) + Pad("role", 7) + Pad("waited", 9) + Pad("ready", 9) +
          Pad("fxgraph hit/miss", 18) + (cluster ? Pad("autograd hit/miss", 19) + "cluster\n" : "autograd hit/miss\n");
     for (const ProcessSummary* pp : all) {
       const ProcessSummary& p = *pp;
-      if (!p.gate.is_object()) continue;
+      const GateFacts& g = p.gate;
+      if (g.empty()) continue;
       auto num = [](const nlohmann::json& j, const char* k) { return JsonNumber(j, k, -1.0); };
       auto pair = [&](const char* hit, const char* miss) {
         double h = num(p.metrics, hit), m = num(p.metrics, miss);
         return h < 0 ? std::string("-") : std::to_string(static_cast<int>(h)) + "/" + std::to_string(static_cast<int>(m));
       };
-      o += Pad(p.name, 14) + Pad(JsonText(p.gate, "role", "?"), 7) + Pad(Seconds(std::max(0.0, num(p.gate, "wait_s"))), 9) +
+      o += Pad(p.name, 14) + Pad(g.role ? GateRoleName(*g.role) : "?", 7) +
+           Pad(Seconds(std::max(0.0, g.wait_s.value_or(0))), 9) +
            Pad(p.ready_s > 0 ? Seconds(p.ready_s) : "-", 9) + Pad(pair("fxgraph_cache_hit", "fxgraph_cache_miss"), 18);
       std::string autograd = pair("autograd_cache_hit", "autograd_cache_miss");
       if (!cluster) {
@@ -75,12 +78,12 @@ std::string SummaryTable(const RunSummary& s, bool color) {
         continue;
       }
       // leader (token 3) / fetched 243.0 KB in 0.1s / local-fallback / - (a local follower)
-      std::string c = JsonText(p.gate, "cluster", "-");
-      if (c == "leader" && num(p.gate, "cluster_token") > 0)
-        c += " (token " + std::to_string(static_cast<long long>(num(p.gate, "cluster_token"))) + ")";
-      if (c == "fetched" && num(p.gate, "fetch_bytes") >= 0)
-        c += " " + HumanBytes(static_cast<uint64_t>(num(p.gate, "fetch_bytes"))) + " in " +
-             Seconds(std::max(0.0, num(p.gate, "fetch_s")));
+      std::string c = g.cluster ? ClusterOutcomeName(*g.cluster) : "-";
+      if (g.cluster == ClusterOutcome::kLeader && g.cluster_token.value_or(0) > 0)
+        c += " (token " + std::to_string(static_cast<long long>(*g.cluster_token)) + ")";
+      if (g.cluster == ClusterOutcome::kFetched && g.fetch_bytes)
+        c += " " + HumanBytes(static_cast<uint64_t>(*g.fetch_bytes)) + " in " +
+             Seconds(std::max(0.0, g.fetch_s.value_or(0)));
       o += Pad(autograd, 19) + c + "\n";
     }
   }
@@ -127,13 +130,13 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["reason"] = p.reason;
     e["log"] = {{"stdout", p.stdout_log}, {"stderr", p.stderr_log}};
     e["error_file"] = p.error_file.is_null() ? ojson() : ojson::parse(p.error_file.dump());
-    e["gate"] = p.gate.is_null() ? ojson() : ojson::parse(p.gate.dump());
+    e["gate"] = GateFactsJson<ojson>(p.gate);
     e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
     e["memory_peak_bytes"] = p.memory_peak_bytes < 0 ? ojson() : ojson(p.memory_peak_bytes);
     e["ports"] = ojson::object();  // the same for every attempt: reserved for the run
     for (const auto& [name, port] : p.ports) e["ports"][name] = port;
     e["attempts"] = ojson::array();
-    for (const AttemptSummary& a : p.attempts) {
+    for (const AttemptRecord& a : p.attempts) {
       ojson aj;
       aj["attempt"] = a.attempt;
       aj["pid"] = a.pid > 0 ? ojson(a.pid) : ojson();
@@ -142,13 +145,13 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
       aj["exit_code"] = a.exit_code < 0 ? ojson() : ojson(a.exit_code);
       aj["signal"] = a.signal ? ojson(SignalName(a.signal)) : ojson();
       aj["reason"] = a.reason;
-      aj["outcome"] = a.outcome;
-      aj["restarted"] = a.restarted;
+      aj["outcome"] = AttemptOutcomeName(a.outcome);
+      aj["restarted"] = Restarted(a.outcome);
       aj["hung"] = a.hung;
       aj["start_failed"] = a.start_failed;
       aj["ready_timeout"] = a.ready_timeout;
       aj["ready_s"] = a.ready_s > 0 ? ojson(a.ready_s) : ojson();
-      aj["gate"] = a.gate.is_null() ? ojson() : ojson::parse(a.gate.dump());
+      aj["gate"] = GateFactsJson<ojson>(a.gate);
       e["attempts"].push_back(std::move(aj));
     }
     return e;

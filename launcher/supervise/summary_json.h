@@ -8,25 +8,9 @@
 #include <utility>
 #include <vector>
 
-namespace dflash {
+#include "launcher/supervise/attempt_record.h"
 
-/// One start of a process (summary.json "attempts"; docs/summary-json.md).
-struct AttemptSummary {
-  int attempt = 0;
-  int pid = -1;
-  double start_s = -1;  // since the run began; -1: never started
-  double end_s = -1;    // -1: still running when the summary was taken
-  int exit_code = -1;   // shell style; -1: no end
-  int signal = 0;
-  std::string reason;   // how it ended
-  std::string outcome;  // restarted, restarted by ctl, stopped, stopped by ctl, succeeded, failed, fatal, hung, collateral
-  bool restarted = false;
-  bool hung = false;
-  bool start_failed = false;
-  bool ready_timeout = false;
-  double ready_s = 0;
-  nlohmann::json gate;  // this attempt's gate facts, or null
-};
+namespace dflash {
 
 struct ProcessSummary {
   std::string name;  // "drafter:1"
@@ -48,10 +32,10 @@ struct ProcessSummary {
   std::string reason;       // "exited with code 3", "stopped (SIGTERM)"
   std::string stdout_log, stderr_log;
   nlohmann::json error_file;  // TORCHELASTIC_ERROR_FILE content, or null
-  nlohmann::json gate;        // {"role": "lead"|"reuse", "wait_s", "compile_s", ...} or null
+  GateFacts gate;             // of its last attempt (none: null)
   nlohmann::json metrics;     // the payload's DFLASH_METRICS_FILE, or null
   int64_t memory_peak_bytes = -1;  // max memory.peak of its attempts' cgroups; -1: not measured
-  std::vector<AttemptSummary> attempts;  // every attempt, first to last
+  std::vector<AttemptRecord> attempts;  // every attempt, first to last, as the core recorded them
   std::vector<std::pair<std::string, int>> ports;  // its role's named ports as given: ("http", 23456)
 };
 

@@ -21,7 +21,6 @@
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
 #include "common/spawn.h"
-#include "common/json_field.h"
 #include "contract/process_env.h"
 #include "launcher/console/log_router.h"
 #include "launcher/supervise/orphan_owner.h"
@@ -278,7 +277,7 @@ void Supervisor::Impl::DoSpawn(size_t i) {
   so.env = SpawnEnvironment(options_.base_env, plan_.ProcessEnv(pp, p.attempt, &ctx));
   // A warm-up-mode process takes no gate (no dflash-worker sets this), but it does reuse the warm-up's
   // cache: dflash_launch.gate_role() says so, as the console does.
-  if (p.gate.is_object() && p.gate.value("mode", "") == "warmup" && p.gate.value("role", "") == "reuse")
+  if (p.gate().warmup_mode && p.gate().role == GateRole::kReuse)
     SetEnvVar(&so.env, env::kGateRole, "reuse");
   so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
   so.cwd = role.cwd;
@@ -645,7 +644,7 @@ void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
   }
   std::string covers = script.empty() ? "" : "; the key covers " + script + " and " + std::to_string(imports) +
                                                  " module(s) it imports (dflash-launch check lists them)";
-  core_.AddWarning(p.plan->name + " reused gate " + JsonText(p.gate, "key") + " but missed the FX graph cache " +
+  core_.AddWarning(p.plan->name + " reused gate " + p.gate().key.value_or("") + " but missed the FX graph cache " +
                    std::to_string(misses) + " time(s): " +
                    (changed.empty() ? "" : "edited since the run was planned: " + changed + "; else ") +
                    "the gate key does not cover something Inductor's cache key sees: code the key cannot see (a "
@@ -691,11 +690,11 @@ void Supervisor::StartRound(int round) {
   impl_->core_.StartRound(round);
   impl_->Drain();
 }
-void Supervisor::StopForNode(const std::string& culprit, const std::string& reason, int exit_code) {
-  impl_->core_.StopForNode(culprit, reason, exit_code);
+void Supervisor::StopForNode(const std::string& culprit, const std::string& reason, int exit_code,
+                             nlohmann::json record) {
+  impl_->core_.StopForNode(culprit, reason, exit_code, std::move(record));
   impl_->Drain();
 }
-const std::string& Supervisor::node_culprit() const { return impl_->core_.node_culprit(); }
 
 bool Supervisor::AddWatch(int fd, std::function<void()> on_readable, std::string* err) {
   if (!impl_->epoll_) {

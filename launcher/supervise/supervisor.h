@@ -70,8 +70,9 @@ class Supervisor {
   // Nodes: what the coordinator saw, carried out on the loop thread (from a watch's callback).
   void BeginRound(int round, const std::string& why);
   void StartRound(int round);
-  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70);
-  const std::string& node_culprit() const;
+  /// SupervisorCore::StopForNode: `record` becomes summary.json's node_culprit.
+  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70,
+                   nlohmann::json record = nullptr);
 
   /// SIGCHLD, SIGINT, SIGTERM, SIGHUP and [run] forward_signals.
   static std::vector<int> HandledSignals(const Plan& plan);

@@ -5,7 +5,6 @@
 #include <csignal>
 
 #include "common/signal_names.h"
-#include "common/json_field.h"
 #include "launcher/supervise/supervisor_core.h"
 
 namespace dflash {
@@ -25,8 +24,10 @@ RunStatus SupervisorCore::Status() {
     e.pid = p.pid;
     e.payload_pid = p.alive() ? p.payload_pid : -1;
     e.gpu = pp.device;
-    std::string role = JsonText(p.gate, "role"), state = JsonText(p.gate, "state");
-    e.gate = state == "waiting" ? "waiting" : role == "lead" || role == "reuse" ? role : "";
+    const GateFacts& g = p.gate();
+    e.gate = g.state == GateState::kWaiting                                   ? "waiting"
+             : g.role == GateRole::kLead || g.role == GateRole::kReuse ? GateRoleName(*g.role)
+                                                                              : "";
     e.status = p.status;
     e.attempt = std::max(0, p.attempt);
     e.restarts = p.restarts;

@@ -6,11 +6,15 @@
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "common/signal_names.h"
-#include "common/json_field.h"
+#include "launcher/supervise/gate_facts_json.h"
 
 namespace dflash {
 const char* ProcStateName(ProcState s) { return NameIn(kProcStateNames, s).data(); }  // literals: NUL-ended
-const char* AttemptOutcomeName(AttemptOutcome o) { return NameIn(kAttemptOutcomeNames, o).data(); }
+
+const GateFacts& CoreProc::gate() const {
+  static const GateFacts kNone;
+  return attempts.empty() ? kNone : attempts.back().gate;
+}
 
 SupervisorCore::SupervisorCore(const Plan& plan, Clock clock) : plan_(plan), clock_(std::move(clock)) {
   // The role processes, then the warm-ups of roles in gate mode "warmup".
@@ -64,7 +68,7 @@ void SupervisorCore::Event(size_t i, ProcState from, ProcState to, const std::st
     e["exit_code"] = p.last()->exit_code;
     if (p.last()->signal) e["signal"] = SignalName(p.last()->signal);
   }
-  if (p.gate.is_object()) e["gate"] = p.gate;
+  if (!p.gate().empty()) e["gate"] = GateFactsJson<nlohmann::json>(p.gate());
   CoreAction a;
   a.kind = CoreAction::Kind::kEvent;
   a.index = i;
@@ -233,11 +237,6 @@ void SupervisorCore::Spawn(size_t i) {
   p.payload_exit.clear();
   p.payload_signal = 0;
   p.status.clear();
-  if (!p.attempts.empty()) p.attempts.back().gate = std::move(p.gate);
-  p.gate = nlohmann::json();
-  if (!pp.warmup && !pp.gate_key.empty() && role.warmup_gated())
-    // No gate of its own: it starts after the warm-up, on the cache that one filled.
-    p.gate = {{"key", pp.gate_key}, {"mode", "warmup"}, {"role", warmup_published_[pp.role_index] ? "reuse" : "none"}};
   p.kill_at = p.watchdog_at = p.probe_at = SteadyTime::max();
   p.probe_out = false;
   p.probe_failures = 0;
@@ -252,6 +251,12 @@ void SupervisorCore::Spawn(size_t i) {
   AttemptRecord rec;
   rec.attempt = p.attempt;
   rec.start_s = Since(p.started);
+  if (!pp.warmup && !pp.gate_key.empty() && role.warmup_gated()) {
+    // No gate of its own: it starts after the warm-up, on the cache that one filled.
+    rec.gate.key = pp.gate_key;
+    rec.gate.warmup_mode = true;
+    rec.gate.role = warmup_published_[pp.role_index] ? GateRole::kReuse : GateRole::kNone;
+  }
   p.attempts.push_back(rec);
   ProcState from = p.state;
   p.state = ProcState::kStarting;
@@ -438,51 +443,65 @@ void SupervisorCore::OnReport(size_t i, const NotifyFields& r) {
     ArmWatchdog(i);
   }
   if (r.gate_warning) AddWarning(*r.gate_warning);
-  // The summary's "gate" object: the X_DFLASH_GATE_* facts by their lower-cased names.
-  auto gate = [&](const char* k, nlohmann::json v) {
-    if (!p.gate.is_object()) p.gate = nlohmann::json::object();
-    p.gate[k] = std::move(v);
-  };
-  if (r.gate_key) gate("key", *r.gate_key);
-  if (r.gate_role) gate("role", *r.gate_role);
-  if (r.gate_wait_s) gate("wait_s", *r.gate_wait_s);
-  if (r.gate_compile_s) gate("compile_s", *r.gate_compile_s);
-  if (r.gate_cluster) gate("cluster", *r.gate_cluster);  // the cluster-wide gate (docs/cachelock.md)
-  if (r.gate_cluster_token) gate("cluster_token", *r.gate_cluster_token);
-  if (r.gate_fetch_bytes) gate("fetch_bytes", *r.gate_fetch_bytes);
-  if (r.gate_fetch_s) gate("fetch_s", *r.gate_fetch_s);
-  if (r.gate_published_bytes) gate("published_bytes", *r.gate_published_bytes);
-  // Dynamo's precompile: from dflash-worker, or from a warm-up mode process's own notify_ready().
-  if (r.gate_precompiled) gate("precompiled", *r.gate_precompiled);
-  if (r.gate_precompile) gate("precompile", *r.gate_precompile);
-  if (r.gate_dynamo_hits) gate("dynamo_hits", *r.gate_dynamo_hits);
-  std::string gate_state = r.gate_state ? GateStateName(*r.gate_state) : "";
-  if (!gate_state.empty()) gate("state", gate_state);
-  if (!gate_state.empty()) {
-    auto num = [&](const char* k) { return JsonNumber(p.gate, k); };
-    std::string key = JsonText(p.gate, "key"), n = p.plan->name;
-    if (gate_state == "waiting") Info(n + " gate " + key + ": waiting");
-    else if (gate_state == "leading")
-      Info(n + " gate " + key + ": lead, compiles for the others (waited " + FormatSeconds(num("wait_s")) + ")");
-    else if (gate_state == "reusing")
-      Info(n + " gate " + key + ": reuse, loads the cache (waited " + FormatSeconds(num("wait_s")) + ")");
-    else if (gate_state == "ready")
-      Info(n + " gate " + key + ": READY published after " + FormatSeconds(num("compile_s")));
-    Event(i, p.state, p.state, "gate " + gate_state);  // no transition: a fact for the record
-  }
+  if (!p.attempts.empty()) TakeGateFacts(i, r);
   // A worker judged its payload itself; a direct process is judged here.
   bool ready = p.readiness ? r.ready && p.readiness->OnNotifyReady() : r.ready;
   if (ready && p.state == ProcState::kStarting) {
     AttemptRecord& rec = p.current();
     if (p.direct) rec.ready_s = std::chrono::duration<double>(Now() - p.started).count();
     MarkReady(i, "ready" + (rec.ready_s > 0 ? " after " + FormatSeconds(rec.ready_s) : ""));
-    if (JsonText(p.gate, "role") == "reuse") {
+    if (p.gate().role == GateRole::kReuse) {
       CoreAction a;
       a.kind = CoreAction::Kind::kCheckReuse;
       a.index = i;
       actions_.push_back(std::move(a));
     }
   }
+}
+
+void SupervisorCore::TakeGateFacts(size_t i, const NotifyFields& r) {
+  CoreProc& p = procs_[i];
+  const std::string& n = p.plan->name;
+  // A value its enum has no name for was set aside by DecodeNotify: say so, never guess.
+  for (const std::string& line : r.ignored)
+    if (line.rfind("X_DFLASH_GATE_", 0) == 0)
+      Warn(n + " reported the gate fact " + line + ", which this launcher does not know (another dflash-worker "
+           "version?): ignored");
+  // Each fact the report carries replaces the one before; the others stay.
+  GateFacts& g = p.current().gate;
+  auto take = [](auto& fact, const auto& reported) {
+    if (reported) fact = reported;
+  };
+  take(g.key, r.gate_key);
+  take(g.role, r.gate_role);
+  take(g.wait_s, r.gate_wait_s);
+  take(g.compile_s, r.gate_compile_s);
+  take(g.cluster, r.gate_cluster);  // the cluster-wide gate (docs/cachelock.md)
+  take(g.cluster_token, r.gate_cluster_token);
+  take(g.fetch_bytes, r.gate_fetch_bytes);
+  take(g.fetch_s, r.gate_fetch_s);
+  take(g.published_bytes, r.gate_published_bytes);
+  // Dynamo's precompile: from dflash-worker, or from a warm-up mode process's own notify_ready().
+  take(g.precompiled, r.gate_precompiled);
+  take(g.precompile, r.gate_precompile);
+  take(g.dynamo_hits, r.gate_dynamo_hits);
+  take(g.state, r.gate_state);
+  if (!r.gate_state) return;
+  std::string key = g.key.value_or(""), state = GateStateName(*r.gate_state);
+  double waited = g.wait_s.value_or(0), compiled = g.compile_s.value_or(0);
+  switch (*r.gate_state) {
+    case GateState::kWaiting: Info(n + " gate " + key + ": waiting"); break;
+    case GateState::kLeading:
+      Info(n + " gate " + key + ": lead, compiles for the others (waited " + FormatSeconds(waited) + ")");
+      break;
+    case GateState::kReusing:
+      Info(n + " gate " + key + ": reuse, loads the cache (waited " + FormatSeconds(waited) + ")");
+      break;
+    case GateState::kReady: Info(n + " gate " + key + ": READY published after " + FormatSeconds(compiled)); break;
+    case GateState::kUnpublished:
+    case GateState::kAbandoned: break;  // the event only: the worker's warning has said why
+  }
+  Event(i, p.state, p.state, "gate " + state);  // no transition: a fact for the record
 }
 
 void SupervisorCore::AddWarning(const std::string& w) {

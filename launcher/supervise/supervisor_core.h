@@ -23,6 +23,7 @@
 #include "contract/readiness.h"
 #include "launcher/control/control.h"
 #include "launcher/plan/plan.h"
+#include "launcher/supervise/attempt_record.h"
 #include "launcher/supervise/restart_policy.h"
 #include "worker/protocol.h"
 
@@ -48,44 +49,6 @@ enum class EndIntent {
   kHung,     ///< its watchdog expired: a failure, reason "hung"
 };
 
-/// What came of an attempt's end (summary.json's "outcome"); kNone while it runs.
-enum class AttemptOutcome {
-  kNone, kRestarted, kRestartedByCtl, kStopped, kStoppedByCtl, kSucceeded, kFailed, kFatal, kHung, kCollateral,
-};
-inline constexpr EnumName<AttemptOutcome> kAttemptOutcomeNames[] = {
-    {AttemptOutcome::kNone, ""},
-    {AttemptOutcome::kRestarted, "restarted"},
-    {AttemptOutcome::kRestartedByCtl, "restarted by ctl"},
-    {AttemptOutcome::kStopped, "stopped"},
-    {AttemptOutcome::kStoppedByCtl, "stopped by ctl"},
-    {AttemptOutcome::kSucceeded, "succeeded"},
-    {AttemptOutcome::kFailed, "failed"},
-    {AttemptOutcome::kFatal, "fatal"},
-    {AttemptOutcome::kHung, "hung"},
-    {AttemptOutcome::kCollateral, "collateral"},
-};
-const char* AttemptOutcomeName(AttemptOutcome o);
-inline bool Restarted(AttemptOutcome o) {
-  return o == AttemptOutcome::kRestarted || o == AttemptOutcome::kRestartedByCtl;
-}
-
-/// One start of a process, kept for summary.json's history.
-struct AttemptRecord {
-  int attempt = 0;
-  pid_t pid = -1;
-  double start_s = -1;  ///< since the run began; -1: never started
-  double end_s = -1;    ///< -1 while it runs
-  int exit_code = -1;   ///< shell style (128+N for signal N); -1: no end yet
-  int signal = 0;
-  std::string reason;   ///< how it ended ("exited with code 3: ...")
-  AttemptOutcome outcome = AttemptOutcome::kNone;  ///< what came of its end; kNone while it runs
-  bool start_failed = false;  ///< could not be started (pipes, fork, exec: 126/127)
-  bool ready_timeout = false; ///< not ready within ready.timeout (the run exits 75)
-  bool hung = false;          ///< killed by its watchdog
-  double ready_s = 0;         ///< spawn to ready (0: never ready)
-  nlohmann::json gate;        ///< its gate facts, kept when the next attempt starts (until then: CoreProc::gate)
-};
-
 /// One process: its plan, its state and its attempts.
 struct CoreProc {
   const ProcessPlan* plan = nullptr;
@@ -107,7 +70,6 @@ struct CoreProc {
   std::string reason;         ///< how its last attempt ended (or why it never started): summary.json
   std::string why;            ///< why it is in its current state: the status view
   std::string status;         ///< its last STATUS=
-  nlohmann::json gate;        ///< this attempt's gate facts, or null
   std::string worker_error, payload_exit;
   int payload_signal = 0;
   SteadyTime started{}, ended{};
@@ -129,8 +91,8 @@ struct CoreProc {
 
   AttemptRecord& current() { return attempts.back(); }
   const AttemptRecord* last() const { return attempts.empty() ? nullptr : &attempts.back(); }
-  /// An attempt's gate facts: the live ones for the last, the kept ones for those before.
-  const nlohmann::json& GateOf(const AttemptRecord& a) const { return &a == last() ? gate : a.gate; }
+  /// Its last attempt's gate facts (none before it first starts).
+  const GateFacts& gate() const;
   bool alive() const { return pid > 0; }
 };
 
@@ -240,9 +202,15 @@ class SupervisorCore final : public ControlHandler {
   /// The run stops because of another node (its failure, its launcher lost, the
   /// store lost): `culprit` names it ("node 1 (launcher lost)"), the exit is kNodeFailed.
   /// `exit_code`: the run's (70: another node failed; 76: this node was left behind).
-  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70);
+  /// `record`: that failure as the store had it (summary.json's node_culprit). Once the
+  /// run is stopping, it changes nothing: the first reason to stop is the culprit.
+  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70,
+                   nlohmann::json record = nullptr);
   int round() const { return round_; }
+  /// Another node whose failure stopped the run, or "": summary.json's culprit (named
+  /// over a failure here that came after it; one before would have stopped the run).
   const std::string& node_culprit() const { return node_culprit_; }
+  const nlohmann::json& node_record() const { return node_record_; }
 
   // --- control (launcher/control/control.h) ---------------------------------------
   RunStatus Status() override;
@@ -284,6 +252,8 @@ class SupervisorCore final : public ControlHandler {
 
  private:
   void Spawn(size_t i);
+  /// OnReport's X_DFLASH_GATE_* facts into proc `i`'s current attempt (its gate state: a line and an event).
+  void TakeGateFacts(size_t i, const NotifyFields& report);
   /// OnExit's judgement of one end: outcome, restart, failure.
   void JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message);
   void SetState(size_t i, ProcState s, const std::string& why = "");
@@ -377,6 +347,7 @@ class SupervisorCore final : public ControlHandler {
   bool round_stopped_sent_ = false;
   SteadyTime round_not_before_{};
   std::string node_culprit_, node_reason_;
+  nlohmann::json node_record_;
   int node_exit_code_ = 70;
   bool unguarded_ = false;                 ///< stopped for want of a guardian
   std::vector<SteadyTime> guardian_deaths_;  ///< within kGuardianWindow

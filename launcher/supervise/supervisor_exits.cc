@@ -5,7 +5,6 @@
 
 #include "common/duration.h"
 #include "common/exit_codes.h"
-#include "common/json_field.h"
 #include "launcher/supervise/supervisor_core.h"
 
 namespace dflash {
@@ -204,11 +203,12 @@ void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
   }
   p.current().outcome = AttemptOutcome::kSucceeded;
   role_warm_[ri] = true;
-  std::string state = JsonText(p.gate, "state"), decision = JsonText(p.gate, "role");
-  warmup_published_[ri] = state == "ready" || decision == "reuse";
+  const GateFacts& g = p.gate();
+  bool reused = g.role == GateRole::kReuse;
+  warmup_published_[ri] = g.state == GateState::kReady || reused;
   SetState(i, ProcState::kExited,
-           decision == "reuse"      ? "READY was there: nothing to compile"
-           : warmup_published_[ri] ? "compiled in " + FormatSeconds(JsonNumber(p.gate, "compile_s")) +
+           reused                   ? "READY was there: nothing to compile"
+           : warmup_published_[ri] ? "compiled in " + FormatSeconds(g.compile_s.value_or(0)) +
                                           ", READY published"
                                     : "ended without publishing READY: the role's processes compile on their own");
   StartReleased();

@@ -54,10 +54,12 @@ void SupervisorCore::StartRound(int round) {
       p.restart_at = at;
 }
 
-void SupervisorCore::StopForNode(const std::string& culprit, const std::string& reason, int exit_code) {
+void SupervisorCore::StopForNode(const std::string& culprit, const std::string& reason, int exit_code,
+                                 nlohmann::json record) {
   EventTime event_time(this);
   if (stopping_) return;
   node_culprit_ = culprit;
+  node_record_ = std::move(record);
   node_exit_code_ = exit_code;
   node_reason_ = reason;
   Warn(reason + ": stopping every process");

@@ -123,8 +123,8 @@ TEST(SupervisorShell, RestartStopStartByHandOnALiveRun) {
   ASSERT_EQ(s.processes.size(), 2u);
   const ProcessSummary& a1 = s.processes[1];
   ASSERT_EQ(a1.attempts.size(), 3u);
-  EXPECT_EQ(a1.attempts[0].outcome, "restarted by ctl");
-  EXPECT_EQ(a1.attempts[1].outcome, "stopped by ctl");
+  EXPECT_EQ(a1.attempts[0].outcome, AttemptOutcome::kRestartedByCtl);
+  EXPECT_EQ(a1.attempts[1].outcome, AttemptOutcome::kStoppedByCtl);
   EXPECT_EQ(a1.manual_restarts, 1);
   EXPECT_EQ(s.processes[0].attempts.size(), 1u);
 

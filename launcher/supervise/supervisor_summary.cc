@@ -40,31 +40,13 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     e.stderr_log = plan.AttemptPath(pp, attempt, "stderr.log");
     std::string msg;
     e.error_file = ReadErrorFile(plan.AttemptPath(pp, attempt, "error.json"), &msg);
-    e.gate = p.gate.is_object() && !p.gate.empty() ? p.gate : nlohmann::json();
+    e.gate = p.gate();
     e.ready_s = last ? last->ready_s : 0;
     e.metrics = ReadMetricsFile(plan.AttemptPath(pp, attempt, "metrics.json"));
     e.memory_peak_bytes = p.memory_peak;
     const std::vector<std::string>& names = plan.RoleOf(pp).ports;
     for (size_t k = 0; k < names.size() && k < pp.ports.size(); ++k) e.ports.emplace_back(names[k], pp.ports[k]);
-    for (const AttemptRecord& a : p.attempts) {
-      AttemptSummary as;
-      as.attempt = a.attempt;
-      as.pid = a.pid;
-      as.start_s = a.start_s;
-      as.end_s = a.end_s;
-      as.exit_code = a.exit_code;
-      as.signal = a.signal;
-      as.reason = a.reason;
-      as.outcome = AttemptOutcomeName(a.outcome);
-      as.restarted = Restarted(a.outcome);
-      as.hung = a.hung;
-      as.start_failed = a.start_failed;
-      as.ready_timeout = a.ready_timeout;
-      as.ready_s = a.ready_s;
-      const nlohmann::json& gate = p.GateOf(a);
-      as.gate = gate.is_object() && !gate.empty() ? gate : nlohmann::json();
-      e.attempts.push_back(std::move(as));
-    }
+    e.attempts = p.attempts;
     (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
   }
   s.warnings = core.warnings();
@@ -81,6 +63,11 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
   } else {
     s.exit_code = core.ExitCode();
     s.reason = core.ExitReason();
+  }
+  // Another node's failure stopped the run (store mode): that node is the culprit.
+  if (!core.node_culprit().empty()) {
+    s.culprit = core.node_culprit();
+    s.node_culprit = core.node_record();
   }
   return s;
 }

@@ -1,0 +1,53 @@
+// One start of a process as the supervisor's core records it (SupervisorCore keeps
+// them per process), and as summary.json's "attempts" writes it: one record from the
+// core to the file (docs/summary-json.md).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "contract/enum_names.h"
+#include "contract/gate_facts.h"
+
+namespace dflash {
+
+/// What came of an attempt's end (summary.json's "outcome"); kNone while it runs.
+enum class AttemptOutcome {
+  kNone, kRestarted, kRestartedByCtl, kStopped, kStoppedByCtl, kSucceeded, kFailed, kFatal, kHung, kCollateral,
+};
+inline constexpr EnumName<AttemptOutcome> kAttemptOutcomeNames[] = {
+    {AttemptOutcome::kNone, ""},
+    {AttemptOutcome::kRestarted, "restarted"},
+    {AttemptOutcome::kRestartedByCtl, "restarted by ctl"},
+    {AttemptOutcome::kStopped, "stopped"},
+    {AttemptOutcome::kStoppedByCtl, "stopped by ctl"},
+    {AttemptOutcome::kSucceeded, "succeeded"},
+    {AttemptOutcome::kFailed, "failed"},
+    {AttemptOutcome::kFatal, "fatal"},
+    {AttemptOutcome::kHung, "hung"},
+    {AttemptOutcome::kCollateral, "collateral"},
+};
+inline const char* AttemptOutcomeName(AttemptOutcome o) { return NameIn(kAttemptOutcomeNames, o).data(); }
+inline bool Restarted(AttemptOutcome o) {
+  return o == AttemptOutcome::kRestarted || o == AttemptOutcome::kRestartedByCtl;
+}
+
+/// One start of a process, kept for summary.json's history.
+struct AttemptRecord {
+  int attempt = 0;
+  pid_t pid = -1;
+  double start_s = -1;  ///< since the run began; -1: never started
+  double end_s = -1;    ///< -1 while it runs
+  int exit_code = -1;   ///< shell style (128+N for signal N); -1: no end yet
+  int signal = 0;
+  std::string reason;   ///< how it ended ("exited with code 3: ...")
+  AttemptOutcome outcome = AttemptOutcome::kNone;  ///< what came of its end; kNone while it runs
+  bool start_failed = false;  ///< could not be started (pipes, fork, exec: 126/127)
+  bool ready_timeout = false; ///< not ready within ready.timeout (the run exits 75)
+  bool hung = false;          ///< killed by its watchdog
+  double ready_s = 0;         ///< spawn to ready (0: never ready)
+  GateFacts gate;             ///< what its worker reported of the compile gate (summary.json "gate")
+};
+
+}  // namespace dflash
