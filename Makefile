@@ -57,6 +57,7 @@ bench: build
 	$(PY) bench/compile/precompile_bench.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md --vec-isa-ok
+	$(PY) bench/cluster_gate/precompile_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md --model drafter --layers 4
 	$(PY) bench/multinode/node_failure_bench.py --reps 3 --payload-s 20 --out docs/benchmarks.md

@@ -62,6 +62,26 @@ command = ["sh", "-c", "echo loading; sleep 2"]
     assert "drafter:warmup" in r.out  # in the console's table
 
 
+def test_ddp_ranks_load_the_warmups_precompile_and_still_sync_gradients(launch, tmp_path):
+    """gate.precompile = true on a DDP role (issue #22): the warm-up, a world of one, saves Dynamo's entry in
+    notify_ready(); the real ranks, a world of two, load it (no Dynamo trace, no FX-graph lookups), and
+    DDP's all-reduce, in hooks outside the graph, still runs: ranks fed different batches end equal."""
+    cfg = write_config(tmp_path, ddp_role(n=2, gate='{ precompile = true, timeout = "10m" }'))
+    r = launch(cfg, env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    s = r.summary()
+    (warm,) = s["warmups"]
+    assert (warm["gate"]["precompiled"], warm["gate"]["precompile"]) == (True, "saved"), warm["gate"]
+    assert warm["metrics"]["fxgraph_cache_miss"] > 0 and warm["metrics"]["world"] == 1
+    for p in s["processes"]:
+        g, m = p["gate"], p["metrics"]
+        assert g["role"] == "reuse" and g["mode"] == "warmup", g
+        assert (g["precompiled"], g["precompile"]) == (True, "dynamo cache hit") and g["dynamo_hits"] >= 1, g
+        assert m["dynamo_cache_hit"] >= 1 and m["fxgraph_cache_hit"] == m["fxgraph_cache_miss"] == 0, m
+        assert m["world"] == 2 and m["all_reduce_sum"] == 3.0 and m["weights_in_sync"] is True, m
+    assert s["warnings"] == []
+
+
 def test_hold_one_holds_only_the_first_rank(launch, tmp_path):
     """gate hold = "one": ranks 1 and 2 start with the warm-up and wait in init_process_group
     for rank 0, which starts once the warm-up has compiled; nobody misses."""

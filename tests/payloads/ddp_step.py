@@ -1,9 +1,10 @@
 """An ML engineer's DDP drafter script, unmodified for dflash-launch: it joins the
 role's world with plain torch.distributed (gloo, ROLE_* variables), wraps a model
 in DistributedDataParallel, compiles its training step, says ready after the
-first compiled step, trains a few steps and checks its peers with an all_reduce.
-It writes Inductor's cache counters, the CPU its first (compiled) step took, and the
-all_reduce sum to $DFLASH_METRICS_FILE.
+first compiled step, trains a few steps on batches of its own and checks its peers with an
+all_reduce. It writes Inductor's and Dynamo's cache counters, the CPU its first (compiled) step
+took, the all_reduce sum and whether every rank ended with the same weights (DDP synced the
+gradients) to $DFLASH_METRICS_FILE.
 
 DDP_MODEL=drafter (bench/ddp) swaps the toy MLP for a DFlash-drafter-shaped model:
 fc(n_taps*hidden -> hidden), DDP_LAYERS decoder blocks (RMSNorm, causal SDPA, SiLU MLP,
@@ -61,6 +62,7 @@ else:
     batch = lambda: (torch.randn(8, width), torch.randn(8, 1))  # noqa: E731
 model = DDP(net)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
+torch.manual_seed(1 + rank)  # each rank its own batches: only DDP's all-reduce keeps the weights equal
 
 
 @torch.compile
@@ -80,6 +82,7 @@ def step():
 def write_metrics(**extra):
     from torch._dynamo.utils import counters
     metrics = {k: int(counters["inductor"][k]) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
+    metrics.update({k: int(counters["dynamo_cache"][k]) for k in ("dynamo_cache_hit", "dynamo_cache_miss")})
     metrics.update(world=world, warmup=os.environ.get("DFLASH_WARMUP") == "1", **extra)
     if os.environ.get("DFLASH_METRICS_FILE"):
         with open(os.environ["DFLASH_METRICS_FILE"] + ".tmp", "w") as f:
@@ -102,7 +105,11 @@ for _ in range(int(os.environ.get("DDP_STEPS", "3"))):
     step()
 total = torch.tensor([float(rank + 1)])
 dist.all_reduce(total)
-metrics = write_metrics(all_reduce_sum=float(total.item()), first_step_cpu_s=first_step_cpu_s)
+weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+everyones = [torch.empty_like(weights) for _ in range(world)]
+dist.all_gather(everyones, weights)
+metrics = write_metrics(all_reduce_sum=float(total.item()), first_step_cpu_s=first_step_cpu_s,
+                        weights_in_sync=all(torch.equal(w, weights) for w in everyones))
 print(f"rank {rank}/{world}: {metrics}", flush=True)
 dist.barrier()  # nobody tears gloo's pairs down under a peer still using them
 leave(0)
