@@ -27,6 +27,7 @@
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/pid_claim.h"
 #include "launcher/supervise/probe_runner.h"
+#include "launcher/supervise/reuse_audit.h"
 #include "launcher/supervise/supervisor_core.h"
 #include "launcher/supervise/supervisor_summary.h"
 #include "worker/protocol.h"
@@ -624,32 +625,15 @@ void Supervisor::Impl::FinalSweep() {
 }
 
 void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
-  // A READY marker promises "the cache is warm for you". A reuse that still
-  // compiled means the gate key misses something Inductor's key sees: say it loudly.
   const CoreProc& p = core_.proc(i);
   nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"));
-  int64_t misses = MetricsCounter(m, "fxgraph_cache_miss");
-  if (misses <= 0) return;
-  // The files of the key as they are now against the plan's hashes: an edit since the run was planned
-  // is the one cause we can name for certain.
-  std::string changed;
-  size_t imports = 0;
-  std::string script;
-  for (const KeyFile& f : plan_.role_key_files[p.plan->role_index]) {
-    if (f.why.rfind("import ", 0) == 0) ++imports;
-    else if (script.empty() && (f.why.rfind("script ", 0) == 0 || f.why.rfind("module ", 0) == 0)) script = f.path;
+  auto sha256_now = [](const std::string& path) {
     std::string text, err;
-    std::string now = f.path.empty() || !ReadFile(f.path, &text, &err) ? "" : Sha256Hex(text);
-    if (!f.path.empty() && now != f.sha256) changed += (changed.empty() ? "" : ", ") + f.path;
-  }
-  std::string covers = script.empty() ? "" : "; the key covers " + script + " and " + std::to_string(imports) +
-                                                 " module(s) it imports (dflash-launch check lists them)";
-  core_.AddWarning(p.plan->name + " reused gate " + p.gate().key.value_or("") + " but missed the FX graph cache " +
-                   std::to_string(misses) + " time(s): " +
-                   (changed.empty() ? "" : "edited since the run was planned: " + changed + "; else ") +
-                   "the gate key does not cover something Inductor's cache key sees: code the key cannot see (a "
-                   "module loaded by importlib or exec, a file the model reads: add it to gate.key_files), a "
-                   "TORCHINDUCTOR_* setting, another torch, other shapes" + covers + "; it compiled on its own");
+    return ReadFile(path, &text, &err) ? Sha256Hex(text) : std::string();
+  };
+  std::string warning = ReuseMissWarning(p.plan->name, p.gate().key.value_or(""), MetricsCounter(m, "fxgraph_cache_miss"),
+                                         plan_.role_key_files[p.plan->role_index], sha256_now);
+  if (!warning.empty()) core_.AddWarning(warning);
 }
 
 void Supervisor::Impl::TellSystemd(const std::string& message) {
