@@ -104,7 +104,7 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
   j["config"] = s.config;
   j["exit_code"] = s.exit_code;
   j["culprit"] = s.culprit.empty() ? ojson() : ojson(s.culprit);
-  j["culprit_attempt"] = s.culprit.empty() ? ojson() : ojson(s.culprit_attempt);
+  j["culprit_attempt"] = s.culprit.empty() || s.culprit_attempt < 0 ? ojson() : ojson(s.culprit_attempt);  // null: another node's
   j["reason"] = s.reason;
   j["node_culprit"] = s.node_culprit.is_null() ? ojson() : ojson::parse(s.node_culprit.dump());
   j["wall_s"] = s.wall_s;

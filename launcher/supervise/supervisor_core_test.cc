@@ -432,6 +432,7 @@ TEST(SupervisorCore, AnotherNodesFailureIsTheSummarysCulpritWithItsRecord) {
   nlohmann::ordered_json j = SummaryJson(s);
   EXPECT_EQ(j["culprit"], "node 1: b:0");
   EXPECT_EQ(j["node_culprit"]["process"], "b:0");
+  EXPECT_TRUE(j["culprit_attempt"].is_null()) << "no attempt of this node is the culprit";
 }
 
 TEST(SupervisorCore, ATorchWorldIsOneRestartUnitWhateverTheScope) {
