@@ -35,6 +35,8 @@ from benchmarks_md import write_section  # noqa: E402
 from redis_server import RedisServer  # noqa: E402
 from supervise import SMALL_MODEL  # noqa: E402
 
+from run_bench import launch  # noqa: E402  (this folder: one launcher per node, as the cluster-gate bench starts them)
+
 HEADING = "## cluster gate: followers with Dynamo's precompile artifact"
 
 
@@ -51,13 +53,6 @@ def config(d, n, gate, eager=False, isa_ok=False):
                     (', TORCHINDUCTOR_VEC_ISA_OK = "1"' if isa_ok else "") + ' }\n' + gate_line +
                     'ready = { mode = "notify", timeout = "30m" }\n')
     return path
-
-
-def launch(args, cfg, run_id, env, node=None):
-    cmd = [str(args.bin / "dflash-launch"), "run", str(cfg), "--run-id", run_id, "--color", "never"]
-    if node is not None:
-        cmd += ["--nnodes", "2", "--node-rank", str(node), "--master-addr", "127.0.0.1"]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def tree_cpu(p, what, d):
