@@ -59,6 +59,7 @@ bench: build
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md --vec-isa-ok
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md --model drafter --layers 4
+	$(PY) bench/ctl/restart_compiled_bench.py --out docs/benchmarks.md
 	$(PY) bench/multinode/node_failure_bench.py --reps 3 --payload-s 20 --out docs/benchmarks.md
 	$(BUILD)/bin/spool_bench --mb 1 --frames 2000 --repeat 5
 
