@@ -55,6 +55,7 @@ bench: build
 	python3 bench/supervisor/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/precompile_bench.py --out docs/benchmarks.md
+	$(PY) bench/compile/follower_split.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md --vec-isa-ok
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md
