@@ -72,7 +72,12 @@ class Run(Ours):
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      env=self.env, start_new_session=True)
         self.run_dir = d / "runs" / "b"
-        self.wait(lambda s: len(s) == 8 and all(p["state"] == "RUNNING" for p in s.values()), 900)
+        try:
+            self.wait(lambda s: len(s) == 8 and all(p["state"] == "RUNNING" for p in s.values()), 900)
+        except BaseException:
+            if self.proc.poll() is None:  # never leave the run behind
+                self.stop()
+            raise
 
     def wait(self, pred, timeout=60):
         """Polls every 20 ms (not 2: the poll would take CPU from the compiles it times); stops if the run ends."""
