@@ -6,10 +6,26 @@ import subprocess
 import tarfile
 import threading
 
-from conftest import run
+from conftest import ROOT, run
 from supervise import wait_until, write_config
 from test_compile_gate import ENV, drafters
 from test_demo import ENV as DEMO_ENV, needs_builtin, shortened
+
+TINY = ROOT / "tests" / "payloads" / "tiny_compile.py"
+
+
+def tiny_role(precompile=False):
+    """One gated process of a tiny real torch.compile (tests/payloads/tiny_compile.py): the archive and verify
+    tests are about the cache tools on a real Inductor cache, not about the drafter, which the demo test seeds."""
+    return f"""
+[[role]]
+name = "drafter"
+cpu = 1
+command = ["python", "{TINY}"]
+env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1" }}
+gate = {{ timeout = "10m", mode = "serial"{", precompile = true" if precompile else ""} }}
+ready = {{ mode = "notify", timeout = "10m" }}
+"""
 
 
 def launch_cmd(bin_dir, *args, **kw):
@@ -70,7 +86,7 @@ def inventory(cache):
 
 
 def test_export_clear_import_verify(bin_dir, tmp_path):
-    cfg = write_config(tmp_path, drafters())
+    cfg = write_config(tmp_path, tiny_role())
     assert launch_cmd(bin_dir, "seed", cfg).returncode == 0
     archive = tmp_path / "cache.tar.zst"
     r = launch_cmd(bin_dir, "cache", "export", cfg, archive)
@@ -183,9 +199,7 @@ def test_clear_waits_for_the_gate_and_no_reader_sees_half_a_cache(bin_dir, tmp_p
 def test_precompile_artifact_travels_in_an_export_and_verify_loads_it(bin_dir, tmp_path):
     """gate.precompile (issue 22): the seed's warm-up saves Dynamo's artifact, `cache export` carries it, and
     after clear + import a fresh process (seed --verify) loads it: Dynamo cache hits, no FX graph compiled."""
-    body = drafters(n=1).replace('mode = "serial" }', 'mode = "serial", precompile = true }')
-    assert "precompile = true" in body
-    cfg = write_config(tmp_path, body)
+    cfg = write_config(tmp_path, tiny_role(precompile=True))
     seeded = launch_cmd(bin_dir, "seed", cfg)
     assert seeded.returncode == 0, seeded.stdout + seeded.stderr
     archive = tmp_path / "cache.tar.zst"

@@ -1,0 +1,22 @@
+"""A real torch.compile of one tiny training step (matmul, relu, backward) for tests about the cache tools, not
+the model: it fills a real Inductor cache (FX graph, AOTAutograd, C++ kernels) in ~15 CPU-s where the reference
+drafter takes ~45, writes the reference drafter's cache counters to $DFLASH_METRICS_FILE (what `seed --verify`
+reads) and says READY. Honours gate.precompile like any payload that calls notify_ready()."""
+import json
+import os
+
+import torch
+
+import dflash_launch
+from dflash_launch.reference_drafter import cache_counters
+
+
+def step(x, w):
+    return torch.relu(x @ w).sum()
+
+
+x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
+torch.compile(step)(x, w).backward()
+with open(os.environ["DFLASH_METRICS_FILE"], "w") as f:
+    json.dump(cache_counters(), f)
+dflash_launch.notify_ready()
