@@ -6,7 +6,7 @@
 namespace dflash {
 namespace {
 
-std::vector<std::string> Parts(const std::string& rel) {
+std::vector<std::string> SplitRelative(const std::string& rel) {
   std::vector<std::string> out;
   size_t i = 0;
   while (i <= rel.size()) {
@@ -87,7 +87,7 @@ bool IsContentKind(const std::string& k) {
 }
 
 std::string CacheKindOf(const std::string& rel) {
-  std::vector<std::string> p = Parts(rel);
+  std::vector<std::string> p = SplitRelative(rel);
   const std::string& top = p[0];
   const std::string& name = p.back();
   if (top == ".dflash") return p.size() > 1 ? "gate" : "";
@@ -122,7 +122,7 @@ std::string CacheKindOf(const std::string& rel) {
 }
 
 bool IsCacheDirPath(const std::string& rel) {
-  std::vector<std::string> p = Parts(rel);
+  std::vector<std::string> p = SplitRelative(rel);
   if (!std::all_of(p.begin(), p.end(), PlainName)) return false;
   const std::string& top = p[0];
   if (top == "fxgraph") return p.size() == 1 || (p.size() == 2 && KernelDir(p[1])) || (p.size() == 3 && KernelDir(p[1]) && LowerAlnum(p[2]));

@@ -12,7 +12,7 @@
 namespace dflash {
 namespace {
 
-std::vector<std::string> Parts(const std::string& abs) {
+std::vector<std::string> PathComponents(const std::string& abs) {
   std::vector<std::string> parts;
   for (const auto& p : std::filesystem::path(abs)) {
     std::string s = p.string();
@@ -62,7 +62,7 @@ bool MakePrivateDir(const std::string& dir, const FileMode& m, const PathUse& us
     return false;
   }
   while (abs.size() > 1 && abs.back() == '/') abs.pop_back();
-  const std::vector<std::string> parts = Parts(abs);
+  const std::vector<std::string> parts = PathComponents(abs);
   // The deepest part that exists: checked above (its links are ours or root's,
   // its parents writable by nobody else unless sticky), so opened by path.
   size_t have = parts.size();

@@ -33,7 +33,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void Say(const std::string& line) {
+void SayProgress(const std::string& line) {
   std::fprintf(stdout, "[seed] %s\n", line.c_str());
   std::fflush(stdout);
 }
@@ -60,12 +60,12 @@ int RunAndWatch(const SpawnOptions& so, const std::string& label, const std::str
   SignalFd signals;
   std::string err;
   if (!signals.Open({SIGINT, SIGTERM, SIGHUP}, &err)) {
-    Say(err);
+    SayProgress(err);
     return exit_code::kFailure;
   }
   Child child;
   if (!Spawn(so, &child, &err)) {
-    Say(label + ": " + err);
+    SayProgress(label + ": " + err);
     if (child.pid > 0) ::waitpid(child.pid, nullptr, 0);
     return child.exit_code;
   }
@@ -77,14 +77,14 @@ int RunAndWatch(const SpawnOptions& so, const std::string& label, const std::str
     if (n < 0 && errno != EINTR) break;
     if (n == 0) {
       uint64_t now = ScanCache(cache_dir).total_bytes;
-      Say(label + ": " + doing + ", " + FormatSeconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
+      SayProgress(label + ": " + doing + ", " + FormatSeconds(std::chrono::duration<double>(Clock::now() - t0).count()) +
           ", cache " + HumanBytes(now) + " (" + Signed(now, base) + ")");
       continue;
     }
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo si;
       while (signals.Read(&si)) {
-        Say("passing " + SignalName(static_cast<int>(si.ssi_signo)) + " on to " + label);
+        SayProgress("passing " + SignalName(static_cast<int>(si.ssi_signo)) + " on to " + label);
         ::kill(-child.pid, static_cast<int>(si.ssi_signo));
       }
     }
@@ -92,7 +92,7 @@ int RunAndWatch(const SpawnOptions& so, const std::string& label, const std::str
   }
   ExitStatus st;
   if (!WaitForChild(child.pid, &st, &err)) {
-    Say(err);
+    SayProgress(err);
     return exit_code::kFailure;
   }
   return st.ExitCode();
@@ -153,20 +153,20 @@ SpawnOptions WarmupSpawn(const Warmup& w, bool verify = false) {
 
 int Verify(const Warmup& w) {
   const std::string& name = w.plan->RoleOf(*w.proc).name;
-  Say("verify " + name + ": a fresh process, the same way");
+  SayProgress("verify " + name + ": a fresh process, the same way");
   Clock::time_point t0 = Clock::now();
   int rc = RunAndWatch(WarmupSpawn(w, /*verify=*/true), name + " (verify)", "loading from the cache",
                        w.plan->config.run.cache_dir);
   double took = std::chrono::duration<double>(Clock::now() - t0).count();
   if (rc != 0) {
-    Say("verify " + name + ": the fresh process failed (exit " + std::to_string(rc) + ")");
+    SayProgress("verify " + name + ": the fresh process failed (exit " + std::to_string(rc) + ")");
     return rc;
   }
   nlohmann::json m = ReadMetricsFile(w.metrics);
   auto get = [&](const char* k) { return static_cast<int>(JsonNumber(m, k, -1)); };
   int miss = get("fxgraph_cache_miss"), hit = get("fxgraph_cache_hit");
   if (miss < 0) {
-    Say("verify " + name + ": cannot tell: the warm-up wrote no Inductor counters to $DFLASH_METRICS_FILE (" +
+    SayProgress("verify " + name + ": cannot tell: the warm-up wrote no Inductor counters to $DFLASH_METRICS_FILE (" +
         w.metrics + ")");
     return exit_code::kFailure;
   }
@@ -180,12 +180,12 @@ int Verify(const Warmup& w) {
                             : std::string()) +
                        ", in " + FormatSeconds(took);
   if (miss > 0) {
-    Say("verify " + name + " FAILED: " + counts +
+    SayProgress("verify " + name + " FAILED: " + counts +
         ": the fresh process compiled again, so the real run would too. The warm-up does not compile what the "
         "process compiles (other shapes? an env var?)");
     return exit_code::kFailure;
   }
-  Say("verify " + name + ": " + counts + ": the cache is warm for the real run");
+  SayProgress("verify " + name + ": " + counts + ": the cache is warm for the real run");
   return exit_code::kOk;
 }
 
@@ -223,7 +223,7 @@ int RunSeed(const SeedOptions& o, char** env) {
     if (p.role_rank == 0 && !p.gate_key.empty() && !plan.RoleOf(p).warmup_gated() && (o.role.empty() || p.role == o.role))
       firsts.push_back(&p);
   if (firsts.empty()) {
-    Say("no gated role in " + c.path + ": nothing to seed");
+    SayProgress("no gated role in " + c.path + ": nothing to seed");
     return exit_code::kOk;
   }
   std::string err;
@@ -256,33 +256,33 @@ int RunSeed(const SeedOptions& o, char** env) {
         std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
         return GateExitCode(e);
       }
-      Say(role.name + ": --force: forgot READY(" + p->gate_key + "), compiling again");
+      SayProgress(role.name + ": --force: forgot READY(" + p->gate_key + "), compiling again");
       seeded = false;
     }
     gate.reset();
     if (seeded) {
       nlohmann::json rec = nlohmann::json::parse(marker, nullptr, false);
-      Say(role.name + ": already seeded: READY(" + p->gate_key + ") by " +
+      SayProgress(role.name + ": already seeded: READY(" + p->gate_key + ") by " +
           (rec.is_object() ? rec.value("role", std::string("?")) : std::string("?")) + "; nothing to do (--force to seed again)");
     } else {
       std::vector<std::string> cmd = role.warmup.empty() ? p->command : role.warmup;
       std::string shown;
       for (const std::string& a : cmd) shown += (shown.empty() ? "" : " ") + a;
       CacheInventory before = ScanCache(c.run.cache_dir);
-      Say("seeding " + role.name + " (key " + p->gate_key + ", " +
+      SayProgress("seeding " + role.name + " (key " + p->gate_key + ", " +
           (p->on_gpu() ? "GPU " + p->device + " as cuda:0" : std::string("cpu")) + "): " + shown +
           (role.warmup.empty() ? " with DFLASH_WARMUP=1" : ""));
-      Say("cache before: " + before.Describe());
+      SayProgress("cache before: " + before.Describe());
       Clock::time_point t0 = Clock::now();
       int rc = RunAndWatch(WarmupSpawn(w), role.name, "compiling", c.run.cache_dir);
       double took = std::chrono::duration<double>(Clock::now() - t0).count();
       if (rc != 0) {
-        Say(role.name + ": the warm-up failed (exit " + std::to_string(rc) + ") after " + FormatSeconds(took) +
+        SayProgress(role.name + ": the warm-up failed (exit " + std::to_string(rc) + ") after " + FormatSeconds(took) +
             "; nothing was published");
         return rc;
       }
       CacheInventory after = ScanCache(c.run.cache_dir);
-      Say("seeded " + role.name + " in " + FormatSeconds(took) + ": cache " + Signed(after.total_bytes, before.total_bytes) +
+      SayProgress("seeded " + role.name + " in " + FormatSeconds(took) + ": cache " + Signed(after.total_bytes, before.total_bytes) +
           " (" + Delta(before, after) + "), now " + after.Describe() + "; READY(" + p->gate_key + ") published");
     }
     if (o.verify)
