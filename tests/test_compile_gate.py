@@ -6,11 +6,12 @@ import sys
 
 import pytest
 
-from conftest import run
+from conftest import ROOT, run
 from supervise import SMALL_MODEL, proc_table, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
+TINY = ROOT / "tests" / "payloads" / "tiny_compile.py"
 
 
 def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }', mode="serial"):
@@ -55,8 +56,19 @@ def test_three_drafters_one_leads_two_reuse(launch, tmp_path):
 
 
 def test_without_the_gate_every_drafter_compiles(launch, tmp_path):
-    r = launch(write_config(tmp_path, drafters(gate=False)), env=ENV)
+    # Without a gate nothing waits: what compiles does not matter, only that three processes on a cold cache
+    # each compile. The tiny real step (tests/payloads/tiny_compile.py), not the drafter: 50 -> ~20 s.
+    body = f"""
+[[role]]
+name = "drafter"
+cpu = 3
+command = ["python", "{TINY}"]
+env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1" }}
+ready = {{ mode = "notify", timeout = "10m" }}
+"""
+    r = launch(write_config(tmp_path, body), env=ENV)
     assert r.wait(timeout=900) == 0, r.err
+    assert len(r.summary()["processes"]) == 3
     for p in by_name(r.summary()).values():
         # All three start together on a cold cache: each compiles on its own.
         assert p["metrics"]["fxgraph_cache_miss"] > 0, p["name"]
