@@ -55,6 +55,9 @@ TEST(PidClaim, TheSpawnedTreeIsBelievedWithItsGroup) {
     EXPECT_EQ(v.pid, kid);
     EXPECT_GT(v.start_time, 0u);
   }
+  // The setsid'd sleep is in a group of its own: the group kill would leave it running (and holding ctest's
+  // output pipe for its 61 s).
+  for (pid_t kid : KidsOf(leader)) ::kill(kid, SIGKILL);
   Stop(leader);
 }
 
