@@ -49,10 +49,11 @@ demo-builtin:
 	@$(MAKE) --no-print-directory demo DEMO=configs/demo-builtin.toml
 
 # Every benchmark, each against its named peer in the same run; results into docs/benchmarks.md.
-# Run it on a quiet machine (it takes ~10 minutes here; the compile section alone ~5).
+# Run it on a quiet machine (it takes ~15 minutes here; the compile section alone ~5).
 bench: build
 	python3 bench/cachelock/run_bench.py --python $(PY) --n 1000
 	python3 bench/supervisor/run_bench.py --out docs/benchmarks.md
+	python3 bench/first_contact/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/precompile_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/follower_split.py --out docs/benchmarks.md
