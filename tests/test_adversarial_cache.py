@@ -433,7 +433,9 @@ def test_a_failed_rename_in_is_rolled_back_and_the_message_is_true(bin_dir, tmp_
 def test_import_refuses_links_and_traversal_in_the_archive(bin_dir, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    for name, kind in (("../escape", tarfile.REGTYPE), ("fxgraph/ab/fabx/e", tarfile.SYMTYPE)):
+    # The third: a planted ISA verdict (python/dflash_launch/isa_verdict.py believes records in .dflash/isa/).
+    for name, kind in (("../escape", tarfile.REGTYPE), ("fxgraph/ab/fabx/e", tarfile.SYMTYPE),
+                       (".dflash/isa/" + "a" * 32, tarfile.REGTYPE)):
         archive = tmp_path / "evil.tar.gz"
         m = manifest([entry(name, b"data")])
         with tarfile.open(archive, "w:gz") as tar:
@@ -451,6 +453,7 @@ def test_import_refuses_links_and_traversal_in_the_archive(bin_dir, tmp_path):
         r = launch(bin_dir, "cache", "import", config(tmp_path, cache), archive, "--force")
         assert r.returncode == 1 and "untouched" in r.stderr, r.stderr
         assert not (tmp_path / "escape").exists() and not (cache / "fxgraph").exists()
+        assert not (cache / ".dflash/isa").exists()
 
 
 def test_a_real_torch_compile_writes_only_what_the_cache_tools_know(bin_dir, tmp_path):

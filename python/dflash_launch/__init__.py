@@ -299,3 +299,9 @@ def contract_from_env(env=None):
         "vocab": ints("DFLASH_VOCAB", 32000),
         "seed": ints("DFLASH_SEED"),
     }
+
+
+# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/isa_verdict.py).
+from dflash_launch import isa_verdict as _isa_verdict  # noqa: E402
+
+_isa_verdict.install()

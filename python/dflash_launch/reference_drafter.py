@@ -24,6 +24,7 @@ import sys
 import time
 
 from dflash_launch._extras import require
+from dflash_launch import isa_verdict
 
 require("torch", "the reference drafter")  # before the imports below: an error that names the extra
 import torch  # noqa: E402
@@ -212,6 +213,8 @@ def cache_counters():
         "fxgraph_cache_bypass": int(ind["fxgraph_cache_bypass"]),
         "autograd_cache_hit": int(aot["autograd_cache_hit"]),
         "autograd_cache_miss": int(aot["autograd_cache_miss"]),
+        # Inductor's vector-ISA probes: run here, or answered by a verdict the host already had (isa_verdict).
+        **isa_verdict.stats(),
     }
 
 
