@@ -7,7 +7,9 @@
   children, and wall): interpreter start, `import torch`, Dynamo/Inductor imports, Inductor's CPU ISA probe
   (valid_vec_isa_list(), called before the compile so that its cost stands alone), the model, the torch.compile()
   call (where Dynamo's cache loads), and the first step (loading the kernels, fwd + bwd).
-  Followers: `probe` (torch's default) and `isa-ok` (TORCHINDUCTOR_VEC_ISA_OK=1: trust /proc/cpuinfo).
+  Followers: `probe` (torch's default), `isa-ok` (TORCHINDUCTOR_VEC_ISA_OK=1: trust /proc/cpuinfo) and `shared`
+  (the leader's probe verdicts from the cache dir, python/dflash_launch/isa_verdict.py; the others run with
+  DFLASH_ISA_SHARE=0). Every process is gated (DFLASH_GATE_ROLE) and imports dflash_launch, as a payload would.
 
 Usage: python3 bench/compile/follower_split.py [--followers 3] [--out docs/benchmarks.md]
 """
@@ -51,12 +53,13 @@ def child(role):
     import torch._dynamo  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401
     import torch._inductor.codecache  # noqa: F401
+    sys.path.insert(0, str(ROOT / "python"))
+    import dflash_launch  # noqa: F401  (what a payload imports: it installs the ISA verdict sharing)
     mark("import Dynamo + Inductor")
     from torch._inductor import cpu_vec_isa
     isa = [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]
     picked = str(cpu_vec_isa.pick_vec_isa())
     mark("ISA probe")
-    sys.path.insert(0, str(ROOT / "python"))
     from dflash_launch.reference_drafter import SyntheticSource, build
     torch.set_num_threads(1)
     c = dict(SHAPES, n_taps=5, hidden_shape=[1, 64, 320])
@@ -73,7 +76,8 @@ def child(role):
     if role == "leader":
         torch.compiler.save_cache_artifacts()
     from torch._dynamo.utils import counters
-    print(json.dumps({"phases": phases, "loss": loss.item(), "isa": isa, "picked": picked,
+    from dflash_launch import isa_verdict
+    print(json.dumps({"phases": phases, "isa_verdicts": isa_verdict.stats(), "loss": loss.item(), "isa": isa, "picked": picked,
                       "bf16": bool(getattr(cpu_vec_isa.pick_vec_isa(), "_is_avx512_bf16_supported", False)),
                       "dynamo_hits": int(counters["dynamo_cache"]["dynamo_cache_hit"]),
                       "fx_hits": int(counters["inductor"]["fxgraph_cache_hit"]),
@@ -81,8 +85,10 @@ def child(role):
 
 
 def spawn(cache, role, extra_env=None):
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_VEC_ISA_OK", "DFLASH_ISA_SHARE")}
+    (cache / ".dflash").mkdir(mode=0o700, exist_ok=True)  # the gate's dir, as dflash-worker makes it
     env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TORCH_CACHING_PRECOMPILE="1",
+               DFLASH_GATE_ROLE="lead" if role == "leader" else "reuse",
                TORCHINDUCTOR_COMPILE_THREADS="1", OMP_NUM_THREADS="1", SPLIT_T0=repr(time.perf_counter()),
                **(extra_env or {}))
     r = subprocess.run([sys.executable, __file__, "--child", role], env=env, capture_output=True, text=True)
@@ -103,11 +109,13 @@ def main():
     try:
         print("leader ...", file=sys.stderr, flush=True)
         leader = spawn(cache, "leader")
-        runs = {"probe": [], "isa-ok": []}
-        for _ in range(args.followers):  # interleaved, so that the machine's load hits both alike
+        runs = {"probe": [], "isa-ok": [], "shared": []}
+        off = {"DFLASH_ISA_SHARE": "0"}
+        for _ in range(args.followers):  # interleaved, so that the machine's load hits them alike
             print("followers ...", file=sys.stderr, flush=True)
-            runs["probe"].append(spawn(cache, "follower"))
-            runs["isa-ok"].append(spawn(cache, "follower", {"TORCHINDUCTOR_VEC_ISA_OK": "1"}))
+            runs["probe"].append(spawn(cache, "follower", off))
+            runs["isa-ok"].append(spawn(cache, "follower", {**off, "TORCHINDUCTOR_VEC_ISA_OK": "1"}))
+            runs["shared"].append(spawn(cache, "follower"))
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     names = [p[0] for p in leader["phases"]]
@@ -115,12 +123,15 @@ def main():
     rows = []
     for i, name in enumerate(names):
         rows.append(f"| {name} | {leader['phases'][i][1]:.2f} | {med('probe', i, 1):.2f} | {med('probe', i, 2):.2f} | "
-                    f"{med('isa-ok', i, 1):.2f} | {med('isa-ok', i, 2):.2f} |")
+                    f"{med('isa-ok', i, 1):.2f} | {med('isa-ok', i, 2):.2f} | "
+                    f"{med('shared', i, 1):.2f} | {med('shared', i, 2):.2f} |")
     tot = lambda label, k: statistics.median(sum(p[k] for p in r["phases"]) for r in runs[label])
     rows.append(f"| **whole process to first step** | {sum(p[1] for p in leader['phases']):.2f} | "
-                f"{tot('probe', 1):.2f} | {tot('probe', 2):.2f} | {tot('isa-ok', 1):.2f} | {tot('isa-ok', 2):.2f} |")
+                f"{tot('probe', 1):.2f} | {tot('probe', 2):.2f} | {tot('isa-ok', 1):.2f} | {tot('isa-ok', 2):.2f} | "
+                f"{tot('shared', 1):.2f} | {tot('shared', 2):.2f} |")
     same = all(r["loss"] == leader["loss"] for rs in runs.values() for r in rs)
-    facts = {label: sorted({(tuple(r["isa"]), r["picked"], r["bf16"], r["dynamo_hits"], r["fx_hits"], r["fx_misses"])
+    facts = {label: sorted({(tuple(r["isa"]), r["picked"], r["bf16"], r["dynamo_hits"], r["fx_hits"], r["fx_misses"],
+                             r["isa_verdicts"]["isa_probes"], r["isa_verdicts"]["isa_shared"])
                             for r in rs}) for label, rs in runs.items()}
     load = os.getloadavg()
     cmd = "python3 bench/compile/follower_split.py " + " ".join(sys.argv[1:])
@@ -132,13 +143,14 @@ The reference drafter's step at the test shapes, `TORCH_CACHING_PRECOMPILE=1`: a
 compiles and saves Dynamo's artifact, then {args.followers} followers of each kind (fresh processes, interleaved)
 load it. CPU = user + sys of the process and its reaped children; medians over the followers.
 
-| phase | leader CPU s | follower CPU s | wall s | follower, `TORCHINDUCTOR_VEC_ISA_OK=1`, CPU s | wall s |
-|---|---|---|---|---|---|
+| phase | leader CPU s | follower CPU s | wall s | follower, `TORCHINDUCTOR_VEC_ISA_OK=1`, CPU s | wall s | follower, shared verdicts, CPU s | wall s |
+|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 - Leader: ISAs {leader['isa']}, picked `{leader['picked']}`, avx512_bf16 {leader['bf16']}; dynamo hits
   {leader['dynamo_hits']}, fxgraph {leader['fx_hits']}/{leader['fx_misses']}.
-- Followers (ISAs, picked, bf16, dynamo hits, fxgraph hits, misses): {facts}.
+- Leader's probes: {leader['isa_verdicts']['isa_probes']} (each recorded for the host's followers).
+- Followers (ISAs, picked, bf16, dynamo hits, fxgraph hits, misses, ISA probes run, answered from a record): {facts}.
 - Every follower's first loss equals the leader's: {same}.
 """
     print(md)
