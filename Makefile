@@ -53,7 +53,7 @@ demo-builtin:
 bench: build
 	python3 bench/cachelock/run_bench.py --python $(PY) --n 1000
 	python3 bench/supervisor/run_bench.py --out docs/benchmarks.md
-	python3 bench/first_contact/run_bench.py --out docs/benchmarks.md
+	$(PY) bench/first_contact/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/precompile_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/follower_split.py --out docs/benchmarks.md

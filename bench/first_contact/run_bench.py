@@ -1,6 +1,6 @@
 """A newcomer's first `make demo` (issue 20): its two CPU-bound parts, each against what it replaced, in one run.
 
-    python3 bench/first_contact/run_bench.py [--out docs/benchmarks.md]
+    .venv/bin/python bench/first_contact/run_bench.py [--out docs/benchmarks.md]   (the venv with torch)
 
 1. The build of the six run binaries from scratch (no ccache, DFLASH_TESTS=OFF, -j nproc): unity-built shipped
    targets (DFLASH_UNITY=ON, the default) vs one TU per file (DFLASH_UNITY=OFF).
@@ -83,10 +83,7 @@ def demo_run(bin_dir, one_thread):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=pathlib.Path)
-    ap.add_argument("--python", default=str(ROOT / ".venv/bin/python"), help="the venv with torch")
     args = ap.parse_args()
-    if os.path.abspath(sys.executable) != os.path.abspath(args.python):  # a venv's python is a symlink
-        os.execv(args.python, [args.python, __file__, *sys.argv[1:]])
     import torch
     jobs = os.cpu_count()
     b = {u: build(u, torch.utils.cmake_prefix_path, jobs) for u in (False, True)}
@@ -94,7 +91,7 @@ def main():
     load = os.getloadavg()
     md = f"""{HEADING}
 
-`python3 bench/first_contact/run_bench.py {' '.join(sys.argv[1:])}` — {datetime.date.today()}, this {jobs}-core
+`.venv/bin/python bench/first_contact/run_bench.py {' '.join(sys.argv[1:])}` — {datetime.date.today()}, this {jobs}-core
 machine (load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end), torch {torch.__version__} (CPU).
 Build: the six run binaries from scratch, `ninja -j {jobs}`, no ccache, `DFLASH_TESTS=OFF`, Release `-O2`. Run:
 `dflash-launch run configs/demo.toml` on a fresh cache (5 builtin targets, warm-up, 3 drafters x 400 steps).

@@ -43,13 +43,17 @@ def _record_dir():
     return os.path.join(cache, ".dflash", "isa")
 
 
+def _private(st, is_kind) -> bool:
+    """A stat of that kind, owned by this user, writable by nobody else."""
+    return is_kind(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
 def _ours(path, is_kind) -> bool:
-    """A `path` of that kind (no symlink followed), owned by this user, writable by nobody else."""
+    """`path` (no symlink followed) is _private."""
     try:
-        st = os.lstat(path)
+        return _private(os.lstat(path), is_kind)
     except OSError:
         return False
-    return is_kind(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _cpu_identity() -> str:
@@ -89,10 +93,7 @@ def _believed(d: str, key: str) -> bool:
     except OSError:
         return False
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return False
-        return f.read(128).decode(errors="replace") == key
+        return _private(os.fstat(f.fileno()), stat.S_ISREG) and f.read(128).decode(errors="replace") == key
 
 
 def _record(d: str, key: str) -> None:
@@ -107,11 +108,17 @@ def _record(d: str, key: str) -> None:
         return
     try:
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    except OSError:
+        return
+    try:
         with os.fdopen(fd, "w") as f:
             f.write(key)
         os.replace(tmp, os.path.join(d, key[:32]))
     except OSError:
-        pass
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def wrap(probe_load):
