@@ -25,7 +25,9 @@ x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
 compiled(x, w).backward()
 {fail}
 dflash_launch.notify_ready()
-print(json.dumps({{k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor")}}))
+out = {{k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor")}}
+facts = dflash_launch.precompile_facts() if dflash_launch.gate_role() == "reuse" else None  # a leader would save again
+print(json.dumps(dict(out, facts=facts)))
 '''
 
 
@@ -73,15 +75,34 @@ def test_a_follower_does_not_save(tmp_path):
     assert not d.exists() or not any(d.iterdir())
 
 
-def test_torch_2_13_crashes_a_follower_whose_loaded_entry_fails_a_guard(tmp_path):
-    """Why gate.precompile is opt-in (docs/cachelock.md): the entry loads (same qualname and first line), its
-    GLOBAL_STATE guard fails (another thread count), and the re-trace dies on the globals the load installed
-    instead of falling back. When this fails, torch fixed it: make gate.precompile default to true."""
+def _follower_with_other_threads(tmp_path, **extra_env):
+    """A leader with one thread saves; a follower with two loads its entry, whose GLOBAL_STATE guard then fails."""
     run(tmp_path, "lead", pad="torch.set_num_threads(1)")
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(pad="torch.set_num_threads(2)", fail=""))  # `step` stays on its line
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"), TORCH_CACHING_PRECOMPILE="1",
-               DFLASH_GATE_ROLE="reuse", PYTHONPATH=str(REPO / "python"))
+               DFLASH_GATE_ROLE="reuse", PYTHONPATH=str(REPO / "python"), **extra_env)
     env.pop("NOTIFY_SOCKET", None)
-    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_torch_2_13_crashes_a_follower_whose_loaded_entry_fails_a_guard(tmp_path):
+    """torch alone (the helper's fix off): the entry loads (same qualname and first line), its GLOBAL_STATE guard
+    fails (another thread count), and the re-trace dies on the globals the load installed instead of falling back.
+    When this fails, torch fixed it: dflash_launch/retrace_fix.py can go (docs/cachelock.md)."""
+    p = _follower_with_other_threads(tmp_path, DFLASH_RETRACE_FIX="0")
     assert p.returncode != 0 and "already exists in scope" in p.stderr, (p.returncode, p.stderr[-2000:])
+
+
+def test_a_follower_whose_loaded_entry_fails_a_guard_retraces_and_says_which(tmp_path):
+    """With the helper imported (retrace_fix), the same follower re-traces, finishes its step, and its facts say
+    it did not run on the artifact: never reported as precompiled."""
+    p = _follower_with_other_threads(tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "already exists in scope" not in p.stderr
+    c = json.loads(p.stdout.strip().splitlines()[-1])
+    assert c.get("dynamo_cache", {}).get("dynamo_cache_hit") == 1, c  # it did load the entry
+    facts = c["facts"]
+    assert facts[0] is False, facts
+    assert facts[1].startswith("dynamo cache hit, but its guards failed in this process"), facts
+    assert "re-traced 1 frame(s)" in facts[1], facts

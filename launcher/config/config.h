@@ -71,8 +71,8 @@ struct GateSpec {
   Millis timeout{};     // how long a follower waits for the gate
   Millis idle_hint{};   // a leader idle this long while we wait: say why (0: never)
   /// Followers load the leader's Dynamo precompile artifact instead of tracing
-  /// (TORCH_CACHING_PRECOMPILE=1 for the gated processes; docs/cachelock.md). Opt-in: on torch 2.13
-  /// a loaded entry whose guard fails crashes the re-trace (tests/test_precompile_helper.py).
+  /// (TORCH_CACHING_PRECOMPILE=1 for the gated processes; docs/cachelock.md). Opt-in: only a payload
+  /// that calls dflash_launch.notify_ready() saves the artifact; without it followers pay a Dynamo miss.
   bool precompile = false;
 };
 

@@ -253,9 +253,9 @@ std::vector<SectionSpec> MakeSchema() {
             "Followers load the leader's Dynamo precompile artifact instead of tracing: the launcher sets "
             "TORCH_CACHING_PRECOMPILE=1 for the gated processes (unless their env sets it), the leader saves the "
             "artifact in dflash_launch.notify_ready(), and summary.json's gate facts say whether each process was "
-            "precompiled and why not. Opt-in: on torch 2.13 a follower whose loaded entry fails a guard (another "
-            "thread count, grad mode, autocast) crashes in its re-trace instead of falling back, and Dynamo drops "
-            "identity guards (docs/cachelock.md).",
+            "precompiled and why not. Opt-in: only a payload that calls notify_ready() (or save_precompile()) saves "
+            "the artifact, and without one its followers pay Dynamo's cache miss on top of the FX-graph path; "
+            "Dynamo also drops identity guards with it (docs/cachelock.md).",
             "true"},
            {"enabled", K::kBool, "true", "Set false to keep the table but run ungated.", "true"},
        }},

@@ -107,6 +107,11 @@ def precompile_facts():
             if not _dynamo_entries():
                 return False, "saved nothing: no compiled function Dynamo could serialise", hits
             return True, "saved", hits
+        retraced = int(counters["frames"]["ok"])  # a pure load traces no frame; a failed guard re-traces
+        if hits and retraced:
+            return False, (f"dynamo cache hit, but its guards failed in this process (another thread count, grad "
+                           f"mode or autocast, or an edit that kept the function's line): re-traced {retraced} "
+                           f"frame(s) with the FX-graph cache"), hits
         if hits:
             return True, "dynamo cache hit", hits
         if counters["dynamo_cache"]["dynamo_cache_error"]:
@@ -301,7 +306,10 @@ def contract_from_env(env=None):
     }
 
 
-# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/isa_verdict.py).
+# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/isa_verdict.py),
+# and a loaded precompile entry whose guards fail re-traces instead of crashing (dflash_launch/retrace_fix.py).
 from dflash_launch import isa_verdict as _isa_verdict  # noqa: E402
+from dflash_launch import retrace_fix as _retrace_fix  # noqa: E402
 
 _isa_verdict.install()
+_retrace_fix.install()

@@ -24,6 +24,8 @@ import stat
 import sys
 import tempfile
 
+from dflash_launch._on_import import patch_on_import
+
 _stats = {"isa_probes": 0, "isa_shared": 0}
 _MODULE = "torch._inductor.cpu_vec_isa"
 
@@ -149,31 +151,8 @@ def _patch(module) -> None:
         cls._probe_load = wrap(cls._probe_load)
 
 
-class _PatchOnImport:
-    """A meta-path finder that patches cpu_vec_isa right after it is imported (torch imports it lazily)."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != _MODULE:
-            return None
-        import importlib.machinery
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module):
-            exec_module(module)
-            _patch(module)
-        loader.exec_module = exec_and_patch
-        return spec
-
-
 def install() -> None:
     """Called by `import dflash_launch`: a no-op unless sharing applies to this process."""
     if _record_dir() is None:
         return
-    if _MODULE in sys.modules:
-        _patch(sys.modules[_MODULE])
-    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+    patch_on_import(_MODULE, _patch)
