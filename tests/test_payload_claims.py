@@ -4,6 +4,7 @@ fix, MAINPID=1 from a payload that exited made the supervisor kill(-1, SIGKILL):
 namespace died and the run said "all processes succeeded"."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,9 +96,10 @@ def test_a_true_claim_on_a_child_of_the_payload_is_taken(bin_dir, tmp_path):
     xdg.mkdir(mode=0o700)
     env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg))
     r = Run(bin_dir, claim_config(tmp_path, "child", go), env=env)
-    assert wait_until(lambda: (r.run_dir / "attempt_0" / "p-0.stdout.log").exists() and
-                      "claimed" in (r.run_dir / "attempt_0" / "p-0.stdout.log").read_text())
-    child = int((r.run_dir / "attempt_0" / "p-0.stdout.log").read_text().split()[1])
+    log = r.run_dir / "attempt_0" / "p-0.stdout.log"
+    # The whole line: an unbuffered print() reaches the log in pieces ("claimed", " ", pid, "\n").
+    assert wait_until(lambda: log.exists() and re.search(r"claimed (\d+)\n", log.read_text()))
+    child = int(re.search(r"claimed (\d+)\n", log.read_text()).group(1))
 
     def shown():
         st = run([bin_dir / "dflash-launch", "ctl", "r", "status", "--json"], env=env)
