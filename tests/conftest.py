@@ -19,6 +19,15 @@ USER_XDG_RUNTIME_DIR = os.environ.get("XDG_RUNTIME_DIR")  # the user's own, befo
 _SESSION_XDG = None
 
 
+# Inductor's vector-ISA probe asks the same question in every test's cold cache: g++ builds a test .so per ISA and a
+# child dlopens each, ~8 CPU-s per leader and ~1 s per other process, a third of a small real compile. The suite
+# skips it (TORCHINDUCTOR_VEC_ISA_OK=1 reaches every process it starts, so leaders and followers keep one key);
+# tests/test_isa_verdict.py, which is about the probe, takes it out again. DFLASH_TESTS_ISA_PROBE=1 keeps it.
+ISA_PROBE_SKIPPED = os.environ.get("DFLASH_TESTS_ISA_PROBE") != "1" and "TORCHINDUCTOR_VEC_ISA_OK" not in os.environ
+if ISA_PROBE_SKIPPED:
+    os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
+
+
 def pytest_configure(config):
     global _SESSION_XDG
     _SESSION_XDG = tempfile.mkdtemp(prefix="dflash-tests-xdg-")  # 0700, ours
