@@ -107,11 +107,10 @@ def precompile_facts():
             if not _dynamo_entries():
                 return False, "saved nothing: no compiled function Dynamo could serialise", hits
             return True, "saved", hits
-        retraced = int(counters["frames"]["ok"])  # a pure load traces no frame; a failed guard re-traces
-        if hits and retraced:
-            return False, (f"dynamo cache hit, but its guards failed in this process (another thread count, grad "
-                           f"mode or autocast, or an edit that kept the function's line): re-traced {retraced} "
-                           f"frame(s) with the FX-graph cache"), hits
+        if hits and _retrace_fix.stats()["names_skipped"]:  # re-traced where a loaded entry had installed globals
+            return False, ("dynamo cache hit, but its guards failed in this process (another thread count, grad "
+                           "mode or autocast, or an edit that kept the function's line): re-traced with the "
+                           "FX-graph cache"), hits
         if hits:
             return True, "dynamo cache hit", hits
         if counters["dynamo_cache"]["dynamo_cache_error"]:

@@ -8,8 +8,8 @@ the function's qualname and first line), Dynamo re-traces, mints the same name f
 tests/test_precompile_helper.py with torch alone.
 
 The fix: `OutputGraph.install_global` draws names until one is free in the frame's globals. It changes nothing
-unless the name it would have used is taken, which is exactly the crash. Such a follower is not reported as
-precompiled (precompile_facts(): it traced frames after loading). Installed by
+unless the name it would have used is taken, which is exactly the crash, and a follower that took that path is
+not reported as precompiled (precompile_facts()). Installed by
 `import dflash_launch` in a process that runs with `TORCH_CACHING_PRECOMPILE=1`; `DFLASH_RETRACE_FIX=0` leaves
 torch untouched. docs/cachelock.md, "Dynamo's precompile artifact"."""
 import os
