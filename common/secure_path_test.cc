@@ -24,7 +24,7 @@ void Touch(const std::string& path, const std::string& text = "x") { test::Write
 
 bool All(const std::string&) { return true; }
 
-bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool Says(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(SecurePath, OwnPrivateDirPassesAndAMissingTailIsFine) {
   TempDir t;
@@ -51,9 +51,9 @@ TEST(SecurePath, RefusesALinkOwnedByAnotherUser) {
   ASSERT_EQ(::lchown((t / "cache").c_str(), 65534, 65534), 0);
   std::string err;
   EXPECT_FALSE(CheckSecurePath(t / "cache", &err));
-  EXPECT_TRUE(Has(err, "symlink " + (t / "cache"))) << err;
-  EXPECT_TRUE(Has(err, "uid 65534")) << err;
-  EXPECT_TRUE(Has(err, "rm " + (t / "cache"))) << err;
+  EXPECT_TRUE(Says(err, "symlink " + (t / "cache"))) << err;
+  EXPECT_TRUE(Says(err, "uid 65534")) << err;
+  EXPECT_TRUE(Says(err, "rm " + (t / "cache"))) << err;
   // Also when the link is an ancestor.
   EXPECT_FALSE(CheckSecurePath(t / "cache/sub", &err));
 }
@@ -66,8 +66,8 @@ TEST(SecurePath, RefusesAWritableNonStickyParentButNotASticky) {
   ASSERT_EQ(::chmod((t / "shared").c_str(), 0777), 0);
   std::string err;
   EXPECT_FALSE(CheckSecurePath(t / "shared/cache", &err));
-  EXPECT_TRUE(Has(err, (t / "shared") + " is writable by group and others (mode 0777, not sticky)")) << err;
-  EXPECT_TRUE(Has(err, "fix: chmod go-w " + (t / "shared"))) << err;
+  EXPECT_TRUE(Says(err, (t / "shared") + " is writable by group and others (mode 0777, not sticky)")) << err;
+  EXPECT_TRUE(Says(err, "fix: chmod go-w " + (t / "shared"))) << err;
   ASSERT_EQ(::chmod((t / "shared").c_str(), 01777), 0);
   EXPECT_TRUE(CheckSecurePath(t / "shared/cache", &err)) << err;
 }
@@ -80,7 +80,7 @@ TEST(SecurePath, RefusesAParentOwnedByAnotherUser) {
   ASSERT_EQ(::chown((t / "home").c_str(), 65534, 65534), 0);
   std::string err;
   EXPECT_FALSE(CheckSecurePath(t / "home/cache", &err));
-  EXPECT_TRUE(Has(err, (t / "home") + " is owned by")) << err;
+  EXPECT_TRUE(Says(err, (t / "home") + " is owned by")) << err;
 }
 
 TEST(SecurePath, RefusesAWritableCacheDirItself) {
@@ -88,7 +88,7 @@ TEST(SecurePath, RefusesAWritableCacheDirItself) {
   ASSERT_EQ(::chmod(t.path().c_str(), 0770), 0);
   std::string err;
   EXPECT_FALSE(CheckSecurePath(t.path(), &err));
-  EXPECT_TRUE(Has(err, "fix: chmod go-w " + t.path())) << err;
+  EXPECT_TRUE(Says(err, "fix: chmod go-w " + t.path())) << err;
 }
 
 TEST(PrivateTree, RefusesAWorldWritableSubdirWithTheChmodThatFixesIt) {
@@ -99,8 +99,8 @@ TEST(PrivateTree, RefusesAWorldWritableSubdirWithTheChmodThatFixesIt) {
   EXPECT_TRUE(CheckPrivateTree(t.path(), All, &err)) << err;
   ASSERT_EQ(::chmod((t / "fxgraph").c_str(), 0777), 0);
   EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
-  EXPECT_TRUE(Has(err, (t / "fxgraph") + " is writable by group and others (mode 0777)")) << err;
-  EXPECT_TRUE(Has(err, "fix: chmod -R go-w " + t.path())) << err;
+  EXPECT_TRUE(Says(err, (t / "fxgraph") + " is writable by group and others (mode 0777)")) << err;
+  EXPECT_TRUE(Says(err, "fix: chmod -R go-w " + t.path())) << err;
 }
 
 TEST(PrivateTree, RefusesASymlinkAndAFifoInside) {
@@ -109,12 +109,12 @@ TEST(PrivateTree, RefusesASymlinkAndAFifoInside) {
   fs::create_symlink("/etc/passwd", t / "fxgraph/planted");
   std::string err;
   EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
-  EXPECT_TRUE(Has(err, "is a symlink (to /etc/passwd)")) << err;
-  EXPECT_TRUE(Has(err, "fix: rm " + (t / "fxgraph/planted"))) << err;
+  EXPECT_TRUE(Says(err, "is a symlink (to /etc/passwd)")) << err;
+  EXPECT_TRUE(Says(err, "fix: rm " + (t / "fxgraph/planted"))) << err;
   fs::remove(t / "fxgraph/planted");
   ASSERT_EQ(::mkfifo((t / "fxgraph/pipe").c_str(), 0600), 0);
   EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
-  EXPECT_TRUE(Has(err, "neither a file nor a directory")) << err;
+  EXPECT_TRUE(Says(err, "neither a file nor a directory")) << err;
   // What the filter leaves out is neither checked nor descended into.
   EXPECT_TRUE(CheckPrivateTree(t.path(), [](const std::string& rel) { return rel != "fxgraph"; }, &err)) << err;
 }
@@ -129,9 +129,9 @@ TEST(PrivateTree, RefusesAFileOwnedByAnotherUserAndCountsTheRest) {
   }
   std::string err;
   EXPECT_FALSE(CheckPrivateTree(t.path(), All, &err));
-  EXPECT_TRUE(Has(err, "uid 65534")) << err;
-  EXPECT_TRUE(Has(err, "and 2 more")) << err;
-  EXPECT_TRUE(Has(err, "fix: chown -R 0 ")) << err;
+  EXPECT_TRUE(Says(err, "uid 65534")) << err;
+  EXPECT_TRUE(Says(err, "and 2 more")) << err;
+  EXPECT_TRUE(Says(err, "fix: chown -R 0 ")) << err;
 }
 
 TEST(OpenBeneath, NeverFollowsALinkOnTheWay) {

@@ -10,12 +10,12 @@
 namespace dflash {
 namespace {
 
-const std::string kSource = DFLASH_SOURCE_DIR;
+const std::string kRepoDir = DFLASH_SOURCE_DIR;
 
 Plan LoadPlan(const std::string& rel, PlanOptions po = {}) {
   RunConfig c;
   std::vector<ConfigError> errors;
-  EXPECT_TRUE(LoadConfig(kSource + "/" + rel, &c, &errors)) << FormatErrors(errors);
+  EXPECT_TRUE(LoadConfig(kRepoDir + "/" + rel, &c, &errors)) << FormatErrors(errors);
   if (po.bin_dir.empty()) po.bin_dir = "/opt/dflash/bin";
   if (!po.torch_version) po.torch_version = [](const RoleSpec&) { return std::string("2.13.0+cpu"); };
   return BuildPlan(c, po);
@@ -61,8 +61,8 @@ TEST(Plan, FullConfigProcessByProcess) {
     EXPECT_EQ(env["MASTER_PORT"], "29600");
     EXPECT_EQ(env["ROLE_NAME"], p.role);
     EXPECT_EQ(env["ROLE_RANK"], std::to_string(p.role_rank));
-    EXPECT_EQ(env["TORCHINDUCTOR_CACHE_DIR"], kSource + "/tests/configs/good/cache");
-    EXPECT_EQ(env["TRITON_CACHE_DIR"], kSource + "/tests/configs/good/cache/triton");
+    EXPECT_EQ(env["TORCHINDUCTOR_CACHE_DIR"], kRepoDir + "/tests/configs/good/cache");
+    EXPECT_EQ(env["TRITON_CACHE_DIR"], kRepoDir + "/tests/configs/good/cache/triton");
     EXPECT_EQ(env["DFLASH_HIDDEN_SHAPE"], "2,512,768");
     EXPECT_EQ(env["DFLASH_TAPPED_LAYERS"], "1,15,29");
     EXPECT_EQ(env["DFLASH_RUN_ID"], "full-20261129-120000");
@@ -93,7 +93,7 @@ TEST(Plan, FullConfigProcessByProcess) {
   EXPECT_TRUE(w.warmup);
   EXPECT_EQ(plan.ExecArgv(w),
             (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "drafter:warmup", "--gate-dir",
-                                      kSource + "/tests/configs/good/cache", "--gate-key", "drafter-v1",
+                                      kRepoDir + "/tests/configs/good/cache", "--gate-key", "drafter-v1",
                                       "--gate-timeout", "20m", "--gate-idle-hint", "1m", "--warmup", "--ready",
                                       "log:compiled in [0-9.]+s", "--ready-timeout", "10m", "--", "python3",
                                       "warm.py"}));  // the role's `warmup` command
@@ -138,7 +138,7 @@ class GateKey : public testing::Test {
  protected:
   void SetUp() override {
     std::vector<ConfigError> errors;
-    ASSERT_TRUE(LoadConfig(kSource + "/configs/demo.toml", &cfg_, &errors)) << FormatErrors(errors);
+    ASSERT_TRUE(LoadConfig(kRepoDir + "/configs/demo.toml", &cfg_, &errors)) << FormatErrors(errors);
   }
   std::string Key(const RunConfig& c, const std::string& torch = "2.13.0+cpu", const EnvList& env = {}) {
     return DeriveGateKey(*c.FindRole("drafter"), c.model, torch, env);

@@ -15,7 +15,6 @@
 namespace dflash {
 namespace {
 
-const std::string kSource = DFLASH_SOURCE_DIR;
 
 // Every way a process gets a variable: a gated warm-up, a watched log-ready role,
 // the [model] contract, a store, several processes on the host, named ports.
