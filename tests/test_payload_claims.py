@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from conftest import run
-from supervise import Run, wait_until, write_config
+from supervise import wait_until, write_config
 
 # A payload that sends `MAINPID=<argv[1]>` on $NOTIFY_SOCKET (stdlib only), then waits for `argv[2]` to appear
 # (or exits at once without it). argv[1] "child" claims a child of its own: a true claim.
@@ -65,7 +65,7 @@ def test_mainpid_1_from_a_payload_kills_nothing_in_its_pid_namespace(bin_dir, tm
     assert "MAINPID=1 names no process of its own: ignored" in log, log
 
 
-def test_a_claim_on_an_unrelated_process_is_ignored_it_is_never_killed_or_measured(bin_dir, tmp_path):
+def test_a_claim_on_an_unrelated_process_is_ignored_it_is_never_killed_or_measured(bin_dir, launch, tmp_path):
     """MAINPID=<a process of somebody else, leading its own group>: `ctl status` does not show it as the payload,
     and the end of the payload (which kills the payload's group) leaves it alive."""
     bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)
@@ -74,7 +74,7 @@ def test_a_claim_on_an_unrelated_process_is_ignored_it_is_never_killed_or_measur
     xdg.mkdir(mode=0o700)
     env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg))
     try:
-        r = Run(bin_dir, claim_config(tmp_path, bystander.pid, go), env=env)
+        r = launch(claim_config(tmp_path, bystander.pid, go), env=env)
         r.wait_for_log("is not in the process tree the supervisor started")
         st = run([bin_dir / "dflash-launch", "ctl", "r", "status", "--json"], env=env)
         assert st.returncode == 0, st.stderr
@@ -88,14 +88,14 @@ def test_a_claim_on_an_unrelated_process_is_ignored_it_is_never_killed_or_measur
         bystander.wait()
 
 
-def test_a_true_claim_on_a_child_of_the_payload_is_taken(bin_dir, tmp_path):
+def test_a_true_claim_on_a_child_of_the_payload_is_taken(bin_dir, launch, tmp_path):
     """The same message naming the payload's own child is believed: ctl status shows that pid, and the end of
     the run takes the child with it."""
     go = tmp_path / "go"
     xdg = tmp_path / "xdg"
     xdg.mkdir(mode=0o700)
     env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg))
-    r = Run(bin_dir, claim_config(tmp_path, "child", go), env=env)
+    r = launch(claim_config(tmp_path, "child", go), env=env)
     log = r.run_dir / "attempt_0" / "p-0.stdout.log"
     # The whole line: an unbuffered print() reaches the log in pieces ("claimed", " ", pid, "\n").
     assert wait_until(lambda: log.exists() and re.search(r"claimed (\d+)\n", log.read_text()))
