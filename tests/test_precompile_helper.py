@@ -94,7 +94,7 @@ def test_torch_2_13_crashes_a_follower_whose_loaded_entry_fails_a_guard(tmp_path
     assert p.returncode != 0 and "already exists in scope" in p.stderr, (p.returncode, p.stderr[-2000:])
 
 
-def test_a_follower_whose_loaded_entry_fails_a_guard_retraces_and_says_which(tmp_path):
+def test_a_follower_whose_loaded_entry_fails_a_guard_retraces_and_says_so(tmp_path):
     """With the helper imported (retrace_fix), the same follower re-traces, finishes its step, and its facts say
     it did not run on the artifact: never reported as precompiled."""
     p = _follower_with_other_threads(tmp_path)
