@@ -268,11 +268,14 @@ cwd = "."
 
 
 def test_forwarded_signal_reaches_every_payload(launch, tmp_path):
-    cmd = ["sh", "-c", "trap 'echo got usr1; exit 0' USR1; while :; do sleep 0.05; done"]
+    cmd = ["sh", "-c", "trap 'echo got usr1; exit 0' USR1; echo armed; while :; do sleep 0.05; done"]
     cfg = write_config(tmp_path, 'forward_signals = ["SIGUSR1"]\n' + roles(3, cmd))
     # forward_signals belongs in [run]: write_config's [run] table is still open here.
     r = launch(cfg)
     r.wait_for_log("all 3 processes are running")
+    # Running is not armed: a shell that has not reached its `trap` yet dies of SIGUSR1 (seen on a loaded host).
+    armed = lambda: sum("armed" in f.read_text() for f in (r.run_dir / "attempt_0").glob("*.stdout.log")) == 3
+    assert wait_until(armed, 30), "the payloads never armed their traps"
     r.signal(signal.SIGUSR1)
     assert r.wait() == 0
     assert r.out.count("got usr1") == 3
