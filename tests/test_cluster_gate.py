@@ -48,7 +48,7 @@ def drafters(n):
 name = "drafter"
 cpu = {n}
 command = ["python", "-m", "dflash_launch.reference_drafter"]
-env = {{ DFLASH_STEPS = "2", TORCHINDUCTOR_COMPILE_THREADS = "1" }}
+env = {{ DFLASH_STEPS = "2" }}
 gate = {{ timeout = "10m", mode = "serial", idle_hint = "5s" }}
 ready = {{ mode = "notify", timeout = "10m" }}
 """

@@ -16,13 +16,15 @@ TINY = ROOT / "tests" / "payloads" / "tiny_compile.py"
 
 def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }', mode="serial"):
     """Independent drafters; mode "serial" (each takes the gate as it starts) is
-    what these tests are about, "warmup" is the default for several processes."""
+    what these tests are about, "warmup" is the default for several processes. Gated, the launcher's default
+    compile threads (the leader gets the host's, its waiting followers 1); ungated, three compiles share the
+    cores, one thread each."""
     return SMALL_MODEL + f"""
 [[role]]
 name = "drafter"
 cpu = {n}
 command = ["python", "-m", "dflash_launch.reference_drafter"]
-env = {{ DFLASH_STEPS = "{steps}", TORCHINDUCTOR_COMPILE_THREADS = "1" }}
+env = {{ DFLASH_STEPS = "{steps}"{'' if gate else ', TORCHINDUCTOR_COMPILE_THREADS = "1"'} }}
 {f'gate = {{ timeout = "10m", mode = "{mode}" }}' if gate else ''}
 ready = {ready}
 {extra}
