@@ -32,7 +32,7 @@ build-demo:
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
-	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 tests
+	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 -n 2 tests
 
 # The embedded default pipeline, end to end: 5 builtin LibTorch targets -> spool in /dev/shm -> 3 Python
 # reference drafters (torch.compile, gated); then the report and runs/<run_id>/loss.png.
