@@ -106,3 +106,15 @@ def test_a_follower_whose_loaded_entry_fails_a_guard_retraces_and_says_so(tmp_pa
     assert facts[0] is False, facts
     assert facts[1].startswith("dynamo cache hit, but its guards failed in this process"), facts
     assert facts[1].endswith("re-traced with the FX-graph cache"), facts
+
+
+def test_a_leader_whose_loaded_entry_fails_a_guard_retraces_and_saves_what_it_compiled(tmp_path):
+    """A stale entry (an earlier run's, here with one thread) that a *leader* loads and whose guard then fails:
+    the leader re-traces instead of crashing, and saves what it compiled, so a follower like it loads that and
+    runs on the artifact."""
+    run(tmp_path, "lead", pad="torch.set_num_threads(1)")
+    _, err = run(tmp_path, "lead", pad="torch.set_num_threads(2)")  # `step` stays on its line: the same key
+    assert "already exists in scope" not in err and "not saved" not in err, err
+    c, _ = run(tmp_path, "reuse", pad="torch.set_num_threads(2)")
+    assert c.get("dynamo_cache", {}).get("dynamo_cache_hit") == 1, c
+    assert c["facts"][0] is True, c["facts"]
