@@ -1076,6 +1076,40 @@ std::string Golden(const std::string& name) {
   return text.str();
 }
 
+TEST(SupervisorCoreSummary, ADirectProcessesPrecompileFactsAreThoseItHadAtReady) {
+  // A warm-up-mode process reports its own facts (the payload hook sends them at each load and compile, without
+  // READY): the last before READY stands, and a compile after READY does not rewrite it.
+  Harness h(Role("w", 1, "gate = { mode = \"warmup\" }\nrestart = { policy = \"never\" }"));
+  h.Start();
+  NotifyFields warm;
+  warm.gate_key = "w-key";
+  warm.gate_role = GateRole::kLead;
+  warm.gate_state = GateState::kReady;
+  h.Report("w:warmup", warm);
+  h.Exit("w:warmup", 0);
+  NotifyFields early, loaded, later;
+  early.gate_precompiled = false;
+  early.gate_precompile = "dynamo cache miss: no entry for this code";
+  h.Report("w:0", early);
+  loaded.gate_precompiled = true;
+  loaded.gate_precompile = "dynamo cache hit";
+  loaded.gate_dynamo_hits = 1;
+  loaded.ready = true;
+  h.Report("w:0", loaded);
+  later.gate_precompiled = false;
+  later.gate_precompile = "dynamo cache hit, but this process compiled graphs anyway";
+  h.Report("w:0", later);
+  h.Exit("w:0", 0);
+  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
+  const ProcessSummary* w0 = nullptr;
+  for (const ProcessSummary& p : s.processes)
+    if (p.name == "w:0") w0 = &p;
+  ASSERT_TRUE(w0);
+  EXPECT_EQ(w0->gate.precompiled, true);
+  EXPECT_EQ(w0->gate.precompile, "dynamo cache hit");
+  EXPECT_EQ(w0->gate.dynamo_hits, 1);
+}
+
 TEST(SupervisorCoreSummary, GateFactsReachSummaryJsonEventsAndTheTableAsTheyAlwaysWere) {
   // summary.json and events.jsonl are read by tools outside this repo: for a run with every gate fact, their
   // bytes are pinned (launcher/supervise/testdata/gated_run.*; a deliberate change of format rewrites them).

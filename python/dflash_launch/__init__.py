@@ -27,6 +27,9 @@ __all__ = [
 ]
 
 
+# Why this process did not load a precompile entry it found (dflash_launch/payload_hook.py refuses some).
+refused_entries = []
+_saves = []  # successful saves: a later one that finds nothing new returns None, and that is no failure
 _said_ready = []  # READY=1 went out from this process (the spool's warm-up budget asks: dflash_launch.spool)
 
 
@@ -63,11 +66,19 @@ def save_precompile() -> str:
         import torch._dynamo  # save_cache_artifacts() returns nothing unless Dynamo was imported (torch bug)
         if not torch._dynamo.config.caching_precompile:
             return ""
-        if torch.compiler.save_cache_artifacts() is None:
+        if torch.compiler.save_cache_artifacts() is None and not _saves:
             return "save_cache_artifacts() returned nothing"
+        _saves.append(True)
         return "saved"
     except Exception as e:  # noqa: BLE001 -- any failure leaves followers on today's path
         return f"{type(e).__name__}: {e}"
+
+
+def _compiled_graphs(counters) -> int:
+    """Graphs this process compiled itself: Inductor looks each up in the FX-graph cache, hit or miss; a follower
+    that only loaded looks up none."""
+    ind = counters["inductor"]
+    return int(ind["fxgraph_cache_hit"]) + int(ind["fxgraph_cache_miss"])
 
 
 def _dynamo_entries() -> int:
@@ -102,6 +113,8 @@ def precompile_facts():
             return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", hits
         if lead:
             why = save_precompile()
+            if why == "save_cache_artifacts() returned nothing":  # nothing compiled yet
+                return False, "saved nothing: no compiled function Dynamo could serialise", hits
             if why != "saved":
                 return False, f"save failed: {why}", hits
             if not _dynamo_entries():
@@ -111,6 +124,11 @@ def precompile_facts():
             return False, ("dynamo cache hit, but its guards failed in this process (another thread count, grad "
                            "mode or autocast, or an edit that kept the function's line): re-traced with the "
                            "FX-graph cache"), hits
+        if refused_entries:
+            return False, refused_entries[-1], hits
+        if hits and _compiled_graphs(counters):
+            return False, ("dynamo cache hit, but this process compiled graphs anyway (a frame the entry did not "
+                           "cover, or an entry that did not install): traced with the FX-graph cache"), hits
         if hits:
             return True, "dynamo cache hit", hits
         if counters["dynamo_cache"]["dynamo_cache_error"]:
@@ -122,6 +140,18 @@ def precompile_facts():
         return False, f"cannot tell: {type(e).__name__}: {e}", None
 
 
+_failed_saves = set()  # said once each: the payload hook and notify_ready() may both see one
+
+
+def say_if_save_failed(done: bool, why: str) -> None:
+    """One line on stderr for a leader whose save raised (precompile_facts()'s "save failed: ...")."""
+    if done or not why.startswith("save failed: ") or why in _failed_saves:
+        return
+    _failed_saves.add(why)
+    print(f"dflash_launch: precompile artifact not saved ({why[len('save failed: '):]}): followers trace "
+          f"with the FX-graph cache instead", file=sys.stderr, flush=True)
+
+
 def notify_ready(status: str = None) -> bool:
     """Says "ready": this process has finished compiling (its first compiled step ran). A leader
     saves the Dynamo precompile artifact first (save_precompile()), so READY covers it too, and a
@@ -131,9 +161,7 @@ def notify_ready(status: str = None) -> bool:
     lines = []
     if facts is not None:
         done, why, hits = facts
-        if not done and why.startswith("save failed: "):
-            print(f"dflash_launch: precompile artifact not saved ({why[len('save failed: '):]}): followers trace "
-                  f"with the FX-graph cache instead", file=sys.stderr, flush=True)
+        say_if_save_failed(done, why)
         lines += [f"X_DFLASH_GATE_PRECOMPILED={int(done)}", "X_DFLASH_GATE_PRECOMPILE=" + why.replace("\n", " ")]
         if hits is not None:
             lines.append(f"X_DFLASH_GATE_DYNAMO_HITS={hits}")
