@@ -165,3 +165,10 @@ def holds_for(pred, seconds, step=0.02):
             return False
         time.sleep(step)
     return bool(pred())
+
+
+def loaded_without_compiling(metrics):
+    """A gate follower that compiled nothing (gate.precompile, on where the payload hook loads: the default in this
+    venv): it loaded the leader's Dynamo entry and looked up no FX graph, hit or miss."""
+    m = metrics
+    return m.get("dynamo_cache_hit", 0) > 0 and m.get("fxgraph_cache_hit", 0) == 0 and m.get("fxgraph_cache_miss", 0) == 0

@@ -17,7 +17,7 @@ import tarfile
 
 import pytest
 
-from supervise import SMALL_MODEL, descendants, wait_until, write_config
+from supervise import SMALL_MODEL, descendants, loaded_without_compiling, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
@@ -115,8 +115,9 @@ def test_one_compile_in_the_whole_cluster(launch, tmp_path, redis_server):
         if p is leader:
             continue
         m = p["metrics"]
-        assert m["fxgraph_cache_miss"] == 0 and m["fxgraph_cache_hit"] > 0, (name, m)
-        assert m["autograd_cache_hit"] > 0, (name, m)
+        # Precompile is on by default (the payload hook is in this venv): the leader's Dynamo entry crossed
+        # the cluster gate with its kernels, and every follower, on either node, loads it and compiles nothing.
+        assert loaded_without_compiling(m), (name, m)
         assert p["gate"]["role"] == "reuse", name
     # On node 1 exactly one process fetched (its local leader); the other reused its local READY.
     fetched = [p for p in p1.values() if p["gate"].get("cluster") == "fetched"]

@@ -1,7 +1,9 @@
-"""Dynamo's precompile behind the gate (issue #22), real torch.compile of a tiny step on CPU: with
-gate.precompile = true the launcher sets TORCH_CACHING_PRECOMPILE=1 for gated processes, the leader (or warm-up)
-saves the artifact in notify_ready(), the followers load it, and summary.json's gate facts say for each whether it
-was precompiled and why not. Off by default (docs/cachelock.md: a torch 2.13 crash)."""
+"""Dynamo's precompile behind the gate (issue #22), real torch.compile of a tiny step on CPU: the launcher sets
+TORCH_CACHING_PRECOMPILE=1 for gated processes, the leader (or warm-up) saves the artifact (at the end of its
+compile through the payload hook, and in notify_ready()), the followers load it, and summary.json's gate facts say
+for each whether it was precompiled and why not. On by default where the role's Python loads the payload hook (this
+venv: scripts/setup installs dflash_launch_hook.pth), off with gate.precompile = false or without the hook
+(docs/cachelock.md)."""
 import json
 import os
 import sys
@@ -38,8 +40,31 @@ dflash_launch.notify_ready()
 '''
 
 
-def config(tmp_path, n, gate, env="", pad=""):
-    (tmp_path / "step.py").write_text(STEP.format(pad=pad))
+# A payload that knows nothing of dflash_launch: its own READY code (the notify socket, or a log line).
+PLAIN = '''
+import json, os, socket
+import torch
+from torch._dynamo.utils import counters
+def step(x, w):
+    return torch.relu(x @ w).sum()
+compiled = torch.compile(step)
+x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
+compiled(x, w).backward()
+m = {k: int(v) for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
+m["dynamo_cache_hit"] = int(counters["dynamo_cache"]["dynamo_cache_hit"])
+with open(os.environ["DFLASH_METRICS_FILE"], "w") as f:
+    json.dump(m, f)
+if os.environ.get("READY_BY") == "log":
+    print("model ready", flush=True)
+else:
+    address = os.environ["NOTIFY_SOCKET"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto(b"READY=1", "\\0" + address[1:] if address.startswith("@") else address)
+'''
+
+
+def config(tmp_path, n, gate, env="", pad="", script=None, ready=""):
+    (tmp_path / "step.py").write_text(script or STEP.format(pad=pad))
     return write_config(tmp_path, f"""
         [[role]]
         name = "tiny"
@@ -47,6 +72,7 @@ def config(tmp_path, n, gate, env="", pad=""):
         command = ["python", "{tmp_path / 'step.py'}"]
         env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1", OMP_NUM_THREADS = "1"{env} }}
         gate = {gate}
+        {ready}
         """)
 
 
@@ -87,8 +113,8 @@ def test_followers_load_the_warmups_artifact_and_an_edited_script_falls_back(lau
     assert "not precompiled (dynamo cache miss" in (tmp_path / p["log"]["stderr"]).read_text()
 
 
-def test_precompile_is_off_unless_the_gate_asks_for_it(launch, tmp_path):
-    r = launch(config(tmp_path, 2, '{ timeout = "10m", mode = "serial" }'), env=ENV)
+def test_precompile_is_off_when_the_gate_says_false(launch, tmp_path):
+    r = launch(config(tmp_path, 2, '{ timeout = "10m", mode = "serial", precompile = false }'), env=ENV)
     assert r.wait(timeout=600) == 0, r.err
     procs = r.summary()["processes"]
     assert sorted(p["gate"]["role"] for p in procs) == ["lead", "reuse"]
@@ -98,6 +124,51 @@ def test_precompile_is_off_unless_the_gate_asks_for_it(launch, tmp_path):
     assert traced_with_the_fx_cache(follower), follower
     d = tmp_path / "cache" / "dynamo"
     assert not d.exists() or not any(d.iterdir())
+
+
+@pytest.mark.parametrize("ready_by", ["socket", "log"])
+def test_a_script_that_never_imports_dflash_launch_leads_and_its_followers_load(launch, tmp_path, ready_by):
+    """gate = true and nothing else, a script with its own READY: the payload hook saves the leader's artifact at
+    the end of its compile (before its READY, however it says it) and reports every process's facts."""
+    ready = 'ready = { mode = "log", pattern = "^model ready$" }' if ready_by == "log" else ""
+    cfg = config(tmp_path, 2, '{ timeout = "10m", mode = "serial" }', env=f', READY_BY = "{ready_by}"',
+                 script=PLAIN, ready=ready)
+    r = launch(cfg, env=ENV)
+    assert r.wait(timeout=600) == 0, r.out + r.err
+    procs = {p["gate"]["role"]: p for p in r.summary()["processes"]}
+    assert facts(procs["lead"]) == (True, "saved"), procs["lead"]["gate"]
+    assert procs["lead"]["metrics"]["fxgraph_cache_miss"] == 2, procs["lead"]["metrics"]  # it compiled
+    assert facts(procs["reuse"]) == (True, "dynamo cache hit"), procs["reuse"]["gate"]
+    m = procs["reuse"]["metrics"]
+    assert m["dynamo_cache_hit"] == 1 and not any(k.startswith("fxgraph_cache") and v for k, v in m.items()), m
+    assert "precompile loaded (dynamo cache hit)" in (tmp_path / procs["reuse"]["log"]["stderr"]).read_text()
+
+
+def plan_role(bin_dir, cfg, env=None):
+    """The tiny role as `check --json` plans it."""
+    import subprocess
+    out = subprocess.run([str(bin_dir / "dflash-launch"), "check", "--json", str(cfg)], env=env or ENV,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (role,) = json.loads(out.stdout)["roles"]
+    return role["gate"]
+
+
+def test_precompile_defaults_to_on_only_where_the_hook_loads(bin_dir, tmp_path):
+    gate = '{ timeout = "10m", mode = "serial" }'
+    on = plan_role(bin_dir, config(tmp_path, 2, gate, script=PLAIN))
+    assert on["precompile"] is True and "loads dflash-launch's payload hook" in on["precompile_why"], on
+    # The hook's opt-out, in the role's env: the probe sees what the processes will.
+    off = plan_role(bin_dir, config(tmp_path, 2, gate, env=', DFLASH_PAYLOAD_HOOK = "0"', script=PLAIN))
+    assert off["precompile"] is False and "does not load dflash-launch's payload hook" in off["precompile_why"], off
+    assert off["key"] != on["key"]  # another Dynamo config: another READY
+    # A Python without dflash-launch: a venv of its own (no torch either; only the plan is asked).
+    import venv
+    venv.create(tmp_path / "bare", with_pip=False)
+    bare = dict(ENV, PATH=f"{tmp_path / 'bare' / 'bin'}:{os.environ['PATH']}")
+    assert plan_role(bin_dir, config(tmp_path, 2, gate, script=PLAIN), env=bare)["precompile"] is False
+    explicit = plan_role(bin_dir, config(tmp_path, 2, '{ timeout = "10m", precompile = true }', script=PLAIN), env=bare)
+    assert explicit["precompile"] is True and explicit["precompile_why"] == "on (gate.precompile = true)", explicit
 
 
 def test_a_failed_save_is_in_the_summary_and_the_follower_traces(launch, tmp_path):

@@ -5,8 +5,8 @@ training step, in one run of this script, for
 
   eager       one drafter with --no-compile (the floor: imports, model, one eager step)
   one         one drafter compiling alone on a cold cache (the leader's cost: "one compile")
-  off         gate on, gate.precompile = false (today's default: followers hit the FX-graph cache)
-  on          gate on, gate.precompile = true  (followers load the leader's Dynamo artifact)
+  off         gate on, gate.precompile = false (followers hit the FX-graph cache)
+  on          gate on, gate.precompile = true  (followers load the leader's Dynamo artifact; the default where the payload hook loads)
 
 CPU is each drafter's own rusage (self + children) from its start to its first step
 (reference_drafter's compile_cpu_s). The issue's goals: a follower's whole process to READY <= 8 % of the
@@ -71,7 +71,7 @@ def main():
     print("one compile ...", file=sys.stderr)
     one = run_variant(args, 1)[0]["cpu"]
     rows, detail = [], []
-    for label, on in (("gate, precompile off (default)", False), ("gate, precompile on", True)):
+    for label, on in (("gate, precompile off", False), ("gate, precompile on (the default)", True)):
         print(f"{label} ...", file=sys.stderr)
         procs = run_variant(args, 3, gate=on)
         leader = [p for p in procs if p["role"] == "lead"][0]

@@ -181,8 +181,8 @@ def main():
 
     med = statistics.median
     e_wall, e_cpu = med(res["eager"]["walls"]), med(res["eager"]["cpus"])
-    names = {"eager": "eager (`--no-compile`, ungated)", "off": "compiled, gate, precompile off (default)",
-             "on": "compiled, gate, `gate.precompile = true`"}
+    names = {"eager": "eager (`--no-compile`, ungated)", "off": "compiled, gate, `gate.precompile = false`",
+             "on": "compiled, gate, precompile on (the default)"}
     rows = []
     for label in ("eager", "off", "on"):
         r = res[label]

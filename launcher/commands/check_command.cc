@@ -37,9 +37,11 @@ bool CommandsRunOrReport(const RunConfig& config, char** env) {
 }
 
 /// What the host adds to a plan: the GPUs (NVML, asked only when a GPU role runs on this node)
-/// and each gated GPU role's CUDA/Triton versions (its GPU identity).
+/// and each gated GPU role's CUDA/Triton versions (its GPU identity), and whether its Python loads the payload
+/// hook (an unset gate.precompile follows it).
 void AddHostFacts(const RunConfig& config, PlanOptions* po) {
   po->cuda_runtime = CudaRuntimeFor;
+  po->payload_hook = PayloadHookFor;
   for (const RoleSpec& r : config.roles)
     if (!r.is_cpu() && r.RunsOnNode(po->node_rank)) {
       po->host_gpus = ProbeGpus();

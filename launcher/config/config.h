@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,9 +72,9 @@ struct GateSpec {
   Millis timeout{};     // how long a follower waits for the gate
   Millis idle_hint{};   // a leader idle this long while we wait: say why (0: never)
   /// Followers load the leader's Dynamo precompile artifact instead of tracing
-  /// (TORCH_CACHING_PRECOMPILE=1 for the gated processes; docs/cachelock.md). Opt-in: only a payload
-  /// that calls dflash_launch.notify_ready() saves the artifact; without it followers pay a Dynamo miss.
-  bool precompile = false;
+  /// (TORCH_CACHING_PRECOMPILE=1 for the gated processes; docs/cachelock.md). Unset: on where the
+  /// role's Python loads dflash-launch's payload hook, which saves the artifact (Plan::role_precompile).
+  std::optional<bool> precompile;
 };
 
 struct RestartSpec {

@@ -57,6 +57,20 @@ std::string GpuIdentityOf(const RoleSpec& role, const std::vector<std::string>& 
   return s + "; " + (runtime.empty() ? "unknown" : runtime);
 }
 
+/// Whether a role's gated processes run with Dynamo's precompile, and why (`check` shows it). Unset, it
+/// follows the payload hook: without it nothing saves the artifact (unless the script calls notify_ready())
+/// and followers would pay Dynamo's miss on top of the FX-graph path (docs/cachelock.md).
+std::pair<bool, std::string> ResolvePrecompile(const RoleSpec& role, const PlanOptions& options) {
+  if (!role.gate.enabled || !role.RunsOnNode(options.node_rank)) return {false, ""};
+  if (!role.builtin.empty()) return {false, "off: a builtin role compiles no Python"};
+  if (role.gate.precompile)
+    return {*role.gate.precompile, *role.gate.precompile ? "on (gate.precompile = true)" : "off (gate.precompile = false)"};
+  if (options.payload_hook && options.payload_hook(role))
+    return {true, "on: the role's Python loads dflash-launch's payload hook, which saves the artifact"};
+  return {false, "off: the role's Python does not load dflash-launch's payload hook (install dflash-launch in its "
+                 "environment, or set gate.precompile = true if the script calls dflash_launch.notify_ready())"};
+}
+
 }  // namespace
 
 std::string JoinInts(const std::vector<int64_t>& v, const char* sep) {
@@ -67,7 +81,7 @@ std::string JoinInts(const std::vector<int64_t>& v, const char* sep) {
 
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files,
-                          const std::string& gpu_identity) {
+                          const std::string& gpu_identity, bool precompile) {
   std::map<std::string, std::string> env;
   for (const auto& [k, v] : launcher_env)
     if (AffectsCompile(k)) env[k] = v;
@@ -79,9 +93,9 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   // Kernels tuned for one GPU model, CUDA and Triton are no promise for another (Inductor's
   // own keys see them too: a READY made elsewhere would promise a cache that misses).
   if (!gpu_identity.empty()) text += "gpu=" + gpu_identity + "\n";
-  // gate.precompile = true compiles with another Dynamo config (docs/cachelock.md); the default
-  // adds nothing, so the keys of runs that did not opt in stay what they were.
-  if (role.gate.precompile) text += "precompile=on\n";
+  // Dynamo's precompile compiles with another Dynamo config (docs/cachelock.md); off adds nothing, so
+  // the keys of runs without it stay what they were.
+  if (precompile) text += "precompile=on\n";
   for (const std::string& a : role.command) text += "arg=" + a + "\n";
   for (const auto& [k, v] : env) text += "env=" + k + "=" + v + "\n";
   for (const KeyFile& f : files)
@@ -253,11 +267,14 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
       gpu = GpuIdentityOf(role, inherited, options.host_gpus,
                           role.is_cpu() || !options.cuda_runtime ? "" : options.cuda_runtime(role));
     plan.role_gpu_identity.push_back(gpu);
+    auto [precompile, why] = ResolvePrecompile(role, options);
+    plan.role_precompile.push_back(precompile);
+    plan.role_precompile_why.push_back(why);
     std::string key;
     std::vector<KeyFile> files;
     if (role.gate.enabled && role.gate.key.empty()) {
       files = CollectKeyFiles(role, options.launcher_env);
-      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files, gpu);
+      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files, gpu, precompile);
     } else if (role.gate.enabled) {
       key = role.gate.key;
     }
@@ -393,7 +410,7 @@ std::vector<std::string> Plan::ExecArgv(const ProcessPlan& p) const {
     w.gate_timeout = role.gate.timeout;
     w.gate_idle_hint = role.gate.idle_hint;
     w.warmup = p.warmup;
-    w.precompile = role.gate.precompile;
+    w.precompile = role_precompile[p.role_index];
   }
   w.ready = role.ready;
   w.command = p.command;

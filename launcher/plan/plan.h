@@ -49,6 +49,9 @@ struct PlanOptions {
   EnvList launcher_env;
   /// For a gated GPU role: "cuda <v> triton <v>" from its interpreter (CudaRuntimeFor), part of its GPU identity.
   std::function<std::string(const RoleSpec&)> cuda_runtime;
+  /// Whether the role's Python loads dflash-launch's payload hook (PayloadHookFor): an unset gate.precompile
+  /// is on where it does. Unset: off.
+  std::function<bool(const RoleSpec&)> payload_hook;
   /// This host's GPUs (ProbeGpus; empty, nvml false: unknown): the models in the GPU identity, shown by `check`.
   GpuInventory host_gpus;
   /// Where this launcher sits among the run's nodes (docs/multinode.md): one
@@ -75,6 +78,10 @@ struct Plan {
   /// ("NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0"); empty for an ungated role.
   std::vector<std::string> role_gpu_identity;
   std::vector<std::vector<KeyFile>> role_key_files;  // per role: the files in its derived gate key
+  /// Per role: whether its gated processes run with Dynamo's precompile (TORCH_CACHING_PRECOMPILE=1, the
+  /// leader saves the artifact, followers load it), and why, for `check` (docs/cachelock.md).
+  std::vector<bool> role_precompile;
+  std::vector<std::string> role_precompile_why;
   /// One per role in gate mode "warmup" (RoleSpec::warmup_gated), run before
   /// that role's processes start. Not part of the world: no rank of its own.
   std::vector<ProcessPlan> warmups;
@@ -178,10 +185,11 @@ int PrivateStorePort(int master_port, size_t roles);
 /// The default gate key: "<role>-<16 hex>" over the role name, the [model]
 /// contract, torch's version, the GPU identity (Plan::role_gpu_identity), the command, the content of the files it runs
 /// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
-/// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env).
+/// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env), and whether
+/// Dynamo's precompile is on (Plan::role_precompile: it compiles with another config).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files = {},
-                          const std::string& gpu_identity = "");
+                          const std::string& gpu_identity = "", bool precompile = false);
 
 /// Whether every role's devices resolve on this node: an index past an inherited
 /// CUDA_VISIBLE_DEVICES (or past `gpu_count` when it is >= 0, e.g. NVML's count) and a

@@ -162,6 +162,8 @@ std::string PlanText(const Plan& plan) {
                                FormatDuration(r.gate.timeout)
                          : std::string("off")) +
          "\n";
+    if (!plan.role_precompile_why[i].empty())
+      o += "  " + Pad("", 10) + "  precompile " + plan.role_precompile_why[i] + "\n";
     for (const KeyFile& f : plan.role_key_files[i])
       o += "  " + Pad("", 10) + "  key file " + f.why + ": " +
            (f.sha256.empty() ? (f.path.empty() ? "" : f.path + " ") + "(" + f.note + ")" : f.path + " sha256 " + f.sha256.substr(0, 16)) +
@@ -343,7 +345,8 @@ std::string PlanJson(const Plan& plan) {
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
                   {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},
-                  {"idle_hint_ms", r.gate.idle_hint.count()}, {"precompile", r.gate.precompile},
+                  {"idle_hint_ms", r.gate.idle_hint.count()}, {"precompile", plan.role_precompile[i]},
+                  {"precompile_why", plan.role_precompile_why[i].empty() ? ojson() : ojson(plan.role_precompile_why[i])},
                   {"key_files", KeyFilesJson(plan.role_key_files[i])}}},
         {"ports", [&] {
            ojson ports = ojson::array();

@@ -161,7 +161,7 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
   }
   // gate.precompile: followers load the leader's Dynamo precompile artifact instead of tracing
   // (docs/cachelock.md); the leader needs it on to record what it traced. dflash-worker reports it.
-  if (!p.gate_key.empty() && role.gate.precompile) set_default(env::kTorchCachingPrecompile, "1");
+  if (!p.gate_key.empty() && role_precompile[p.role_index]) set_default(env::kTorchCachingPrecompile, "1");
   e.insert(e.end(), role.env.begin(), role.env.end());
   return e;
 }

@@ -42,6 +42,11 @@ constexpr const char* kRuntimeProbe =
     "    try: triton = m.version(d); break\n"
     "    except Exception: pass\n"
     "print('cuda ' + cuda + ' triton ' + triton)\n";
+/// Whether dflash-launch's payload hook (dflash_launch_hook.pth) loads in this Python: asked with
+/// DFLASH_GATE_ROLE=probe, which the hook takes as a question and otherwise ignores.
+constexpr const char* kHookProbe =
+    "import sys\n"
+    "print('yes' if 'dflash_launch.payload_hook' in sys.modules else 'no')\n";
 /// A python that does not answer in this long is not going to (a broken site-packages, an NFS hang).
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 
@@ -102,8 +107,10 @@ std::string BuiltinTorchVersion() { return DFLASH_LIBTORCH_VERSION; }
 
 namespace {
 
-/// Asks the role's Python (see TorchVersionFor) `script`, once per (script, python, PATH, cwd).
-std::string AskRolePython(const RoleSpec& role, const char* script) {
+/// Asks the role's Python (see TorchVersionFor) `script`, once per (script, python, PATH, cwd), with
+/// `extra` on top of the role's environment.
+std::string AskRolePython(const RoleSpec& role, const char* script,
+                          const std::vector<std::pair<std::string, std::string>>& extra = {}) {
   std::string python = "python3";
   if (!role.command.empty()) {
     std::string base = std::filesystem::path(role.command[0]).filename().string();
@@ -112,6 +119,7 @@ std::string AskRolePython(const RoleSpec& role, const char* script) {
   // The role's processes get the launcher's environment with the role's env on top.
   std::vector<std::string> env = CurrentEnvironment();
   for (const auto& [k, v] : role.env) SetEnvVar(&env, k, v);
+  for (const auto& [k, v] : extra) SetEnvVar(&env, k, v);
   std::string path(GetEnvVar(env, "PATH").value_or(""));
   static std::mutex mu;
   static std::map<std::string, std::string> cache;
@@ -127,6 +135,11 @@ std::string AskRolePython(const RoleSpec& role, const char* script) {
 std::string TorchVersionFor(const RoleSpec& role) {
   if (!role.builtin.empty()) return BuiltinTorchVersion();
   return AskRolePython(role, kProbe);
+}
+
+bool PayloadHookFor(const RoleSpec& role) {
+  if (!role.builtin.empty()) return false;
+  return AskRolePython(role, kHookProbe, {{"DFLASH_GATE_ROLE", "probe"}}) == "yes";
 }
 
 std::string CudaRuntimeFor(const RoleSpec& role) {

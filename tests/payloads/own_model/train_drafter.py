@@ -17,6 +17,7 @@ with torch.no_grad():
 c = torch._dynamo.utils.counters
 metrics = {"fxgraph_cache_miss": c["inductor"]["fxgraph_cache_miss"],
            "fxgraph_cache_hit": c["inductor"]["fxgraph_cache_hit"],
+           "dynamo_cache_hit": c["dynamo_cache"]["dynamo_cache_hit"],
            "gate_role": gate_role(), "out": float(out.sum())}
 path = os.environ["DFLASH_METRICS_FILE"]
 with open(path + ".tmp", "w") as f:
