@@ -40,7 +40,9 @@ dflash_launch.notify_ready()
 '''
 
 
-# A payload that knows nothing of dflash_launch: its own READY code (the notify socket, or a log line).
+# A payload that knows nothing of dflash_launch: its own READY code (the notify socket, or a log line), a training
+# step (the artifact is whole once the lazy backward compiled) or, with INFER=1, an inference one (once Dynamo
+# recorded the frame).
 PLAIN = '''
 import json, os, socket
 import torch
@@ -49,7 +51,11 @@ def step(x, w):
     return torch.relu(x @ w).sum()
 compiled = torch.compile(step)
 x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
-compiled(x, w).backward()
+if os.environ.get("INFER") == "1":
+    with torch.no_grad():
+        compiled(x, w)
+else:
+    compiled(x, w).backward()
 m = {k: int(v) for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache")}
 m["dynamo_cache_hit"] = int(counters["dynamo_cache"]["dynamo_cache_hit"])
 with open(os.environ["DFLASH_METRICS_FILE"], "w") as f:
@@ -126,18 +132,18 @@ def test_precompile_is_off_when_the_gate_says_false(launch, tmp_path):
     assert not d.exists() or not any(d.iterdir())
 
 
-@pytest.mark.parametrize("ready_by", ["socket", "log"])
-def test_a_script_that_never_imports_dflash_launch_leads_and_its_followers_load(launch, tmp_path, ready_by):
-    """gate = true and nothing else, a script with its own READY: the payload hook saves the leader's artifact at
-    the end of its compile (before its READY, however it says it) and reports every process's facts."""
+@pytest.mark.parametrize("ready_by,infer", [("socket", "0"), ("log", "1")])
+def test_a_script_that_never_imports_dflash_launch_leads_and_its_followers_load(launch, tmp_path, ready_by, infer):
+    """gate = true and nothing else, a script with its own READY: the payload hook saves the leader's artifact
+    inside its first step (before its READY, however it says it) and reports every process's facts."""
     ready = 'ready = { mode = "log", pattern = "^model ready$" }' if ready_by == "log" else ""
-    cfg = config(tmp_path, 2, '{ timeout = "10m", mode = "serial" }', env=f', READY_BY = "{ready_by}"',
-                 script=PLAIN, ready=ready)
+    cfg = config(tmp_path, 2, '{ timeout = "10m", mode = "serial" }',
+                 env=f', READY_BY = "{ready_by}", INFER = "{infer}"', script=PLAIN, ready=ready)
     r = launch(cfg, env=ENV)
     assert r.wait(timeout=600) == 0, r.out + r.err
     procs = {p["gate"]["role"]: p for p in r.summary()["processes"]}
     assert facts(procs["lead"]) == (True, "saved"), procs["lead"]["gate"]
-    assert procs["lead"]["metrics"]["fxgraph_cache_miss"] == 2, procs["lead"]["metrics"]  # it compiled
+    assert procs["lead"]["metrics"]["fxgraph_cache_miss"] == (1 if infer == "1" else 2), procs["lead"]["metrics"]
     assert facts(procs["reuse"]) == (True, "dynamo cache hit"), procs["reuse"]["gate"]
     m = procs["reuse"]["metrics"]
     assert m["dynamo_cache_hit"] == 1 and not any(k.startswith("fxgraph_cache") and v for k, v in m.items()), m

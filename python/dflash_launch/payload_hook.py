@@ -1,9 +1,9 @@
-"""Dynamo's precompile artifact for payloads that do not call the helper: the gate's leader saves it at the end of
-each compile, and every gated process reports what it did, with no change to the user's script.
+"""Dynamo's precompile artifact for payloads that do not call the helper: the gate's leader saves it inside its
+first compiled step, and every gated process reports what it did, with no change to the user's script.
 
 Installed by `import dflash_launch`, and at interpreter start by `dflash_launch_hook.pth` (in site-packages with
-the package) in a process the launcher gated (DFLASH_GATE_ROLE or DFLASH_WARMUP=1 in its environment; `DFLASH_PAYLOAD_HOOK=0` opts out). A
-.pth file shadows nothing, unlike a `sitecustomize` pushed in through PYTHONPATH, and reaches every Python of the
+the package) in a process the launcher gated (DFLASH_GATE_ROLE or DFLASH_WARMUP=1 in its environment;
+`DFLASH_PAYLOAD_HOOK=0` opts out). A .pth file shadows nothing, unlike a `sitecustomize` pushed in through PYTHONPATH, and reaches every Python of the
 payload's tree: `python train.py`, `torchrun`'s ranks, a shell script's `python -c`. Why this and not the READY
 moment: the payload may say READY with its own socket code, `systemd-notify` or a log line, none of which passes
 through us; a compile's end does, in every process (docs/cachelock.md, "Who saves").
@@ -12,9 +12,9 @@ through us; a compile's end does, in every process (docs/cachelock.md, "Who save
 - A leader (or warm-up) saves the artifact once a graph is whole: an inference graph when Dynamo records its
   frame (DynamoCache.record_package, right after the frame's compile), a training graph at the end of its lazy
   backward's compile (Dynamo's end-of-compile callback, torch._dynamo.callback). So it is on disk before the
-  payload's first step returns, and so before whatever READY it sends; every gated process sends its precompile facts
-  (X_DFLASH_GATE_PRECOMPILE*, no READY=1) to $NOTIFY_SOCKET, where dflash-worker or the supervisor keeps the
-  latest until READY.
+  payload's first step returns, and so before whatever READY it sends. Every gated process sends its precompile
+  facts (X_DFLASH_GATE_PRECOMPILE*, no READY=1) to $NOTIFY_SOCKET, where dflash-worker or the supervisor keeps
+  the latest until READY.
 - A follower whose entry loads compiles nothing: it reports once the load returned (DynamoCache.load, at its
   `torch.compile()`). One that compiles after all (a guard failed, the entry did not install) reports again at
   that compile's end, as not precompiled. An entry with collectives inside its graph is not loaded (below).
