@@ -405,6 +405,15 @@ int RunGated(const GatedRunOptions& o) {
       return exit_code::kOk;
     }
   }
+  // A warm-up-mode role's process takes no gate of its own (the supervisor started it after the warm-up and set
+  // DFLASH_GATE_ROLE=reuse), but runs under us for its readiness (a log line): its payload's precompile facts go
+  // up with its READY, as they would from a process without a worker (docs/cachelock.md).
+  const char* role_env = std::getenv(env::kGateRole);
+  bool relay_precompile = !gate && o.manage_precompile && role_env && std::string(role_env) == "reuse";
+  if (relay_precompile) {
+    if (const char* v = std::getenv(env::kTorchCachingPrecompile)) precompile_env = v;
+    h.on_precompile = [&](const NotifyFields& f) { precompile_said = f; };
+  }
 
   // The leader's payload was ready (or, as a warm-up, exited 0): publish if
   // the cache backs the promise, then let the next one in.
@@ -460,6 +469,10 @@ int RunGated(const GatedRunOptions& o) {
   // One line for people, once: whether this process saved (lead) or loaded (reuse) the precompile.
   bool precompile_said_once = false;
   auto add_precompile = [&](NotifyFields* facts) {
+    if (relay_precompile) {
+      if (precompile_env == "1") PrecompileFacts(o, precompile_env, precompile_said, facts);
+      return;
+    }
     if (!gate || !o.manage_precompile) return;
     PrecompileFacts(o, precompile_env, precompile_said, facts);
     if (precompile_said_once || precompile_env.empty()) return;  // not asked for: nothing to say

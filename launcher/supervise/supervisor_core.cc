@@ -484,7 +484,9 @@ void SupervisorCore::TakeGateFacts(size_t i, const NotifyFields& r) {
   // Dynamo's precompile: from dflash-worker, or from a warm-up mode process itself (its payload hook and
   // notify_ready()). Facts are as of READY, as dflash-worker keeps them: a direct process that compiles later
   // (a new shape at step 2) was still precompiled for the gate's purpose, so what it says after is not taken.
-  if (!(p.direct && p.state != ProcState::kStarting)) {
+  // Unless it had said nothing yet: a log line's READY and the datagram before it come on different fds, and
+  // the supervisor may read the line first.
+  if (!(p.direct && p.state != ProcState::kStarting && g.precompile)) {
     take(g.precompiled, r.gate_precompiled);
     take(g.precompile, r.gate_precompile);
     take(g.dynamo_hits, r.gate_dynamo_hits);

@@ -1110,6 +1110,36 @@ TEST(SupervisorCoreSummary, ADirectProcessesPrecompileFactsAreThoseItHadAtReady)
   EXPECT_EQ(w0->gate.dynamo_hits, 1);
 }
 
+TEST(SupervisorCoreSummary, ADirectProcessesFirstPrecompileFactsAreTakenEvenAfterItsReady) {
+  // Its READY (a log line on its stdout) and the datagram sent before it come on different fds: the supervisor
+  // may read the line first. Facts it had not had yet are taken; a second word after READY is not.
+  Harness h(Role("w", 1, "gate = { mode = \"warmup\" }\nrestart = { policy = \"never\" }"));
+  h.Start();
+  NotifyFields warm;
+  warm.gate_key = "w-key";
+  warm.gate_role = GateRole::kLead;
+  warm.gate_state = GateState::kReady;
+  h.Report("w:warmup", warm);
+  h.Exit("w:warmup", 0);
+  NotifyFields ready, loaded, later;
+  ready.ready = true;
+  h.Report("w:0", ready);
+  loaded.gate_precompiled = true;
+  loaded.gate_precompile = "dynamo cache hit";
+  h.Report("w:0", loaded);
+  later.gate_precompiled = false;
+  later.gate_precompile = "dynamo cache hit, but this process compiled graphs anyway";
+  h.Report("w:0", later);
+  h.Exit("w:0", 0);
+  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
+  const ProcessSummary* w0 = nullptr;
+  for (const ProcessSummary& p : s.processes)
+    if (p.name == "w:0") w0 = &p;
+  ASSERT_TRUE(w0);
+  EXPECT_EQ(w0->gate.precompiled, true);
+  EXPECT_EQ(w0->gate.precompile, "dynamo cache hit");
+}
+
 TEST(SupervisorCoreSummary, GateFactsReachSummaryJsonEventsAndTheTableAsTheyAlwaysWere) {
   // summary.json and events.jsonl are read by tools outside this repo: for a run with every gate fact, their
   // bytes are pinned (launcher/supervise/testdata/gated_run.*; a deliberate change of format rewrites them).
