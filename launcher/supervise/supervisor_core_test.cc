@@ -1076,68 +1076,59 @@ std::string Golden(const std::string& name) {
   return text.str();
 }
 
-TEST(SupervisorCoreSummary, ADirectProcessesPrecompileFactsAreThoseItHadAtReady) {
-  // A warm-up-mode process reports its own facts (the payload hook sends them at each load and compile, without
-  // READY): the last before READY stands, and a compile after READY does not rewrite it.
-  Harness h(Role("w", 1, "gate = { mode = \"warmup\" }\nrestart = { policy = \"never\" }"));
-  h.Start();
+/// A warm-up-mode role of one process whose warm-up published: "w:0" then runs as a direct process.
+const char* kWarmupRoleOfOne = "gate = { mode = \"warmup\" }\nrestart = { policy = \"never\" }";
+
+void WarmUp(Harness* h) {
+  h->Start();
   NotifyFields warm;
   warm.gate_key = "w-key";
   warm.gate_role = GateRole::kLead;
   warm.gate_state = GateState::kReady;
-  h.Report("w:warmup", warm);
-  h.Exit("w:warmup", 0);
-  NotifyFields early, loaded, later;
-  early.gate_precompiled = false;
-  early.gate_precompile = "dynamo cache miss: no entry for this code";
-  h.Report("w:0", early);
-  loaded.gate_precompiled = true;
-  loaded.gate_precompile = "dynamo cache hit";
-  loaded.gate_dynamo_hits = 1;
-  loaded.ready = true;
-  h.Report("w:0", loaded);
-  later.gate_precompiled = false;
-  later.gate_precompile = "dynamo cache hit, but this process compiled graphs anyway";
-  h.Report("w:0", later);
-  h.Exit("w:0", 0);
-  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
-  const ProcessSummary* w0 = nullptr;
+  h->Report("w:warmup", warm);
+  h->Exit("w:warmup", 0);
+}
+
+NotifyFields PrecompileFacts(bool precompiled, const std::string& why, bool ready = false) {
+  NotifyFields f;
+  f.gate_precompiled = precompiled;
+  f.gate_precompile = why;
+  f.ready = ready;
+  return f;
+}
+
+/// What summary.json says of w:0's precompile once it exited.
+std::pair<std::optional<bool>, std::optional<std::string>> W0Precompile(Harness* h) {
+  h->Exit("w:0", 0);
+  RunSummary s = BuildRunSummary(h->core(), 1.0, "");
   for (const ProcessSummary& p : s.processes)
-    if (p.name == "w:0") w0 = &p;
-  ASSERT_TRUE(w0);
-  EXPECT_EQ(w0->gate.precompiled, true);
-  EXPECT_EQ(w0->gate.precompile, "dynamo cache hit");
-  EXPECT_EQ(w0->gate.dynamo_hits, 1);
+    if (p.name == "w:0") return {p.gate.precompiled, p.gate.precompile};
+  ADD_FAILURE() << "no w:0";
+  return {};
+}
+
+TEST(SupervisorCoreSummary, ADirectProcessesPrecompileFactsAreThoseItHadAtReady) {
+  // A warm-up-mode process reports its own facts (the payload hook sends them at each load and compile, without
+  // READY): the last before READY stands, and a compile after READY does not rewrite it.
+  Harness h(Role("w", 1, kWarmupRoleOfOne));
+  WarmUp(&h);
+  h.Report("w:0", PrecompileFacts(false, "dynamo cache miss: no entry for this code"));
+  h.Report("w:0", PrecompileFacts(true, "dynamo cache hit", /*ready=*/true));
+  h.Report("w:0", PrecompileFacts(false, "dynamo cache hit, but this process compiled graphs anyway"));
+  EXPECT_EQ(W0Precompile(&h), std::make_pair(std::optional<bool>(true), std::optional<std::string>("dynamo cache hit")));
 }
 
 TEST(SupervisorCoreSummary, ADirectProcessesFirstPrecompileFactsAreTakenEvenAfterItsReady) {
   // Its READY (a log line on its stdout) and the datagram sent before it come on different fds: the supervisor
   // may read the line first. Facts it had not had yet are taken; a second word after READY is not.
-  Harness h(Role("w", 1, "gate = { mode = \"warmup\" }\nrestart = { policy = \"never\" }"));
-  h.Start();
-  NotifyFields warm;
-  warm.gate_key = "w-key";
-  warm.gate_role = GateRole::kLead;
-  warm.gate_state = GateState::kReady;
-  h.Report("w:warmup", warm);
-  h.Exit("w:warmup", 0);
-  NotifyFields ready, loaded, later;
+  Harness h(Role("w", 1, kWarmupRoleOfOne));
+  WarmUp(&h);
+  NotifyFields ready;
   ready.ready = true;
   h.Report("w:0", ready);
-  loaded.gate_precompiled = true;
-  loaded.gate_precompile = "dynamo cache hit";
-  h.Report("w:0", loaded);
-  later.gate_precompiled = false;
-  later.gate_precompile = "dynamo cache hit, but this process compiled graphs anyway";
-  h.Report("w:0", later);
-  h.Exit("w:0", 0);
-  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
-  const ProcessSummary* w0 = nullptr;
-  for (const ProcessSummary& p : s.processes)
-    if (p.name == "w:0") w0 = &p;
-  ASSERT_TRUE(w0);
-  EXPECT_EQ(w0->gate.precompiled, true);
-  EXPECT_EQ(w0->gate.precompile, "dynamo cache hit");
+  h.Report("w:0", PrecompileFacts(true, "dynamo cache hit"));
+  h.Report("w:0", PrecompileFacts(false, "dynamo cache hit, but this process compiled graphs anyway"));
+  EXPECT_EQ(W0Precompile(&h), std::make_pair(std::optional<bool>(true), std::optional<std::string>("dynamo cache hit")));
 }
 
 TEST(SupervisorCoreSummary, GateFactsReachSummaryJsonEventsAndTheTableAsTheyAlwaysWere) {
