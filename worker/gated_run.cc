@@ -228,8 +228,9 @@ void PrecompileFacts(const GatedRunOptions& o, const std::string& env, const std
     return;
   }
   if (!said || !said->gate_precompiled) {
-    f->gate_precompile = "not reported: the payload did not call dflash_launch.notify_ready(), which saves and "
-                         "reports it (docs/cachelock.md)";
+    f->gate_precompile = "not reported: the payload's Python did not load dflash-launch's payload hook, and the "
+                         "payload did not call dflash_launch.notify_ready(); either saves and reports it "
+                         "(docs/cachelock.md)";
     return;
   }
   f->gate_precompiled = *said->gate_precompiled;

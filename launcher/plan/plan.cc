@@ -63,8 +63,10 @@ std::string GpuIdentityOf(const RoleSpec& role, const std::vector<std::string>& 
 std::pair<bool, std::string> ResolvePrecompile(const RoleSpec& role, const PlanOptions& options) {
   if (!role.gate.enabled || !role.RunsOnNode(options.node_rank)) return {false, ""};
   if (!role.builtin.empty()) return {false, "off: a builtin role compiles no Python"};
-  if (role.gate.precompile)
-    return {*role.gate.precompile, *role.gate.precompile ? "on (gate.precompile = true)" : "off (gate.precompile = false)"};
+  if (role.gate.precompile) {
+    bool on = *role.gate.precompile;
+    return {on, on ? "on (gate.precompile = true)" : "off (gate.precompile = false)"};
+  }
   if (options.payload_hook && options.payload_hook(role))
     return {true, "on: the role's Python loads dflash-launch's payload hook, which saves the artifact"};
   return {false, "off: the role's Python does not load dflash-launch's payload hook (install dflash-launch in its "

@@ -1115,7 +1115,9 @@ TEST(SupervisorCoreSummary, ADirectProcessesPrecompileFactsAreThoseItHadAtReady)
   h.Report("w:0", PrecompileFacts(false, "dynamo cache miss: no entry for this code"));
   h.Report("w:0", PrecompileFacts(true, "dynamo cache hit", /*ready=*/true));
   h.Report("w:0", PrecompileFacts(false, "dynamo cache hit, but this process compiled graphs anyway"));
-  EXPECT_EQ(W0Precompile(&h), std::make_pair(std::optional<bool>(true), std::optional<std::string>("dynamo cache hit")));
+  auto [precompiled, why] = W0Precompile(&h);
+  EXPECT_EQ(precompiled, true);
+  EXPECT_EQ(why, "dynamo cache hit");
 }
 
 TEST(SupervisorCoreSummary, ADirectProcessesFirstPrecompileFactsAreTakenEvenAfterItsReady) {
@@ -1128,7 +1130,9 @@ TEST(SupervisorCoreSummary, ADirectProcessesFirstPrecompileFactsAreTakenEvenAfte
   h.Report("w:0", ready);
   h.Report("w:0", PrecompileFacts(true, "dynamo cache hit"));
   h.Report("w:0", PrecompileFacts(false, "dynamo cache hit, but this process compiled graphs anyway"));
-  EXPECT_EQ(W0Precompile(&h), std::make_pair(std::optional<bool>(true), std::optional<std::string>("dynamo cache hit")));
+  auto [precompiled, why] = W0Precompile(&h);
+  EXPECT_EQ(precompiled, true);
+  EXPECT_EQ(why, "dynamo cache hit");
 }
 
 TEST(SupervisorCoreSummary, GateFactsReachSummaryJsonEventsAndTheTableAsTheyAlwaysWere) {
