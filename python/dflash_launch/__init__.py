@@ -152,19 +152,26 @@ def say_if_save_failed(done: bool, why: str) -> None:
           f"with the FX-graph cache instead", file=sys.stderr, flush=True)
 
 
+def precompile_lines():
+    """precompile_facts() as notify lines (X_DFLASH_GATE_PRECOMPILE*, worker/protocol.h), [] when not gated; a
+    leader's failed save is said once on stderr."""
+    facts = precompile_facts()
+    if facts is None:
+        return []
+    done, why, hits = facts
+    say_if_save_failed(done, why)
+    lines = [f"X_DFLASH_GATE_PRECOMPILED={int(done)}", "X_DFLASH_GATE_PRECOMPILE=" + why.replace("\n", " ")]
+    if hits is not None:
+        lines.append(f"X_DFLASH_GATE_DYNAMO_HITS={hits}")
+    return lines
+
+
 def notify_ready(status: str = None) -> bool:
     """Says "ready": this process has finished compiling (its first compiled step ran). A leader
     saves the Dynamo precompile artifact first (save_precompile()), so READY covers it too, and a
     gated process says whether it saved or loaded one (precompile_facts(), X_DFLASH_GATE_PRECOMPILE*:
     dflash-worker puts them into summary.json's gate facts)."""
-    facts = precompile_facts()
-    lines = []
-    if facts is not None:
-        done, why, hits = facts
-        say_if_save_failed(done, why)
-        lines += [f"X_DFLASH_GATE_PRECOMPILED={int(done)}", "X_DFLASH_GATE_PRECOMPILE=" + why.replace("\n", " ")]
-        if hits is not None:
-            lines.append(f"X_DFLASH_GATE_DYNAMO_HITS={hits}")
+    lines = precompile_lines()
     if status:
         lines.append(f"STATUS={status}")
     return notify("\n".join(lines + ["READY=1"]))

@@ -33,15 +33,8 @@ PROBE = "probe"  # DFLASH_GATE_ROLE the launcher's plan-time question sets: "doe
 def report() -> bool:
     """Sends this process's precompile facts (a leader saves first: precompile_facts()) without READY=1."""
     try:
-        facts = dflash_launch.precompile_facts()
-        if facts is None:
-            return False
-        done, why, hits = facts
-        dflash_launch.say_if_save_failed(done, why)
-        lines = [f"X_DFLASH_GATE_PRECOMPILED={int(done)}", "X_DFLASH_GATE_PRECOMPILE=" + why.replace("\n", " ")]
-        if hits is not None:
-            lines.append(f"X_DFLASH_GATE_DYNAMO_HITS={hits}")
-        return dflash_launch.notify("\n".join(lines))
+        lines = dflash_launch.precompile_lines()
+        return bool(lines) and dflash_launch.notify("\n".join(lines))
     except Exception as e:  # noqa: BLE001 -- a report, never a failure of the compile it follows
         print(f"dflash_launch: precompile facts not reported ({type(e).__name__}: {e})", file=sys.stderr, flush=True)
         return False
