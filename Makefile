@@ -60,6 +60,7 @@ bench: build
 	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/precompile_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/follower_split.py --out docs/benchmarks.md
+	$(PY) bench/compile/follower_imports.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md --vec-isa-ok
 	$(PY) bench/cluster_gate/precompile_bench.py --out docs/benchmarks.md
