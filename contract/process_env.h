@@ -61,8 +61,8 @@ inline constexpr char kLeaderCompileThreads[] = "DFLASH_LEADER_COMPILE_THREADS";
 // GPUs and compile workers.
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
 inline constexpr char kInductorCompileThreads[] = "TORCHINDUCTOR_COMPILE_THREADS";
-// Dynamo's precompile cache (docs/cachelock.md): 1 for gated processes, 0 when the role opted out
-// (gate.precompile = false); dflash-worker (and, for warm-up mode's processes, the supervisor) sets it.
+// Dynamo's precompile cache (docs/cachelock.md): 1 for gated processes of a role with precompile on
+// (Plan::role_precompile), left unset otherwise; the plan sets it, and dflash-worker when run standalone.
 inline constexpr char kTorchCachingPrecompile[] = "TORCH_CACHING_PRECOMPILE";
 // The [model] contract.
 inline constexpr char kHiddenShape[] = "DFLASH_HIDDEN_SHAPE";
