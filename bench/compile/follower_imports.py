@@ -28,9 +28,9 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HEADING = "## compile gate: the imports a precompile follower pays for, and who asks for them"
-SHAPES = dict(target_layers=64, hidden=64, tapped_layers=[1, 16, 31, 46, 61], draft_layers=2, block_size=4,
-              seq_len=64, dtype="fp32", heads=4, kv_heads=2, vocab=256, batch=1, seed=0,
-              n_taps=5, hidden_shape=[1, 64, 320])  # tests/supervise.py
+sys.path.insert(0, str(ROOT / "bench" / "compile"))
+from follower_split import SHAPES as SPLIT_SHAPES  # noqa: E402  (the same step as the phase-by-phase bench)
+SHAPES = dict(SPLIT_SHAPES, n_taps=5, hidden_shape=[1, 64, 320])
 IMPORTLIB = ("<frozen importlib", "importlib/__init__", "follower_imports.py")
 
 
