@@ -94,7 +94,8 @@ def main():
 
 `{cmd.strip()}` — {datetime.date.today()}, this 2-core machine, torch {__import__('torch').__version__} (CPU),
 the reference drafter at the test shapes (tests/supervise.py SMALL_MODEL), 3 drafters in gate mode serial (the
-first leads) and warmup (a warm-up compiles, then the three start), each process to its first compiled step. Eager (`--no-compile`, the floor): **{eager:.2f} s** CPU; one compile alone: **{one:.2f} s**.
+first leads) and warmup (a warm-up compiles, then the three start), each process to its first compiled step.
+Eager (`--no-compile`, the floor): **{eager:.2f} s** CPU; one compile alone: **{one:.2f} s**.
 "above eager" = (process CPU - eager) / (one compile - eager). Goal (issue 22): a follower <= 8 %.
 
 | variant | process | gate | CPU s | above eager, of one compile | fxgraph hit/miss | dynamo hits | precompile |
