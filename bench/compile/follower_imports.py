@@ -189,6 +189,10 @@ def main():
     still = [f"`{n}` ({l_self[n] / 1e3:.0f} ms self), asked for by {' ← '.join(reversed(lean_sites.get(n, ['?'])))}"
              for n in heavy if n in l_extra]
     med = {role: statistics.median(v) for role, v in cpu.items()}
+    l_total = sum(l_self[n] for n in l_extra) / 1e3
+    same = follower["loss"] == leader["loss"]
+    follower_facts = f"Dynamo hits: {follower['dynamo_hits']}; first loss equal to the leader's: {same}"
+    lean_facts = f"Dynamo hits: {lean['dynamo_hits']}; first loss equal: {lean['loss'] == leader['loss']}"
     load = os.getloadavg()
     cmd = "python3 bench/compile/follower_imports.py " + " ".join(sys.argv[1:])
     md = f"""{HEADING}
@@ -196,20 +200,18 @@ def main():
 `{cmd.strip()}` — {datetime.date.today()}, this 2-core machine shared with other work (load average {load[0]:.1f}
 at the end), torch {__import__('torch').__version__} (CPU). The reference drafter's step at the test shapes,
 `TORCH_CACHING_PRECOMPILE=1`, gated processes as under dflash-launch (the payload hook loads and answers the ISA
-probe from the leader's verdicts), the eager run ungated: a leader saves the artifact; a follower that loads it (Dynamo hits: {follower['dynamo_hits']}; first loss equal to the leader's: {follower['loss'] == leader['loss']})
-and an eager run of the same step, under `-X importtime`; the frames that asked for each module from one more
-follower under an audit hook.
+probe from the leader's verdicts), the eager run ungated. A leader saves the artifact; a follower that loads it
+({follower_facts}) and an eager run of the same step run under `-X importtime`; the frames that asked for each
+module come from two more followers under an audit hook.
 
 - Whole process, CPU s, median of {args.reps} (no importtime): follower {med['follower']:.2f}, eager
   {med['eager']:.2f}; the follower pays {med['follower'] - med['eager']:.2f} s more
   ({med['follower'] / med['eager']:.2f}x).
 - The follower imports {len(extra)} modules the eager run does not ({len(f_tree)} against {len(e_tree)}):
   {total_extra:.0f} ms of self time under importtime.
-
 - The same follower with `torch.compile()` kept from importing `compile_fx` (it only reads Inductor's config
-  there; the bench reads it from `torch._inductor.config`): Dynamo hits {lean['dynamo_hits']}, first loss equal:
-  {lean['loss'] == leader['loss']}; it still imports {len(l_extra)} extra modules, {sum(l_self[n] for n in l_extra) / 1e3:.0f} ms of self time.
-  The load itself asks for the heavy ones:
+  there; the bench reads it from `torch._inductor.config`), {lean_facts}: it still imports {len(l_extra)} extra
+  modules, {l_total:.0f} ms of self time. The load itself asks for the heavy ones:
 {chr(10).join("  - " + x for x in still)}
 
 | root (first extra module on the chain) | modules under it | self ms | heaviest, self ms | asked for by (outermost first) |

@@ -253,8 +253,9 @@ std::vector<SectionSpec> MakeSchema() {
             "Followers load the leader's Dynamo precompile artifact instead of tracing: the launcher sets "
             "TORCH_CACHING_PRECOMPILE=1 for the gated processes (unless their env sets it), the leader saves the "
             "artifact inside its first compiled step (dflash-launch's payload hook, or notify_ready()), and "
-            "summary.json's gate facts say whether each process was precompiled and why not. Unset: on where the role's Python "
-            "loads the payload hook (dflash-launch installed in its environment; `check` says which), else off, "
+            "summary.json's gate facts say whether each process was precompiled and why not. Unset: on where the "
+            "role's Python loads the payload hook (dflash-launch installed in its environment; `check` says which), "
+            "else off, "
             "since without a saved artifact followers pay Dynamo's cache miss on top of the FX-graph path. "
             "false turns it off; true turns it on without the hook, for a script that calls notify_ready() "
             "(docs/cachelock.md).",
