@@ -109,10 +109,14 @@ def precompile_facts():
         if not hasattr(torch._dynamo.config, "caching_precompile"):
             return False, f"torch {torch.__version__} without caching_precompile", None
         hits = int(counters["dynamo_cache"]["dynamo_cache_hit"])
+        if _exact_entries.broken():  # another torch: nothing shared can be shown exact, so precompile is off
+            return False, f"off: {_exact_entries.broken()[0]}", hits
         if not torch._dynamo.config.caching_precompile:
             return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", hits
         if lead:
             why = save_precompile()
+            if _exact_entries.unsaved():
+                return False, f"saved nothing: {_exact_entries.unsaved()[-1]}", hits
             if why == "save_cache_artifacts() returned nothing":  # nothing compiled yet
                 return False, "saved nothing: no compiled function Dynamo could serialise", hits
             if why != "saved":
@@ -120,12 +124,12 @@ def precompile_facts():
             if not _dynamo_entries():
                 return False, "saved nothing: no compiled function Dynamo could serialise", hits
             return True, "saved", hits
+        if refused_entries:
+            return False, refused_entries[-1], hits
         if hits and _retrace_fix.stats()["names_skipped"]:  # re-traced where a loaded entry had installed globals
             return False, ("dynamo cache hit, but its guards failed in this process (another thread count, grad "
                            "mode or autocast, or an edit that kept the function's line): re-traced with the "
                            "FX-graph cache"), hits
-        if refused_entries:
-            return False, refused_entries[-1], hits
         if hits and _compiled_graphs(counters):
             return False, ("dynamo cache hit, but this process compiled graphs anyway (a frame the entry did not "
                            "cover, or an entry that did not install): traced with the FX-graph cache"), hits
@@ -341,9 +345,14 @@ def contract_from_env(env=None):
 
 
 # Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/isa_verdict.py),
-# and a loaded precompile entry whose guards fail re-traces instead of crashing (dflash_launch/retrace_fix.py).
+# a loaded precompile entry whose guards fail re-traces instead of crashing (dflash_launch/retrace_fix.py), and
+# with Dynamo's precompile on, what a trace read of its process is recorded and every loaded entry checked against
+# the process that loads it (dflash_launch/exact_entries.py).
+from dflash_launch import exact_entries as _exact_entries  # noqa: E402
 from dflash_launch import isa_verdict as _isa_verdict  # noqa: E402
 from dflash_launch import retrace_fix as _retrace_fix  # noqa: E402
 
 _isa_verdict.install()
 _retrace_fix.install()
+if os.environ.get("TORCH_CACHING_PRECOMPILE") == "1":
+    _exact_entries.install()

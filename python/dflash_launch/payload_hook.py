@@ -23,6 +23,7 @@ import os
 import sys
 
 import dflash_launch
+from dflash_launch import exact_entries
 from dflash_launch._on_import import patch_on_import
 
 _CALLBACK = "torch._dynamo.callback"
@@ -131,6 +132,7 @@ def install() -> None:
         return
     if os.environ.get("TORCH_CACHING_PRECOMPILE") != "1":
         return
+    exact_entries.install()  # before our load wrapper: what a trace reads is recorded, what loads is checked
     patch_on_import(_CALLBACK, _register_callback)
     patch_on_import(_PACKAGE, _patch_package)
 

@@ -42,8 +42,11 @@ def _patch_output_graph(module) -> None:
     cls.install_global = install_global
 
 
-def install() -> None:
-    """Called by `import dflash_launch`: a no-op unless this process runs with Dynamo's precompile cache."""
-    if os.environ.get("TORCH_CACHING_PRECOMPILE") != "1" or os.environ.get("DFLASH_RETRACE_FIX") == "0":
+def install(force: bool = False) -> None:
+    """Called by `import dflash_launch`: a no-op unless this process runs with Dynamo's precompile cache (or
+    `force`: it loaded an entry of the gate's, dflash_launch/exact_entries.py)."""
+    if os.environ.get("DFLASH_RETRACE_FIX") == "0":
+        return
+    if not force and os.environ.get("TORCH_CACHING_PRECOMPILE") != "1":
         return
     patch_on_import(_OUTPUT_GRAPH, _patch_output_graph)

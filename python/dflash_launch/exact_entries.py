@@ -1,0 +1,593 @@
+"""A shared Dynamo precompile entry runs in a process only where it computes what that process's own trace would.
+
+Dynamo's precompile (torch 2.13) keeps what the leader's trace read of its process only where a guard survives
+serialization with the leader's value. Three kinds do not (measured; docs/cachelock.md, "What is exact"):
+- constant folds: dist.get_rank(), get_world_size(), a ProcessGroup's or DeviceMesh's rank(), size(),
+  torch.cuda.current_device()... bake the leader's answer into the graph with no guard at all;
+- values reached through a module (os.environ through `os`, a config module's attribute): the loader rebuilds those
+  guards from its own live objects, so the leader's `G['os'].environ._data[b'ROLE_RANK'] == b'0'` comes back as
+  `== b'3'` in rank 3, and passes;
+- identity guards (ID_MATCH, CLOSURE_MATCH and what derives from them) are dropped: a global that names another
+  function in another rank is not checked.
+
+So the process that saves records, per guarded code (keyed by the sha256 of its serialized guards): its value guards
+as it built them, its constant folds with their arguments and answers, and a portable identity of each object that a
+dropped guard named. The record travels inside the entry file: the entry unpickles through _load_checked(), so a
+process without the payload hook checks it too, and a Python without dflash_launch fails the load and traces.
+A loading process installs a guarded code only where its rebuilt guards equal the leader's and the identities match;
+the folds are asked again on every call, by a guard of their own. Anything else gets a guard that always fails:
+Dynamo then traces this process's own code, and the FX-graph cache still shares every graph that comes out the same.
+An entry without a record (saved by torch alone) is refused the same way. Installed with the payload hook and by
+`import dflash_launch`, in a process that runs with Dynamo's precompile; nothing here raises into torch."""
+import hashlib
+import importlib
+import json
+import os
+import pickle
+import re
+import sys
+import threading
+
+from dflash_launch._on_import import patch_on_import
+
+FORMAT = "dflash-exact/1"
+_GUARDS = "torch._dynamo.guards"
+_PACKAGE = "torch._dynamo.package"
+_TORCH_VARIABLES = "torch._dynamo.variables.torch"
+_SCRIPT_OBJECT = "torch._dynamo.variables.script_object"
+
+# The guard types torch 2.13's precompile drops (guards.py, CheckFunctionManager's guard_filter_fn).
+_DROPPED = ("ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION")
+# Constant folds that answer the same in every process: nothing to check.
+_PURE_FOLDS = {"torch.promote_types", "torch.is_complex", "torch.is_floating_point", "torch._assert",
+               "torch.nn._reduction.get_enum"}
+
+_records = {}  # sha256(guards_state) -> what this process's trace read (or what a checked entry it loaded said)
+_folds = []  # constant folds since the last guarded code was built: they belong to the next one
+_dropped = []  # (source, identity) of the identity guards the guard build in progress dropped
+_unsaved = []  # why an entry was not written (a guarded code without a record)
+_local = threading.local()  # .pending: (entry, record) the gate's cache just gave; .active: the record install checks
+
+
+def unsaved() -> list:
+    """Why entries this process would have saved were not written (precompile_facts() says the last)."""
+    return list(_unsaved)
+
+
+# -- values as JSON, the same way in every process ---------------------------------------------------------------
+
+class Unportable(Exception):
+    """A value that cannot be written down so that another process can ask for it again."""
+
+
+def _default_group():
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.distributed_c10d._get_default_group()
+
+
+def _encode(v, result=False):
+    """`v` as JSON that decodes to an equal value. Results that cannot be rebuilt are compared by their repr."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return {"seq": [_encode(x, result) for x in v], "tuple": isinstance(v, tuple)}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if isinstance(v, torch.dtype):
+            return {"dtype": str(v).replace("torch.", "")}
+        if isinstance(v, torch.device):
+            return {"device": str(v)}
+        pg_type = getattr(getattr(torch, "_C", None), "_distributed_c10d", None)
+        if pg_type is not None and isinstance(v, pg_type.ProcessGroup):
+            if v is _default_group():
+                return {"group": "default"}
+            raise Unportable("a process group other than the default one")
+    if result:
+        return {"repr": repr(v)}
+    raise Unportable(f"an argument of type {type(v).__name__}")
+
+
+def _decode(j):
+    if not isinstance(j, dict):
+        return j
+    if "seq" in j:
+        seq = [_decode(x) for x in j["seq"]]
+        return tuple(seq) if j["tuple"] else seq
+    import torch
+    if "dtype" in j:
+        return getattr(torch, j["dtype"])
+    if "device" in j:
+        return torch.device(j["device"])
+    if j.get("group") == "default":
+        group = _default_group()
+        if group is None:
+            raise Unportable("no default process group in this process")
+        return group
+    raise Unportable(f"cannot rebuild {j}")
+
+
+def _qualified(fn) -> str:
+    return f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
+
+
+def _resolve(name: str):
+    """The function `module.qual.name` names, as _qualified() wrote it."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise Unportable(f"cannot find {name}")
+
+
+def identity(obj):
+    """What names `obj` in any process: a module by its name, a function by its code, a class by its qualname;
+    other objects by their type (their contents have value guards of their own)."""
+    import types
+    if isinstance(obj, types.ModuleType):
+        return ["module", obj.__name__]
+    if isinstance(obj, types.FunctionType):
+        code = obj.__code__
+        digest = hashlib.sha256(code.co_code + repr(code.co_names).encode()).hexdigest()[:16]
+        return ["function", _qualified(obj), code.co_firstlineno, digest]
+    if isinstance(obj, types.MethodType):
+        return ["method", identity(obj.__func__), identity(obj.__self__)]
+    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        return ["builtin", _qualified(obj)]
+    if isinstance(obj, type):
+        return ["class", _qualified(obj)]
+    return ["instance", _qualified(type(obj))]
+
+
+# -- the leader: what its trace read ------------------------------------------------------------------------------
+
+def _constant(vt):
+    """The Python value a VariableTracker stands for, or raise Unportable."""
+    real = getattr(getattr(vt, "value", None), "real_obj", None)  # a ProcessGroup as an argument
+    if real is not None:
+        return real
+    if vt.is_python_constant():
+        return vt.as_python_constant()
+    raise Unportable(f"an argument Dynamo traced ({type(vt).__name__})")
+
+
+def _note_fold(name, call, args, kwargs, result_vt, owner=None):
+    """Records a fold whose answer is a constant (others put a call into the graph, computed at run time)."""
+    if name in _PURE_FOLDS:
+        return
+    try:
+        if not result_vt.is_python_constant():
+            return
+        result = result_vt.as_python_constant()
+        entry = {"call": call, "fn": name, "args": [_encode(_constant(a)) for a in args],
+                 "kwargs": {k: _encode(_constant(v)) for k, v in kwargs.items()},
+                 "result": _encode(result, result=True)}
+        if call == "method":
+            entry["self"] = _encode(owner)
+    except Unportable as e:
+        entry = {"call": call, "fn": name, "unportable": str(e)}
+    except Exception as e:  # noqa: BLE001 -- a value Dynamo cannot give us: nothing to ask again
+        entry = {"call": call, "fn": name, "unportable": f"{type(e).__name__}: {e}"}
+    _folds.append(entry)
+
+
+def _patch_torch_variables(module) -> None:
+    cls = module.TorchInGraphFunctionVariable
+    if getattr(cls.call_function, "dflash_exact", False):
+        return
+    watched = set(module.constant_fold_functions) | set(module.constant_fold_functions_need_guards)
+    try:
+        from torch.distributed import distributed_c10d as c10d
+        watched |= {getattr(c10d, n) for n in ("get_rank", "get_world_size", "get_process_group_ranks",
+                                                "_get_group_size_by_name", "_get_group_tag", "_rank_not_in_group",
+                                                "_resolve_group_name_by_ranks_and_tag") if hasattr(c10d, n)}
+    except ImportError:
+        pass
+    watched_ids = {id(f) for f in watched}
+    original = cls.call_function
+
+    def call_function(self, tx, args, kwargs):
+        result = original(self, tx, args, kwargs)
+        if id(self.value) in watched_ids:
+            _note_fold(_qualified(self.value), "function", args, kwargs, result)
+        return result
+    call_function.dflash_exact = True
+    cls.call_function = call_function
+
+
+def _patch_script_object(module) -> None:
+    cls = module.TorchScriptObjectVariable
+    if getattr(cls.call_method, "dflash_exact", False):
+        return
+    original = cls.call_method
+
+    def call_method(self, tx, name, args, kwargs):
+        result = original(self, tx, name, args, kwargs)
+        try:
+            real = self.as_python_constant()  # a ProcessGroup, a DeviceMesh: USE_REAL members run at trace time
+        except Exception:  # noqa: BLE001 -- no real object: Dynamo put the call into the graph
+            return result
+        _note_fold(f"{_qualified(type(real))}.{name}", "method", args, kwargs, result, owner=real)
+        return result
+    call_method.dflash_exact = True
+    cls.call_method = call_method
+
+
+_ID_NUMBER = re.compile(r"(___check_\w+\(.*?), \d+\)")  # ___check_type_id(x, 9406...), ___check_obj_id, ...
+
+
+def value_parts(manager) -> list:
+    """The leaf guards of a guard tree as code, sorted, with the per-process ids of type and object checks blanked:
+    what the trace read, in the values it read them. Relational guards (no aliasing between inputs) are left out:
+    they relate a call's inputs to each other, read nothing of the process, and a rebuild lists them otherwise."""
+    from torch._C._dynamo.guards import RelationalGuard
+    parts = set()
+
+    def visit(mgr):
+        for guard in mgr.get_leaf_guards():
+            if isinstance(guard, RelationalGuard):
+                continue
+            for part in guard.verbose_code_parts():
+                parts.add(_ID_NUMBER.sub(r"\1, ID)", part.split("#")[0].rstrip()))
+        for child in mgr.get_child_managers():
+            visit(child)
+    visit(manager.root)
+    epilogue = getattr(manager.root, "get_epilogue_lambda_guards", None)
+    for guard in (epilogue() if epilogue else []):
+        for part in guard.verbose_code_parts():
+            parts.add(part.split("#")[0].rstrip())
+    return sorted(parts)
+
+
+def _patch_guards(module) -> None:
+    cfm = module.CheckFunctionManager
+    if getattr(cfm.__init__, "dflash_exact", False):
+        return
+    original_init, original_entry = cfm.__init__, module.make_guard_filter_entry
+
+    def make_guard_filter_entry(guard, builder):
+        entry = original_entry(guard, builder)
+        if entry.has_value and (entry.guard_type in _DROPPED or
+                                any(t in ("ID_MATCH", "DICT_VERSION") for t in entry.derived_guard_types)):
+            _dropped.append((guard.name, identity(entry.value)))
+        return entry
+
+    def __init__(self, *args, **kwargs):
+        _dropped.clear()
+        original_init(self, *args, **kwargs)
+        state = getattr(self, "guards_state", None)
+        if state:  # a guarded code this process traced and will save
+            key = hashlib.sha256(state).hexdigest()
+            record = _records.setdefault(key, {"parts": value_parts(self.guard_manager), "folds": [], "ids": []})
+            for fold in _folds:
+                if fold not in record["folds"]:
+                    record["folds"].append(fold)
+            for source, ident in _dropped:
+                if [source, ident] not in record["ids"]:
+                    record["ids"].append([source, ident])
+            _folds.clear()
+        _dropped.clear()
+    __init__.dflash_exact = True
+    cfm.__init__ = __init__
+    module.make_guard_filter_entry = make_guard_filter_entry
+
+
+# -- the entry file: the record inside, so that whoever unpickles it checks --------------------------------------
+
+class _Checked:
+    """Pickles as a call of _load_checked() with the record and the entry torch wrote."""
+
+    def __init__(self, entry, record):
+        self.entry, self.record = entry, record
+
+    def __reduce__(self):
+        return _load_checked, (FORMAT, json.dumps(self.record, sort_keys=True), pickle.dumps(self.entry))
+
+
+def _guards_states(entry):
+    """The serialized guards of every guarded code of a PrecompileCacheEntry."""
+    return [g.guards_state for code in entry.dynamo.codes for g in code.guarded_codes]
+
+
+def _record_for(entry):
+    """{sha256(guards_state): record} for the entry, or why it cannot have one."""
+    record = {}
+    for state in _guards_states(entry):
+        key = hashlib.sha256(state).hexdigest()
+        if key not in _records:
+            return None, ("a guarded code was traced before dflash-launch's exactness recorder was installed "
+                          "(import torch after the payload hook, or dflash_launch before torch.compile)")
+        record[key] = _records[key]
+    return record, ""
+
+
+def _load_checked(fmt, record_json, entry_bytes):
+    """What an entry file saved here unpickles through: the checks are installed before torch installs the entry."""
+    install()
+    _install_retrace_fix()
+    entry = pickle.loads(entry_bytes)
+    try:
+        record = json.loads(record_json) if fmt == FORMAT else None
+    except ValueError:
+        record = None
+    _local.pending = (entry, record if isinstance(record, dict) else {})
+    return entry
+
+
+def _install_retrace_fix():
+    # A refused guarded code makes Dynamo trace where a loaded entry installed its globals (dflash_launch/retrace_fix.py).
+    from dflash_launch import retrace_fix
+    retrace_fix.install(force=True)
+
+
+# -- the loader: install a guarded code only where it is exact -----------------------------------------------------
+
+def _asker(fold):
+    """A function that asks `fold` again in this process and returns its answer, encoded as the record encodes it.
+    The function is found once; the arguments are rebuilt on each call (the default group may come later)."""
+    if "unportable" in fold:
+        raise Unportable(fold["unportable"])
+    method = fold["fn"].rsplit(".", 1)[-1]
+    fn = None if fold["call"] == "method" else _resolve(fold["fn"])
+
+    def ask():
+        args = [_decode(a) for a in fold["args"]]
+        kwargs = {k: _decode(v) for k, v in fold["kwargs"].items()}
+        call = fn or getattr(_decode(fold["self"]), method)
+        return _encode(call(*args, **kwargs), result=True)
+    return ask
+
+
+def _closure_vars():
+    """The helpers Dynamo's guard sources call (___odict_getitem and the like)."""
+    from torch._dynamo import guards
+    return guards._get_closure_vars() if hasattr(guards, "_get_closure_vars") else guards.CLOSURE_VARS
+
+
+def _scope_value(source, scope):
+    return eval(source, dict(scope), _closure_vars())  # noqa: S307 -- Dynamo's own guard source, evaluated as Dynamo does
+
+
+def _subject(part: str) -> str:
+    """What a guard's code is about: `x` of `x == 3` and of `___check_type_id(x, ID), type=...`."""
+    m = re.match(r"___check_\w+\((.*), ID\)", part)
+    return m.group(1) if m else part.split(" == ")[0]
+
+
+def _first_difference(leader, here) -> str:
+    ours = sorted(set(here) - set(leader))
+    theirs = sorted(set(leader) - set(here))
+    if not ours and not theirs:
+        return ""
+    if ours:
+        was = next((t for t in theirs if _subject(t) == _subject(ours[0])), None)
+        return f"the leader's trace read {was}; here {ours[0]}" if was else f"here {ours[0]}, not in the leader's trace"
+    return f"the leader's trace read {theirs[0]}; not so here"
+
+
+def _describe(fold, answer="") -> str:
+    call = fold["fn"] + "()"
+    if "unportable" in fold:
+        return f"the leader's trace baked in {call} on {fold['unportable']}, which this process cannot ask again"
+    return f"the leader's trace baked in {call} = {_show(fold['result'])}" + (f"; here {answer}" if answer else "")
+
+
+def _show(encoded) -> str:
+    try:
+        return repr(_decode(encoded)) if not (isinstance(encoded, dict) and "repr" in encoded) else encoded["repr"]
+    except Exception:  # noqa: BLE001
+        return json.dumps(encoded)
+
+
+def _verdict(record, state_key, manager, global_scope):
+    """Why the guarded code is not exact here ("" when it is), and the checks left for call time."""
+    rec = record.get(state_key) if isinstance(record, dict) else None
+    if not isinstance(rec, dict):
+        return "no record of what the leader's trace read (an entry torch saved without dflash-launch)", None
+    why = _first_difference(rec.get("parts", []), value_parts(manager))
+    if why:
+        return why, None
+    at_call = []
+    for source, ident in rec.get("ids", []):
+        if source.startswith("G["):
+            try:
+                here = identity(_scope_value(source, {"G": global_scope}))
+            except Exception:  # noqa: BLE001 -- gone here: not the leader's object
+                here = None
+            if here != ident:
+                return f"the leader's trace used {source} = {ident}; here {here}", None
+        else:
+            at_call.append(("id", source, ident))
+    for fold in rec.get("folds", []):
+        if "unportable" in fold:
+            return _describe(fold), None
+        at_call.append(("fold", fold))
+    return "", at_call
+
+
+def _call_time_guard(checks):
+    """One guard that, on every call, asks the recorded folds again and checks the identities of locals."""
+    closure_vars, tests = _closure_vars(), []
+    for kind, *what in checks:
+        if kind == "id":
+            source, ident = what
+            code = compile(source, "<dflash-exact>", "eval")
+
+            def test(frame_locals, source=source, ident=ident, code=code):
+                here = identity(eval(code, {"L": frame_locals}, closure_vars))  # noqa: S307 -- a guard source
+                return "" if here == ident else f"the leader's trace used {source} = {ident}; here {here}"
+        else:
+            (fold,) = what
+            ask = _asker(fold)
+
+            def test(_locals, fold=fold, ask=ask):
+                answer = ask()
+                return "" if answer == fold["result"] else _describe(fold, _show(answer))
+        tests.append(test)
+
+    def guard(frame_locals):
+        for test in tests:
+            try:
+                why = test(frame_locals)
+            except Exception as e:  # noqa: BLE001 -- cannot ask here: this process traces its own code
+                why = f"a check of the leader's trace cannot be made here ({type(e).__name__}: {e})"
+            if why:
+                return _note_refusal(why)
+        return True
+    parts = [f"dflash-launch: {c[1]} is {c[2]}" if c[0] == "id" else _describe(c[1]) for c in checks]
+    return guard, parts
+
+
+def _note_refusal(why: str) -> bool:
+    """Says (once) why a loaded guarded code does not run here; False, for the guard that found it."""
+    import dflash_launch
+    reason = f"dynamo cache entry not exact for this process ({why}): traced with the FX-graph cache"
+    if reason not in dflash_launch.refused_entries:
+        dflash_launch.refused_entries.append(reason)
+    return False
+
+
+def _refuse(manager, why: str) -> None:
+    manager.root.add_lambda_guard(lambda _locals: False, [f"dflash-launch: not exact for this process: {why}"], None)
+    _note_refusal(why)
+
+
+def _check(manager, state_key, global_scope, record) -> None:
+    try:
+        why, at_call = _verdict(record, state_key, manager, global_scope)
+        if not why and at_call:
+            guard, parts = _call_time_guard(at_call)
+            manager.root.add_lambda_guard(guard, parts, None)
+    except Exception as e:  # noqa: BLE001 -- cannot tell: not exact
+        why = f"cannot check it ({type(e).__name__}: {e})"
+    if why:
+        _refuse(manager, why)
+        return
+    _records.setdefault(state_key, record[state_key])  # exact here: a save from this process may carry it on
+
+
+_NO_RECORD = object()
+
+
+def _patch_package(module) -> None:
+    if getattr(module.load_guard_manager, "dflash_exact", False):
+        return
+    original_state, original_manager = module.load_guards_state, module.load_guard_manager
+    original_install, original_write = module.CompilePackage.install, module.DiskDynamoStore.write
+    original_load = module.DiskDynamoCache.load
+
+    def load_guards_state(data):
+        state = original_state(data)
+        try:
+            state.dflash_key = hashlib.sha256(data).hexdigest()
+        except Exception:  # noqa: BLE001 -- no attribute: the check says it cannot tell
+            pass
+        return state
+
+    def load_guard_manager(guards_state, target_code, runtime_global_scope):
+        manager = original_manager(guards_state, target_code, runtime_global_scope)
+        record = getattr(_local, "active", None)
+        if record is not None:  # an entry of the gate's: exact here, or refused
+            _check(manager, getattr(guards_state, "dflash_key", ""), runtime_global_scope,
+                   record if record is not _NO_RECORD else {})
+        return manager
+
+    def install(self, backends):
+        # The record of the entry the gate's cache just gave (load() below, or _load_checked where the checks came
+        # with the entry), if it is the one this package holds; any other install is not ours to judge.
+        entry, record = getattr(_local, "pending", None) or (None, None)
+        _local.pending = None
+        codes = getattr(getattr(entry, "dynamo", None), "codes", None) or [None]
+        ours = any(code is codes[0] for code in getattr(self, "_codes", {}).values())
+        _local.active = record if ours else None
+        try:
+            return original_install(self, backends)
+        finally:
+            _local.active = None
+
+    def load(self, fn):
+        _local.pending = None
+        result = original_load(self, fn)
+        pending = getattr(_local, "pending", None)
+        if result is not None and (pending is None or pending[0] is not result):
+            _local.pending = (result, _NO_RECORD)  # torch's own format in the gate's cache: nothing says what it read
+        return result
+
+    def write(self, cache_entry, path):
+        record, why = _record_for(cache_entry)
+        if record is None:
+            if why not in _unsaved:
+                _unsaved.append(why)
+            return None
+        return original_write(self, _Checked(cache_entry, record), path)
+
+    for f in (load_guards_state, load_guard_manager, install, load, write):
+        f.dflash_exact = True
+    module.load_guards_state, module.load_guard_manager = load_guards_state, load_guard_manager
+    module.CompilePackage.install = install
+    module.DiskDynamoCache.load = load
+    module.DiskDynamoStore.write = write
+
+
+_SYMBOLIC_CONVERT = "torch._dynamo.symbolic_convert"
+
+
+def _patch_symbolic_convert(module) -> None:
+    # Dynamo installs no guard on what it reads through a stdlib module's globals ("users don't mutate stdlib
+    # attributes"): os.getenv("RANK") reads os.environ from os's own globals and bakes the leader's value in with no
+    # guard at all. os.environ is per process: its reads are guarded like any other global's here.
+    original = module.is_stdlib
+    if getattr(original, "dflash_exact", False):
+        return
+
+    def is_stdlib(mod):
+        return mod is not os and original(mod)
+    is_stdlib.dflash_exact = True
+    module.is_stdlib = is_stdlib
+
+
+_broken = []  # why a patch could not be made (another torch): Dynamo's precompile is then off in this process
+
+
+def broken() -> list:
+    """Why exactness could not be set up here; precompile_facts() says it, and nothing is saved or loaded."""
+    return list(_broken)
+
+
+def _precompile_off(module) -> None:
+    module.caching_precompile = False
+
+
+def _safely(patch):
+    """`patch`, or, where this torch is not the one it was written for, Dynamo's precompile off in this process:
+    without the recorder and the checks a shared entry cannot be shown exact, so none is saved or loaded."""
+    def guarded(module):
+        try:
+            patch(module)
+        except Exception as e:  # noqa: BLE001 -- never into the payload's import of torch
+            why = f"exactness checks unavailable on torch's {module.__name__} ({type(e).__name__}: {e})"
+            if why not in _broken:
+                _broken.append(why)
+            patch_on_import("torch._dynamo.config", _precompile_off)
+    guarded.__name__ = patch.__name__
+    return guarded
+
+
+_PATCHES = {}
+
+
+def install() -> None:
+    """Records what traces read and checks what loads; idempotent, and each patch waits for its module's import."""
+    if not _PATCHES:
+        _PATCHES.update({name: _safely(patch) for name, patch in (
+            (_GUARDS, _patch_guards), (_SYMBOLIC_CONVERT, _patch_symbolic_convert),
+            (_TORCH_VARIABLES, _patch_torch_variables), (_SCRIPT_OBJECT, _patch_script_object),
+            (_PACKAGE, _patch_package))})
+    for name, patch in _PATCHES.items():
+        patch_on_import(name, patch)
