@@ -6,6 +6,7 @@ venv: scripts/setup installs dflash_launch_hook.pth), off with gate.precompile =
 (docs/cachelock.md)."""
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -159,7 +160,6 @@ def test_a_script_that_never_imports_dflash_launch_leads_and_its_followers_load(
 
 def plan_role(bin_dir, cfg, env=None):
     """The tiny role as `check --json` plans it."""
-    import subprocess
     out = subprocess.run([str(bin_dir / "dflash-launch"), "check", "--json", str(cfg)], env=env or ENV,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -180,8 +180,17 @@ def test_precompile_defaults_to_on_only_where_the_hook_loads(bin_dir, tmp_path):
     venv.create(tmp_path / "bare", with_pip=False)
     bare = dict(ENV, PATH=f"{tmp_path / 'bare' / 'bin'}:{os.environ['PATH']}")
     assert plan_role(bin_dir, config(tmp_path, 2, gate, script=PLAIN), env=bare)["precompile"] is False
-    explicit = plan_role(bin_dir, config(tmp_path, 2, '{ timeout = "10m", precompile = true }', script=PLAIN), env=bare)
-    assert explicit["precompile"] is True and explicit["precompile_why"] == "on (gate.precompile = true)", explicit
+    # Asked for where the hook does not load, precompile is a config error (issue #37): the hook is what checks that
+    # a loaded entry is exact for its process. gate.precompile = true, or torch's own variable in the role's env.
+    for where, gate_, env_, python in (
+            ("gate.precompile", '{ timeout = "10m", precompile = true }', "", bare),
+            ("env.TORCH_CACHING_PRECOMPILE", gate, ', TORCH_CACHING_PRECOMPILE = "1", DFLASH_PAYLOAD_HOOK = "0"', ENV)):
+        cfg = config(tmp_path, 2, gate_, env=env_, script=PLAIN)
+        out = subprocess.run([str(bin_dir / "dflash-launch"), "check", str(cfg)], env=python,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and out.stdout == "", out
+        assert "run.toml:" in out.stderr and f"role[tiny].{where}: Dynamo's precompile needs dflash-launch's payload " \
+            "hook" in out.stderr and "install dflash-launch into the role's Python" in out.stderr, out.stderr
 
 
 def test_a_failed_save_is_in_the_summary_and_the_follower_traces(launch, tmp_path):

@@ -49,6 +49,14 @@ void AddHostFacts(const RunConfig& config, PlanOptions* po) {
     }
 }
 
+/// Precompile only where the payload hook checks what loads (CheckPrecompileHook); says why not, with the hint.
+bool PrecompileHookOrReport(const RunConfig& config, const PlanOptions& po) {
+  std::vector<ConfigError> errors = CheckPrecompileHook(config, po);
+  if (errors.empty()) return true;
+  std::fputs(FormatErrors(errors).c_str(), stderr);
+  return false;
+}
+
 bool HostLimitsOrReport(const Plan& plan, char** env) {
   std::vector<ConfigError> errors = CheckHostLimits(plan, EnvironmentList(env), ReadHostLimits());
   if (errors.empty()) return true;
@@ -66,6 +74,7 @@ bool LoadPlanOrReport(const std::string& path, const std::string& run_id, const 
   po.torch_version = TorchVersionFor;
   po.launcher_env = EnvironmentList(env);
   AddHostFacts(config, &po);
+  if (!PrecompileHookOrReport(config, po)) return false;
   *plan = BuildPlan(config, po);
   return true;
 }
@@ -132,6 +141,7 @@ int PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::str
   }
   po.store = flags.store;
   AddHostFacts(config, &po);
+  if (!PrecompileHookOrReport(config, po)) return exit_code::kConfig;
   *plan = BuildPlan(config, po);
   bool gpu_here = false;
   for (const ProcessPlan& p : plan->processes) gpu_here |= p.on_gpu();

@@ -75,6 +75,7 @@ struct GateSpec {
   /// (TORCH_CACHING_PRECOMPILE=1 for the gated processes; docs/cachelock.md). Unset: on where the
   /// role's Python loads dflash-launch's payload hook, which saves the artifact (Plan::role_precompile).
   std::optional<bool> precompile;
+  SourcePos precompile_pos;  // where precompile is written (line 0: not written)
 };
 
 struct RestartSpec {

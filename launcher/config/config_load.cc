@@ -249,7 +249,10 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
               "e.g. key_files = [\"model/*.py\"]");
   r.Duration("timeout", &g->timeout);
   r.Duration("idle_hint", &g->idle_hint, true);
-  if (bool on = false; r.Has("precompile") && r.Bool("precompile", &on)) g->precompile = on;
+  if (bool on = false; r.Has("precompile") && r.Bool("precompile", &on)) {
+    g->precompile = on;
+    g->precompile_pos = r.ValuePos("precompile");
+  }
   if (const toml::node* ready = n->as_table()->get("ready")) {
     // The architecture sketch put ready inside gate; it is a role key of its own.
     errors->push_back({PosOf(n->as_table()->find("ready")->first.source()), prefix + ".gate.ready",

@@ -105,6 +105,40 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   return role.name + "-" + Sha256Hex(text).substr(0, 16);
 }
 
+std::vector<ConfigError> CheckPrecompileHook(const RunConfig& config, const PlanOptions& options) {
+  std::vector<ConfigError> errors;
+  if (!options.payload_hook) return errors;
+  for (const RoleSpec& role : config.roles) {
+    if (!role.gate.enabled || !role.builtin.empty() || !role.RunsOnNode(options.node_rank)) continue;
+    std::string why, key = "role[" + role.name + "].gate.precompile";
+    SourcePos pos = role.gate.precompile_pos;
+    if (role.gate.precompile.value_or(false)) why = "gate.precompile = true";
+    for (size_t i = 0; i < role.env.size() && why.empty(); ++i)
+      if (role.env[i].first == env::kTorchCachingPrecompile && role.env[i].second == "1") {
+        why = std::string(env::kTorchCachingPrecompile) + "=1 in the role's env";
+        key = "role[" + role.name + "].env." + env::kTorchCachingPrecompile;
+        pos = i < role.env_pos.size() ? role.env_pos[i] : role.pos;
+      }
+    for (const auto& [k, v] : options.launcher_env)
+      if (why.empty() && k == env::kTorchCachingPrecompile && v == "1") {
+        why = std::string(env::kTorchCachingPrecompile) + "=1 in the launcher's environment";
+        pos = role.pos;
+      }
+    if (why.empty() || options.payload_hook(role)) continue;
+    errors.push_back({pos, key,
+                      "Dynamo's precompile needs dflash-launch's payload hook in the role's Python, and it does not "
+                      "load there",
+                      "a Python with dflash-launch installed (its payload hook checks that every entry a process "
+                      "loads is exact for that process)",
+                      why + "; the role's Python does not load the hook (dflash-launch not installed in it, or "
+                            "DFLASH_PAYLOAD_HOOK=0)",
+                      "install dflash-launch into the role's Python, or drop the setting: a shared entry loaded "
+                      "unchecked runs the leader's rank, world size and environment (docs/cachelock.md, \"What is "
+                      "exact\")"});
+  }
+  return errors;
+}
+
 bool CheckPlacement(const RunConfig& config, int nnodes, int node_rank, std::string* err) {
   if (nnodes < 1) {
     *err = "nnodes must be at least 1 (got " + std::to_string(nnodes) + ")";

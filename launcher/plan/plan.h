@@ -172,6 +172,12 @@ struct Plan {
 /// every role's `nodes` exist, node 0 and this node run something. False: `err` says why.
 bool CheckPlacement(const RunConfig& config, int nnodes, int node_rank, std::string* err);
 
+/// Gated roles whose processes would run Dynamo's precompile (gate.precompile = true, or
+/// TORCH_CACHING_PRECOMPILE=1 in the role's or the launcher's environment) in a Python that does not load
+/// dflash-launch's payload hook: the hook is what checks that every entry a process loads is exact for it
+/// (docs/cachelock.md, "What is exact"). Asks options.payload_hook; none: nothing to check.
+std::vector<ConfigError> CheckPrecompileHook(const RunConfig& config, const PlanOptions& options);
+
 /// REQUIRES: CheckPlacement(config, options.nnodes, options.node_rank).
 Plan BuildPlan(const RunConfig& config, const PlanOptions& options);
 

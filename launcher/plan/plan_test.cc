@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <map>
 
+#include "testing/files.h"
+#include "testing/temp_dir.h"
+
 namespace dflash {
 namespace {
 
@@ -407,6 +410,41 @@ TEST(GpuPlan, GpuIdentityIsInTheKeyButTheIndexIsNot) {
   po.cuda_runtime = [](const RoleSpec&) { return std::string("cuda 12.8 triton 3.6.0"); };
   EXPECT_NE(BuildPlan(c, po).processes[0].gate_key, h200.processes[0].gate_key);
   EXPECT_EQ(h200.HostGpuOf(h200.processes[0])->name, "NVIDIA H200");
+}
+
+// Dynamo's precompile is asked for only where the payload hook loads (issue #37): gate.precompile = true, or
+// TORCH_CACHING_PRECOMPILE=1 in the role's or the launcher's env, in a Python without the hook is an error at
+// the key that asked for it; the hook present, unset, or a role that is not gated: none.
+TEST(Plan, PrecompileNeedsThePayloadHookThatChecksWhatLoads) {
+  test::TempDir dir;
+  auto errors_for = [&](const std::string& gate_and_env, bool hook, EnvList launcher_env = {}) {
+    test::WriteText(dir / "run.toml", "[run]\nname = \"p\"\ncache_dir = \"cache\"\n[[role]]\nname = \"d\"\ncpu = 2\n"
+                                      "command = [\"python\", \"t.py\"]\n" + gate_and_env + "\n");
+    RunConfig c;
+    std::vector<ConfigError> load_errors;
+    EXPECT_TRUE(LoadConfig(dir / "run.toml", &c, &load_errors)) << FormatErrors(load_errors);
+    PlanOptions po;
+    po.launcher_env = std::move(launcher_env);
+    po.payload_hook = [hook](const RoleSpec&) { return hook; };
+    return CheckPrecompileHook(c, po);
+  };
+  auto one = [](const std::vector<ConfigError>& e) { return e.size() == 1 ? e[0] : ConfigError{}; };
+
+  ConfigError e = one(errors_for("gate = { precompile = true }", false));
+  EXPECT_EQ(e.key, "role[d].gate.precompile");
+  EXPECT_EQ(e.pos.line, 8);
+  EXPECT_NE(e.found.find("gate.precompile = true"), std::string::npos) << e.found;
+  EXPECT_NE(e.hint.find("install dflash-launch into the role's Python"), std::string::npos) << e.hint;
+  e = one(errors_for("gate = true\nenv = { TORCH_CACHING_PRECOMPILE = \"1\" }", false));
+  EXPECT_EQ(e.key, "role[d].env.TORCH_CACHING_PRECOMPILE");
+  EXPECT_EQ(e.pos.line, 9);
+  e = one(errors_for("gate = { precompile = false }", false, {{"TORCH_CACHING_PRECOMPILE", "1"}}));
+  EXPECT_NE(e.found.find("in the launcher's environment"), std::string::npos) << e.found;
+
+  EXPECT_TRUE(errors_for("gate = { precompile = true }", true).empty());       // the hook checks what loads
+  EXPECT_TRUE(errors_for("gate = true", false).empty());                        // unset: off without the hook
+  EXPECT_TRUE(errors_for("gate = { precompile = false }", false).empty());
+  EXPECT_TRUE(errors_for("env = { TORCH_CACHING_PRECOMPILE = \"1\" }", false).empty());  // not gated: nothing shared
 }
 
 }  // namespace
