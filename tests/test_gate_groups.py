@@ -315,8 +315,10 @@ gate = true
         m = p["metrics"]
         if fake:
             assert m["fxgraph_cache_miss"] == 0 and m["fxgraph_cache_hit"] > 0, (p["name"], m)
-        else:
-            assert m["fxgraph_cache_miss"] > 0, (p["name"], m)
+        else:  # the warm-up's graph serves no rank; the ranks trace together, and one may hit the other's fresh entry
+            assert m["fxgraph_cache_miss"] + m["fxgraph_cache_hit"] > 0, (p["name"], m)
+    if not fake:
+        assert sum(p["metrics"]["fxgraph_cache_miss"] for p in s["processes"]) > 0, s["processes"]
         # Precompile is on (the default here), but an entry with collectives inside would run the warm-up's
         # world: the ranks refuse it and trace, which the FX-graph counts above show, and say so.
         assert p["gate"]["precompiled"] is False, p["gate"]
