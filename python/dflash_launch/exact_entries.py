@@ -20,14 +20,13 @@ Dynamo then traces this process's own code, and the FX-graph cache still shares 
 An entry without a record (saved by torch alone) is refused the same way. Installed with the payload hook and by
 `import dflash_launch`, in a process that runs with Dynamo's precompile; nothing here raises into torch."""
 import hashlib
-import importlib
 import json
 import os
 import pickle
 import re
-import sys
 import threading
 
+from dflash_launch import portable, precompile_bypass
 from dflash_launch._on_import import patch_on_import
 
 FORMAT = "dflash-exact/1"
@@ -54,107 +53,16 @@ def unsaved() -> list:
     return list(_unsaved)
 
 
-# -- values as JSON, the same way in every process ---------------------------------------------------------------
-
-class Unportable(Exception):
-    """A value that cannot be written down so that another process can ask for it again."""
-
-
-def _default_group():
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    return dist.distributed_c10d._get_default_group()
-
-
-def _encode(v, result=False):
-    """`v` as JSON that decodes to an equal value. Results that cannot be rebuilt are compared by their repr."""
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, (list, tuple)):
-        return {"seq": [_encode(x, result) for x in v], "tuple": isinstance(v, tuple)}
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        if isinstance(v, torch.dtype):
-            return {"dtype": str(v).replace("torch.", "")}
-        if isinstance(v, torch.device):
-            return {"device": str(v)}
-        pg_type = getattr(getattr(torch, "_C", None), "_distributed_c10d", None)
-        if pg_type is not None and isinstance(v, pg_type.ProcessGroup):
-            if v is _default_group():
-                return {"group": "default"}
-            raise Unportable("a process group other than the default one")
-    if result:
-        return {"repr": repr(v)}
-    raise Unportable(f"an argument of type {type(v).__name__}")
-
-
-def _decode(j):
-    if not isinstance(j, dict):
-        return j
-    if "seq" in j:
-        seq = [_decode(x) for x in j["seq"]]
-        return tuple(seq) if j["tuple"] else seq
-    import torch
-    if "dtype" in j:
-        return getattr(torch, j["dtype"])
-    if "device" in j:
-        return torch.device(j["device"])
-    if j.get("group") == "default":
-        group = _default_group()
-        if group is None:
-            raise Unportable("no default process group in this process")
-        return group
-    raise Unportable(f"cannot rebuild {j}")
-
-
-def _qualified(fn) -> str:
-    return f"{getattr(fn, '__module__', None) or '?'}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
-
-
-def _resolve(name: str):
-    """The function `module.qual.name` names, as _qualified() wrote it."""
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise Unportable(f"cannot find {name}")
-
-
-def identity(obj):
-    """What names `obj` in any process: a module by its name, a function by its code, a class by its qualname;
-    other objects by their type (their contents have value guards of their own)."""
-    import types
-    if isinstance(obj, types.ModuleType):
-        return ["module", obj.__name__]
-    if isinstance(obj, types.FunctionType):
-        code = obj.__code__
-        digest = hashlib.sha256(code.co_code + repr(code.co_names).encode()).hexdigest()[:16]
-        return ["function", _qualified(obj), code.co_firstlineno, digest]
-    if isinstance(obj, types.MethodType):
-        return ["method", identity(obj.__func__), identity(obj.__self__)]
-    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-        return ["builtin", _qualified(obj)]
-    if isinstance(obj, type):
-        return ["class", _qualified(obj)]
-    return ["instance", _qualified(type(obj))]
-
-
 # -- the leader: what its trace read ------------------------------------------------------------------------------
 
 def _constant(vt):
-    """The Python value a VariableTracker stands for, or raise Unportable."""
+    """The Python value a VariableTracker stands for, or raise portable.Unportable."""
     real = getattr(getattr(vt, "value", None), "real_obj", None)  # a ProcessGroup as an argument
     if real is not None:
         return real
     if vt.is_python_constant():
         return vt.as_python_constant()
-    raise Unportable(f"an argument Dynamo traced ({type(vt).__name__})")
+    raise portable.Unportable(f"an argument Dynamo traced ({type(vt).__name__})")
 
 
 def _note_fold(name, call, args, kwargs, result_vt, owner=None):
@@ -165,12 +73,12 @@ def _note_fold(name, call, args, kwargs, result_vt, owner=None):
         if not result_vt.is_python_constant():
             return
         result = result_vt.as_python_constant()
-        entry = {"call": call, "fn": name, "args": [_encode(_constant(a)) for a in args],
-                 "kwargs": {k: _encode(_constant(v)) for k, v in kwargs.items()},
-                 "result": _encode(result, result=True)}
+        entry = {"call": call, "fn": name, "args": [portable.encode(_constant(a)) for a in args],
+                 "kwargs": {k: portable.encode(_constant(v)) for k, v in kwargs.items()},
+                 "result": portable.encode(result, result=True)}
         if call == "method":
-            entry["self"] = _encode(owner)
-    except Unportable as e:
+            entry["self"] = portable.encode(owner)
+    except portable.Unportable as e:
         entry = {"call": call, "fn": name, "unportable": str(e)}
     except Exception as e:  # noqa: BLE001 -- a value Dynamo cannot give us: nothing to ask again
         entry = {"call": call, "fn": name, "unportable": f"{type(e).__name__}: {e}"}
@@ -195,7 +103,7 @@ def _patch_torch_variables(module) -> None:
     def call_function(self, tx, args, kwargs):
         result = original(self, tx, args, kwargs)
         if id(self.value) in watched_ids:
-            _note_fold(_qualified(self.value), "function", args, kwargs, result)
+            _note_fold(portable.qualified(self.value), "function", args, kwargs, result)
         return result
     call_function.dflash_exact = True
     cls.call_function = call_function
@@ -213,7 +121,7 @@ def _patch_script_object(module) -> None:
             real = self.as_python_constant()  # a ProcessGroup, a DeviceMesh: USE_REAL members run at trace time
         except Exception:  # noqa: BLE001 -- no real object: Dynamo put the call into the graph
             return result
-        _note_fold(f"{_qualified(type(real))}.{name}", "method", args, kwargs, result, owner=real)
+        _note_fold(f"{portable.qualified(type(real))}.{name}", "method", args, kwargs, result, owner=real)
         return result
     call_method.dflash_exact = True
     cls.call_method = call_method
@@ -255,7 +163,7 @@ def _patch_guards(module) -> None:
         entry = original_entry(guard, builder)
         if entry.has_value and (entry.guard_type in _DROPPED or
                                 any(t in ("ID_MATCH", "DICT_VERSION") for t in entry.derived_guard_types)):
-            _dropped.append((guard.name, identity(entry.value)))
+            _dropped.append((guard.name, portable.identity(entry.value)))
         return entry
 
     def __init__(self, *args, **kwargs):
@@ -291,14 +199,19 @@ class _Checked:
 
 
 def _guards_states(entry):
-    """The serialized guards of every guarded code of a PrecompileCacheEntry."""
-    return [g.guards_state for code in entry.dynamo.codes for g in code.guarded_codes]
+    """The serialized guards of every guarded code of a PrecompileCacheEntry that a loader installs (a bypassed
+    code is never installed: dflash_launch/precompile_bypass.py)."""
+    return [g.guards_state for code in entry.dynamo.codes if not getattr(code, "bypassed", False)
+            for g in code.guarded_codes]
 
 
 def _record_for(entry):
-    """{sha256(guards_state): record} for the entry, or why it cannot have one."""
-    record = {}
-    for state in _guards_states(entry):
+    """{sha256(guards_state): record} for the entry, or why it is not worth writing."""
+    record, states = {}, _guards_states(entry)
+    if not states:  # every frame bypassed: nothing a loader would install
+        reasons = precompile_bypass.bypasses()
+        return None, f"Dynamo could not serialise a compiled frame ({reasons[0] if reasons else 'nothing to install'})"
+    for state in states:
         key = hashlib.sha256(state).hexdigest()
         if key not in _records:
             return None, ("a guarded code was traced before dflash-launch's exactness recorder was installed "
@@ -332,15 +245,15 @@ def _asker(fold):
     """A function that asks `fold` again in this process and returns its answer, encoded as the record encodes it.
     The function is found once; the arguments are rebuilt on each call (the default group may come later)."""
     if "unportable" in fold:
-        raise Unportable(fold["unportable"])
+        raise portable.Unportable(fold["unportable"])
     method = fold["fn"].rsplit(".", 1)[-1]
-    fn = None if fold["call"] == "method" else _resolve(fold["fn"])
+    fn = None if fold["call"] == "method" else portable.resolve(fold["fn"])
 
     def ask():
-        args = [_decode(a) for a in fold["args"]]
-        kwargs = {k: _decode(v) for k, v in fold["kwargs"].items()}
-        call = fn or getattr(_decode(fold["self"]), method)
-        return _encode(call(*args, **kwargs), result=True)
+        args = [portable.decode(a) for a in fold["args"]]
+        kwargs = {k: portable.decode(v) for k, v in fold["kwargs"].items()}
+        call = fn or getattr(portable.decode(fold["self"]), method)
+        return portable.encode(call(*args, **kwargs), result=True)
     return ask
 
 
@@ -380,7 +293,7 @@ def _describe(fold, answer="") -> str:
 
 def _show(encoded) -> str:
     try:
-        return repr(_decode(encoded)) if not (isinstance(encoded, dict) and "repr" in encoded) else encoded["repr"]
+        return repr(portable.decode(encoded)) if not (isinstance(encoded, dict) and "repr" in encoded) else encoded["repr"]
     except Exception:  # noqa: BLE001
         return json.dumps(encoded)
 
@@ -397,7 +310,7 @@ def _verdict(record, state_key, manager, global_scope):
     for source, ident in rec.get("ids", []):
         if source.startswith("G["):
             try:
-                here = identity(_scope_value(source, {"G": global_scope}))
+                here = portable.identity(_scope_value(source, {"G": global_scope}))
             except Exception:  # noqa: BLE001 -- gone here: not the leader's object
                 here = None
             if here != ident:
@@ -420,7 +333,7 @@ def _call_time_guard(checks):
             code = compile(source, "<dflash-exact>", "eval")
 
             def test(frame_locals, source=source, ident=ident, code=code):
-                here = identity(eval(code, {"L": frame_locals}, closure_vars))  # noqa: S307 -- a guard source
+                here = portable.identity(eval(code, {"L": frame_locals}, closure_vars))  # noqa: S307 -- a guard source
                 return "" if here == ident else f"the leader's trace used {source} = {ident}; here {here}"
         else:
             (fold,) = what
@@ -591,3 +504,4 @@ def install() -> None:
             (_PACKAGE, _patch_package))})
     for name, patch in _PATCHES.items():
         patch_on_import(name, patch)
+    precompile_bypass.install()  # and what it cannot save is a bypass, said once, never a crash
