@@ -102,6 +102,8 @@ def test_a_process_computes_its_own_numbers(launch, tmp_path, mode, precompile):
         followers = [p for p in s["processes"] if p is not leader]
     assert (leader["metrics"]["world"], len(followers)) == ((1, 3) if mode == "warmup" else (3, 2))
     check_exact(followers, leader, precompile)
+    for p in followers + [leader]:  # torch's per-guard "dropped" warnings: the identities are checked, not shown
+        assert "is dropped with caching_precompile" not in (tmp_path / p["log"]["stderr"]).read_text(), p["name"]
 
 
 @pytest.mark.parametrize("precompile", [True, False])
@@ -258,3 +260,42 @@ print(json.dumps([torch._dynamo.config.caching_precompile, dflash_launch.precomp
     on, (precompiled, why, _) = __import__("json").loads(p.stdout.strip().splitlines()[-1])
     assert on is False and precompiled is False, p.stdout
     assert why.startswith("off: exactness checks unavailable on torch's torch._dynamo.guards (AttributeError"), why
+
+
+LOCAL_CLASS = '''
+import json, os
+import torch
+import dflash_launch
+def make():
+    class Scale:  # a class in a local scope: Dynamo's precompile cannot pickle a guard on its instance
+        k = 3
+    return Scale()
+scale = make()
+def step(x):
+    return torch.addmm(x, x, x, alpha=scale.k)
+out = torch.compile(step)(torch.eye(2))
+print(json.dumps({"out": out.tolist(), "facts": dflash_launch.precompile_facts()}))
+'''
+
+
+def test_a_frame_dynamo_cannot_save_is_a_bypass_said_once_never_a_crash(tmp_path):
+    """torch 2.13 kills a payload whose compiled frame guards an instance of a local class (precompile on, our
+    default where the hook loads); and it warns once per dropped identity guard. Here the leader runs on, says once
+    that it saved nothing and why, prints none of torch's dropped-guard lines, and a follower computes the same."""
+    (tmp_path / "local.py").write_text(LOCAL_CLASS)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"), TORCH_CACHING_PRECOMPILE="1")
+    env.pop("NOTIFY_SOCKET", None)
+    results = {}
+    for role in ("lead", "reuse"):
+        p = subprocess.run([PY, str(tmp_path / "local.py")], env=dict(env, DFLASH_GATE_ROLE=role),
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        results[role] = (__import__("json").loads(p.stdout.strip().splitlines()[-1]), p.stderr)
+    (lead, lead_err), (follower, _) = results["lead"], results["reuse"]
+    assert lead["out"] == follower["out"] == [[4.0, 0.0], [0.0, 4.0]]
+    assert lead["facts"][0] is False and "defined in local scope" in lead["facts"][1], lead
+    assert lead["facts"][1].startswith("saved nothing: Dynamo could not serialise a compiled frame"), lead
+    assert lead_err.count("precompile artifact not saved (Dynamo could not serialise") == 1, lead_err
+    assert "is dropped with caching_precompile" not in lead_err and "Detected a package bypass" not in lead_err
+    assert not (tmp_path / "cache" / "dynamo").exists()  # nothing written: the follower traced, with its numbers
+    assert follower["facts"][0] is False, follower

@@ -117,12 +117,12 @@ def precompile_facts():
             why = save_precompile()
             if _exact_entries.unsaved():
                 return False, f"saved nothing: {_exact_entries.unsaved()[-1]}", hits
-            if why == "save_cache_artifacts() returned nothing":  # nothing compiled yet
-                return False, "saved nothing: no compiled function Dynamo could serialise", hits
-            if why != "saved":
+            if why != "saved" and why != "save_cache_artifacts() returned nothing":
                 return False, f"save failed: {why}", hits
-            if not _dynamo_entries():
-                return False, "saved nothing: no compiled function Dynamo could serialise", hits
+            if why != "saved" or not _dynamo_entries():  # nothing compiled yet, or Dynamo could not serialise it
+                bypassed = _precompile_bypass.bypasses()
+                return False, ("saved nothing: " + (f"Dynamo could not serialise a compiled frame ({bypassed[0]})"
+                                                    if bypassed else "no compiled function Dynamo could serialise")), hits
             return True, "saved", hits
         if refused_entries:
             return False, refused_entries[-1], hits
@@ -148,11 +148,13 @@ _failed_saves = set()  # said once each: the payload hook and notify_ready() may
 
 
 def say_if_save_failed(done: bool, why: str) -> None:
-    """One line on stderr for a leader whose save raised (precompile_facts()'s "save failed: ...")."""
-    if done or not why.startswith("save failed: ") or why in _failed_saves:
+    """One line on stderr for a leader whose save raised, or which Dynamo could not serialise (precompile_facts()'s
+    "save failed: ..." and "saved nothing: Dynamo could not serialise ..."), once."""
+    said = why.startswith("save failed: ") or why.startswith("saved nothing: Dynamo could not serialise")
+    if done or not said or why in _failed_saves:
         return
     _failed_saves.add(why)
-    print(f"dflash_launch: precompile artifact not saved ({why[len('save failed: '):]}): followers trace "
+    print(f"dflash_launch: precompile artifact not saved ({why.split(': ', 1)[1]}): followers trace "
           f"with the FX-graph cache instead", file=sys.stderr, flush=True)
 
 
@@ -350,6 +352,7 @@ def contract_from_env(env=None):
 # the process that loads it (dflash_launch/exact_entries.py).
 from dflash_launch import exact_entries as _exact_entries  # noqa: E402
 from dflash_launch import isa_verdict as _isa_verdict  # noqa: E402
+from dflash_launch import precompile_bypass as _precompile_bypass  # noqa: E402
 from dflash_launch import retrace_fix as _retrace_fix  # noqa: E402
 
 _isa_verdict.install()
