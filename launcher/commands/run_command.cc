@@ -296,17 +296,10 @@ int RunRun(const RunOptions& opts, char** env) {
   // summary's private write (a dir fd and a temp file) needs under a tight fd limit.
   ports.locks.clear();
   console.EndLive();  // the summary goes below the last frame, plainly
-  // A full disk under the log dir: the run's own record is incomplete. Said on
-  // the console and in the exit reason, never a silent cut; a run whose
-  // processes all succeeded then exits 1, since its record cannot be trusted.
+  // A full disk under the log dir: the run's own record is incomplete (RunVerdict::RecordsIncomplete).
   auto incomplete = [&](const std::string& what) {
-    summary.records_error += (summary.records_error.empty() ? "" : "; ") + what;
-    if (rc == exit_code::kOk) {
-      rc = summary.exit_code = exit_code::kFailure;
-      summary.reason = "every process succeeded, but the run's records are incomplete: " + what;
-    } else {
-      summary.reason += "; and the run's records are incomplete: " + what;
-    }
+    summary.RecordsIncomplete(what);
+    rc = summary.exit_code;
   };
   if (std::string loss = SupervisorLogLoss(*log); !loss.empty()) incomplete(loss);
   std::string summary_path = plan.run_dir + "/summary.json";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "launcher/supervise/attempt_record.h"
+#include "launcher/supervise/run_verdict.h"
 
 namespace dflash {
 
@@ -39,21 +40,12 @@ struct ProcessSummary {
   std::vector<std::pair<std::string, int>> ports;  // its role's named ports as given: ("http", 23456)
 };
 
-struct RunSummary {
+/// The run's verdict (exit code, culprit, reason: run_verdict.h) with its processes.
+struct RunSummary : RunVerdict {
   std::string run_id;
   std::string config;
   std::string run_dir;
-  int exit_code = 0;
-  std::string culprit;  // empty: none
-  int culprit_attempt = -1;  // which of its attempts was the root cause
-  std::string reason;
-  /// Store mode: the other node's failure that stopped this one ({node, process,
-  /// exit_code, reason}; docs/multinode.md), or null.
-  nlohmann::json node_culprit;
   double wall_s = 0;
-  /// Non-empty: the run's own records are incomplete (summary.json not written,
-  /// supervisor.log lines lost: a full disk); the table says so instead of "summary in".
-  std::string records_error;
   std::vector<std::string> warnings;  // e.g. a gate reuse that still missed the cache
   std::vector<ProcessSummary> processes;
   /// The warm-ups of roles in gate mode "warmup" ("drafter:warmup"): they ran

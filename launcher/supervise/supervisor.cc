@@ -586,7 +586,10 @@ std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
   std::vector<pid_t> children = OwnChildren();
   if (children.empty()) return killed;
   std::vector<RunProcess> processes;
-  for (const CoreProc& p : core_.procs()) processes.push_back({p.plan->name, p.pid, p.attempt, p.alive()});
+  for (size_t i = 0; i < core_.size(); ++i) {
+    const CoreProc& p = core_.proc(i);
+    processes.push_back({p.plan->name, p.pid, p.attempt, p.alive()});
+  }
   pid_t own_group = ::getpgrp();
   for (pid_t pid : children) {
     if (pid == guard_.guardian_pid() || pid == options_.keep_pid) continue;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "common/exit_codes.h"
 #include "launcher/supervise/payload_files.h"
 
 namespace dflash {
@@ -50,25 +49,7 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
   }
   s.warnings = core.warnings();
-  if (core.culprit() >= 0) {
-    s.culprit = core.proc(static_cast<size_t>(core.culprit())).plan->name;
-    const AttemptRecord* a = core.culprit_attempt();
-    s.culprit_attempt = a ? a->attempt : -1;
-    s.exit_code = core.ExitCode();
-    s.reason = core.ExitReason();
-  } else if (!start_error.empty()) {
-    // Nothing ran: never "succeeded".
-    s.exit_code = exit_code::kFailure;
-    s.reason = "the supervisor could not start (" + start_error + "); no process was started";
-  } else {
-    s.exit_code = core.ExitCode();
-    s.reason = core.ExitReason();
-  }
-  // Another node's failure stopped the run (store mode): that node is the culprit.
-  if (!core.node_culprit().empty()) {
-    s.culprit = core.node_culprit();
-    s.node_culprit = core.node_record();
-  }
+  static_cast<RunVerdict&>(s) = core.Verdict(start_error);  // decided once, by the incident
   return s;
 }
 
