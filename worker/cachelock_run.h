@@ -1,5 +1,5 @@
 // `dflash-cachelock-run DIR --key K [--ready ...] -- CMD`: the compile gate for any
-// script, on the worker's side of the layers (it hosts CMD with RunGated, as
+// script, on the worker's side of the layers (it hosts CMD with RunGatedPayload, as
 // dflash-worker does); `dflash-cachelock run ...` forwards here. The gate
 // library and its CLI (`status`, `forget`) include nothing of worker/.
 #pragma once

@@ -51,10 +51,10 @@ struct GatedRunOptions {
   /// gate.precompile: TORCH_CACHING_PRECOMPILE=1 for the gated payload unless its environment sets
   /// it; the gate facts say whether it was precompiled (docs/cachelock.md).
   bool precompile = false;
-  /// Whether RunGated sets that variable and reports the facts at all: off for dflash-cachelock run,
+  /// Whether RunGatedPayload sets that variable and reports the facts at all: off for dflash-cachelock run,
   /// whose payload is any script, not a torch.compile one behind the supervisor.
   bool manage_precompile = true;
-  /// Publish only when the cache shows the compile (see RunGated). On for the
+  /// Publish only when the cache shows the compile (see RunGatedPayload). On for the
   /// Inductor caches dflash-worker fronts; `dflash-cachelock run` guards any
   /// script's output, which need not land in the gate's dir, so it is off there.
   bool require_cache_change = true;
@@ -96,7 +96,7 @@ struct GatedRunOptions {
 /// published and a warning (X_DFLASH_GATE_WARNING=) says why. Before a leader
 /// runs its payload, whatever is left of a dead leader's tree is killed; a
 /// leader whose payload ends unready kills its own leftovers before letting go.
-int RunGated(const GatedRunOptions& options);
+int RunGatedPayload(const GatedRunOptions& options);
 
 /// $DFLASH_GATE_SOURCES: one "<sha256 or -> <path>" per line (plan.cc writes it).
 std::vector<ReadySource> ParseGateSources(const std::string& text);

@@ -70,5 +70,5 @@ int main(int argc, char** argv) {
   // One GPU per process (CUDA_VISIBLE_DEVICES=<index>); a CPU process gets it empty.
   if (const char* v = std::getenv(env::kCudaVisibleDevices); v && *v && std::string(v) != "-1") o.device = "cuda";
   o.say = [](const std::string& line) { std::fprintf(stderr, "dflash-worker: %s\n", line.c_str()); };
-  return RunGated(o);
+  return RunGatedPayload(o);
 }
