@@ -5,6 +5,7 @@
 // training process load their code.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace dflash {
@@ -15,6 +16,10 @@ struct StoreAuth {
   /// What a person sets when the store refuses us ("set [run] store_password_file ..."): auth errors
   /// end with it, so they name the key to set.
   std::string hint;
+  /// Run on every new connection, before AUTH or anything else is sent: false (with why) refuses the
+  /// server and nothing reaches it. Node 0 proves here that the private store's listener is its own
+  /// redis-server's socket (launcher/cluster/private_store.h), so the password never goes to a squatter.
+  std::function<bool(std::string* why)> verify_server;
   bool empty() const { return password.empty(); }
 };
 

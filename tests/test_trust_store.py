@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import run
+from impostor import Impostor
 from redis_server import RedisServer, listening, resp
 from supervise import EVENT_TIMEOUT, holds_for, wait_until, write_config
 from test_multinode_store import launch_node, started, summary, survivors, waiters
@@ -94,6 +95,72 @@ def test_another_user_cannot_read_write_or_shut_down_the_private_store(bin_dir, 
     assert not (run_dir / "store.secret").exists()  # gone with the run
     assert not listening(port)
     assert secret not in o + e + (run_dir / "supervisor.log").read_text()
+
+
+def slow_redis_server(tmp_path, delay=3):
+    """A redis-server first on PATH that starts `delay` seconds late: the window between the launcher's probe of
+    the store's port and redis-server's bind, which an attacker watching the port lock files gets anyway."""
+    real = shutil.which("redis-server")
+    if real is None:
+        pytest.skip("redis-server is not installed")
+    d = tmp_path / "slow-bin"
+    d.mkdir()
+    (d / "redis-server").write_text(f'#!/bin/sh\nsleep {delay}\nexec {real} "$@"\n')
+    (d / "redis-server").chmod(0o755)
+    return dict(os.environ, PATH=f"{d}:{os.environ['PATH']}")
+
+
+def test_a_port_taken_before_redis_binds_gets_no_password_and_nothing_starts(bin_dir, tmp_path):
+    """Issue #38 item 1: another user binds the private store's port after its lock file appears and before
+    redis-server binds it. Before: the launcher sent `AUTH <run password>` (the key that signs shipped kernels) to
+    the impostor and ran the whole run on it. Now: the listener is not the launcher's child's socket, so not one
+    byte is sent; exit 69 names the squatter; nothing starts."""
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(tmp_path, 'store = "private"\n' + waiters(out))
+    impostor = Impostor("redis", match="run ts-sq, its private store")
+    try:
+        p = start(bin_dir, config, "ts-sq", env=slow_redis_server(tmp_path))
+        rc, o, e = finish(p, timeout=90)
+    finally:
+        impostor.stop()
+    assert impostor.port, "the impostor never saw the store's port lock"
+    assert impostor.received == "", f"sent to another user's server: {impostor.received[:300]!r}"
+    assert rc == 69, o + e
+    assert f"uid 65534 (nobody), pid" in e and "nothing was sent to it" in e, e
+    assert not list(out.glob("*.started"))
+
+
+def test_a_private_store_that_dies_mid_run_is_not_replaced_by_whoever_binds_its_port(bin_dir, tmp_path):
+    """Item 1, later in the run: the store's redis-server dies (OOM killer, a crash) and another user binds its
+    port at once. Before: the coordinator reconnected and sent the password to the new listener, and the run went
+    on. Now: the run stops (exit 70, the private store named) and no reconnection sends anything to a listener
+    that is not the run's own redis-server."""
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(tmp_path, 'store = "private"\nstore_ttl = "1s"\n' + waiters(out))
+    p = start(bin_dir, config, "ts-md")
+    impostor = None
+    try:
+        assert wait_until(lambda: started(out, 2), timeout=EVENT_TIMEOUT), "the processes did not start"
+        log = (tmp_path / "runs/ts-md/supervisor.log").read_text()
+        m = re.search(r"private store: redis-server pid (\d+) on redis://[^:]+:(\d+)", log)
+        pid, port = int(m.group(1)), int(m.group(2))
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: not listening(port), timeout=EVENT_TIMEOUT)
+        impostor = Impostor("redis", port=port)
+        assert wait_until(lambda: impostor.port == port or impostor.proc.poll() is not None, timeout=EVENT_TIMEOUT)
+        wait_until(lambda: p.poll() is not None or impostor.received, timeout=30)
+        (out / "go").touch()
+        rc, o, e = finish(p, timeout=90)
+    finally:
+        kill_all([p])
+        if impostor:
+            impostor.stop()
+    assert impostor.port == port
+    assert "AUTH" not in impostor.received and impostor.received == "", impostor.received[:300]
+    assert rc == 70, o + e
+    assert "the private store (redis-server pid" in o + e and "the run's store is gone" in o + e, o + e
 
 
 def test_a_private_store_of_several_nodes_needs_the_runs_password(bin_dir, tmp_path):

@@ -128,6 +128,16 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
   co.barrier_timeout = run.store_barrier_timeout;
   co.outage = run.store_outage;
   co.auth = auth;
+  if (PrivateStore* ps = session->private_store.get())
+    co.auth.verify_server = [ps](std::string* why) {
+      std::string who;
+      switch (ps->Prove(&who)) {
+        case ListenerProof::kOurs: return true;
+        case ListenerProof::kForeign: *why = "its port is held by " + who + ", not by the run's redis-server"; break;
+        case ListenerProof::kNone: *why = "the run's redis-server no longer listens"; break;
+      }
+      return false;
+    };
   session->coordinator = std::make_unique<NodeCoordinator>(co);
   NodeCoordinator& c = *session->coordinator;
   int rc = 0;
