@@ -231,10 +231,11 @@ void Supervisor::Impl::AddStream(size_t i, bool is_stderr, UniqueFd fd) {
   std::string path = plan_.AttemptPath(*p.plan, p.attempt, is_stderr ? "stderr.log" : "stdout.log");
   std::string err;
   int id = router_.Add(std::move(fd), p.plan->name, is_stderr, path, &err);
-  if (id < 0) {
-    Warn(p.plan->name + ": cannot log to " + path + ": " + err);
-    return;
-  }
+  // Loud (console, supervisor.log, summary.json) but never fatal: the pipe is still drained (console only).
+  if (!err.empty())
+    core_.AddWarning(p.plan->name + ": cannot log to " + path + ": " + err +
+                     (id >= 0 ? "; its output is shown on the console only" : ""));
+  if (id < 0) return;
   if (static_cast<size_t>(id) >= stream_owner_.size()) stream_owner_.resize(id + 1, -1);
   stream_owner_[id] = static_cast<int>(i);
   epoll_event ev{};
