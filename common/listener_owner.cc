@@ -6,7 +6,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -63,21 +62,6 @@ void ReadTable(const std::string& path, int port, std::vector<TcpListener>* out)
   }
 }
 
-/// Every pid of /proc with its stat (a process that ends meanwhile is left out).
-std::vector<ProcStat> AllProcesses() {
-  std::vector<ProcStat> out;
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir("/proc"), ::closedir);
-  if (!d) return out;
-  while (struct dirent* e = ::readdir(d.get())) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
-    ProcStat st;
-    if (ReadProcStat(static_cast<pid_t>(pid), &st)) out.push_back(st);
-  }
-  return out;
-}
-
 /// Calls `each(inode)` for every socket among `pid`'s fds; stops when it returns true.
 template <typename F>
 bool ForEachSocket(pid_t pid, F each) {
@@ -115,32 +99,6 @@ bool ListTcpListeners(int port, std::vector<TcpListener>* out, std::string* err)
   }
   if (!any) *err = "cannot read /proc/net/tcp or /proc/net/tcp6";
   return any;
-}
-
-std::vector<pid_t> ProcessTree(pid_t root) {
-  std::vector<ProcStat> all = AllProcesses();
-  std::multimap<pid_t, pid_t> children;
-  std::set<pid_t> in{root};
-  for (const ProcStat& s : all) {
-    children.emplace(s.ppid, s.pid);
-    if (s.sid == root) in.insert(s.pid);
-  }
-  std::vector<pid_t> todo(in.begin(), in.end());
-  while (!todo.empty()) {
-    pid_t p = todo.back();
-    todo.pop_back();
-    auto [b, e] = children.equal_range(p);
-    for (auto it = b; it != e; ++it)
-      if (in.insert(it->second).second) todo.push_back(it->second);
-  }
-  return {in.begin(), in.end()};
-}
-
-bool InProcessTree(pid_t pid, pid_t root) {
-  if (pid <= 0 || root <= 0) return false;
-  for (pid_t p : ProcessTree(root))
-    if (p == pid) return true;
-  return false;
 }
 
 pid_t FindSocketHolder(ino_t inode) {

@@ -26,15 +26,6 @@ struct TcpListener {
 /// False only if neither /proc/net/tcp nor /proc/net/tcp6 could be read.
 bool ListTcpListeners(int port, std::vector<TcpListener>* out, std::string* err);
 
-/// `root`, every process below it (by parent) and every process of its session
-/// (a spawned process leads a session of its own; a daemon it double-forked
-/// stays in it unless it calls setsid, and then it is still below by parent
-/// until it is re-parented). A racy snapshot, like any listing of /proc.
-std::vector<pid_t> ProcessTree(pid_t root);
-
-/// Whether `pid` is in ProcessTree(root) now.
-bool InProcessTree(pid_t pid, pid_t root);
-
 /// A process that holds socket `inode` open, found among the /proc/<pid>/fd we
 /// may read (all of them as root), or -1.
 pid_t FindSocketHolder(ino_t inode);
@@ -46,7 +37,7 @@ enum class ListenerProof {
 };
 
 /// Proves (or refuses) that what listens on `port` belongs to the tree of
-/// `root`. kForeign: `who` is "uid 65534 (nobody), pid 812 (python3), listening
+/// `root` (ProcessTree, common/proc_scan.h). kForeign: `who` is "uid 65534 (nobody), pid 812 (python3), listening
 /// on 127.0.0.1:23456" (the pid where /proc lets us find it). kNone also when
 /// /proc/net cannot be read (`err` then says why): nothing is proven.
 ListenerProof ProveListener(int port, pid_t root, std::string* who, std::string* err);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/proc_scan.h"
 #include "testing/process.h"
 
 namespace dflash {
