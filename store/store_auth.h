@@ -33,6 +33,13 @@ bool WriteSecretFile(const std::string& path, const std::string& secret, std::st
 /// 32 random bytes from the kernel (getrandom), as 64 hex digits: a private store's password.
 bool RandomSecret(std::string* secret, std::string* err);
 
+/// What a private store's clients send with AUTH, and what its redis-server requires: HMAC-SHA256 of the run
+/// id under the run's secret, never the secret itself. The secret keys the HMAC that signs shipped kernels
+/// (cachelock/cluster_gate.h); a client that cannot prove the server it reaches (another node's launcher, the
+/// run's processes) may be talking to whoever bound the port first, and hands them only this: no signing key,
+/// and a password no other run accepts.
+std::string PrivateStoreAuthPassword(const std::string& secret, const std::string& run_id);
+
 /// The environment variables the launcher sets for its processes (the cluster gate reads them):
 /// DFLASH_STORE_SECRET_FILE names a 0600 file with the password, DFLASH_STORE_USER the ACL user.
 inline constexpr const char* kStoreSecretFileEnv = "DFLASH_STORE_SECRET_FILE";

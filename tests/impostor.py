@@ -1,7 +1,8 @@
 """Another local user's server on a port a run meant for itself (issue #38 items 1 and 2): run as uid 65534
-through setpriv, it binds the port it is told, or every port whose lock file in /tmp/dflash-ports appears after
-it started with a record that holds `match` (it watches them, as an attacker would), then records every byte
-sent to it and answers like a Redis server (+OK to anything) or an HTTP server (200 and `body`)."""
+through setpriv, it binds the port it is told, or every port whose lock file in /tmp/dflash-ports gets a record
+that holds `match` after it started (it watches them, as an attacker would), then records every byte
+sent to it and answers like a Redis server (+OK to anything; or "refuse": WRONGPASS, then it closes) or an HTTP
+server (200 and `body`)."""
 import json
 import os
 import shutil
@@ -20,7 +21,12 @@ mode, port, match, body = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4
 def say(**kw):
     print(json.dumps(kw), flush=True)
 locks = "/tmp/dflash-ports"
-seen = set(os.listdir(locks)) if os.path.isdir(locks) else set()
+def stamps():
+    try:
+        return {e.name: (e.stat().st_mtime_ns, e.stat().st_size) for e in os.scandir(locks)}
+    except OSError:
+        return {}
+seen = stamps()  # a lock file is kept after its run: a port used before has one already, with an old record
 listeners, conns = [], []
 def listen(p):
     s = socket.socket()
@@ -37,18 +43,18 @@ if port:
     listen(port)
 say(watching=True)
 while True:
-    if not port and os.path.isdir(locks):
-        for name in set(os.listdir(locks)) - seen:
+    if not port:
+        for name, stamp in stamps().items():
+            if stamp[1] == 0 or seen.get(name) == stamp:
+                continue  # not written yet, or not written since we started looking
+            seen[name] = stamp
             try:
                 record = open(os.path.join(locks, name)).read()
             except OSError:
                 continue
-            if not record:
-                continue  # not written yet: look again
-            seen.add(name)
             if match in record:
                 listen(int(name.split(".")[0]))
-    ready, _, _ = select.select(listeners + conns, [], [], 0.002 if not port else 0.5)
+    ready, _, _ = select.select(listeners + conns, [], [], 0.02 if not port else 0.5)
     for r in ready:
         if r in listeners:
             c, _ = r.accept()
@@ -61,7 +67,11 @@ while True:
             r.close()
             continue
         say(got=data.decode("latin-1"))
-        if mode == "redis":
+        if mode == "refuse":  # a Redis that turns every password down: the client gives up at once
+            r.sendall(b"-WRONGPASS invalid username-password pair\r\n")
+            conns.remove(r)
+            r.close()
+        elif mode == "redis":
             r.sendall(b"+OK\r\n" * max(1, data.count(b"\r\n*") + data.startswith(b"*")))
         else:
             r.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
