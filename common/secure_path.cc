@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "common/fd.h"
 
@@ -91,7 +93,30 @@ std::string UserNameOf(uid_t uid) {
   return std::to_string(uid);
 }
 
+namespace {
+
+std::string AskWhoElseIsInGroup(gid_t gid);
+
+}  // namespace
+
 std::string GroupWritersBesidesMe(gid_t gid) {
+  // Asked once per group and user: a cache tree of a umask-002 user has thousands of group-writable entries,
+  // and each answer enumerates every passwd entry (which NSS may fetch from a directory service).
+  static std::mutex mu;
+  static std::map<std::pair<uid_t, gid_t>, std::string> known;
+  const auto key = std::make_pair(::geteuid(), gid);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  std::string who = AskWhoElseIsInGroup(gid);
+  std::lock_guard<std::mutex> lock(mu);
+  return known.emplace(key, who).first->second;
+}
+
+namespace {
+
+std::string AskWhoElseIsInGroup(gid_t gid) {
   const uid_t uid = ::geteuid();
   const std::string gname = "group " + std::to_string(gid);
   struct passwd pw {};
@@ -129,6 +154,8 @@ std::string GroupWritersBesidesMe(gid_t gid) {
   if (listed_me || (gid == my_gid && group_name == my_name)) return "";
   return group_name + " is not your user private group";
 }
+
+}  // namespace
 
 bool GroupIsOnlyMe(gid_t gid) { return GroupWritersBesidesMe(gid).empty(); }
 
