@@ -179,30 +179,31 @@ def test_ctl_status_never_shows_or_measures_a_reused_mainpid(bin_dir, tmp_path):
 def test_another_users_lock_file_bytes_reach_the_terminal_escaped(bin_dir, tmp_path):
     """Another user holds the port lock of our master_port with escape sequences in its record. Before: they
     reached our terminal raw (retitle, clear screen). Now: shown as \\x1b..., with whose file it is; exit 69."""
-    port = 20000 + os.getpid() % 12000
-    ready = tmp_path / "held"
-    tmp_path.chmod(0o755)
-    holder = as_nobody([sys.executable, "-c", textwrap.dedent(f"""\
-        import fcntl, os, time
-        os.makedirs("/tmp/dflash-ports", exist_ok=True)
-        fd = os.open("/tmp/dflash-ports/{port}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.write(fd, b"\\x1b]0;pwned\\x07\\x1b[2Jevil holder\\n")
-        print("held", flush=True)
-        time.sleep(60)
+    if not os.path.isdir("/tmp/dflash-ports"):  # as the launcher makes it: shared, sticky
+        os.mkdir("/tmp/dflash-ports")
+        os.chmod("/tmp/dflash-ports", 0o1777)
+    holder = as_nobody([sys.executable, "-c", textwrap.dedent("""\
+        import fcntl, os, random, time
+        for port in random.sample(range(20000, 32767), 200):  # a port whose lock file this user can make
+            path = f"/tmp/dflash-ports/{port}.lock"
+            if os.path.exists(path):
+                continue
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(fd, b"\\x1b]0;pwned\\x07\\x1b[2Jevil holder\\n")
+            print(port, flush=True)
+            time.sleep(60)
         """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    port = None
     try:
-        assert holder.stdout.readline().strip() == "held"
+        port = int(holder.stdout.readline())
         config = write_config(tmp_path, f'master_port = {port}\n[[role]]\nname = "p"\ncpu = 1\ncommand = ["true"]\n')
         r = run([bin_dir / "dflash-launch", "run", config, "--run-id", "lk"])
     finally:
         holder.kill()
         holder.wait()
-        try:
+        if port:
             os.unlink(f"/tmp/dflash-ports/{port}.lock")
-        except OSError:
-            pass
     assert r.returncode == 69, r.stdout + r.stderr
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr, repr(r.stderr)
     assert "\\x1b]0;pwned\\x07\\x1b[2Jevil holder" in r.stderr, r.stderr
