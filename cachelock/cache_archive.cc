@@ -148,7 +148,8 @@ ArchiveReader OpenArchiveForRead(const std::string& file, std::string* err) {
   return a;
 }
 
-bool ReadManifestEntry(archive* a, const std::string& file, CacheManifest* manifest, std::string* err) {
+bool ReadManifestEntry(archive* a, const std::string& file, CacheManifest* manifest, std::string* err,
+                       std::string* text_out) {
   archive_entry* e = nullptr;
   if (archive_read_next_header(a, &e) != ARCHIVE_OK) {
     *err = file + " is not a dflash cache archive: " + archive_error_string(a);
@@ -181,7 +182,53 @@ bool ReadManifestEntry(archive* a, const std::string& file, CacheManifest* manif
     *err = file + ": bad manifest: " + *err;
     return false;
   }
+  if (text_out) *text_out = std::move(text);
   return true;
+}
+
+bool ReadSignatureEntry(archive* a, const std::string& file, std::string* signature, bool* signed_,
+                        archive_entry** pending, std::string* err) {
+  *signed_ = false;
+  *pending = nullptr;
+  archive_entry* e = nullptr;
+  int rc = archive_read_next_header(a, &e);
+  if (rc == ARCHIVE_EOF) return true;
+  if (rc != ARCHIVE_OK) {
+    *err = file + " is corrupted: " + archive_error_string(a);
+    return false;
+  }
+  if (std::string(archive_entry_pathname(e) ? archive_entry_pathname(e) : "") != kSignatureName) {
+    *pending = e;
+    return true;
+  }
+  char buf[129];
+  la_ssize_t n = archive_read_data(a, buf, sizeof buf);
+  if (n < 0 || n > 128 || archive_entry_filetype(e) != AE_IFREG) {
+    *err = file + ": its " + kSignatureName + " is not a signature";
+    return false;
+  }
+  *signature = std::string(buf, static_cast<size_t>(n));
+  *signed_ = true;
+  rc = archive_read_next_header(a, &e);  // the first content entry, for the caller
+  if (rc == ARCHIVE_EOF) return true;
+  if (rc != ARCHIVE_OK) {
+    *err = file + " is corrupted: " + archive_error_string(a);
+    return false;
+  }
+  *pending = e;
+  return true;
+}
+
+ImportResult CheckArchiveTrust(const std::string& file, const ArchiveTrust& trust, std::string* err) {
+  ArchiveReader a = OpenArchiveForRead(file, err);
+  CacheManifest m;
+  std::string text, sig;
+  bool signed_ = false;
+  archive_entry* pending = nullptr;
+  if (!a || !ReadManifestEntry(a.get(), file, &m, err, &text) ||
+      !ReadSignatureEntry(a.get(), file, &sig, &signed_, &pending, err))
+    return ImportResult::kCorrupt;
+  return ArchiveTrusted(trust, text, sig, signed_, err) ? ImportResult::kOk : ImportResult::kUntrusted;
 }
 
 bool ReadArchiveManifest(const std::string& file, CacheManifest* manifest, std::string* err) {
@@ -190,7 +237,7 @@ bool ReadArchiveManifest(const std::string& file, CacheManifest* manifest, std::
 }
 
 bool ExportCache(const std::string& dir, const std::string& file, const ArchiveFacts& facts, ExportReport* report,
-                 std::string* err) {
+                 std::string* err, const std::string& sign_key) {
   UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dirfd) {
     *err = ErrnoMessage("open " + dir, errno);
@@ -243,6 +290,14 @@ bool ExportCache(const std::string& dir, const std::string& file, const ArchiveF
       if (ok && archive_write_data(a.get(), text.data(), text.size()) != static_cast<la_ssize_t>(text.size())) {
         *err = WriteError(a.get(), file);
         ok = false;
+      }
+      if (ok && !sign_key.empty()) {  // right after the manifest: an import checks it before unpacking anything
+        std::string sig = SignManifest(sign_key, text);
+        ok = AddEntryHeader(a.get(), kSignatureName, sig.size(), file, err);
+        if (ok && archive_write_data(a.get(), sig.data(), sig.size()) != static_cast<la_ssize_t>(sig.size())) {
+          *err = WriteError(a.get(), file);
+          ok = false;
+        }
       }
       std::unique_ptr<char[]> buf(new char[kArchiveChunk]);
       for (size_t i = 0; ok && i < m.files.size(); ++i)

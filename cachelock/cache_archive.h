@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cachelock/archive_key.h"
 #include "cachelock/cache_manifest.h"
 
 namespace dflash {
@@ -36,10 +37,12 @@ struct ExportReport {
 /// removed and `err` says what failed, on which path, with errno's text
 /// ("write /x/c.tar.zst: No space left on device").
 /// REQUIRES: the caller holds the cache's gate (no leader is writing).
+/// `sign_key` (archive_key.h) signs the manifest: the signature is the archive's second entry. Empty: unsigned
+/// (the cluster gate signs its archives its own way).
 bool ExportCache(const std::string& dir, const std::string& file, const ArchiveFacts& facts, ExportReport* report,
-                 std::string* err);
+                 std::string* err, const std::string& sign_key = "");
 
-enum class ImportResult { kOk, kMismatch, kCorrupt, kIo };
+enum class ImportResult { kOk, kMismatch, kCorrupt, kIo, kUntrusted };
 
 struct ImportReport {
   CacheManifest manifest;
@@ -51,14 +54,19 @@ struct ImportReport {
 /// Reads and type-checks the manifest of `file` only (no unpacking).
 bool ReadArchiveManifest(const std::string& file, CacheManifest* manifest, std::string* err);
 
+/// Whether `file` may be imported under `trust` (archive_key.h), from its manifest and signature only.
+/// kOk, kUntrusted or kCorrupt, with `err`. ImportCache checks again on the bytes it unpacks.
+ImportResult CheckArchiveTrust(const std::string& file, const ArchiveTrust& trust, std::string* err);
+
 /// Unpacks `file` into `dir`, all or nothing: every entry is streamed into a
 /// staging dir inside `dir/.dflash/` with its size bounded by the manifest and
 /// its SHA-256 checked; then the files are renamed in, READY markers last. A
 /// failure at any step takes back what was renamed in (restoring files it
 /// replaced) and removes the staging dir; `report` says whether that worked.
-/// The manifest must match `here` (torch version, device) unless `force`.
+/// The manifest must match `here` (torch version, device) unless `force`, and the archive must be
+/// trusted (`trust`: signed with the user's key, or vouched for) before anything is written: kUntrusted.
 /// REQUIRES: the caller holds the cache's gate.
 ImportResult ImportCache(const std::string& file, const std::string& dir, const ArchiveFacts& here, bool force,
-                         ImportReport* report, std::string* err);
+                         const ArchiveTrust& trust, ImportReport* report, std::string* err);
 
 }  // namespace dflash

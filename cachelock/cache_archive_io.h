@@ -3,6 +3,7 @@
 #pragma once
 
 #include <archive.h>
+#include <archive_entry.h>
 
 #include <cstddef>
 #include <memory>
@@ -23,6 +24,14 @@ using ArchivePtrW = std::unique_ptr<archive, int (*)(archive*)>;
 ArchiveReader OpenArchiveForRead(const std::string& file, std::string* err);
 
 /// Reads the first entry (must be manifest.json, at most 64 MiB) and type-checks it.
-bool ReadManifestEntry(archive* a, const std::string& file, CacheManifest* manifest, std::string* err);
+/// Reads the first entry, the manifest (`text`, if given, gets its exact bytes: what is signed).
+bool ReadManifestEntry(archive* a, const std::string& file, CacheManifest* manifest, std::string* err,
+                       std::string* text = nullptr);
+
+/// Reads the next header; if it is the signature entry (archive_key.h), its value into `signature`
+/// (`*signed_` true). `*pending` is the first content entry's header, still to be read (null: the
+/// archive has no more entries). False: the archive is corrupt (`err`).
+bool ReadSignatureEntry(archive* a, const std::string& file, std::string* signature, bool* signed_,
+                        archive_entry** pending, std::string* err);
 
 }  // namespace dflash

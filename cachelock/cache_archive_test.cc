@@ -92,14 +92,57 @@ TEST(CacheArchive, CudaContentTravelsAndAnotherGpuRefusesIt) {
 
   fs::create_directories(other + "/.dflash");  // the gate dir: the import command takes the gate first
   ImportReport r;
+  ArchiveTrust vouched;
+  vouched.vouched = true;
   EXPECT_EQ(ImportCache(file, other, {"2.13.0+cu130", "cuda", "NVIDIA A100-SXM4-80GB sm 8.0; cuda 13.0 triton 3.6.0"},
-                        false, &r, &err),
+                        false, vouched, &r, &err),
             ImportResult::kMismatch);
   EXPECT_NE(err.find("compiled for " + h200), std::string::npos) << err;
   EXPECT_NE(err.find("--force"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(other + "/" + best));
-  ASSERT_EQ(ImportCache(file, other, {"2.13.0+cu130", "cuda", h200}, false, &r, &err), ImportResult::kOk) << err;
+  ASSERT_EQ(ImportCache(file, other, {"2.13.0+cu130", "cuda", h200}, false, vouched, &r, &err), ImportResult::kOk)
+      << err;
   EXPECT_TRUE(fs::exists(other + "/" + best) && fs::exists(other + "/" + timings) && fs::exists(other + "/" + cute));
+}
+
+// An archive is code: only one signed with the importer's key (or vouched for) is unpacked, and a refusal
+// writes nothing. The signature follows the manifest, which names every file's hash.
+TEST(CacheArchive, OnlyAnArchiveSignedWithTheImportersKeyOrVouchedForIsImported) {
+  TempDir t;
+  std::string cache = t.path() + "/cache", other = t.path() + "/other";
+  WriteText(cache + "/ab/cabkernel.cpp", "kernel");
+  fs::create_directories(other + "/.dflash");
+  ExportReport report;
+  std::string err, signed_file = t.path() + "/s.tar.zst", unsigned_file = t.path() + "/u.tar.zst";
+  ASSERT_TRUE(ExportCache(cache, signed_file, {"2.13.0+cpu", "cpu", ""}, &report, &err, "my-key")) << err;
+  ASSERT_TRUE(ExportCache(cache, unsigned_file, {"2.13.0+cpu", "cpu", ""}, &report, &err)) << err;
+  auto entries = Entries(signed_file);
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[1].first, kSignatureName);
+  EXPECT_EQ(entries[1].second, SignManifest("my-key", entries[0].second));
+  ImportReport r;
+  const ArchiveFacts here{"2.13.0+cpu", "cpu", ""};
+  struct Case {
+    std::string file, key;
+    bool vouched;
+    ImportResult want;
+    std::string says;
+  };
+  for (const Case& c : {Case{unsigned_file, "my-key", false, ImportResult::kUntrusted, "not signed"},
+                        Case{signed_file, "another-key", false, ImportResult::kUntrusted, "not signed with your"},
+                        Case{signed_file, "", false, ImportResult::kUntrusted, "no archive key"}}) {
+    ArchiveTrust trust{c.key, c.vouched};
+    EXPECT_EQ(CheckArchiveTrust(c.file, trust, &err), c.want) << c.file << " " << c.key;
+    EXPECT_EQ(ImportCache(c.file, other, here, false, trust, &r, &err), c.want) << c.file << " " << c.key;
+    EXPECT_NE(err.find(c.says), std::string::npos) << err;
+    EXPECT_NE(err.find("--trust"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(other + "/ab/cabkernel.cpp"));
+  }
+  ASSERT_EQ(ImportCache(signed_file, other, here, false, {"my-key", false}, &r, &err), ImportResult::kOk) << err;
+  EXPECT_EQ(test::Slurp(other + "/ab/cabkernel.cpp"), "kernel");
+  fs::remove_all(other + "/ab");
+  ASSERT_EQ(ImportCache(unsigned_file, other, here, false, {"", true}, &r, &err), ImportResult::kOk) << err;
+  EXPECT_EQ(test::Slurp(other + "/ab/cabkernel.cpp"), "kernel");
 }
 
 TEST(CacheArchive, ExportRefusesToWriteThroughAPlantedTempFile) {

@@ -119,12 +119,19 @@ bool RollBack(int cache_fd, int stage_fd, const std::vector<Installed>& done, co
 }  // namespace
 
 ImportResult ImportCache(const std::string& file, const std::string& dir, const ArchiveFacts& here, bool force,
-                         ImportReport* report, std::string* err) {
+                         const ArchiveTrust& trust, ImportReport* report, std::string* err) {
   *report = ImportReport{};
   ArchiveReader a = OpenArchiveForRead(file, err);
   if (!a) return ImportResult::kCorrupt;
   CacheManifest& m = report->manifest;
-  if (!ReadManifestEntry(a.get(), file, &m, err)) return ImportResult::kCorrupt;
+  std::string manifest_text, signature;
+  bool signed_ = false;
+  archive_entry* pending = nullptr;  // the first content entry, read while looking for the signature
+  if (!ReadManifestEntry(a.get(), file, &m, err, &manifest_text) ||
+      !ReadSignatureEntry(a.get(), file, &signature, &signed_, &pending, err))
+    return ImportResult::kCorrupt;
+  // Before anything else is believed: the manifest names every file's hash, so a trusted manifest is a trusted archive.
+  if (!ArchiveTrusted(trust, manifest_text, signature, signed_, err)) return ImportResult::kUntrusted;
   if (!force && m.torch_version != here.torch_version) {
     *err = "the archive was built with torch " + m.torch_version + ", this machine has " + here.torch_version +
            ": Inductor would miss every entry (torch's version is in its cache key). Use --force to import anyway";
@@ -197,9 +204,9 @@ ImportResult ImportCache(const std::string& file, const std::string& dir, const 
   // Unpack: every entry a plain file named in the manifest, bounded by its size, checked by its hash.
   std::unique_ptr<char[]> buf(new char[kArchiveChunk]);
   size_t seen = 0;
-  for (;;) {
-    archive_entry* e = nullptr;
-    int rc = archive_read_next_header(a.get(), &e);
+  for (bool first = true;; first = false) {
+    archive_entry* e = first ? pending : nullptr;  // null first: no content entry at all
+    int rc = first ? (e ? ARCHIVE_OK : ARCHIVE_EOF) : archive_read_next_header(a.get(), &e);
     if (rc == ARCHIVE_EOF) break;
     if (rc != ARCHIVE_OK) {
       *err = file + " is corrupted: " + archive_error_string(a.get());

@@ -3,6 +3,8 @@
 #include <dirent.h>
 
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <string>
 
 #include "common/fd.h"
@@ -45,6 +47,47 @@ std::vector<pid_t> ZombieChildrenOf(pid_t parent) {
   for (const auto& st : ChildrenOf(parent))
     if (st.state == 'Z') out.push_back(st.pid);
   return out;
+}
+
+std::vector<ProcStat> AllProcesses() {
+  std::vector<ProcStat> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (struct dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
+    ProcStat st;
+    if (ReadProcStat(static_cast<pid_t>(pid), &st)) out.push_back(st);
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::vector<pid_t> ProcessTree(pid_t root) {
+  std::vector<ProcStat> all = AllProcesses();
+  std::multimap<pid_t, pid_t> children;
+  std::set<pid_t> in{root};
+  for (const ProcStat& s : all) {
+    children.emplace(s.ppid, s.pid);
+    if (s.sid == root) in.insert(s.pid);
+  }
+  std::vector<pid_t> todo(in.begin(), in.end());
+  while (!todo.empty()) {
+    pid_t p = todo.back();
+    todo.pop_back();
+    auto [b, e] = children.equal_range(p);
+    for (auto it = b; it != e; ++it)
+      if (in.insert(it->second).second) todo.push_back(it->second);
+  }
+  return {in.begin(), in.end()};
+}
+
+bool InProcessTree(pid_t pid, pid_t root) {
+  if (pid <= 0 || root <= 0) return false;
+  for (pid_t p : ProcessTree(root))
+    if (p == pid) return true;
+  return false;
 }
 
 }  // namespace dflash

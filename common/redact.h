@@ -15,9 +15,11 @@ inline constexpr char kRedactedUrlPassword[] = "***";
 
 /// Whether a variable's name says its value is a secret. The name is cut into words at every character
 /// that is not a letter or digit (`_`, `-`, `.`) and where a lower-case letter meets an upper-case one
-/// (`hfToken`); case does not matter. A secret name has a word that is KEY, PASS or APIKEY, or that ends in
-/// TOKEN, SECRET(S), PASSWORD(S), PASSWD, PASSPHRASE or CREDENTIAL(S): HF_TOKEN, hf_token, WANDB_API_KEY,
-/// DB_PASS, GITHUBTOKEN; not KEYBOARD, MONKEY_PATCH, TOKENIZERS_PARALLELISM, MAX_TOKENS.
+/// (`hfToken`); case does not matter. A secret name has a word that is KEY, PASS, APIKEY, AUTH, PAT, DSN,
+/// WEBHOOK(S), SSHPASS or COOKIE, or that ends in TOKEN, SECRET(S), PASSWORD(S), PASSWD, PASSPHRASE,
+/// CREDENTIAL(S), JWT, AUTHORIZATION, ACCESSKEY or PRIVATEKEY: HF_TOKEN, hf_token, WANDB_API_KEY, DB_PASS,
+/// GITHUBTOKEN, REDISCLI_AUTH, GH_PAT, CI_JOB_JWT, SENTRY_DSN, SLACK_WEBHOOK_URL; not KEYBOARD, MONKEY_PATCH,
+/// TOKENIZERS_PARALLELISM, MAX_TOKENS, PATH, AUTHOR.
 bool IsSecretEnvName(std::string_view name);
 
 /// `text` with the password of every `scheme://user:password@host` in it replaced by "***"
@@ -26,8 +28,15 @@ bool IsSecretEnvName(std::string_view name);
 /// unencoded '@' in a password is hidden too. A user without a password, or an empty one, stays as it is.
 std::string RedactUrlCredentials(std::string_view text);
 
+/// `text` with every secret that a value can carry whatever its variable is called hidden as "***": URL
+/// passwords (RedactUrlCredentials), the values of secret-named `name=value` parts (`?token=`,
+/// `&access_token=`, `password=` of a libpq DSN, Azure's `AccountKey=`/`SharedAccessSignature=`, ODBC's
+/// `Pwd=`, a SAS URL's `sig=`), and a webhook URL's path (host `hooks.*`, or a `/webhook` in the path).
+/// Also for what is not an environment value: a probe URL as `check` and the reasons show it.
+std::string RedactSecretsInText(std::string_view text);
+
 /// What to show for `name=value`: "<redacted>" for a non-empty value of a secret name (an empty one is
-/// nothing to hide, and worth seeing), else `value` with its URL passwords hidden.
+/// nothing to hide, and worth seeing), else RedactSecretsInText(value).
 std::string RedactEnvValue(std::string_view name, std::string_view value);
 
 }  // namespace dflash

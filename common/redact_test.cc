@@ -14,6 +14,38 @@ TEST(Redact, SecretNamesInAnyCaseAndSpelling) {
     EXPECT_TRUE(IsSecretEnvName(n)) << n;
 }
 
+// Issue #38: names the first list missed.
+TEST(Redact, AuthPatJwtDsnWebhookAndSshpassNames) {
+  for (const char* n : {"REDISCLI_AUTH", "SSHPASS", "CI_JOB_JWT", "CI_JOB_JWT_V2", "AUTHORIZATION", "HTTP_AUTHORIZATION",
+                        "GH_PAT", "HF_AUTH", "SENTRY_DSN", "DATABASE_DSN", "SLACK_WEBHOOK_URL", "DISCORD_WEBHOOK",
+                        "AZURE_STORAGE_ACCESSKEY", "GCP_PRIVATEKEY", "SESSION_COOKIE"})
+    EXPECT_TRUE(IsSecretEnvName(n)) << n;
+  for (const char* n : {"AUTHOR", "AUTHOR_NAME", "PATH", "PATCH_LEVEL", "DSNAME", "KILL_SIG", "HOOKS_DIR"})
+    EXPECT_FALSE(IsSecretEnvName(n)) << n;
+}
+
+// Secrets a value carries whatever its variable is called, and a probe URL's token.
+TEST(Redact, SecretParamsConnectionStringsAndWebhookPaths) {
+  EXPECT_EQ(RedactSecretsInText("http://127.0.0.1:8080/health?token=abc123&x=1"),
+            "http://127.0.0.1:8080/health?token=***&x=1");
+  EXPECT_EQ(RedactSecretsInText("https://h/p?a=1&access_token=zz#frag"), "https://h/p?a=1&access_token=***#frag");
+  EXPECT_EQ(RedactEnvValue("AZURE_STORAGE_CONNECTION_STRING",
+                           "DefaultEndpointsProtocol=https;AccountName=acc;AccountKey=c2VjcmV0;EndpointSuffix=core"),
+            "DefaultEndpointsProtocol=https;AccountName=acc;AccountKey=***;EndpointSuffix=core");
+  EXPECT_EQ(RedactEnvValue("ODBC", "Driver=x;Server=h;Uid=u;Pwd=hunter2;"), "Driver=x;Server=h;Uid=u;Pwd=***;");
+  EXPECT_EQ(RedactEnvValue("PG", "host=h user=u password=hunter2 dbname=d"), "host=h user=u password=*** dbname=d");
+  EXPECT_EQ(RedactEnvValue("SAS_URL", "https://a.blob.core.windows.net/c?sv=2022&sig=AbC%2B"),
+            "https://a.blob.core.windows.net/c?sv=2022&sig=***");
+  EXPECT_EQ(RedactEnvValue("NOTIFY_URL", "https://hooks.slack.com/services/T0/B0/XXXXsecret"),
+            "https://hooks.slack.com/***");
+  EXPECT_EQ(RedactEnvValue("ALERTS", "see https://discord.com/api/webhooks/123/tok3n now"),
+            "see https://discord.com/*** now");
+  // Not secrets: a plain query, a key=value of no secret name, a URL with no webhook.
+  for (const char* v : {"http://127.0.0.1:8080/health?ready=1", "a=1;b=2", "https://example.com/hooks/x",
+                        "monkey=1", "tokenizer=bpe"})
+    EXPECT_EQ(RedactSecretsInText(v), v) << v;
+}
+
 TEST(Redact, WordsThatOnlyContainASecretWordAreNot) {
   for (const char* n : {"KEYBOARD", "MONKEY_PATCH", "HOTKEY", "TOKENIZERS_PARALLELISM", "TOKENIZER_PATH", "MAX_TOKENS",
                         "NUM_KEYS", "BYPASS_CACHE", "PASSES", "PATH", "PWD", "OLDPWD", "HOME", "KEYCHAIN_DIR",

@@ -5,12 +5,15 @@
 #include <grp.h>
 #include <limits.h>
 #include <pwd.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "common/fd.h"
 
@@ -37,10 +40,28 @@ const char* Writers(mode_t m) {
   return (m & S_IWGRP) && (m & S_IWOTH) ? "group and others" : (m & S_IWGRP) ? "its group" : "others";
 }
 
-/// Write bits that let someone else in: others always; the group unless it is our private group.
-bool OthersCanWrite(const struct stat& st) {
+/// Whether `path` carries a POSIX access ACL: then its group bits are the ACL's mask, and named users
+/// and groups may write through it whatever its owning group is.
+bool HasAccessAcl(const std::string& path) {
+  return ::lgetxattr(path.c_str(), "system.posix_acl_access", nullptr, 0) > 0;
+}
+
+/// Write bits that let someone else in: others always; the group unless it is provably our private
+/// group (GroupWritersBesidesMe) and no ACL names anyone else.
+bool OthersCanWrite(const std::string& path, const struct stat& st) {
   if (st.st_mode & S_IWOTH) return true;
-  return (st.st_mode & S_IWGRP) && !GroupIsOnlyMe(st.st_gid);
+  if (!(st.st_mode & S_IWGRP)) return false;
+  return HasAccessAcl(path) || !GroupWritersBesidesMe(st.st_gid).empty();
+}
+
+/// "mode 0770; alice (uid 1001) has root as primary group": the mode, and who else the group bit lets in
+/// when the group alone can write (with others, that says enough).
+std::string ModeAndWho(const std::string& path, const struct stat& st) {
+  std::string out = "mode " + FormatMode(st.st_mode);
+  if (!(st.st_mode & S_IWGRP) || (st.st_mode & S_IWOTH)) return out;
+  std::string who = HasAccessAcl(path) ? "and the users and groups its ACL names (getfacl " + path + ")"
+                                       : GroupWritersBesidesMe(st.st_gid);
+  return who.empty() ? out : out + "; " + who;
 }
 
 std::vector<std::string> Split(const std::string& path) {
@@ -72,22 +93,71 @@ std::string UserNameOf(uid_t uid) {
   return std::to_string(uid);
 }
 
-bool GroupIsOnlyMe(gid_t gid) {
+namespace {
+
+std::string AskWhoElseIsInGroup(gid_t gid);
+
+}  // namespace
+
+std::string GroupWritersBesidesMe(gid_t gid) {
+  // Asked once per group and user: a cache tree of a umask-002 user has thousands of group-writable entries,
+  // and each answer enumerates every passwd entry (which NSS may fetch from a directory service).
+  static std::mutex mu;
+  static std::map<std::pair<uid_t, gid_t>, std::string> known;
+  const auto key = std::make_pair(::geteuid(), gid);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  std::string who = AskWhoElseIsInGroup(gid);
+  std::lock_guard<std::mutex> lock(mu);
+  return known.emplace(key, who).first->second;
+}
+
+namespace {
+
+std::string AskWhoElseIsInGroup(gid_t gid) {
+  const uid_t uid = ::geteuid();
+  const std::string gname = "group " + std::to_string(gid);
   struct passwd pw {};
   struct passwd* me = nullptr;
   char pbuf[1024];
-  if (::getpwuid_r(::geteuid(), &pw, pbuf, sizeof pbuf, &me) != 0 || !me) return false;
+  if (::getpwuid_r(uid, &pw, pbuf, sizeof pbuf, &me) != 0 || !me) return "you have no passwd entry to compare";
   struct group gr {};
   struct group* g = nullptr;
   std::vector<char> gbuf(16384);
-  if (::getgrgid_r(gid, &gr, gbuf.data(), gbuf.size(), &g) != 0 || !g) return false;
-  size_t members = 0;
-  bool only_me = true;
-  for (char** m = g->gr_mem; m && *m; ++m, ++members) only_me = only_me && std::string(*m) == me->pw_name;
-  if (members > 0) return only_me;
-  // No listed members: only those whose primary group it is. A user private group is named after its user.
-  return gid == me->pw_gid && std::string(g->gr_name) == me->pw_name;
+  if (::getgrgid_r(gid, &gr, gbuf.data(), gbuf.size(), &g) != 0 || !g) return gname + " has no group entry";
+  const std::string my_name = me->pw_name;
+  const gid_t my_gid = me->pw_gid;
+  const std::string group_name = g->gr_name;
+  bool listed_me = false;
+  for (char** m = g->gr_mem; m && *m; ++m) {
+    if (std::string(*m) != my_name) return std::string(*m) + " is a member of " + group_name;
+    listed_me = true;
+  }
+  // Members by primary group are not listed in /etc/group: every passwd entry is asked (getpwent enumerates
+  // what NSS will; a directory service that does not enumerate is not seen, so a group must also be ours).
+  std::string other;
+  ::setpwent();
+  struct passwd e {};
+  struct passwd* found = nullptr;
+  char ebuf[1024];
+  while (other.empty() && ::getpwent_r(&e, ebuf, sizeof ebuf, &found) == 0 && found)
+    if (found->pw_gid == gid && found->pw_uid != uid)
+      other = std::string(found->pw_name) + " (uid " + std::to_string(found->pw_uid) + ") has " + group_name +
+              " as primary group";
+  ::endpwent();
+  if (!other.empty()) return other;
+  // pam_umask's usergroups, the reason a umask of 002 is safe, never applies to root: root's files have no
+  // private group, and a group-write bit on them is someone else's way in.
+  if (uid == 0) return "you are root, and root has no user private group (pam_umask: usergroups skips root)";
+  if (listed_me || (gid == my_gid && group_name == my_name)) return "";
+  return group_name + " is not your user private group";
 }
+
+}  // namespace
+
+bool GroupIsOnlyMe(gid_t gid) { return GroupWritersBesidesMe(gid).empty(); }
 
 bool CheckSecurePath(const std::string& path, std::string* err) { return CheckSecurePath(path, PathUse{}, err); }
 
@@ -130,8 +200,8 @@ bool CheckSecurePath(const std::string& path, const PathUse& use, std::string* e
       return refuse(cur + " is owned by " + Who(st) + ", who could replace " + comp +
                     " with a link of their own; fix: use a directory whose every parent is yours or root's (or chown " +
                     std::to_string(me) + " " + cur + ")");
-    if (OthersCanWrite(st) && !(st.st_mode & S_ISVTX))
-      return refuse(cur + " is writable by " + Writers(st.st_mode) + " (mode " + FormatMode(st.st_mode) +
+    if (OthersCanWrite(cur, st) && !(st.st_mode & S_ISVTX))
+      return refuse(cur + " is writable by " + Writers(st.st_mode) + " (" + ModeAndWho(cur, st) +
                     ", not sticky), who could swap " + comp + " for a link of their own; fix: chmod go-w " + cur);
     std::string next = Join(cur, comp);
     if (::lstat(next.c_str(), &st) != 0) {
@@ -163,8 +233,8 @@ bool CheckSecurePath(const std::string& path, const PathUse& use, std::string* e
     if (st.st_uid != me && st.st_uid != 0)
       return refuse("it is owned by " + Who(st) + ", not by you or root, who could replace what we make in it; "
                     "fix: use a directory of your own (or chown " + std::to_string(me) + " " + cur + ")");
-    if (OthersCanWrite(st) && !(st.st_mode & S_ISVTX))
-      return refuse("it is writable by " + std::string(Writers(st.st_mode)) + " (mode " + FormatMode(st.st_mode) +
+    if (OthersCanWrite(cur, st) && !(st.st_mode & S_ISVTX))
+      return refuse("it is writable by " + std::string(Writers(st.st_mode)) + " (" + ModeAndWho(cur, st) +
                     ", not sticky), who could swap what we make in it for a link of their own; fix: chmod go-w " +
                     cur + " (or chmod +t " + cur + " for a shared one)");
     return true;
@@ -249,8 +319,8 @@ bool CheckPrivateTree(const std::string& dir, const std::function<bool(const std
            "chown -R " + std::to_string(me) + " " + path + " (or rm -r it)");
       return S_ISDIR(st.st_mode);
     }
-    if (OthersCanWrite(st)) {
-      flag(rel, std::string("is writable by ") + Writers(st.st_mode) + " (mode " + FormatMode(st.st_mode) +
+    if (OthersCanWrite(path, st)) {
+      flag(rel, "is writable by " + std::string(Writers(st.st_mode)) + " (" + ModeAndWho(path, st) +
                     "): they could plant code Inductor loads",
            "chmod -R go-w " + dir);
     }

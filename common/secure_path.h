@@ -41,15 +41,23 @@ bool CheckSecurePath(const std::string& path, const PathUse& use, std::string* e
 /// Refuses a tree (under `dir`, never following a link) that holds anything
 /// another user could have written and Inductor would load: a symlink, an entry
 /// that is neither a file nor a directory, an entry owned by someone else, or one
-/// writable by others (or by a group that is not our private group: a umask of
-/// 002 is fine). The error names the first offender, how many more there are,
+/// writable by others (or by a group that is not our private group, or through
+/// a POSIX ACL: a umask of 002 with a user private group is fine). The error names the first offender, how many more there are,
 /// and the `chmod`/`chown`/`rm` that fixes them.
 /// Only entries for which `covers(rel)` is true are checked (and descended into).
 bool CheckPrivateTree(const std::string& dir, const std::function<bool(const std::string& rel)>& covers,
                       std::string* err);
 
-/// True if a group-write bit on a file with group `gid` gives nobody but us
-/// write access (a user private group: its only member is us). As OpenSSH.
+/// Who besides us a group-write bit on a file of group `gid` lets in, as a
+/// refusal says it ("alice (uid 1001) has root as primary group"), or "" when it
+/// is our user private group: no other member listed in /etc/group, no other
+/// user whose primary group it is (every passwd entry NSS enumerates), and named
+/// after us or listing us. Never "" for root: a umask of 002 is pam_umask's
+/// usergroups, which skips root, so a group-write bit on root's files is never
+/// root's own doing. As OpenSSH's safe_path, plus the primary-group members it
+/// does not count.
+std::string GroupWritersBesidesMe(gid_t gid);
+/// GroupWritersBesidesMe(gid).empty().
 bool GroupIsOnlyMe(gid_t gid);
 
 /// Opens `rel` (relative, no "." or ".." parts) beneath `dirfd`, refusing to

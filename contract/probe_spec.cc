@@ -1,5 +1,7 @@
 #include "contract/probe_spec.h"
 
+#include "common/redact.h"
+
 #include <arpa/inet.h>
 
 #include <cctype>
@@ -68,7 +70,8 @@ std::string ProbeSpec::Describe() const {
   std::string hp = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   hp += ":" + (port_name.empty() ? std::to_string(port) : port_name);
   if (kind == ProbeKind::kTcp) return "tcp " + hp;
-  return "GET " + url + " (" + statuses.text() + ")";
+  // As shown (check, reasons, events): a ?token= in a health URL is a secret like any other.
+  return "GET " + RedactSecretsInText(url) + " (" + statuses.text() + ")";
 }
 
 std::string ProbeSpec::Request() const {

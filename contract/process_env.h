@@ -47,6 +47,7 @@ inline constexpr char kStore[] = "DFLASH_STORE";
 inline constexpr char kRunToken[] = "DFLASH_RUN_TOKEN";  // common/run_sweep.h kRunTokenVar
 inline constexpr char kStoreSecretFile[] = "DFLASH_STORE_SECRET_FILE";  // store/store_auth.h: the password's file
 inline constexpr char kStoreUser[] = "DFLASH_STORE_USER";                // store/store_auth.h: its ACL user
+inline constexpr char kStorePrivate[] = "DFLASH_STORE_PRIVATE";  // "1": AUTH is PrivateStoreAuthPassword (store_auth.h)
 // The compile gate and the warm-up.
 inline constexpr char kGateKey[] = "DFLASH_GATE_KEY";
 inline constexpr char kTorchVersion[] = "DFLASH_TORCH_VERSION";
@@ -122,6 +123,7 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kNnodes, VarKind::kOwned},             {kStore, VarKind::kOwned},
     {kRunToken, VarKind::kOwned},           {kGateKey, VarKind::kOwned},
     {kStoreSecretFile, VarKind::kOwned},    {kStoreUser, VarKind::kOwned},
+    {kStorePrivate, VarKind::kOwned},
     {kGateSources, VarKind::kOwned},        {kGpuIdentity, VarKind::kOwned},
     {kLeaderCompileThreads, VarKind::kOwned},
     {kTorchVersion, VarKind::kOwned},       {kWarmup, VarKind::kOwned},

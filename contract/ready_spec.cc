@@ -1,5 +1,7 @@
 #include "contract/ready_spec.h"
 
+#include "common/redact.h"
+
 namespace dflash {
 
 bool ParseReadySpec(std::string_view text, ReadySpec* out, std::string* err) {
@@ -72,7 +74,8 @@ std::string DescribeNotReady(const ReadySpec& spec) {
     case ReadyMode::kFile: return "file: '" + spec.arg + "' does not exist";
     case ReadyMode::kLog: return "log: no output line matched '" + spec.arg + "'";
     case ReadyMode::kTcp: return "tcp: no connect to " + spec.probe.Describe().substr(4) + " succeeded";
-    case ReadyMode::kHttp: return "http: GET " + spec.probe.url + " never answered with " + spec.probe.statuses.text();
+    case ReadyMode::kHttp:
+      return "http: GET " + RedactSecretsInText(spec.probe.url) + " never answered with " + spec.probe.statuses.text();
   }
   return "?";
 }

@@ -151,6 +151,11 @@ bool RedisClient::Connect(std::string* err) {
   ::fcntl(c->fd, F_SETFD, FD_CLOEXEC);
   redisSetTimeout(c, ToTimeval(timeout_));
   impl_->ctx = c;
+  if (std::string why; auth_.verify_server && !auth_.verify_server(&why)) {
+    *err = url_.ToString() + ": not the server meant, nothing was sent to it: " + why;
+    Disconnect();
+    return false;
+  }
   if (!auth_.empty()) {
     // Never through Command(): its error text would carry the argv (the password) nowhere, but keep
     // the password out of every message by construction.

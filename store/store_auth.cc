@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "common/fd.h"
+#include "common/hash.h"
 
 namespace dflash {
 
@@ -53,6 +54,10 @@ bool WriteSecretFile(const std::string& path, const std::string& secret, std::st
     return false;
   }
   return WriteAll(fd.get(), secret + "\n", err);
+}
+
+std::string PrivateStoreAuthPassword(const std::string& secret, const std::string& run_id) {
+  return HmacSha256Hex(secret, "dflash private store AUTH/1\n" + run_id);
 }
 
 bool RandomSecret(std::string* secret, std::string* err) {

@@ -5,6 +5,7 @@
 // training process load their code.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace dflash {
@@ -15,6 +16,10 @@ struct StoreAuth {
   /// What a person sets when the store refuses us ("set [run] store_password_file ..."): auth errors
   /// end with it, so they name the key to set.
   std::string hint;
+  /// Run on every new connection, before AUTH or anything else is sent: false (with why) refuses the
+  /// server and nothing reaches it. Node 0 proves here that the private store's listener is its own
+  /// redis-server's socket (launcher/cluster/private_store.h), so the password never goes to a squatter.
+  std::function<bool(std::string* why)> verify_server;
   bool empty() const { return password.empty(); }
 };
 
@@ -27,6 +32,13 @@ bool WriteSecretFile(const std::string& path, const std::string& secret, std::st
 
 /// 32 random bytes from the kernel (getrandom), as 64 hex digits: a private store's password.
 bool RandomSecret(std::string* secret, std::string* err);
+
+/// What a private store's clients send with AUTH, and what its redis-server requires: HMAC-SHA256 of the run
+/// id under the run's secret, never the secret itself. The secret keys the HMAC that signs shipped kernels
+/// (cachelock/cluster_gate.h); a client that cannot prove the server it reaches (another node's launcher, the
+/// run's processes) may be talking to whoever bound the port first, and hands them only this: no signing key,
+/// and a password no other run accepts.
+std::string PrivateStoreAuthPassword(const std::string& secret, const std::string& run_id);
 
 /// The environment variables the launcher sets for its processes (the cluster gate reads them):
 /// DFLASH_STORE_SECRET_FILE names a 0600 file with the password, DFLASH_STORE_USER the ACL user.

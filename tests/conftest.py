@@ -32,6 +32,8 @@ def pytest_configure(config):
     global _SESSION_XDG
     _SESSION_XDG = tempfile.mkdtemp(prefix="dflash-tests-xdg-")  # 0700, ours
     os.environ["XDG_RUNTIME_DIR"] = _SESSION_XDG
+    # `cache export` signs with the user's archive key (cachelock/archive_key.h): the session's own, not the user's.
+    os.environ["DFLASH_ARCHIVE_KEY"] = os.path.join(_SESSION_XDG, "archive.key")
 
 
 def gate_objects_of(cache_dir):

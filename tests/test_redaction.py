@@ -106,3 +106,51 @@ def test_a_mistyped_secret_is_not_echoed_in_the_config_error(bin_dir, tmp_path):
     for s in ("8675309123", "hf_prefixsecret"):
         assert s not in out, f"{s!r} echoed:\n{out}"
     assert '"4242"' in out, out  # a variable that is no secret still gets its ready-to-paste hint
+
+
+# Issue #38: names and values the first list missed, each with a value that must show nowhere.
+MISSED = {
+    "REDISCLI_AUTH": "rediscliauth38", "SSHPASS": "sshpass38", "CI_JOB_JWT": "eyJjijobjwt38",
+    "AUTHORIZATION": "Bearer authz38", "GH_PAT": "ghp_pat38", "HF_AUTH": "hfauth38",
+    "SENTRY_DSN": "https://sentrykey38@o1.ingest.sentry.io/1",
+    "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=azkey38==;x=y",
+    "PG_CONN": "host=h user=u password=pgdsn38 dbname=d",
+    "NOTIFY_URL": "https://hooks.slack.com/services/T0/B0/webhook38",
+}
+PROBE_TOKEN = "probetoken38"
+
+
+def test_the_names_and_values_round_one_missed_and_a_probe_urls_token_show_nowhere(bin_dir, tmp_path):
+    """Before: every value below was printed by `check` (and the probe URL's ?token= by check, the reason, events
+    and summary.json). Now: hidden in all of them; the payload still gets the real values."""
+    dump = tmp_path / "env.json"
+    payload = f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"
+    env_lines = "\n".join(f"        {k} = {json.dumps(v)}" for k, v in MISSED.items())
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "p"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, "-c", {json.dumps(payload + "; import time; time.sleep(30)")}]
+        ready = {{ mode = "http", url = "http://127.0.0.1:9/health?token={PROBE_TOKEN}", timeout = "1s" }}
+        [role.env]
+{env_lines}
+        """)
+    secrets = [PROBE_TOKEN, "rediscliauth38", "sshpass38", "eyJjijobjwt38", "authz38", "ghp_pat38", "hfauth38",
+               "sentrykey38", "azkey38", "pgdsn38", "webhook38"]
+    shown = ""
+    for args in ([], ["--json"]):
+        c = run([bin_dir / "dflash-launch", "check", config, *args])
+        assert c.returncode == 0, c.stderr
+        shown += c.stdout + c.stderr
+    assert "token=***" in shown and "AccountKey=***" in shown and "password=***" in shown, shown
+    r = Run(bin_dir, config, run_id="redact38")
+    assert r.wait(timeout=120) == 75, r.out + r.err  # never ready: the reason names the probe URL
+    shown += r.out + r.err
+    for p in pathlib.Path(r.run_dir).rglob("*"):
+        if p.is_file():
+            shown += p.read_bytes().decode(errors="replace")
+    assert "token=***" in (r.run_dir / "summary.json").read_text()
+    for s in secrets:
+        assert s not in shown, f"{s!r} shown"
+    got = json.loads(dump.read_text())
+    assert all(got[k] == v for k, v in MISSED.items())

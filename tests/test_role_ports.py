@@ -194,3 +194,73 @@ def test_two_node_launchers_reserve_each_nodes_ports_there_and_list_their_own(bi
             assert env[n]["DFLASH_S_HTTP_PORTS"] == ",".join(mine)  # this node's processes, role-rank order
         summary = json.loads((tmp_path / f"runs/mn/node_{node}/summary.json").read_text())
         assert [p["ports"]["http"] for p in summary["processes"]] == [int(x) for x in mine]
+
+
+# ---- another user on a reserved port (issue #38 item 2) ----
+
+# A server that loads for a while before it binds its DFLASH_PORT_HTTP, then serves "real": the window in which
+# another user who watched the port's lock file appear can bind it first.
+SLOW_SERVER = r"""
+import os, socket, sys, time
+port = int(os.environ["DFLASH_PORT_HTTP"])
+time.sleep(float(sys.argv[1]))
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", port))
+except OSError as e:
+    print(f"cannot bind {port}: {e}", flush=True)
+    sys.exit(3)
+s.listen(8)
+s.settimeout(10)  # then it ends, whatever happened: the run always does
+while True:
+    c, _ = s.accept()
+    c.recv(65536)
+    c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\nreal")
+    c.close()
+"""
+
+# The dependent role: reads srv's port once srv is ready (after = ["srv"]).
+READER = r"""
+import os, pathlib, sys, urllib.request
+port = os.environ["DFLASH_SRV_HTTP_PORTS"].split(",")[0]
+data = urllib.request.urlopen(f"http://127.0.0.1:{port}/data", timeout=5).read()
+pathlib.Path(sys.argv[1]).write_bytes(data)
+"""
+
+
+def test_another_users_listener_on_a_reserved_port_never_makes_the_role_ready(bin_dir, tmp_path):
+    """Before: another user bound srv's reserved port first, answered the readiness probe, srv was judged ready,
+    the reader read the impostor's data and the run ended 0. Now: an answer counts only once the port's listener
+    is a socket of srv's own process tree; srv is never ready, the reader never starts, and the reason names the
+    squatter (uid, pid): srv's own exit (3: it could not bind) is the run's."""
+    from impostor import Impostor
+    (tmp_path / "slow.py").write_text(SLOW_SERVER)
+    (tmp_path / "reader.py").write_text(READER)
+    got = tmp_path / "read"
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "srv"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, {json.dumps(str(tmp_path / "slow.py"))}, "2"]
+        ports = ["http"]
+        ready = {{ mode = "http", url = "http://127.0.0.1:{{http}}/health", interval = "100ms", timeout = "6s" }}
+
+        [[role]]
+        name = "reader"
+        cpu = 1
+        after = ["srv"]
+        command = [{json.dumps(sys.executable)}, {json.dumps(str(tmp_path / "reader.py"))}, {json.dumps(str(got))}]
+        """)
+    impostor = Impostor("http", match="run rp-sq,", body="impostor")
+    try:
+        r = run([bin_dir / "dflash-launch", "run", config, "--run-id", "rp-sq", "--color", "never"], timeout=120)
+    finally:
+        impostor.stop()
+    assert impostor.ports, "the impostor never saw the port's lock file"
+    assert impostor.said("accepted"), "the probe never reached the impostor: nothing was tried"
+    assert not got.exists(), f"the reader read {got.read_bytes()!r} from another user's server"
+    said = r.stdout + r.stderr
+    assert r.returncode == 3 and "cannot bind" in said, said
+    assert "held by uid 65534 (nobody), pid" in said and "not by this process" in said, said
+    events = [json.loads(line) for line in (tmp_path / "runs/rp-sq/events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e.get("process") == "srv:0" and e.get("state") == "RUNNING"], events

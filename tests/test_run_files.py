@@ -188,18 +188,25 @@ def test_log_group_must_exist(bin_dir, tmp_path):
 
 def test_a_spool_dir_another_user_made_first_is_refused(bin_dir, tmp_path, other_user):
     """Another user pre-creates /dev/shm/dflash-0-<name>/<run_id> 0777 (the default spool); before, the target
-    took it (EEXIST is success) and that user could swap weights.safetensors and ready/ frames mid-run."""
+    took it (EEXIST is success) and that user could swap weights.safetensors and ready/ frames mid-run. A
+    spool_dir named in the config that is theirs is refused (exit 2); the default name, which anyone can guess,
+    is not used either, but no longer blocks the run (issue #38): an unguessable one is used, with a warning."""
     name = "rf" + uuid.uuid4().hex[:8]
     spool = pathlib.Path(f"/dev/shm/dflash-{os.getuid()}-{name}")
     try:
         r = as_user(other_user, ["sh", "-c", f"mkdir -m 0777 {spool} {spool}/sp && chmod 0777 {spool} {spool}/sp"])
         assert r.returncode == 0, r.stderr
         marker = tmp_path / "spawned"
-        cfg = config(tmp_path, tmp_path / "logs", role(f"touch {marker}"), name=name)
+        cfg = config(tmp_path, tmp_path / "logs", role(f"touch {marker}"), name=name, extra=f'spool_dir = "{spool}"')
         r = launch(bin_dir, cfg, "sp")
         assert r.returncode == 2, (r.returncode, r.stderr)
         assert "spool_dir" in r.stderr and other_user.pw_name in r.stderr, r.stderr
         assert not marker.exists()
+        cfg = config(tmp_path, tmp_path / "logs", role(f"touch {marker}"), name=name)
+        r = launch(bin_dir, cfg, "sp")
+        assert r.returncode == 0, (r.returncode, r.stderr)
+        assert "warning: run.spool_dir" in r.stderr and other_user.pw_name in r.stderr, r.stderr
+        assert marker.exists() and not os.listdir(spool / "sp")
         # The spool code itself (what the builtin roles and a Python target run) refuses it too.
         code = ("import sys; from dflash_launch.spool import Paths, SpoolError\n"
                 "try:\n    Paths(sys.argv[1]).create()\nexcept SpoolError as e:\n    print(e); sys.exit(9)\n")
@@ -209,6 +216,8 @@ def test_a_spool_dir_another_user_made_first_is_refused(bin_dir, tmp_path, other
         assert not (spool / "sp" / "ready").exists()
     finally:
         shutil.rmtree(spool, ignore_errors=True)
+        for d in pathlib.Path("/dev/shm").glob(f"{spool.name}-*"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_a_private_spool_is_made_0700(tmp_path):

@@ -4,6 +4,9 @@ write or stop the private store; a redis:// store with a password from a file wo
 process's argv, no `check` output, no log; without it the error says so and names the key to set; a forged
 failure record naming node 9 stops nobody; a node whose registration is deleted stops its processes with exit
 76 instead of registering again into a run that has moved on."""
+import hashlib
+import json
+import hmac
 import os
 import pathlib
 import re
@@ -14,6 +17,7 @@ import time
 import pytest
 
 from conftest import run
+from impostor import Impostor
 from redis_server import RedisServer, listening, resp
 from supervise import EVENT_TIMEOUT, holds_for, wait_until, write_config
 from test_multinode_store import launch_node, started, summary, survivors, waiters
@@ -29,6 +33,11 @@ def all_cmdlines():
             except OSError:
                 pass
     return out
+
+
+def private_store_password(secret, run_id):
+    """store/store_auth.h PrivateStoreAuthPassword: what a private store's clients send with AUTH."""
+    return hmac.new(secret.encode(), b"dflash private store AUTH/1\n" + run_id.encode(), hashlib.sha256).hexdigest()
 
 
 def secret_file(tmp_path, secret):
@@ -81,10 +90,14 @@ def test_another_user_cannot_read_write_or_shut_down_the_private_store(bin_dir, 
             r = as_nobody("redis-cli", "-h", "127.0.0.1", "-p", str(port), *argv)
             said = r.stdout + r.stderr
             assert "NOAUTH" in said or "unknown command" in said, (argv, said)
+        # The store's password is derived from the secret and the run id: the secret itself (which signs
+        # shipped kernels) is never what a client sends, so it is not a password here.
+        password = private_store_password(secret, "ts-pv")
+        assert "WRONGPASS" in resp(port, "PING", password=secret)
         # Even with the password: no SHUTDOWN, no CONFIG (so no dump.rdb written anywhere), no DEBUG.
         for argv in (["SHUTDOWN", "NOSAVE"], ["CONFIG", "SET", "save", "1 1"], ["DEBUG", "SLEEP", "0"]):
-            assert "unknown command" in resp(port, *argv, password=secret), argv
-        assert resp(port, "PING", password=secret) == "PONG"
+            assert "unknown command" in resp(port, *argv, password=password), argv
+        assert resp(port, "PING", password=password) == "PONG"
         (out / "go").touch()
         rc, o, e = finish(p)
     finally:
@@ -94,6 +107,98 @@ def test_another_user_cannot_read_write_or_shut_down_the_private_store(bin_dir, 
     assert not (run_dir / "store.secret").exists()  # gone with the run
     assert not listening(port)
     assert secret not in o + e + (run_dir / "supervisor.log").read_text()
+
+
+def slow_redis_server(tmp_path, delay=3):
+    """A redis-server first on PATH that starts `delay` seconds late: the window between the launcher's probe of
+    the store's port and redis-server's bind, which an attacker watching the port lock files gets anyway."""
+    real = shutil.which("redis-server")
+    if real is None:
+        pytest.skip("redis-server is not installed")
+    d = tmp_path / "slow-bin"
+    d.mkdir()
+    (d / "redis-server").write_text(f'#!/bin/sh\nsleep {delay}\nexec {real} "$@"\n')
+    (d / "redis-server").chmod(0o755)
+    return dict(os.environ, PATH=f"{d}:{os.environ['PATH']}")
+
+
+def test_a_port_taken_before_redis_binds_gets_no_password_and_nothing_starts(bin_dir, tmp_path):
+    """Issue #38 item 1: another user binds the private store's port after its lock file appears and before
+    redis-server binds it. Before: the launcher sent `AUTH <run password>` (the key that signs shipped kernels) to
+    the impostor and ran the whole run on it. Now: the listener is not the launcher's child's socket, so not one
+    byte is sent; exit 69 names the squatter; nothing starts."""
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(tmp_path, 'store = "private"\n' + waiters(out))
+    impostor = Impostor("redis", match="run ts-sq, its private store")
+    try:
+        p = start(bin_dir, config, "ts-sq", env=slow_redis_server(tmp_path))
+        rc, o, e = finish(p, timeout=90)
+    finally:
+        impostor.stop()
+    assert impostor.port, "the impostor never saw the store's port lock"
+    assert impostor.received == "", f"sent to another user's server: {impostor.received[:300]!r}"
+    assert rc == 69, o + e
+    assert f"uid 65534 (nobody), pid" in e and "nothing was sent to it" in e, e
+    assert not list(out.glob("*.started"))
+
+
+def test_a_private_store_that_dies_mid_run_is_not_replaced_by_whoever_binds_its_port(bin_dir, tmp_path):
+    """Item 1, later in the run: the store's redis-server dies (OOM killer, a crash) and another user binds its
+    port at once. Before: the coordinator reconnected and sent the password to the new listener, and the run went
+    on. Now: the run stops (exit 70, the private store named) and no reconnection sends anything to a listener
+    that is not the run's own redis-server."""
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(tmp_path, 'store = "private"\nstore_ttl = "1s"\n' + waiters(out))
+    p = start(bin_dir, config, "ts-md")
+    impostor = None
+    try:
+        assert wait_until(lambda: started(out, 2), timeout=EVENT_TIMEOUT), "the processes did not start"
+        log = (tmp_path / "runs/ts-md/supervisor.log").read_text()
+        m = re.search(r"private store: redis-server pid (\d+) on redis://[^:]+:(\d+)", log)
+        pid, port = int(m.group(1)), int(m.group(2))
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda: not listening(port), timeout=EVENT_TIMEOUT)
+        impostor = Impostor("redis", port=port)
+        assert wait_until(lambda: impostor.port == port or impostor.proc.poll() is not None, timeout=EVENT_TIMEOUT)
+        wait_until(lambda: p.poll() is not None or impostor.received, timeout=30)
+        (out / "go").touch()
+        rc, o, e = finish(p, timeout=90)
+    finally:
+        kill_all([p])
+        if impostor:
+            impostor.stop()
+    assert impostor.port == port
+    assert "AUTH" not in impostor.received and impostor.received == "", impostor.received[:300]
+    assert rc == 70, o + e
+    assert "the private store (redis-server pid" in o + e and "the run's store is gone" in o + e, o + e
+
+
+def test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret(bin_dir, tmp_path):
+    """Item 1, the other nodes: node 1 reaches node 0's private store over the network and cannot prove whose
+    listener it is. Before: it sent `AUTH <the run's secret>`, the key that signs shipped kernels, to whoever
+    had bound the port. Now: it sends a password derived from the secret and the run id; the secret never
+    leaves the host, and what was sent opens no other run's store."""
+    out = tmp_path / "out"
+    out.mkdir()
+    secret = "s3cret-of-the-run-" + "x" * 20
+    config = write_config(tmp_path, f'store = "private"\nstore_barrier_timeout = "3s"\n'
+                                    f'store_password_file = "{secret_file(tmp_path, secret)}"\n' + waiters(out))
+    plan = run([bin_dir / "dflash-launch", "check", config, "--json", "--run-id", "ts-rn", "--nnodes", "2",
+                "--node-rank", "1", "--master-addr", "127.0.0.1"])
+    assert plan.returncode == 0, plan.stderr
+    port = int(json.loads(plan.stdout)["run"]["store"]["url"].rsplit(":", 1)[1].split("/")[0])
+    impostor = Impostor("refuse", port=port)
+    try:
+        assert wait_until(lambda: impostor.port == port or impostor.proc.poll() is not None, timeout=EVENT_TIMEOUT)
+        rc, o, e = finish(launch_node(bin_dir, config, "ts-rn", 1), timeout=60)
+    finally:
+        impostor.stop()
+    assert "AUTH" in impostor.received, (rc, o + e, impostor.received[:300])
+    assert secret not in impostor.received, impostor.received[:300]
+    assert private_store_password(secret, "ts-rn") in impostor.received
+    assert not list(out.glob("*.started"))
 
 
 def test_a_private_store_of_several_nodes_needs_the_runs_password(bin_dir, tmp_path):
@@ -233,3 +338,25 @@ def test_a_node_whose_registration_is_deleted_stops_instead_of_registering_again
     assert survivors(rid) == []
     assert protected_redis.cmd("EXISTS", f"dflash:{rid}:node:1") == 0  # it did not register again
     assert "registered again" not in o1 + e1
+
+
+def test_the_runs_processes_reach_the_private_store_with_the_derived_password(launch, tmp_path):
+    """The cluster gate in the run's processes authenticates to a private store with the password derived from
+    the secret and the run id (DFLASH_STORE_PRIVATE=1), as the launchers do: one node's shell payload leads for
+    the cluster and the other node fetches its kernel through the store (no auth error, no local fallback)."""
+    from test_cluster_gate import node_configs, procs, shell_role, start_node
+    out = tmp_path / "out"
+    out.mkdir()
+    secret = secret_file(tmp_path, "cluster-secret-" + "y" * 20)
+    c0, c1 = node_configs(tmp_path, f'store = "private"\nstore_password_file = "{secret}"\n' + shell_role(out))
+    rid = f"ts-cg-{os.getpid()}"
+    n0 = start_node(launch, c0, rid, 0, None)
+    n1 = start_node(launch, c1, rid, 1, None)
+    assert n0.wait(timeout=120) == 0, n0.out + n0.err
+    assert n1.wait(timeout=120) == 0, n1.out + n1.err
+    roles = sorted(p.read_text().strip() for p in out.glob("role.*"))
+    assert roles.count("lead") == 1, roles
+    cluster = sorted(p["gate"].get("cluster") for r in (n0, n1) for p in procs(r).values() if "cluster" in p["gate"])
+    assert "fetched" in cluster, cluster
+    for r in (n0, n1):
+        assert "WRONGPASS" not in r.out + r.err and "NOAUTH" not in r.out + r.err, r.out + r.err

@@ -60,7 +60,8 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
   if (!o.cluster_secret_file.empty()) {
     std::string secret;
     if (ReadSecretFile(o.cluster_secret_file, &secret, &err)) {
-      c.auth.password = secret;
+      c.auth.password = o.cluster_private_run_id.empty() ? secret
+                                                         : PrivateStoreAuthPassword(secret, o.cluster_private_run_id);
       c.sign_key = secret;
     } else {
       warn("gate " + o.gate_key + ": " + err);  // then no key: the cluster gate says why it is not used

@@ -72,6 +72,9 @@ struct GatedRunOptions {
   /// the cluster gate is not used (local compile, with a warning).
   std::string cluster_secret_file;
   std::string cluster_user;
+  /// A private store's run id (DFLASH_STORE_PRIVATE=1, DFLASH_RUN_ID): AUTH sends PrivateStoreAuthPassword of the
+  /// secret, never the secret, which only signs. Empty: the secret is the store's password.
+  std::string cluster_private_run_id;
   bool inductor_remote_cache = false;  ///< $DFLASH_INDUCTOR_REMOTE_CACHE=1
   Millis cluster_lease_ttl = kDefaultClusterLeaseTtl;  ///< $DFLASH_GATE_LEASE_TTL
   std::string device = "cpu";  ///< "cpu" or "cuda": in the shipped archive's manifest, checked on import

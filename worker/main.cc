@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   if (const char* s = std::getenv(env::kStore)) o.cluster_store = s;
   if (const char* f = std::getenv(env::kStoreSecretFile)) o.cluster_secret_file = f;
   if (const char* u = std::getenv(env::kStoreUser)) o.cluster_user = u;
+  if (const char* p = std::getenv(env::kStorePrivate); p && std::string(p) == "1")
+    if (const char* id = std::getenv(env::kRunId)) o.cluster_private_run_id = id;
   if (const char* r = std::getenv("DFLASH_INDUCTOR_REMOTE_CACHE")) o.inductor_remote_cache = std::string(r) == "1";
   if (const char* t = std::getenv("DFLASH_GATE_LEASE_TTL"); t && *t) {
     Millis ttl;

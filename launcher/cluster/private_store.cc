@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "common/fd.h"
+#include "common/listener_owner.h"
 #include "common/spawn.h"
 #include "store/redis_client.h"
 
@@ -94,6 +95,7 @@ bool PrivateStore::Start(const std::string& bind, int port, const std::string& d
     return false;
   }
   pid_ = child.pid;
+  port_ = port;
   config_in.reset();
   StoreUrl url;
   url.host = bind;
@@ -111,6 +113,24 @@ bool PrivateStore::Start(const std::string& bind, int port, const std::string& d
              DecodeWaitStatus(status).Describe() + " (port in use? see " + log_path + ")";
       return false;
     }
+    // Nothing is sent (AUTH carries the run's password, the key its kernels are signed with) until the
+    // listener is proven to be this redis-server's own socket: another user may have bound the port
+    // between our probe and its bind (common/listener_owner.h).
+    std::string who;
+    switch (Prove(&who)) {
+      case ListenerProof::kNone:
+        cerr = "not listening yet";
+        ::usleep(50 * 1000);
+        continue;
+      case ListenerProof::kForeign:
+        Stop();
+        *err = "the private store's port " + std::to_string(port) + " is held by " + who +
+               ", not by the run's redis-server: nothing was sent to it (the port was taken after the launcher "
+               "reserved it; pick another master_port, or find who took it)";
+        return false;
+      case ListenerProof::kOurs:
+        break;
+    }
     RedisReply r;
     if (client.Command({"PING"}, &r, &cerr)) return true;
     ::usleep(50 * 1000);
@@ -119,6 +139,12 @@ bool PrivateStore::Start(const std::string& bind, int port, const std::string& d
   *err = "the private store's redis-server on " + bind + ":" + std::to_string(port) + " did not answer within 10 s: " +
          cerr + " (see " + log_path + ")";
   return false;
+}
+
+ListenerProof PrivateStore::Prove(std::string* who) const {
+  if (pid_ <= 0) return ListenerProof::kNone;
+  std::string err;
+  return ProveListener(port_, pid_, who, &err);
 }
 
 void PrivateStore::Stop() {

@@ -4,8 +4,11 @@
 // Another user of the host can reach its port, so it requires the run's password
 // (given on stdin, never argv) and has the commands that could stop it, rewrite
 // its config or write files (CONFIG, SHUTDOWN, DEBUG, SAVE, MODULE, ...) renamed away.
+// Another user can also bind the port first (between our probe and redis-server's
+// bind): the password is sent only to a listener proven to be our child's socket.
 #pragma once
 
+#include "common/listener_owner.h"
 #include "common/private_files.h"
 
 #include <sys/types.h>
@@ -40,8 +43,15 @@ class PrivateStore {
   void Stop();
   pid_t pid() const { return pid_; }
 
+  /// Whether what listens on the store's port is this redis-server's own socket
+  /// (common/listener_owner.h): nothing is sent to the port before this holds,
+  /// on the first connection and on every reconnection (StoreAuth::verify_server).
+  /// kForeign: `who` names the squatter; kNone: nothing listens (or the server has ended).
+  ListenerProof Prove(std::string* who) const;
+
  private:
   pid_t pid_ = -1;
+  int port_ = 0;
 };
 
 }  // namespace dflash

@@ -107,8 +107,10 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
         return rr == ReserveResult::kInUse ? exit_code::kInUse : exit_code::kFailure;
       }
       session->private_store = std::make_unique<PrivateStore>();
-      if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir, auth.password, env,
-                                         &err, plan->Files())) {
+      // It requires the derived password, never the secret (store/store_auth.h PrivateStoreAuthPassword).
+      if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir,
+                                         PrivateStoreAuthPassword(auth.password, plan->run_id), env, &err,
+                                         plan->Files())) {
         Say(log, err + "; nothing was started", true);
         return exit_code::kInUse;
       }
@@ -128,6 +130,17 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
   co.barrier_timeout = run.store_barrier_timeout;
   co.outage = run.store_outage;
   co.auth = auth;
+  if (plan->store_private()) co.auth.password = PrivateStoreAuthPassword(auth.password, plan->run_id);
+  if (PrivateStore* ps = session->private_store.get())
+    co.auth.verify_server = [ps](std::string* why) {
+      std::string who;
+      switch (ps->Prove(&who)) {
+        case ListenerProof::kOurs: return true;
+        case ListenerProof::kForeign: *why = "its port is held by " + who + ", not by the run's redis-server"; break;
+        case ListenerProof::kNone: *why = "the run's redis-server no longer listens"; break;
+      }
+      return false;
+    };
   session->coordinator = std::make_unique<NodeCoordinator>(co);
   NodeCoordinator& c = *session->coordinator;
   int rc = 0;

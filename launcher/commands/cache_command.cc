@@ -15,6 +15,7 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/secure_path.h"
+#include "cachelock/archive_key.h"
 #include "cachelock/cache_archive.h"
 #include "launcher/commands/cache_clear.h"
 #include "cachelock/cache_inventory.h"
@@ -116,12 +117,17 @@ int Export(const Plan& plan, const CacheOptions& o) {
     Say("cache " + dir + " does not exist: nothing to export");
     return exit_code::kFailure;
   }
+  // Signed with the user's own key: an archive is code, and `cache import` takes only what its user signed.
+  std::string key, err;
+  if (!LoadArchiveKey(/*create=*/true, &key, &err)) {
+    Say("cannot sign the archive: " + err);
+    return exit_code::kCannotCreate;
+  }
   HeldGate held;  // nobody compiles into it while we read it
   if (int rc = TakeGate(dir, "cache-export", o.timeout, &held)) return rc;
   ExportReport report;
-  std::string err;
   if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)}, &report,
-                   &err)) {
+                   &err, key)) {
     Say("export failed: " + err);
     return exit_code::kFailure;
   }
@@ -130,7 +136,7 @@ int Export(const Plan& plan, const CacheOptions& o) {
   const CacheManifest& m = report.manifest;
   std::cout << "exported " << m.files.size() << " files and " << m.keys.size() << " READY key(s) of " << dir
             << " to " << o.file << " (" << HumanBytes(report.archive_bytes) << ", torch " << m.torch_version << ", "
-            << m.device << ")\n";
+            << m.device << "; signed with " << ArchiveKeyPath() << ")\n";
   return exit_code::kOk;
 }
 
@@ -145,10 +151,18 @@ int Import(const Plan& plan, const CacheOptions& o) {
     Say("refused: " + err + "; the cache is untouched");
     return exit_code::kFailure;
   }
+  // An archive is code: signed with this user's key, or vouched for by --trust (cachelock/archive_key.h).
+  ArchiveTrust trust;
+  trust.vouched = o.trust;
+  if (std::string kerr; !trust.vouched && !LoadArchiveKey(/*create=*/false, &trust.key, &kerr)) trust.key.clear();
+  if (CheckArchiveTrust(o.file, trust, &err) != ImportResult::kOk) {
+    Say("refused: " + o.file + ": " + err + "; the cache is untouched");
+    return exit_code::kFailure;
+  }
   HeldGate held;  // a running compile finishes first; nobody reads a half-imported cache
   if (int rc = TakeGate(dir, "cache-import", o.timeout, &held)) return rc;
   ImportReport r;
-  if (ImportCache(o.file, dir, here, o.force, &r, &err) != ImportResult::kOk) {
+  if (ImportCache(o.file, dir, here, o.force, trust, &r, &err) != ImportResult::kOk) {
     if (r.cache_changed)
       Say("import failed: " + err + "; rolling back also failed (" + r.rollback_error +
           "): some imported files remain in " + dir + ", but no READY marker was installed");

@@ -52,6 +52,7 @@ struct CacheOptions {
   std::string key;     // clear --key
   bool json = false;   // status --json
   bool force = false;  // import --force
+  bool trust = false;  // import --trust: an archive not signed with the user's key (cachelock/archive_key.h)
   Millis timeout{std::chrono::minutes(30)};  // longest wait for the gate (main sets kDefaultGateTimeout)
   std::string bin_dir;
 };

@@ -89,6 +89,8 @@ int Main(int argc, char** argv) {
   c_import->add_option("config", cache.config, "run.toml")->required();
   c_import->add_option("file", cache.file, "FILE")->required();
   c_import->add_flag("--force", cache.force, "Import even if the manifest names another torch version or device");
+  c_import->add_flag("--trust", cache.trust,
+                     "Import an archive not signed with your own key (an archive is code: kernels, pickles)");
   CLI::App* c_clear = cache_cmd->add_subcommand("clear", "Under the gate: move the cache (or one key's READY) aside, then delete it");
   c_clear->add_option("config", cache.config, "run.toml")->required();
   c_clear->add_option("--key", cache.key, "Only forget READY(KEY): the next run of that key compiles");

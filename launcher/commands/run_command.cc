@@ -15,6 +15,7 @@
 
 #include "common/exit_codes.h"
 #include "common/fd.h"
+#include "common/printable.h"
 #include "common/private_files.h"
 #include "common/secure_path.h"
 #include "common/signal_fd.h"
@@ -74,6 +75,7 @@ bool RunLockHeld(const std::string& path, std::string* holder) {
   ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
   *holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "another dflash-launch";
   while (!holder->empty() && (holder->back() == '\n' || holder->back() == '\0')) holder->pop_back();
+  *holder = Printable(*holder);  // text, never escape sequences for the terminal
   return true;
 }
 
@@ -177,6 +179,15 @@ int RunRun(const RunOptions& opts, char** env) {
   if (reused) {  // held by us now: nobody else adds attempts meanwhile
     plan.resumed = true;
     plan.attempt_base = NextAttempt(run_fd.get());
+    // Its history must be ours to continue: an events.jsonl of another user's, a link or a hard link would be
+    // refused when the supervisor opens it, and the run would go on without recording its events.
+    std::string events_err;
+    if (!UniqueFd(OpenPrivateFile(plan.run_dir + "/events.jsonl", O_WRONLY | O_APPEND, plan.Files(), run_use,
+                                  &events_err))) {
+      std::fprintf(stderr, "dflash-launch: cannot resume run %s: %s; nothing was started\n", plan.run_id.c_str(),
+                   events_err.c_str());
+      return exit_code::kCannotCreate;
+    }
   }
   run_fd.reset();  // every file below is opened through the same checks; a tight fd limit needs this one
   // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.

@@ -193,6 +193,9 @@ struct RunSpec {
   std::string cache_dir;   // absolute; TORCHINDUCTOR_CACHE_DIR and the gate live here
   std::string log_dir;     // absolute
   std::string spool_dir;   // absolute; hidden-state frames between target and drafters
+  bool spool_dir_given = false;  // written in the file (else the default, /dev/shm/dflash-<uid>-<name>)
+  /// Why the default spool dir was not taken (another user made it first) and which one is used: a warning.
+  std::string spool_dir_note;
   /// The group that may read the run's logs ("": nobody else; dirs 0700, files 0600).
   std::string log_group;
   gid_t log_gid = static_cast<gid_t>(-1);  // log_group's id, once validated

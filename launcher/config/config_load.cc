@@ -152,6 +152,7 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   run->cache_dir = ResolvePath(cache, base_dir);
   run->log_dir = ResolvePath(log, base_dir);
   run->spool_dir = ResolvePath(spool, base_dir);
+  run->spool_dir_given = r.Has("spool_dir");
   if (r.Has("log_group")) r.String("log_group", &run->log_group); else r.Get("log_group");
   r.String("master_addr", &run->master_addr);
   run->master_addr_given = r.Has("master_addr");

@@ -17,6 +17,7 @@
 #include "common/secure_path.h"
 #include "launcher/config/config_internal.h"
 #include "launcher/config/role_order.h"
+#include "launcher/config/spool_default.h"
 
 namespace dflash {
 namespace {
@@ -333,6 +334,10 @@ void CheckRunDirs(const toml::table& root, RunConfig* cfg, std::vector<ConfigErr
     use.shared_parent = true;
     std::string why;
     if (d.path->empty() || CheckSecurePath(*d.path, use, &why)) continue;
+    // The default spool dir has a name anyone can guess and make first in /dev/shm: that must not block every
+    // run of the config. A fresh name nobody could guess is used instead (and said), never theirs.
+    if (d.path == &cfg->run.spool_dir && !cfg->run.spool_dir_given && UnguessableSpoolDir(use, &cfg->run, why))
+      continue;
     size_t fix = why.rfind("; fix: ");
     errors->push_back({PosIn(root, {"run", d.key}, cfg->path), std::string("run.") + d.key,
                        std::string(d.key) + " is not safe to write the run's files in",
@@ -493,6 +498,7 @@ const char* RestartScopeName(RestartScope s) { return NameIn(kRestartScopeNames,
 
 std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
   std::vector<ConfigError> out;
+  AddSpoolDirWarning(config, &out);
   int run_world = 0;
   for (const RoleSpec& r : config.roles)
     if (r.world == TorchWorld::kRun) run_world += r.process_count() * std::max<int>(1, r.nodes.size());

@@ -38,7 +38,9 @@ std::vector<SectionSpec> MakeSchema() {
             "0640, owned by this group (you must be in it). Unset: nobody else can read them.",
             "\"ml-team\""},
            {"spool_dir", K::kPath, "/dev/shm/dflash-<uid>-<name>",
-            "Hidden-state frames from target to drafters (builtin roles).", "\"/dev/shm/dflash-spool\""},
+            "Hidden-state frames from target to drafters (builtin roles). If another user made the default first, "
+            "an unguessable <default>-<random> is used instead, with a warning.",
+            "\"/dev/shm/dflash-spool\""},
            {"master_addr", K::kString, "127.0.0.1",
             "MASTER_ADDR for torch.distributed: the host of rank 0 (node 0). `--master-addr` and the "
             "scheduler's (Slurm, Kubernetes) come first when this key is not written.",

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/fd.h"
+#include "common/proc_scan.h"
 
 namespace dflash {
 
@@ -154,6 +155,9 @@ void ProcMeter::Fill(RunStatus* status) {
   const auto now = std::chrono::steady_clock::now();
   std::map<int, Last> next;
   for (ProcessStatus& p : status->processes) {
+    // A payload's MAINPID was checked when it was claimed, but pids are reused: once that process is gone its
+    // number may name anyone's. Only a pid still in the process's tree is shown and measured as its payload.
+    if (p.payload_pid > 0 && !InProcessTree(p.payload_pid, p.pid)) p.payload_pid = -1;
     int pid = p.payload_pid > 0 ? p.payload_pid : p.pid;
     if (pid <= 0) continue;
     std::string stat, statm, err;

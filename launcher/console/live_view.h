@@ -54,8 +54,9 @@ class LiveScreen {
 };
 
 /// RSS and CPU of each process from /proc (the payload under a worker if
-/// known): CPU is the share of one core used since the previous Fill (or since
-/// the process started, the first time).
+/// known, and still in the process's tree: a claimed pid that is gone may have
+/// been reused, and is then shown as -1): CPU is the share of one core used
+/// since the previous Fill (or since the process started, the first time).
 class ProcMeter {
  public:
   void Fill(RunStatus* status);

@@ -59,11 +59,14 @@ int LogRouter::Add(UniqueFd pipe, const std::string& process, bool is_stderr,
                    const std::string& file_path, std::string* err) {
   std::string open_err;
   UniqueFd file(OpenPrivateFile(file_path, O_WRONLY | O_APPEND, options_.files, RunDirUse(), &open_err));
-  if (!file) {
-    if (err) *err = open_err;
-    return -1;
-  }
-  return Add(std::move(pipe), process, is_stderr, file_path, std::move(file), err);
+  int id = Add(std::move(pipe), process, is_stderr, file_path, std::move(file), err);
+  if (id < 0 || open_err.empty()) return id;
+  // No file (inodes or fds exhausted, the attempt dir swapped for something else): the pipe is still read,
+  // or the child dies of SIGPIPE at its first write; every byte is counted lost and shown on the console.
+  Stream& s = Get(id);
+  s.file_error = "cannot open " + file_path + ": " + open_err;
+  if (err) *err = open_err;
+  return id;
 }
 
 int LogRouter::Add(UniqueFd pipe, const std::string& process, bool is_stderr, const std::string& file_path,
@@ -144,6 +147,10 @@ int LogRouter::ReadOnce(Stream& s) {
 }
 
 void LogRouter::ToFile(Stream& s, const char* p, size_t n) {
+  if (!s.file) {
+    s.lost += n;
+    return;
+  }
   while (n > 0) {
     ssize_t w = ::write(s.file.get(), p, n);
     if (w < 0 && errno == EINTR) continue;

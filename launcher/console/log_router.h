@@ -55,7 +55,11 @@ class LogRouter {
   /// and opens `file_path` for appending as common/private_files.h does
   /// (Options::files; its attempt dir made likewise; never through a link or
   /// into a file that is not ours). `process` ("drafter:1") is the console prefix.
-  /// Returns the stream id (>= 0), or -1 with `err` set; `pipe` is closed then.
+  /// Returns the stream id (>= 0). A file that cannot be opened (no inodes, no
+  /// fds, the dir swapped for a file) does not end the stream: the pipe is
+  /// still read, to the console only, so the child never dies of SIGPIPE; `err`
+  /// and file_error() say why, file_lost_bytes() counts what the file missed.
+  /// -1 (with `err`; `pipe` closed) only if the pipe itself cannot be used.
   int Add(UniqueFd pipe, const std::string& process, bool is_stderr, const std::string& file_path,
           std::string* err);
   /// The same with a file the caller opened (`file_path` names it in messages).

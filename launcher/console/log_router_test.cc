@@ -430,16 +430,30 @@ TEST(LogRouterTest, FdHygiene) {
   d.Join();
 }
 
-TEST(LogRouterTest, AddReportsWhyItCannotOpenTheFile) {
+/// A log that cannot be opened (here its dir is a file) says why, and the pipe is still read: to the
+/// console, every byte counted lost for the file, and the writer never sees EPIPE (a child would die of SIGPIPE).
+TEST(LogRouterTest, ALogThatCannotBeOpenedSaysWhyAndStillDrainsThePipe) {
   test::TempDir tmp("dflash-logs");
   std::string dir = tmp.path();
   std::string err;
   ASSERT_TRUE(WriteAll(UniqueFd(::open((dir + "/file").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600)).get(),
                        "x", &err));
-  Pipe p;
-  LogRouter router(nullptr);
-  EXPECT_EQ(router.Add(std::move(p.r), "b", false, dir + "/file/sub/b.stdout.log", &err), -1);
-  EXPECT_NE(err.find(dir + "/file/sub"), std::string::npos) << err;
+  Pipe p, console_pipe;
+  Drainer d(console_pipe.r.get());
+  {
+    Console console({.fd = console_pipe.w.get(), .color = ColorMode::kNever});
+    LogRouter router(&console);
+    int id = router.Add(std::move(p.r), "b", false, dir + "/file/sub/b.stdout.log", &err);
+    ASSERT_GE(id, 0) << err;
+    EXPECT_NE(err.find(dir + "/file/sub"), std::string::npos) << err;
+    EXPECT_NE(router.file_error(id).find("cannot open " + dir + "/file/sub/b.stdout.log"), std::string::npos);
+    ASSERT_TRUE(WriteAll(p.w.get(), "still read\n", &err)) << err;  // EPIPE here if the read end were gone
+    p.w.reset();
+    ReadToEnd(&router, id);
+    EXPECT_EQ(router.file_lost_bytes(id), 11u);
+  }
+  console_pipe.w.reset();
+  EXPECT_EQ(d.Join(), "[b] still read\n");
 }
 
 /// Disk full: the pipe keeps being read (the child must not block), the loss

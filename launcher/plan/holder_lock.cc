@@ -2,10 +2,14 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <ctime>
+
+#include "common/printable.h"
+#include "common/secure_path.h"
 
 namespace dflash {
 
@@ -34,7 +38,14 @@ HolderLockResult TryHolderLock(const std::string& path, const std::string& recor
     ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
     std::string text(buf, n > 0 ? static_cast<size_t>(n) : 0);
     while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
-    *holder = text.empty() ? "another dflash-launch that has not written its name yet (" + path + ")" : text;
+    // Whoever made the file wrote these bytes (in the shared port lock dir, any local user): they reach the
+    // terminal as text, never as escape sequences, and a file that is not ours says whose it is.
+    struct stat st {};
+    std::string whose;
+    if (::fstat(fd.get(), &st) == 0 && st.st_uid != ::geteuid())
+      whose = " (its lock file " + path + " is " + UserNameOf(st.st_uid) + "'s, uid " + std::to_string(st.st_uid) + ")";
+    *holder = text.empty() ? "another dflash-launch that has not written its name yet (" + path + ")" + whose
+                           : Printable(text) + whose;
     return HolderLockResult::kHeld;
   }
   if (writable) {

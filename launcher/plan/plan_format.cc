@@ -67,7 +67,7 @@ std::string DescribeRestart(const RestartSpec& r) {
 static ojson ProbeJson(bool on, const ProbeSpec& p) {
   if (!on) return ojson();
   return {{"kind", p.kind == ProbeKind::kTcp ? "tcp" : "http"}, {"host", p.host}, {"port", p.port},
-          {"url", p.kind == ProbeKind::kHttp ? ojson(p.url) : ojson()},
+          {"url", p.kind == ProbeKind::kHttp ? ojson(RedactSecretsInText(p.url)) : ojson()},
           {"status", p.kind == ProbeKind::kHttp ? ojson(p.statuses.text()) : ojson()},
           {"interval_ms", p.interval.count()}, {"probe_timeout_ms", p.timeout.count()}};
 }

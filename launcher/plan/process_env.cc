@@ -90,6 +90,8 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
   if (!store.empty() && (store_private() || !run.store_password_file.empty() || !run.store_password_env.empty()))
     e.emplace_back(env::kStoreSecretFile, run_dir + "/store.secret");
   if (!store.empty() && !run.store_user.empty()) e.emplace_back(env::kStoreUser, run.store_user);
+  // A private store takes a password derived from that secret and the run id, not the secret (store_auth.h).
+  if (store_private()) e.emplace_back(env::kStorePrivate, "1");
   if (store.empty() && !gate_store.empty()) {
     if (!gate_store_secret_file.empty()) e.emplace_back(env::kStoreSecretFile, gate_store_secret_file);
     if (!gate_store_user.empty()) e.emplace_back(env::kStoreUser, gate_store_user);

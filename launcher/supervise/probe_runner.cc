@@ -2,18 +2,46 @@
 
 #include <sys/epoll.h>
 
+#include <algorithm>
+
+#include "common/listener_owner.h"
+
 namespace dflash {
+
+bool ReservedFor(const ProcessPlan& p, int port) {
+  return port > 0 && std::find(p.ports.begin(), p.ports.end(), port) != p.ports.end();
+}
+
+bool ProbeRunner::ProveOwnPort(const Try& t, std::string* detail) {
+  // After the answer: if every listener on the port is the process's now, the port is its server's from here
+  // on (no other socket can bind it while that one listens), whoever answered this one try.
+  std::string who, err;
+  const std::string port = "its reserved port " + std::to_string(t.spec->port);
+  switch (ProveListener(t.spec->port, t.owner, &who, &err)) {
+    case ListenerProof::kOurs:
+      return true;
+    case ListenerProof::kForeign:
+      *detail = *detail + ", but " + port + " is held by " + who +
+                ", not by this process: the reserved port was taken by someone else";
+      return false;
+    case ListenerProof::kNone:
+      break;
+  }
+  *detail = *detail + ", but no listener on " + port + " is this process's" + (err.empty() ? "" : " (" + err + ")");
+  return false;
+}
 
 ProbeRunner::~ProbeRunner() {
   for (auto& [id, t] : tries_)
     if (t->probe.fd() >= 0) ::epoll_ctl(epoll_, EPOLL_CTL_DEL, t->probe.fd(), nullptr);
 }
 
-void ProbeRunner::Start(size_t index, uint64_t seq, const ProbeSpec& spec, SteadyTime now) {
+void ProbeRunner::Start(size_t index, uint64_t seq, const ProbeSpec& spec, SteadyTime now, pid_t owner) {
   uint32_t id = next_id_++;
   auto t = std::make_unique<Try>();
   t->index = index;
   t->seq = seq;
+  t->owner = owner;
   t->spec = &spec;
   t->deadline = now + spec.timeout;
   Try& ref = *t;
@@ -71,6 +99,7 @@ void ProbeRunner::Finish(uint32_t id, const std::string& timeout_detail) {
   else
     r.answered = JudgeProbe(*t.spec, t.probe.connected(), t.probe.reply(), t.probe.complete(), t.probe.error(),
                             &r.detail);
+  if (r.answered && t.owner > 0) r.answered = ProveOwnPort(t, &r.detail);
   done_.push_back(std::move(r));
   tries_.erase(it);  // closes its socket
 }

@@ -6,6 +6,8 @@
 // contract/probe_spec.h JudgeProbe; the core (supervisor_core.h) decides.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,8 +17,12 @@
 #include "common/duration.h"
 #include "common/net_probe.h"
 #include "contract/probe_spec.h"
+#include "launcher/plan/plan.h"
 
 namespace dflash {
+
+/// Whether `port` is one of the ports reserved for `p` (its role's `ports`): the probes of those are proven.
+bool ReservedFor(const ProcessPlan& p, int port);
 
 class ProbeRunner {
  public:
@@ -31,8 +37,13 @@ class ProbeRunner {
   ProbeRunner(int epoll_fd, uint64_t tag_base) : epoll_(epoll_fd), tag_base_(tag_base) {}
   ~ProbeRunner();
 
-  /// Starts a try of `spec` (which must outlive it) for process `index`.
-  void Start(size_t index, uint64_t seq, const ProbeSpec& spec, SteadyTime now);
+  /// Starts a try of `spec` (which must outlive it) for process `index`. With an
+  /// `owner` (the process, a session leader), an answer counts only once the
+  /// port's listener is proven to be a socket of `owner`'s tree
+  /// (common/listener_owner.h): a port reserved for the process (ReservedFor)
+  /// is reserved against other runs only, and another user who binds it first
+  /// must not make the process ready. `owner` <= 0: not checked.
+  void Start(size_t index, uint64_t seq, const ProbeSpec& spec, SteadyTime now, pid_t owner = -1);
   /// epoll said try `id` is ready.
   void OnReady(uint32_t id);
   /// Ends every try whose probe_timeout passed by `now`.
@@ -47,12 +58,15 @@ class ProbeRunner {
   struct Try {
     size_t index = 0;
     uint64_t seq = 0;
+    pid_t owner = -1;
     const ProbeSpec* spec = nullptr;
     SteadyTime deadline{};
     uint32_t events = 0;  ///< what epoll waits for now
     NetProbe probe;
   };
   void Finish(uint32_t id, const std::string& timeout_detail = "");
+  /// The try answered: is the named port's listener the owner's? False: `detail` says whose it is.
+  static bool ProveOwnPort(const Try& t, std::string* detail);
 
   int epoll_;
   uint64_t tag_base_;

@@ -183,7 +183,10 @@ void Supervisor::Impl::Execute(const CoreAction& a) {
       if (options_.on_round_stopped) options_.on_round_stopped(static_cast<int>(a.index));
       break;
     case K::kProbe:
-      if (a.probe) probes_->Start(a.index, a.seq, *a.probe, std::chrono::steady_clock::now());
+      // A port reserved for the process (ports = [...]) counts only if its listener is the process's own.
+      if (a.probe)
+        probes_->Start(a.index, a.seq, *a.probe, std::chrono::steady_clock::now(),
+                       p && ReservedFor(*p->plan, a.probe->port) ? p->pid : -1);
       break;
     // A stop the core holds back until it knows whether the exec failed: the answer (OnExecResult) comes
     // now, before any other event; its actions follow this batch, in order.
@@ -228,10 +231,11 @@ void Supervisor::Impl::AddStream(size_t i, bool is_stderr, UniqueFd fd) {
   std::string path = plan_.AttemptPath(*p.plan, p.attempt, is_stderr ? "stderr.log" : "stdout.log");
   std::string err;
   int id = router_.Add(std::move(fd), p.plan->name, is_stderr, path, &err);
-  if (id < 0) {
-    Warn(p.plan->name + ": cannot log to " + path + ": " + err);
-    return;
-  }
+  // Loud (console, supervisor.log, summary.json) but never fatal: the pipe is still drained (console only).
+  if (!err.empty())
+    core_.AddWarning(p.plan->name + ": cannot log to " + path + ": " + err +
+                     (id >= 0 ? "; its output is shown on the console only" : ""));
+  if (id < 0) return;
   if (static_cast<size_t>(id) >= stream_owner_.size()) stream_owner_.resize(id + 1, -1);
   stream_owner_[id] = static_cast<int>(i);
   epoll_event ev{};
@@ -494,7 +498,11 @@ void Supervisor::Impl::Reap() {
     if (found < 0) {
       if (pid == options_.keep_pid) {
         options_.keep_pid = -1;
-        Warn("the private store (redis-server pid " + std::to_string(pid) + ") " + DecodeWaitStatus(status).Describe());
+        std::string how = "the private store (redis-server pid " + std::to_string(pid) + ") " +
+                          DecodeWaitStatus(status).Describe();
+        Warn(how);
+        // Its port is free for anyone now: the run ends rather than reconnect to whatever binds it next.
+        core_.StopForNode("node 0 (its private store)", how + ": the run's store is gone", exit_code::kNodeFailed);
         continue;
       }
       if (pid == guard_.guardian_pid()) {

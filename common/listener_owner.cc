@@ -1,0 +1,130 @@
+#include "common/listener_owner.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "common/fd.h"
+#include "common/proc_scan.h"
+#include "common/secure_path.h"
+
+namespace dflash {
+namespace {
+
+constexpr const char* kListen = "0A";  // TCP_LISTEN in include/net/tcp_states.h, as /proc/net/tcp prints it
+
+/// "0100007F:1F90" (IPv4) or 32 hex digits ":1F90" (IPv6): the kernel prints each
+/// 32-bit word of the address in host byte order.
+bool ParseProcAddress(const std::string& text, std::string* address, int* port) {
+  size_t colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  std::string hex = text.substr(0, colon);
+  *port = static_cast<int>(std::strtol(text.c_str() + colon + 1, nullptr, 16));
+  if (hex.size() != 8 && hex.size() != 32) return false;
+  unsigned char bytes[16];
+  for (size_t w = 0; w < hex.size() / 8; ++w) {
+    uint32_t word = static_cast<uint32_t>(std::strtoul(hex.substr(w * 8, 8).c_str(), nullptr, 16));
+    std::memcpy(bytes + w * 4, &word, 4);  // host order, as the kernel wrote it
+  }
+  char buf[INET6_ADDRSTRLEN] = "?";
+  bool v6 = hex.size() == 32;
+  ::inet_ntop(v6 ? AF_INET6 : AF_INET, bytes, buf, sizeof buf);
+  *address = v6 ? "[" + std::string(buf) + "]" : std::string(buf);
+  return true;
+}
+
+void ReadTable(const std::string& path, int port, std::vector<TcpListener>* out) {
+  std::string text, err;
+  if (!ReadFile(path, &text, &err)) return;
+  std::istringstream lines(text);
+  std::string line;
+  std::getline(lines, line);  // the header
+  while (std::getline(lines, line)) {
+    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
+    std::istringstream f(line);
+    std::string sl, local, remote, state, queues, timer, retr;
+    unsigned long uid = 0, timeout = 0, inode = 0;
+    if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+    if (state != kListen) continue;
+    TcpListener l;
+    int p = 0;
+    if (!ParseProcAddress(local, &l.address, &p) || p != port) continue;
+    l.address += ":" + std::to_string(port);
+    l.uid = static_cast<uid_t>(uid);
+    l.inode = static_cast<ino_t>(inode);
+    out->push_back(std::move(l));
+  }
+}
+
+/// Calls `each(inode)` for every socket among `pid`'s fds; stops when it returns true.
+template <typename F>
+bool ForEachSocket(pid_t pid, F each) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return false;
+  char target[64];
+  while (struct dirent* e = ::readdir(d.get())) {
+    if (e->d_name[0] == '.') continue;
+    ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), target, sizeof target - 1);
+    if (n <= 8) continue;
+    target[n] = '\0';
+    if (std::strncmp(target, "socket:[", 8) != 0) continue;
+    if (each(static_cast<ino_t>(std::strtoull(target + 8, nullptr, 10)))) return true;
+  }
+  return false;
+}
+
+std::string CommandName(pid_t pid) {
+  std::string comm, err;
+  if (!ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &err)) return "?";
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  return comm;
+}
+
+}  // namespace
+
+bool ListTcpListeners(int port, std::vector<TcpListener>* out, std::string* err) {
+  out->clear();
+  bool any = false;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    if (::access(path, R_OK) != 0) continue;
+    any = true;
+    ReadTable(path, port, out);
+  }
+  if (!any) *err = "cannot read /proc/net/tcp or /proc/net/tcp6";
+  return any;
+}
+
+pid_t FindSocketHolder(ino_t inode) {
+  for (const ProcStat& s : AllProcesses())
+    if (ForEachSocket(s.pid, [&](ino_t i) { return i == inode; })) return s.pid;
+  return -1;
+}
+
+ListenerProof ProveListener(int port, pid_t root, std::string* who, std::string* err) {
+  std::vector<TcpListener> listeners;
+  if (!ListTcpListeners(port, &listeners, err) || listeners.empty()) return ListenerProof::kNone;
+  std::set<ino_t> ours;
+  for (pid_t p : ProcessTree(root))
+    ForEachSocket(p, [&](ino_t i) {
+      ours.insert(i);
+      return false;
+    });
+  for (const TcpListener& l : listeners) {
+    if (l.inode != 0 && ours.count(l.inode)) continue;
+    pid_t holder = l.inode != 0 ? FindSocketHolder(l.inode) : -1;
+    *who = "uid " + std::to_string(l.uid) + " (" + UserNameOf(l.uid) + ")" +
+           (holder > 0 ? ", pid " + std::to_string(holder) + " (" + CommandName(holder) + ")" : "") +
+           ", listening on " + l.address;
+    return ListenerProof::kForeign;
+  }
+  return ListenerProof::kOurs;
+}
+
+}  // namespace dflash
