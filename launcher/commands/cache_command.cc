@@ -20,6 +20,7 @@
 #include "launcher/commands/cache_clear.h"
 #include "cachelock/cache_inventory.h"
 #include "launcher/commands/commands.h"
+#include "launcher/commands/front_door.h"
 #include "launcher/plan/torch_version.h"
 
 namespace dflash {
@@ -28,7 +29,7 @@ namespace {
 
 void Say(const std::string& line) { std::fprintf(stderr, "dflash-launch: %s\n", line.c_str()); }
 
-int Status(const Plan& plan, bool json) {
+int ShowStatus(const Plan& plan, bool json) {
   const std::string& dir = plan.config.run.cache_dir;
   CacheInventory inv = ScanCache(dir);
   GateStatusReport gate;
@@ -258,8 +259,8 @@ std::string CacheGpuIdentity(const Plan& plan) {
 
 int RunCache(const CacheOptions& o, char** env) {
   Plan plan;
-  if (!LoadPlanOrReport(o.config, "cache", o.bin_dir, env, &plan)) return exit_code::kConfig;
-  if (o.action == "status") return Status(plan, o.json);
+  if (Status s = LoadPlan(o.config, "cache", o.bin_dir, env, &plan); !s.ok()) return Say(s);
+  if (o.action == "status") return ShowStatus(plan, o.json);
   if (o.action == "export") return Export(plan, o);
   if (o.action == "import") return Import(plan, o);
   return Clear(plan, o);

@@ -29,16 +29,6 @@ struct RunOptions {
   NodeFlags nodes;
 };
 
-/// Places this launcher among the nodes (flags, scheduler env, [run]) and
-/// builds its plan. `run_id`: the flag; empty: the scheduler's job id, else
-/// `fallback_run_id` (which may be empty: then several nodes need --run-id).
-/// Errors go to stderr; returns 0, or the exit code (64: flags/env, 2: config).
-int PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::string& run_id,
-                 const std::string& fallback_run_id, const std::string& bin_dir, char** env, Plan* plan);
-
-/// A run id is a directory name: [A-Za-z0-9._-], 1 to 128, not "." or "..".
-bool ValidRunId(const std::string& id);
-
 /// Runs the plan under the supervisor; returns the run's exit code.
 int RunRun(const RunOptions& opts, char** env);
 
@@ -92,26 +82,5 @@ std::string DeviceKind(const RunConfig& config);
 std::string CacheTorchVersion(const Plan& plan);
 /// The first gated role's GPU identity (Plan::role_gpu_identity): what archives record and imports check.
 std::string CacheGpuIdentity(const Plan& plan);
-
-/// Loads the config (errors -> stderr) and builds its plan for `run_id`.
-/// Adds this host's GPUs (NVML) and the roles' CUDA/Triton probe to `po`.
-void AddHostFacts(const RunConfig& config, PlanOptions* po);
-bool LoadPlanOrReport(const std::string& config, const std::string& run_id, const std::string& bin_dir, char** env,
-                      Plan* plan);
-
-/// Loads and validates `path`; prints every error to stderr. False: exit 2.
-bool LoadConfigOrReport(const std::string& path, RunConfig* config);
-/// Builtin roles run bin_dir/dflash-builtin, which the pip wheel leaves out (docs/wheel.md). `run` refuses such a
-/// config before spawning anything (returns false); `check` only warns (warn_only), the rest of the plan is valid.
-bool BuiltinInstalledOrReport(const RunConfig& config, const std::string& bin_dir, bool warn_only);
-/// `check` and `run` (not the cache tools): every role's command exists and is
-/// executable for its PATH and cwd (launcher/plan/executable_check.h); else prints the errors.
-bool CommandsRunOrReport(const RunConfig& config, char** env);
-/// `check` and `run`: this node's processes fit this host's execve and fork
-/// limits (launcher/plan/host_limits.h); else prints the errors.
-bool HostLimitsOrReport(const Plan& plan, char** env);
-
-/// The launcher's environment as a list (for gate keys and the children's base env).
-EnvList EnvironmentList(char** env);
 
 }  // namespace dflash

@@ -21,6 +21,7 @@
 #include "common/signal_fd.h"
 #include "common/spawn.h"
 #include "launcher/commands/commands.h"
+#include "launcher/commands/front_door.h"
 #include "launcher/control/control_server.h"
 #include "launcher/plan/holder_lock.h"
 #include "launcher/plan/port_reservation.h"
@@ -102,14 +103,14 @@ int NextAttempt(int dirfd) {
 
 int RunRun(const RunOptions& opts, char** env) {
   RunConfig config;
-  if (!LoadConfigOrReport(opts.config, &config)) return exit_code::kConfig;
-  if (!CommandsRunOrReport(config, env)) return exit_code::kConfig;
-  if (!BuiltinInstalledOrReport(config, opts.bin_dir, /*warn_only=*/false)) return exit_code::kConfig;
+  if (Status s = LoadConfigFile(opts.config, &config); !s.ok()) return Say(s);
+  if (Status s = CommandsRun(config, env); !s.ok()) return Say(s);
+  if (Status s = BuiltinInstalled(config, opts.bin_dir, /*warn_only=*/false); !s.ok()) return Say(s);
   Plan plan;
-  if (int rc = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
-      rc != 0)
-    return rc;
-  if (!HostLimitsOrReport(plan, env)) return exit_code::kConfig;
+  if (Status s = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
+      !s.ok())
+    return Say(s);
+  if (Status s = HostLimitsFit(plan, env); !s.ok()) return Say(s);
 
   std::string err;
   CgroupMode cgroup_mode;

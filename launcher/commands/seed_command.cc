@@ -21,6 +21,7 @@
 #include "common/spawn.h"
 #include "cachelock/cache_inventory.h"
 #include "launcher/commands/commands.h"
+#include "launcher/commands/front_door.h"
 #include "common/json_field.h"
 #include "contract/process_env.h"
 #include "launcher/plan/port_reservation.h"
@@ -200,8 +201,9 @@ std::string Stamp() {
 
 int RunSeed(const SeedOptions& o, char** env) {
   Plan plan;
-  if (!LoadPlanOrReport(o.config, "seed-" + Stamp() + "-" + std::to_string(::getpid()), o.bin_dir, env, &plan))
-    return exit_code::kConfig;
+  if (Status s = LoadPlan(o.config, "seed-" + Stamp() + "-" + std::to_string(::getpid()), o.bin_dir, env, &plan);
+      !s.ok())
+    return Say(s);
   const RunConfig& c = plan.config;
   std::vector<const ProcessPlan*> firsts;
   if (!o.role.empty()) {
