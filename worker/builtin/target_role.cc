@@ -34,6 +34,23 @@ int WarmUpTarget(const Role& r) {
   return exit_code::kOk;
 }
 
+/// DFlash shares the target's embedding and LM head with the drafter: one
+/// copy for the whole spool (replicas are identical: the first one wins, `won`).
+bool PublishSharedWeights(const Role& r, const TargetModel& model, spool::SpoolProducer* producer, bool* won,
+                          std::string* err) {
+  at::Tensor embed = model.Param("embed.weight").to(at::kFloat).contiguous();
+  at::Tensor head = model.Param("lm_head.weight").to(at::kFloat).contiguous();
+  safetensors::Metadata wmeta = {{"format", "dflash-weights/1"},
+                                 {"producer", r.name},
+                                 {"seed", std::to_string(r.m.seed)},
+                                 {"vocab", std::to_string(r.m.frame.vocab)},
+                                 {"hidden", std::to_string(r.m.hidden)}};
+  return producer->PublishShared("weights.safetensors", wmeta,
+                                 {{"embed.weight", "F32", embed.sizes().vec(), embed.data_ptr(), embed.nbytes()},
+                                  {"lm_head.weight", "F32", head.sizes().vec(), head.data_ptr(), head.nbytes()}},
+                                 won, err);
+}
+
 }  // namespace
 
 int RunTarget(const BuiltinOptions& o) {
@@ -60,20 +77,8 @@ int RunTarget(const BuiltinOptions& o) {
   TargetModel model(r.m);
   TokenChain chain(r.m.seed, fc.vocab);
 
-  // DFlash shares the target's embedding and LM head with the drafter: one
-  // copy for the whole spool (replicas are identical: the first one wins).
-  at::Tensor embed = model.Param("embed.weight").to(at::kFloat).contiguous();
-  at::Tensor head = model.Param("lm_head.weight").to(at::kFloat).contiguous();
-  safetensors::Metadata wmeta = {{"format", "dflash-weights/1"},
-                                 {"producer", r.name},
-                                 {"seed", std::to_string(r.m.seed)},
-                                 {"vocab", std::to_string(fc.vocab)},
-                                 {"hidden", std::to_string(r.m.hidden)}};
   bool won = false;
-  if (!producer.PublishShared("weights.safetensors", wmeta,
-                              {{"embed.weight", "F32", embed.sizes().vec(), embed.data_ptr(), embed.nbytes()},
-                               {"lm_head.weight", "F32", head.sizes().vec(), head.data_ptr(), head.nbytes()}},
-                              &won, &err)) {
+  if (!PublishSharedWeights(r, model, &producer, &won, &err)) {
     Complain(r.name, err);
     return exit_code::kFailure;
   }
