@@ -115,8 +115,29 @@ class NodeCoordinator {
   bool WaitForPeersWith(RedisClient& client, Millis max, std::vector<int>* left);
   void Loop();
   bool Heartbeat(std::string* err);
-  bool Watch(std::string* err);
   bool CarryOutRequests(std::string* err);
+
+  // --- the watch, once per poll (node_coordinator_watch.cc) ---
+  /// What one read of the store holds beside the peers (those go to peers_).
+  struct StoreView {
+    SteadyTime now{};        ///< when it was read
+    std::string failed;      ///< the session's failure record ("": none)
+    std::string round_text;  ///< the session's round ("": none)
+    long long stopped = 0;   ///< the nodes stopped for the round this node waits on
+  };
+  /// Reads the store and acts on it: the barrier, a failure, a lost peer, the rounds. False: the store failed.
+  bool Watch(std::string* err);
+  /// Every node's registration and the session's keys, in one script; each node's view into peers_.
+  bool ReadStore(int waiting_round, StoreView* view, std::string* err);
+  /// Before the start barrier: which nodes are missing; kBarrier once none is and the session is known.
+  void WaitAtBarrier();
+  /// A valid failure record of another node: stop for it (true). An invalid one is ignored (false).
+  bool StopForFailure(const std::string& failed);
+  /// A peer lost or replaced: stop (true); left behind when node 0's session ended.
+  bool StopForLostPeer(SteadyTime now);
+  /// A round another node asked for begins; the barrier of the round this node waits on starts it or gives up.
+  void FollowRounds(const StoreView& view, int waiting_round, std::string* err);
+
   void Emit(Event e);
   void Info(const std::string& text);
   /// Stop with exit 76: the run has moved on without this node (docs/multinode.md).

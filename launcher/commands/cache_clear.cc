@@ -89,79 +89,84 @@ std::string ClearReport::Describe() const {
   return s;
 }
 
-bool ClearCache(const std::string& dir, ClearReport* report, std::string* err) {
-  *report = ClearReport{};
-  UniqueFd cache_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  UniqueFd meta_fd(cache_fd ? OpenBeneath(cache_fd.get(), ".dflash", O_RDONLY | O_DIRECTORY) : -1);
-  if (!meta_fd) {
-    *err = ErrnoMessage("open " + dir + "/.dflash", errno);
-    return false;
-  }
-  // Leftovers of a clear or import that was killed: under the gate nobody else is using them.
-  {
-    std::vector<std::string> old;
-    if (std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(::dup(meta_fd.get())), ::closedir); d)
-      while (struct dirent* e = ::readdir(d.get())) {
-        std::string n = e->d_name;
-        if (n.rfind("trash-", 0) == 0 || n.rfind("import-", 0) == 0) old.push_back(n);
-      }
-    for (const std::string& n : old) {
-      std::map<std::string, KindStats>& k = report->removed;
-      uint64_t count = 0;
-      if (!RemoveTreeAt(meta_fd.get(), n, &count, err)) return false;
-      k["leftovers"].files += count;
-      report->files_removed += count;
+namespace {
+
+/// Leftovers of a clear or import that was killed: under the gate nobody else is using them.
+bool RemoveLeftovers(int meta_fd, ClearReport* report, std::string* err) {
+  std::vector<std::string> old;
+  if (std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(::dup(meta_fd)), ::closedir); d)
+    while (struct dirent* e = ::readdir(d.get())) {
+      std::string n = e->d_name;
+      if (n.rfind("trash-", 0) == 0 || n.rfind("import-", 0) == 0) old.push_back(n);
     }
+  for (const std::string& n : old) {
+    std::map<std::string, KindStats>& k = report->removed;
+    uint64_t count = 0;
+    if (!RemoveTreeAt(meta_fd, n, &count, err)) return false;
+    k["leftovers"].files += count;
+    report->files_removed += count;
   }
+  return true;
+}
+
+/// `.dflash/trash-<time>-<pid>`: where this clear moves everything before deleting it.
+bool MakeTrash(const std::string& dir, int meta_fd, std::string* trash, UniqueFd* trash_fd, std::string* err) {
   char stamp[32];
   std::time_t now = std::time(nullptr);
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
-  std::string trash = std::string("trash-") + stamp + "-" + std::to_string(::getpid());
-  if (::mkdirat(meta_fd.get(), trash.c_str(), 0700) != 0) {
-    *err = ErrnoMessage("mkdir " + dir + "/.dflash/" + trash, errno);
+  *trash = std::string("trash-") + stamp + "-" + std::to_string(::getpid());
+  if (::mkdirat(meta_fd, trash->c_str(), 0700) != 0) {
+    *err = ErrnoMessage("mkdir " + dir + "/.dflash/" + *trash, errno);
     return false;
   }
-  UniqueFd trash_fd(OpenBeneath(meta_fd.get(), trash, O_RDONLY | O_DIRECTORY));
-  if (!trash_fd) {
-    *err = ErrnoMessage("open " + dir + "/.dflash/" + trash, errno);
+  trash_fd->reset(OpenBeneath(meta_fd, *trash, O_RDONLY | O_DIRECTORY));
+  if (!*trash_fd) {
+    *err = ErrnoMessage("open " + dir + "/.dflash/" + *trash, errno);
     return false;
   }
-  // Promises first: READY markers go aside in one rename, an empty ready/ takes their place.
+  return true;
+}
+
+/// Promises first: READY markers go aside in one rename, an empty ready/ takes their place.
+bool SetReadyAside(const std::string& dir, int meta_fd, int trash_fd, ClearReport* report, std::string* err) {
   struct stat st {};
-  if (::fstatat(meta_fd.get(), "ready", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+  if (::fstatat(meta_fd, "ready", &st, AT_SYMLINK_NOFOLLOW) == 0) {
     uint64_t markers = 0;
-    if (std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(OpenBeneath(meta_fd.get(), "ready", O_RDONLY | O_DIRECTORY)),
+    if (std::unique_ptr<DIR, int (*)(DIR*)> d(::fdopendir(OpenBeneath(meta_fd, "ready", O_RDONLY | O_DIRECTORY)),
                                               ::closedir);
         d)
       while (struct dirent* e = ::readdir(d.get())) {
         std::string n = e->d_name;
         if (n.size() > 5 && n[0] != '.' && n.compare(n.size() - 5, 5, ".json") == 0) ++markers;
       }
-    if (::renameat(meta_fd.get(), "ready", trash_fd.get(), "ready") != 0) {
+    if (::renameat(meta_fd, "ready", trash_fd, "ready") != 0) {
       *err = ErrnoMessage("rename " + dir + "/.dflash/ready", errno);
       return false;
     }
     report->ready_removed = markers;
   }
-  if (::mkdirat(meta_fd.get(), "ready", 0700) != 0 && errno != EEXIST) {
+  if (::mkdirat(meta_fd, "ready", 0700) != 0 && errno != EEXIST) {
     *err = ErrnoMessage("mkdir " + dir + "/.dflash/ready", errno);
     return false;
   }
+  return true;
+}
 
-  Tree tree;
-  if (!ReadTree(dir, &tree, err)) return false;
+/// Depth first from the root: a pure entry goes aside whole (into `trash_fd`, counted into
+/// report->removed); an impure cache dir is descended into; anything else is left, and reported
+/// once at its top-most path.
+bool MoveOursAside(const std::string& dir, int cache_fd, int trash_fd, Tree* tree, ClearReport* report,
+                   std::string* err) {
   uint64_t moved = 0;
   std::map<std::string, KindStats> by_kind;
-  // Depth first from the root: a pure entry goes aside whole; an impure cache dir is
-  // descended into; anything else is left, and reported once at its top-most path.
   std::function<bool(const std::string&)> visit = [&](const std::string& parent) -> bool {
-    for (const std::string& c : tree.children[parent]) {
-      bool is_dir = S_ISDIR(tree.stat[c].st_mode);
-      bool ours = is_dir ? IsCacheDirPath(c) && !tree.impure.count(c) : !tree.kind[c].empty();
+    for (const std::string& c : tree->children[parent]) {
+      bool is_dir = S_ISDIR(tree->stat[c].st_mode);
+      bool ours = is_dir ? IsCacheDirPath(c) && !tree->impure.count(c) : !tree->kind[c].empty();
       if (ours) {
         uint64_t n = 0;
-        tree.Count(c, &by_kind, &n);
-        if (::renameat(cache_fd.get(), c.c_str(), trash_fd.get(), std::to_string(moved++).c_str()) != 0) {
+        tree->Count(c, &by_kind, &n);
+        if (::renameat(cache_fd, c.c_str(), trash_fd, std::to_string(moved++).c_str()) != 0) {
           *err = ErrnoMessage("rename " + dir + "/" + c, errno);
           return false;
         }
@@ -185,6 +190,28 @@ bool ClearCache(const std::string& dir, ClearReport* report, std::string* err) {
     report->removed[k].files += s.files;
     report->removed[k].bytes += s.bytes;
   }
+  return ok;
+}
+
+}  // namespace
+
+bool ClearCache(const std::string& dir, ClearReport* report, std::string* err) {
+  *report = ClearReport{};
+  UniqueFd cache_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd meta_fd(cache_fd ? OpenBeneath(cache_fd.get(), ".dflash", O_RDONLY | O_DIRECTORY) : -1);
+  if (!meta_fd) {
+    *err = ErrnoMessage("open " + dir + "/.dflash", errno);
+    return false;
+  }
+  if (!RemoveLeftovers(meta_fd.get(), report, err)) return false;
+  std::string trash;
+  UniqueFd trash_fd;
+  if (!MakeTrash(dir, meta_fd.get(), &trash, &trash_fd, err)) return false;
+  if (!SetReadyAside(dir, meta_fd.get(), trash_fd.get(), report, err)) return false;
+
+  Tree tree;
+  if (!ReadTree(dir, &tree, err)) return false;
+  bool ok = MoveOursAside(dir, cache_fd.get(), trash_fd.get(), &tree, report, err);
   uint64_t markers = 0, files = 0;
   std::string rm_err;
   bool removed = RemoveTreeAt(trash_fd.get(), "ready", &markers, &rm_err) &&

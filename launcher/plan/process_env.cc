@@ -30,94 +30,119 @@ std::string Plan::RolePortsList(size_t role, size_t name) const {
   return list;
 }
 
-EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* spawn) const {
-  const RunSpec& run = config.run;
-  const ModelSpec& m = config.model;
-  const RoleSpec& role = RoleOf(p);
-  auto port = [](int port) { return port > 0 ? std::to_string(port) : std::string("<auto>"); };
+namespace {
+
+std::string PortText(int port) { return port > 0 ? std::to_string(port) : std::string("<auto>"); }
+
+/// torchrun's variables, and the role's world beside the run's.
+EnvList TorchrunWorld(const Plan& plan, const ProcessPlan& p) {
   // Its role world's store runs beside the role's rank 0: on node 0 that is
   // MASTER_ADDR; elsewhere the static mode does not know the address (docs/multinode.md).
-  int role_node = role_first_node[p.role_index];
+  int role_node = plan.role_first_node[p.role_index];
   // A warm-up is a world of one on this host, with a port of its own: it
   // needs no peer, and no peer of the run can meet it by accident.
   const bool w = p.warmup;
-  EnvList e = {
+  return {
       {env::kCudaVisibleDevices, p.visible_device},
       // One GPU per process, seen as cuda:0: LOCAL_RANK is the device index inside the process.
       {env::kLocalRank, "0"},
       {env::kRank, std::to_string(p.rank)},
-      {env::kWorldSize, w ? "1" : std::to_string(world_size)},
-      {env::kLocalWorldSize, w ? "1" : std::to_string(local_world_size)},
-      {env::kGroupRank, w ? "0" : std::to_string(node_rank)},
-      {env::kGroupWorldSize, w ? "1" : std::to_string(nnodes)},
-      {env::kMasterAddr, w ? "127.0.0.1" : master_addr},
-      {env::kMasterPort, port(w ? warmup_master_ports[p.role_index] : master_port)},
+      {env::kWorldSize, w ? "1" : std::to_string(plan.world_size)},
+      {env::kLocalWorldSize, w ? "1" : std::to_string(plan.local_world_size)},
+      {env::kGroupRank, w ? "0" : std::to_string(plan.node_rank)},
+      {env::kGroupWorldSize, w ? "1" : std::to_string(plan.nnodes)},
+      {env::kMasterAddr, w ? "127.0.0.1" : plan.master_addr},
+      {env::kMasterPort, PortText(w ? plan.warmup_master_ports[p.role_index] : plan.master_port)},
       {env::kRoleName, p.role},
       {env::kRoleRank, std::to_string(p.role_rank)},
       {env::kRoleWorldSize, std::to_string(p.role_world_size)},
-      {env::kRoleMasterAddr, w ? "127.0.0.1" : role_node == 0 || nnodes == 1 ? master_addr : std::string()},
-      {env::kRoleMasterPort, port(w ? warmup_master_ports[p.role_index] : role_master_ports[p.role_index])},
-      {env::kInductorCacheDir, run.cache_dir},
-      {env::kTritonCacheDir, run.cache_dir + "/triton"},
-      {env::kTorchelasticErrorFile, AttemptPath(p, attempt, "error.json")},
-      {env::kTorchelasticRestartCount, std::to_string(attempt)},
-      {env::kRunId, run_id},
-      {env::kRunDir, run_dir},
-      {env::kProcess, p.name},
-      {env::kAttempt, std::to_string(attempt)},
-      {env::kMetricsFile, AttemptPath(p, attempt, "metrics.json")},
-      {env::kSpoolDir, SpoolDir()},
-      {env::kSpoolProducers, std::to_string(SpoolProducers())},
-      {env::kNodeRank, std::to_string(node_rank)},
-      {env::kNnodes, std::to_string(nnodes)},
+      {env::kRoleMasterAddr, w ? "127.0.0.1" : role_node == 0 || plan.nnodes == 1 ? plan.master_addr : std::string()},
+      {env::kRoleMasterPort,
+       PortText(w ? plan.warmup_master_ports[p.role_index] : plan.role_master_ports[p.role_index])},
   };
+}
+
+/// The caches, torchelastic's files, the run's files and places (DFLASH_*), and the named ports.
+void AddRunFilesAndPorts(const Plan& plan, const ProcessPlan& p, int attempt, EnvList* e) {
+  const RunSpec& run = plan.config.run;
+  e->insert(e->end(), {
+                          {env::kInductorCacheDir, run.cache_dir},
+                          {env::kTritonCacheDir, run.cache_dir + "/triton"},
+                          {env::kTorchelasticErrorFile, plan.AttemptPath(p, attempt, "error.json")},
+                          {env::kTorchelasticRestartCount, std::to_string(attempt)},
+                          {env::kRunId, plan.run_id},
+                          {env::kRunDir, plan.run_dir},
+                          {env::kProcess, p.name},
+                          {env::kAttempt, std::to_string(attempt)},
+                          {env::kMetricsFile, plan.AttemptPath(p, attempt, "metrics.json")},
+                          {env::kSpoolDir, plan.SpoolDir()},
+                          {env::kSpoolProducers, std::to_string(plan.SpoolProducers())},
+                          {env::kNodeRank, std::to_string(plan.node_rank)},
+                          {env::kNnodes, std::to_string(plan.nnodes)},
+                      });
   // Named ports: its own, and those of every role's processes here, so a peer finds them (docs/config.md "Ports").
+  const RoleSpec& role = plan.RoleOf(p);
   for (size_t i = 0; i < role.ports.size() && i < p.ports.size(); ++i)
-    e.emplace_back(env::PortVar(role.ports[i]), port(p.ports[i]));
-  for (size_t ri = 0; ri < config.roles.size(); ++ri)
-    for (size_t i = 0; i < config.roles[ri].ports.size(); ++i)
-      e.emplace_back(env::RolePortsVar(config.roles[ri].name, config.roles[ri].ports[i]), RolePortsList(ri, i));
+    e->emplace_back(env::PortVar(role.ports[i]), PortText(p.ports[i]));
+  for (size_t ri = 0; ri < plan.config.roles.size(); ++ri)
+    for (size_t i = 0; i < plan.config.roles[ri].ports.size(); ++i)
+      e->emplace_back(env::RolePortsVar(plan.config.roles[ri].name, plan.config.roles[ri].ports[i]),
+                      plan.RolePortsList(ri, i));
+}
+
+/// The supervisor's notify socket and run token, and the run's store with its secret.
+void AddSocketsAndStore(const Plan& plan, const SpawnContext* spawn, EnvList* e) {
+  const RunSpec& run = plan.config.run;
   // The worker reports here, never to systemd; the token marks the process's
   // whole tree for the guardian (common/run_sweep.h).
   if (!spawn || !spawn->notify_socket.empty())
-    e.emplace_back(env::kNotifySocket, spawn ? spawn->notify_socket : "<the supervisor's notify socket>");
-  if (!spawn || !spawn->run_token.empty()) e.emplace_back(env::kRunToken, spawn ? spawn->run_token : "<run token>");
+    e->emplace_back(env::kNotifySocket, spawn ? spawn->notify_socket : "<the supervisor's notify socket>");
+  if (!spawn || !spawn->run_token.empty()) e->emplace_back(env::kRunToken, spawn ? spawn->run_token : "<run token>");
   // The cluster-wide compile gate (worker) and payloads find the run's store here.
-  if (!store.empty()) e.emplace_back(env::kStore, StoreUrlText());
-  else if (!gate_store.empty()) e.emplace_back(env::kStore, gate_store);
+  if (!plan.store.empty()) e->emplace_back(env::kStore, plan.StoreUrlText());
+  else if (!plan.gate_store.empty()) e->emplace_back(env::kStore, plan.gate_store);
   // Its password, in a 0600 file the launcher writes (launcher/cluster/store_session.h): a path here,
   // never the secret, so neither `check` nor /proc/<pid>/environ shows it.
-  if (!store.empty() && (store_private() || !run.store_password_file.empty() || !run.store_password_env.empty()))
-    e.emplace_back(env::kStoreSecretFile, run_dir + "/store.secret");
-  if (!store.empty() && !run.store_user.empty()) e.emplace_back(env::kStoreUser, run.store_user);
+  if (!plan.store.empty() &&
+      (plan.store_private() || !run.store_password_file.empty() || !run.store_password_env.empty()))
+    e->emplace_back(env::kStoreSecretFile, plan.run_dir + "/store.secret");
+  if (!plan.store.empty() && !run.store_user.empty()) e->emplace_back(env::kStoreUser, run.store_user);
   // A private store takes a password derived from that secret and the run id, not the secret (store_auth.h).
-  if (store_private()) e.emplace_back(env::kStorePrivate, "1");
-  if (store.empty() && !gate_store.empty()) {
-    if (!gate_store_secret_file.empty()) e.emplace_back(env::kStoreSecretFile, gate_store_secret_file);
-    if (!gate_store_user.empty()) e.emplace_back(env::kStoreUser, gate_store_user);
+  if (plan.store_private()) e->emplace_back(env::kStorePrivate, "1");
+  if (plan.store.empty() && !plan.gate_store.empty()) {
+    if (!plan.gate_store_secret_file.empty()) e->emplace_back(env::kStoreSecretFile, plan.gate_store_secret_file);
+    if (!plan.gate_store_user.empty()) e->emplace_back(env::kStoreUser, plan.gate_store_user);
   }
+}
+
+/// A warm-up's mark and the worlds it stands in for; a gated process's key and what READY records.
+void AddWarmupAndGate(const Plan& plan, const ProcessPlan& p, EnvList* e) {
   if (p.warmup) {
-    e.emplace_back(env::kWarmup, "1");
+    e->emplace_back(env::kWarmup, "1");
     // The worlds it stands in for: a graph with collectives inside it needs
     // their real sizes (dflash_launch.init_process_group(fake_world_in_warmup=True)).
-    e.emplace_back(env::kRunWorldSize, std::to_string(world_size));
-    e.emplace_back(env::kRunRoleWorldSize, std::to_string(role_world_size[p.role_index]));
+    e->emplace_back(env::kRunWorldSize, std::to_string(plan.world_size));
+    e->emplace_back(env::kRunRoleWorldSize, std::to_string(plan.role_world_size[p.role_index]));
   }
-  if (!p.gate_key.empty()) e.emplace_back(env::kGateKey, p.gate_key);
-  if (!p.gate_key.empty()) e.emplace_back(env::kTorchVersion, role_torch_version[p.role_index]);  // in READY
+  if (p.gate_key.empty()) return;
+  e->emplace_back(env::kGateKey, p.gate_key);
+  e->emplace_back(env::kTorchVersion, plan.role_torch_version[p.role_index]);  // in READY
   // The derived key's files, into READY: a later leader names the one whose edit changed the key.
-  if (!p.gate_key.empty() && p.role_index < role_key_files.size()) {
+  if (p.role_index < plan.role_key_files.size()) {
     std::string sources;
-    for (const KeyFile& f : role_key_files[p.role_index])
+    for (const KeyFile& f : plan.role_key_files[p.role_index])
       if (!f.path.empty() && f.path.find('\n') == std::string::npos)
         sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
-    if (!sources.empty()) e.emplace_back(env::kGateSources, sources);
+    if (!sources.empty()) e->emplace_back(env::kGateSources, sources);
   }
   // In READY and in the archives it exports; an import or fetch for another GPU identity is refused.
-  if (!p.gate_key.empty()) e.emplace_back(env::kGpuIdentity, role_gpu_identity[p.role_index]);
-  if (m.present) {
-    std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
-    e.insert(e.end(), {
+  e->emplace_back(env::kGpuIdentity, plan.role_gpu_identity[p.role_index]);
+}
+
+/// The [model] contract, for the builtin roles and any payload that reads it.
+void AddModel(const ModelSpec& m, EnvList* e) {
+  std::vector<int64_t> taps(m.tapped_layers.begin(), m.tapped_layers.end());
+  e->insert(e->end(), {
                           {env::kHiddenShape, JoinInts(m.HiddenShape())},
                           {env::kTappedLayers, JoinInts(taps)},
                           {env::kTargetLayers, std::to_string(m.target_layers)},
@@ -130,19 +155,18 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
                           {env::kVocab, std::to_string(m.vocab)},
                           {env::kSeed, std::to_string(m.seed)},
                       });
-    if (m.heads > 0) e.emplace_back(env::kHeads, std::to_string(m.heads));
-    if (m.kv_heads > 0) e.emplace_back(env::kKvHeads, std::to_string(m.kv_heads));
-  }
-  // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
-  // often to send WATCHDOG=1; dflash-worker relays those pings when it is set.
-  if (role.watchdog.count() > 0 && (!spawn || spawn->watched))
-    e.emplace_back(env::kWatchdogUsec, std::to_string(role.watchdog.count() * 1000));
+  if (m.heads > 0) e->emplace_back(env::kHeads, std::to_string(m.heads));
+  if (m.kv_heads > 0) e->emplace_back(env::kKvHeads, std::to_string(m.kv_heads));
+}
 
-  // Defaults, each unless the role's env or the launcher's own sets it.
+/// Defaults, each unless the role's env or the launcher's own sets it.
+void AddDefaults(const Plan& plan, const ProcessPlan& p, EnvList* e) {
+  const RoleSpec& role = plan.RoleOf(p);
   auto set_default = [&](const char* name, const std::string& value) {
     bool role_sets = std::any_of(role.env.begin(), role.env.end(), [&](const auto& kv) { return kv.first == name; });
-    bool launcher_sets = std::find(launcher_defaults.begin(), launcher_defaults.end(), name) != launcher_defaults.end();
-    if (!role_sets && !launcher_sets) e.emplace_back(name, value);
+    bool launcher_sets =
+        std::find(plan.launcher_defaults.begin(), plan.launcher_defaults.end(), name) != plan.launcher_defaults.end();
+    if (!role_sets && !launcher_sets) e->emplace_back(name, value);
   };
   // Gated and log-watched processes are judged by what they say when they say
   // it: Python's block-buffered stdout on a pipe would hold a READY line back.
@@ -150,20 +174,36 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
   // A watched Python payload dumps its stacks when its watchdog signal comes (a liveness probe's hang too).
   if (role.watchdog.count() > 0 || role.liveness.enabled) set_default(env::kPythonFaultHandler, "1");
   // torchrun's default: processes sharing a host would each start one OpenMP thread per core.
-  if (default_omp_threads) set_default(env::kOmpNumThreads, "1");
+  if (plan.default_omp_threads) set_default(env::kOmpNumThreads, "1");
   // devices = [3] means what nvidia-smi and NVML call GPU 3 (CUDA's default order is fastest first).
-  if (p.on_gpu() && default_device_order) set_default(env::kCudaDeviceOrder, "PCI_BUS_ID");
+  if (p.on_gpu() && plan.default_device_order) set_default(env::kCudaDeviceOrder, "PCI_BUS_ID");
   // One compile pool's worth of workers: a follower reuses the leader's kernels with one worker;
   // dflash-worker gives its payload the leader's share once the gate makes it the leader.
   bool role_sets_threads = std::any_of(role.env.begin(), role.env.end(),
                                        [](const auto& kv) { return kv.first == env::kInductorCompileThreads; });
-  if (!p.gate_key.empty() && leader_compile_threads > 0 && !role_sets_threads) {
+  if (!p.gate_key.empty() && plan.leader_compile_threads > 0 && !role_sets_threads) {
     set_default(env::kInductorCompileThreads, "1");
-    e.emplace_back(env::kLeaderCompileThreads, std::to_string(leader_compile_threads));
+    e->emplace_back(env::kLeaderCompileThreads, std::to_string(plan.leader_compile_threads));
   }
   // gate.precompile: followers load the leader's Dynamo precompile artifact instead of tracing
   // (docs/cachelock.md); the leader needs it on to record what it traced. dflash-worker reports it.
-  if (!p.gate_key.empty() && role_precompile[p.role_index]) set_default(env::kTorchCachingPrecompile, "1");
+  if (!p.gate_key.empty() && plan.role_precompile[p.role_index]) set_default(env::kTorchCachingPrecompile, "1");
+}
+
+}  // namespace
+
+EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* spawn) const {
+  const RoleSpec& role = RoleOf(p);
+  EnvList e = TorchrunWorld(*this, p);
+  AddRunFilesAndPorts(*this, p, attempt, &e);
+  AddSocketsAndStore(*this, spawn, &e);
+  AddWarmupAndGate(*this, p, &e);
+  if (config.model.present) AddModel(config.model, &e);
+  // WATCHDOG_USEC (systemd's name): the payload knows it is watched, and how
+  // often to send WATCHDOG=1; dflash-worker relays those pings when it is set.
+  if (role.watchdog.count() > 0 && (!spawn || spawn->watched))
+    e.emplace_back(env::kWatchdogUsec, std::to_string(role.watchdog.count() * 1000));
+  AddDefaults(*this, p, &e);
   e.insert(e.end(), role.env.begin(), role.env.end());
   return e;
 }
