@@ -1,0 +1,120 @@
+"""A DDP world on the spool (issue #39, item 1): 3 gloo ranks and 10 frames (10 % 3 = 1). With a plain
+SpoolSource per rank the ranks step unequally and the last all-reduce never completes; with WorldSource every
+rank takes the same number of steps, the tail is padded (or dropped), every frame is acknowledged exactly once,
+and a frame that violates [model] stops every rank with 65 instead of leaving the others in a collective."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+from redis_server import free_port
+from test_spool import CONTRACT, ENV, SMALL_ENV
+
+sys.path.insert(0, str(ROOT / "python"))
+from dflash_launch.spool import SpoolProducer, manifest  # noqa: E402
+
+RANK = ROOT / "tests" / "payloads" / "spool_rank.py"
+WORLD = 3
+
+
+def fill(root, frames, bad_seq=None):
+    """A finished spool of `frames` frames from one producer; frame `bad_seq` stacked (a contract violation)."""
+    p = SpoolProducer(root, "target:0", CONTRACT, max_ready=1000)
+    for seq in range(frames):
+        g = torch.Generator().manual_seed(seq)
+        hidden = torch.randn(1, 32, 3, 32, generator=g) if seq == bad_seq else torch.randn(1, 32, 96, generator=g)
+        p.publish(hidden, torch.randint(0, 63, (1, 32), generator=g), check=seq != bad_seq)
+    p.finish()
+
+
+def run_world(tmp_path, kind, tail="pad", frames=10, bad_seq=None, timeout_s=60):
+    root = tmp_path / "spool"
+    fill(root, frames, bad_seq)
+    port = free_port()
+    env = dict(ENV, **SMALL_ENV, DFLASH_SPOOL_PRODUCERS="1", OMP_NUM_THREADS="1")
+    env.pop("DFLASH_METRICS_FILE", None)
+    procs = []
+    for rank in range(WORLD):
+        env_r = dict(env, DFLASH_METRICS_FILE=str(tmp_path / f"metrics{rank}.json"))
+        procs.append(subprocess.Popen([sys.executable, RANK, root, str(rank), str(WORLD), str(port), kind, tail,
+                                       tmp_path / f"out{rank}.json", str(timeout_s)], env=env_r, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    codes, errs = [], []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # never: the collectives time out after timeout_s
+            p.kill()
+            _, err = p.communicate()
+        codes.append(p.returncode)
+        errs.append(err)
+    outs = [json.loads((tmp_path / f"out{r}.json").read_text()) if (tmp_path / f"out{r}.json").exists() else None
+            for r in range(WORLD)]
+    return codes, errs, outs, root
+
+
+def test_plain_sources_leave_a_ddp_world_unequal(tmp_path):
+    """What a DDP drafter met before: each rank's SpoolSource ends on its own, a rank that stepped once more
+    waits in an all-reduce its peers never join (here the gloo timeout ends it; in a real run: forever)."""
+    codes, errs, outs, _ = run_world(tmp_path, "plain", timeout_s=5)
+    assert any(c != 0 for c in codes), (codes, errs)
+    steps = [o["steps"] for o in outs if o]
+    assert len(set(steps)) > 1 or len(steps) < WORLD, steps  # 10 frames never split evenly over 3 ranks
+
+
+@pytest.mark.parametrize("tail", ["pad", "drop"])
+def test_every_rank_takes_the_same_steps_and_the_tail_is_handled(tmp_path, tail):
+    codes, errs, outs, root = run_world(tmp_path, "world", tail)
+    assert codes == [0, 0, 0], errs
+    steps = [o["steps"] for o in outs]
+    want = 4 if tail == "pad" else 3  # ceil(10 / 3) rounds, or the 3 full ones
+    assert steps == [want] * WORLD, steps
+    # DDP kept the replicas identical to the end: every backward's all-reduce had all three ranks.
+    assert len({round(o["weights_sum"], 6) for o in outs}) == 1, [o["weights_sum"] for o in outs]
+    stepped = [s for o in outs for s in o["seen"]]
+    real = sorted(s["seq"] for s in stepped if not s["padded"])
+    padded = [s for s in stepped if s["padded"]]
+    if tail == "pad":
+        assert real == list(range(10))  # every frame trained on
+        assert len(padded) == 2 and all(s["frame"] == "target:0-0000000009.safetensors" for s in padded), padded
+        assert sum(o["stats"]["frames_padded"] for o in outs) == 2
+        assert sum(o["stats"]["frames_dropped"] for o in outs) == 0
+    else:
+        assert len(real) == 9 and not padded and len(set(real)) == 9  # no frame twice, one not trained on
+        assert sum(o["stats"]["frames_dropped"] for o in outs) == 1
+        dropped = (set(range(10)) - set(real)).pop()
+        assert any(f"frame target:0-{dropped:010d}.safetensors acknowledged without a step" in e for e in errs), errs
+    # Acknowledged exactly once, whether the rank called ack or the next frame did.
+    m, final = manifest(root, 1)
+    assert final and m["exactly_once"] and m["frames_consumed"] == 10, m
+    assert sum(o["stats"]["frames_acked"] for o in outs) == 10
+    # The run summary's keys, written by the source: steps, the loss (rank 0 passed it to ack), frames.
+    for rank in range(WORLD):
+        met = json.loads((tmp_path / f"metrics{rank}.json").read_text())
+        assert met["steps"] == want and met["frames_acked"] == outs[rank]["stats"]["frames_acked"]
+        assert met["time_to_first_step_s"] > 0
+        if rank == 0:
+            assert met["losses"] == [round(s["loss"], 5) for s in outs[0]["seen"]]
+            assert met["first_loss"] == met["losses"][0] and met["last_loss"] == met["losses"][-1]
+        else:
+            assert met["losses"] == [] and met["first_loss"] is None
+
+
+def test_a_bad_frame_stops_every_rank_with_65(tmp_path):
+    """Frame 4 is stacked: the rank that claims it rejects it and exits 65; its peers exit 65 too, at once,
+    naming that rank, instead of waiting in a collective; nothing of that round is acknowledged."""
+    codes, errs, outs, root = run_world(tmp_path, "world", frames=10, bad_seq=4)
+    assert codes == [65, 65, 65], errs
+    culprit = [r for r in range(WORLD) if "taps stacked on a new axis" in errs[r]]
+    assert len(culprit) == 1, errs
+    for r in range(WORLD):
+        if r != culprit[0]:
+            assert f"drafter:{r} (rank {r}) stops: the frame of rank {culprit[0]} violated [model]" in errs[r]
+    assert os.path.exists(root / "rejected" / "target:0-0000000004.safetensors")
+    m, final = manifest(root, 1)
+    assert not final and m["claimed"] == 2  # the peers' frames of that round: a restart takes them back
+    assert all(o is None for o in outs)
