@@ -185,6 +185,7 @@ def test_a_stacked_producer_under_the_launcher_is_named(launch, tmp_path):
 [[role]]
 name = "evil"
 cpu = 1
+spool = "produce"
 command = ["python", "-c", "{producer}"]
 
 [[role]]

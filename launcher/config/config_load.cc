@@ -704,6 +704,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
     }
   }
   r.Enum("spool", &role->spool);
+  role->spool_pos = r.Has("spool") ? r.ValuePos("spool") : r.Has("builtin") ? r.ValuePos("builtin") : r.TablePos();
   // A builtin role's side of the spool is fixed: a contradicting `spool` is a slip, not a choice.
   const char* fixed = role->builtin == "target" ? "produce" : role->builtin == "drafter" ? "consume" : nullptr;
   if (fixed && (role->spool == "produce" || role->spool == "consume") && role->spool != fixed)
