@@ -89,3 +89,46 @@ def test_share_gpus_in_the_plan(bin_dir):
     assert "gpus     shared: several processes may use one GPU" in r.stdout
     r = run([bin_dir / "dflash-launch", "check", "--json", ROOT / "configs/demo.toml"])
     assert json.loads(r.stdout)["run"]["share_gpus"] is False
+
+
+def test_check_text_is_compact_and_json_keeps_the_file_lists(bin_dir, tmp_path):
+    """Issue #39: `check` printed the gate key's file list inline, per process (247 lines for 8 processes of a
+    model that imports a dozen modules). The text says each role's files in one line and each process's
+    DFLASH_GATE_SOURCES as a count; `check --json` has every file and hash."""
+    import re
+    pkg = tmp_path / "mymodel"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for i in range(12):
+        (pkg / f"layer{i}.py").write_text(f"X = {i}\n")
+    (tmp_path / "train.py").write_text("".join(f"import mymodel.layer{i}\n" for i in range(12)))
+
+    def plan(n, *flags):
+        cfg = tmp_path / f"run{n}.toml"
+        cfg.write_text(f"""[run]
+name = "t"
+cache_dir = "cache"
+log_dir = "runs"
+[[role]]
+name = "drafter"
+cpu = {n}
+command = ["python3", "train.py"]
+cwd = "."
+gate = true
+world = "role"
+""")
+        (tmp_path / "cache").mkdir(mode=0o700, exist_ok=True)
+        r = run([bin_dir / "dflash-launch", "check", cfg, *flags], cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    three, six = plan(3), plan(6)
+    assert not re.search(r"(?m)^[0-9a-f]{64} ", three), three  # no file list, no hashes
+    assert "key files 14: script train.py" in three and "check --json lists each" in three
+    # Each further process costs its two lines (name, its own variables), never its files.
+    assert len(six.splitlines()) - len(three.splitlines()) == 2 * 3
+    assert len(three.splitlines()) < 80, len(three.splitlines())
+    j = json.loads(plan(3, "--json"))
+    sources = {p["env"]["DFLASH_GATE_SOURCES"] for p in j["processes"]}
+    assert len(sources) == 1 and len(sources.pop().splitlines()) == 14  # the script, __init__ and 12 layers
+    assert len(j["roles"][0]["gate"]["key_files"]) == 14
