@@ -382,6 +382,7 @@ int RunDrafter(const BuiltinOptions& o) {
     const size_t step = losses.size() - 1;
     if (step == 0) {
       first_step_s = dt;
+      m["time_to_first_step_s"] = Round(Since(t_start), 3);  // the run summary's "first step" (training_report.h)
       fill();
       WriteMetrics(r.name, m);
       char status[160];
