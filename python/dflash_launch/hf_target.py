@@ -155,7 +155,8 @@ def main(argv=None):
             elif published % 50 == 0:
                 notify_status(f"{producer.next_seq}/{args.samples} frames")
     producer.finish()
-    metrics = {"process": name, "role": "target", "impl": "hf_target", "frames": published,
+    metrics = {"process": name, "role": "target", "impl": "hf_target", "model": args.model or "random-qwen3",
+               "tokens": args.tokens or "token chain", "frames": published,
                "next_seq": producer.next_seq, "resumed_at": resumed_at, "weights_published": won,
                "forward_s": round(forward_s, 3), "wall_s": round(time.perf_counter() - t_start, 3)}
     path = os.environ.get("DFLASH_METRICS_FILE")
