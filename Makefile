@@ -93,10 +93,11 @@ test-wheel: gpu-check-bundle
 	DFLASH_WHEEL=$$(ls dist/dflash_launch-*.whl) DFLASH_GPU_BUNDLE=dist/dflash-gpu-check.tar.gz \
 	  $(PY) -m pytest -q tests/test_wheel.py
 
-# What someone with a CUDA machine runs (docs/gpu.md): the wheel + scripts/gpu-check in one small tarball.
+# What someone with a CUDA machine runs (docs/gpu.md): the wheel + scripts/gpu-check + the 8-GPU config (check (e))
+# in one small tarball.
 gpu-check-bundle: wheel
 	@rm -rf dist/dflash-gpu-check && mkdir -p dist/dflash-gpu-check
-	@cp dist/dflash_launch-*.whl scripts/gpu-check dist/dflash-gpu-check/
+	@cp dist/dflash_launch-*.whl scripts/gpu-check configs/dflash-8gpu.toml dist/dflash-gpu-check/
 	@tar -C dist -czf dist/dflash-gpu-check.tar.gz dflash-gpu-check
 	@ls -l dist/dflash-gpu-check.tar.gz
 

@@ -130,3 +130,25 @@ def judge(run_dir, rc, console, config, wall_s):
     if not out["ok"]:
         out["error"] = f"see {os.path.join(os.path.dirname(run_dir), '..', 'twin.console.txt')} and {run_dir}"
     return out
+
+
+def gpu_check(shipped, mode, n_gpus, launcher, work, timeout_s):
+    """Check (e) of dflash_launch.gpu_check: the twin on this machine's GPUs (or cpu); `ok` None when transformers
+    is missing (the targets need it: `pip install transformers`)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return {"ok": None, "note": "not run: the targets need transformers (pip install transformers)"}
+    import dflash_launch
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dflash_launch.__file__))))
+    out = run_twin(shipped, os.path.join(work, "pipeline"), launcher, mode, n_gpus, timeout_s, env)
+    targets, drafters, _ = placement(mode, n_gpus)
+    out["note"] = (f"{os.path.basename(shipped)} scaled: 5 targets on {targets or 'cpu'}, the DDP drafters on "
+                   f"{drafters or 'cpu'}: steps {out.get('drafter_steps')}, {out.get('frames')} frames exactly once "
+                   f"{out.get('exactly_once')}, loss {out.get('losses')}")
+    return out
+
+
+def summary_line(result):
+    state = "ok  " if result["ok"] else ("-   " if result["ok"] is None else "FAIL")
+    return f"  (e) pipeline {state} {result['note']}"
