@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import BIN, ROOT
 from redis_server import free_port
 from test_spool import CONTRACT, ENV, SMALL_ENV
 
@@ -118,3 +118,35 @@ def test_a_bad_frame_stops_every_rank_with_65(tmp_path):
     m, final = manifest(root, 1)
     assert not final and m["claimed"] == 2  # the peers' frames of that round: a restart takes them back
     assert all(o is None for o in outs)
+
+
+def test_the_worked_example_trains_to_the_end(launch, tmp_path):
+    """examples/ddp-spool: a user's own DDP drafter (drafter.py: no spool glue) behind the gate, 2 builtin
+    targets x 25 frames: every rank takes 17 steps (one padded), exactly once, its loss falls, and the run's
+    summary shows the training table and writes loss.svg."""
+    import re
+    if not (BIN / "dflash-builtin").exists():
+        pytest.skip("dflash-builtin not built")
+    text = (ROOT / "examples" / "ddp-spool" / "run.toml").read_text()
+    text, n = re.subn(r'(?m)^cache_dir = .*\nlog_dir = .*$',
+                      f'cache_dir = "{tmp_path}/cache"\nlog_dir = "{tmp_path}/runs"\nspool_dir = "{tmp_path}/spool"',
+                      text)
+    text, m = re.subn(r'(?m)^cwd = "\."', f'cwd = "{ROOT / "examples" / "ddp-spool"}"', text)
+    assert n == m == 1, "the example changed shape: update this test"
+    (tmp_path / "cache").mkdir(mode=0o700)
+    (tmp_path / "run.toml").write_text(text)
+    r = launch(tmp_path / "run.toml", env=ENV)
+    assert r.wait(timeout=600) == 0, r.out[-3000:] + r.err
+    s = r.summary()
+    drafters = [p for p in s["processes"] if p["role"] == "drafter"]
+    assert [p["metrics"]["steps"] for p in drafters] == [17, 17, 17]
+    assert sum(p["metrics"]["frames_padded"] for p in drafters) == 1
+    assert sum(p["metrics"]["frames_acked"] for p in drafters) == 50
+    m = json.loads((r.run_dir / "spool.json").read_text())
+    assert m["exactly_once"] and m["frames_consumed"] == 50
+    assert [w["gate"]["role"] for w in s["warmups"]] == ["lead"]
+    for p in drafters:
+        losses = p["metrics"]["losses"]
+        assert len(losses) == 17 and sum(losses[-4:]) / 4 < sum(losses[:4]) / 4, losses
+        assert re.search(rf"(?m)^{p['name']} +17 +[0-9.]+ -> [0-9.]+ ", r.out), r.out
+    assert (r.run_dir / "loss.svg").read_text().count("<polyline") == 3
