@@ -238,6 +238,9 @@ def test_check_e_runs_the_shipped_config_scaled_to_the_gpus(tmp_path, monkeypatc
     def fake_twin(shipped, work, launcher, mode, n_gpus, timeout_s, env):
         seen.update(shipped=shipped, work=work, mode=mode, n_gpus=n_gpus, timeout=timeout_s,
                     pythonpath=env["PYTHONPATH"])
+        # the config's `python` is the check's own Python, whatever PATH had
+        assert env["PATH"].split(os.pathsep)[0] == os.path.join(work, "bin")
+        assert os.path.realpath(os.path.join(work, "bin", "python")) == os.path.realpath(sys.executable)
         return {"ok": seen["ok"], "drafter_steps": [37, 37, 37], "frames": 110, "exactly_once": seen["ok"],
                 "losses": {}}
 

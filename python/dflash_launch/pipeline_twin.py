@@ -139,9 +139,18 @@ def gpu_check(shipped, mode, n_gpus, launcher, work, timeout_s):
         import transformers  # noqa: F401
     except ImportError:
         return {"ok": None, "note": "not run: the targets need transformers (pip install transformers)"}
+    import sys
     import dflash_launch
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dflash_launch.__file__))))
-    out = run_twin(shipped, os.path.join(work, "pipeline"), launcher, mode, n_gpus, timeout_s, env)
+    # The config's `python` is this Python (the one with torch), as the wheel's entry point and `. scripts/env`
+    # arrange: a `python` link to it first on PATH (the machine may have only python3, or another python).
+    work = os.path.join(work, "pipeline")
+    bin_dir = os.path.join(work, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    if not os.path.lexists(os.path.join(bin_dir, "python")):
+        os.symlink(sys.executable, os.path.join(bin_dir, "python"))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dflash_launch.__file__))),
+               PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    out = run_twin(shipped, work, launcher, mode, n_gpus, timeout_s, env)
     targets, drafters, _ = placement(mode, n_gpus)
     out["note"] = (f"{os.path.basename(shipped)} scaled: 5 targets on {targets or 'cpu'}, the DDP drafters on "
                    f"{drafters or 'cpu'}: steps {out.get('drafter_steps')}, {out.get('frames')} frames exactly once "
