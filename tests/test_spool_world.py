@@ -150,3 +150,57 @@ def test_the_worked_example_trains_to_the_end(launch, tmp_path):
         assert len(losses) == 17 and sum(losses[-4:]) / 4 < sum(losses[:4]) / 4, losses
         assert re.search(rf"(?m)^{p['name']} +17 +[0-9.]+ -> [0-9.]+ ", r.out), r.out
     assert (r.run_dir / "loss.svg").read_text().count("<polyline") == 3
+
+
+def test_a_killed_rank_restarts_its_world_and_nothing_is_lost(launch, tmp_path):
+    """SIGKILL of one DDP rank mid-run: its peers are blocked in the step's agreement; the world (world = "role")
+    restarts together, each rank takes back the frame it held, the new world again takes equal steps, and every
+    one of the 120 frames is acknowledged exactly once."""
+    import re
+    from supervise import wait_until
+    from test_spool import SMALL, payload_of
+    if not (BIN / "dflash-builtin").exists():
+        pytest.skip("dflash-builtin not built")
+    cfg = tmp_path / "run.toml"
+    (tmp_path / "cache").mkdir(mode=0o700)
+    cfg.write_text(f"""[run]
+name = "t"
+cache_dir = "cache"
+log_dir = "runs"
+spool_dir = "{tmp_path}/spool"
+{SMALL}
+[[role]]
+name = "target"
+cpu = 2
+builtin = "target"
+env = {{ DFLASH_SAMPLES = "60", DFLASH_SPOOL_MAX = "3" }}
+world = "none"
+
+[[role]]
+name = "drafter"
+cpu = 3
+spool = "consume"
+command = ["python", "-m", "dflash_launch.reference_drafter", "--source", "spool", "--ddp", "--no-compile",
+           "--steps", "100000"]
+env = {{ DFLASH_PACE_MS = "100" }}  # a slow step: the kill lands mid-run
+world = "role"
+restart = {{ policy = "on-failure", scope = "role", max = 2, backoff = "200ms..200ms" }}
+""")
+    r = launch(cfg, env=ENV)
+    done = tmp_path / "spool" / "r" / "done"
+    assert wait_until(lambda: done.exists() and len(os.listdir(done)) >= 20), "no progress"
+    victim = payload_of(r, "drafter:1", marker="reference_drafter")
+    assert victim, r.run_dir
+    os.kill(victim, 9)
+    assert r.wait(timeout=300) == 0, r.out[-3000:] + r.err
+    s = r.summary()
+    drafters = [p for p in s["processes"] if p["role"] == "drafter"]
+    assert [p["restarts"] for p in drafters] == [1, 1, 1]  # one world: one restart unit
+    steps = [p["metrics"]["steps"] for p in drafters]
+    assert len(set(steps)) == 1, steps  # the new world, too, steps together
+    # The frames the stopped world held (each rank claims before it agrees) were taken back, not lost.
+    assert sum(p["metrics"]["taken_back"] for p in drafters) >= 1, [p["metrics"] for p in drafters]
+    m = json.loads((r.run_dir / "spool.json").read_text())
+    assert m["final"] and m["exactly_once"] and m["frames_consumed"] == 120, m
+    assert re.search(r"all processes succeeded \(after 3 restarts: drafter:0 1x, drafter:1 1x, drafter:2 1x\)",
+                     r.out), r.out[-2000:]

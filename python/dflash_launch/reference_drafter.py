@@ -277,6 +277,8 @@ def parse_args(argv):
                    help="train as one DistributedDataParallel world with the role's other processes (world = "
                         "\"role\" in run.toml): nccl on CUDA, gloo on CPU; the spool through WorldSource, so every "
                         "rank takes the same steps")
+    p.add_argument("--pace-ms", type=int, default=int(os.environ.get("DFLASH_PACE_MS", "0")),
+                   help="sleep per step while holding the frame (tests: a slow step, as dflash-builtin drafter's)")
     p.add_argument("--tail", choices=["pad", "drop"], default=os.environ.get("DFLASH_TAIL", "pad"),
                    help="--ddp: the last round of frames, fewer than the ranks (dflash_launch.spool_world)")
     return p.parse_args(argv)
@@ -364,6 +366,8 @@ def main(argv=None):
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(round(loss.item(), 5))
+        if args.pace_ms > 0:
+            time.sleep(args.pace_ms / 1000)
         (sample["ack"] if "ack" in sample else metrics.step)(losses[-1])  # the step, its loss, the frame's ack
         if step == 0:
             first_step(metrics, t_start, cpu_start, t0, cpu_t0)
