@@ -4,6 +4,7 @@ And the reference drafter's flex_attention path (what the check compiles on CUDA
 dense mask."""
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -240,7 +241,9 @@ def test_check_e_runs_the_shipped_config_scaled_to_the_gpus(tmp_path, monkeypatc
                     pythonpath=env["PYTHONPATH"])
         # the config's `python` is the check's own Python, whatever PATH had
         assert env["PATH"].split(os.pathsep)[0] == os.path.join(work, "bin")
-        assert os.path.realpath(os.path.join(work, "bin", "python")) == os.path.realpath(sys.executable)
+        py = subprocess.run([os.path.join(work, "bin", "python"), "-c", "import sys, torch; print(sys.prefix)"],
+                            capture_output=True, text=True)
+        assert py.returncode == 0 and py.stdout.strip() == sys.prefix, py.stderr  # this venv, with its torch
         return {"ok": seen["ok"], "drafter_steps": [37, 37, 37], "frames": 110, "exactly_once": seen["ok"],
                 "losses": {}}
 

@@ -12,6 +12,7 @@ min(3, GPUs)), the targets' --samples, and [run]'s cache, log and spool dirs (in
 import json
 import os
 import re
+import shlex
 import subprocess
 import time
 
@@ -142,12 +143,14 @@ def gpu_check(shipped, mode, n_gpus, launcher, work, timeout_s):
     import sys
     import dflash_launch
     # The config's `python` is this Python (the one with torch), as the wheel's entry point and `. scripts/env`
-    # arrange: a `python` link to it first on PATH (the machine may have only python3, or another python).
+    # arrange: a `python` first on PATH that execs it (the machine may have only python3, or another python). A
+    # script, not a symlink: a venv's python finds its pyvenv.cfg beside the path it was started as.
     work = os.path.join(work, "pipeline")
     bin_dir = os.path.join(work, "bin")
     os.makedirs(bin_dir, exist_ok=True)
-    if not os.path.lexists(os.path.join(bin_dir, "python")):
-        os.symlink(sys.executable, os.path.join(bin_dir, "python"))
+    with open(os.path.join(bin_dir, "python"), "w") as f:
+        f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    os.chmod(os.path.join(bin_dir, "python"), 0o755)
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dflash_launch.__file__))),
                PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
     out = run_twin(shipped, work, launcher, mode, n_gpus, timeout_s, env)
