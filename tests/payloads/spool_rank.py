@@ -6,7 +6,6 @@ before). Writes OUT (JSON): the frames it stepped on, its step count, a digest o
 The collectives time out after TIMEOUT_S, so a world whose ranks stepped unequally fails instead of hanging."""
 import datetime
 import json
-import os
 import sys
 
 import torch
