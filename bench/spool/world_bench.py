@@ -33,10 +33,19 @@ root, rank, port, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
 c = contract_from_env()
 src = SpoolSource(root, f"d:{rank}", c, producers=1)
+if kind == "gather":  # the agreement's collective alone, as many times as a rank takes steps
+    import torch
+    t, out = torch.tensor([1]), [torch.zeros(1, dtype=torch.int64) for _ in range(3)]
+    src = [None] * (int(sys.argv[5]) // 3)
 if kind == "world":
     src = WorldSource(src, metrics=TrainingMetrics(path=""))
 dist.barrier()
 t0, n = time.perf_counter(), 0
+if kind == "gather":
+    for _ in src:
+        dist.all_gather(out, t)
+        n += 1
+    src = []
 for s in src:
     s["ack"]()
     n += 1
@@ -63,10 +72,10 @@ def one(frames, kind):
         p.finish()
         port = str(free_port())
         env = dict(os.environ, **CONTRACT_ENV, PYTHONPATH=str(ROOT / "python"), OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, "-c", RANK, d, str(r), port, kind], env=env,
+        procs = [subprocess.Popen([sys.executable, "-c", RANK, d, str(r), port, kind, str(frames)], env=env,
                                   stdout=subprocess.PIPE, text=True) for r in range(3)]
         outs = [json.loads(p.communicate(timeout=600)[0]) for p in procs]
-    assert sum(o["frames"] for o in outs) == frames, outs
+    assert sum(o["frames"] for o in outs) == frames or kind == "gather", outs
     return max(o["s"] for o in outs), [o["frames"] for o in outs]
 
 
@@ -76,10 +85,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
-    res = {"plain": [], "world": []}
+    res = {"plain": [], "world": [], "gather": []}
     counts = {}
     for _ in range(a.repeat):
-        for kind in ("plain", "world"):
+        for kind in ("plain", "world", "gather"):
             s, counts[kind] = one(a.frames, kind)
             res[kind].append(s)
     med = {k: statistics.median(v) for k, v in res.items()}
@@ -95,11 +104,14 @@ load average {load:.1f} at the end): 3 gloo ranks read {a.frames} frames ([1, 64
 |---|---:|---:|---|
 | SpoolSource per rank (the peer: no agreement) | {med['plain']:.2f} | {per['plain']:.0f} µs | {counts['plain']} |
 | WorldSource (one all_gather of one int per step) | {med['world']:.2f} | {per['world']:.0f} µs | {counts['world']} |
+| the all_gather alone, as often (no spool) | {med['gather']:.2f} | {per['gather']:.0f} µs | - |
 
-WorldSource minus the peer: {per['world'] - per['plain']:+.0f} µs a step (three processes on two cores; both read
-the same frames the same way, so the difference is the agreement plus this machine's noise). A DFlash training
-step on a GPU takes tens of milliseconds or more. Every WorldSource rank takes the same count; the plain ones
-do not (the bug it fixes).
+WorldSource minus the peer: {per['world'] - per['plain']:+.0f} µs a step, of which the gloo all_gather itself
+{per['gather']:.0f} µs: three processes on two cores, so each collective waits for the scheduler, and the ranks
+move in lockstep (the peer's ranks never wait for each other). Where each rank has a core (a GPU node) the
+collective should cost far less; not measured here (no such machine). A DFlash training step is tens of
+milliseconds or more. Every WorldSource rank takes the
+same count; the plain ones do not (the bug it fixes).
 """
     print(md)
     if a.out:
