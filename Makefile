@@ -69,6 +69,7 @@ bench: build
 	$(PY) bench/ctl/restart_compiled_bench.py --out docs/benchmarks.md
 	$(PY) bench/multinode/node_failure_bench.py --reps 3 --payload-s 20 --out docs/benchmarks.md
 	$(BUILD)/bin/spool_bench --mb 1 --frames 2000 --repeat 5
+	$(PY) bench/spool/world_bench.py --frames 600 --repeat 5 --out docs/benchmarks.md
 
 fuzz: setup
 	scripts/fuzz
@@ -93,10 +94,11 @@ test-wheel: gpu-check-bundle
 	DFLASH_WHEEL=$$(ls dist/dflash_launch-*.whl) DFLASH_GPU_BUNDLE=dist/dflash-gpu-check.tar.gz \
 	  $(PY) -m pytest -q tests/test_wheel.py
 
-# What someone with a CUDA machine runs (docs/gpu.md): the wheel + scripts/gpu-check in one small tarball.
+# What someone with a CUDA machine runs (docs/gpu.md): the wheel + scripts/gpu-check + the 8-GPU config (check (e))
+# in one small tarball.
 gpu-check-bundle: wheel
 	@rm -rf dist/dflash-gpu-check && mkdir -p dist/dflash-gpu-check
-	@cp dist/dflash_launch-*.whl scripts/gpu-check dist/dflash-gpu-check/
+	@cp dist/dflash_launch-*.whl scripts/gpu-check configs/dflash-8gpu.toml dist/dflash-gpu-check/
 	@tar -C dist -czf dist/dflash-gpu-check.tar.gz dflash-gpu-check
 	@ls -l dist/dflash-gpu-check.tar.gz
 

@@ -134,6 +134,18 @@ def test_replicas_are_identical_and_samples_differ(tmp_path):
     assert len(set(toks.tolist())) <= 64
 
 
+def test_hf_targets_default_tokens_are_the_builtins_chain(tmp_path):
+    """dflash_launch.hf_target without --tokens samples the builtin target's chain, id for id (issue #39: its
+    uniform random ids could not be learnt), for every batch element of a frame, another seed and vocab too."""
+    from dflash_launch.hf_target import TokenSource
+    for c, rank, seq in [(DEMO, 0, 0), (DEMO, 3, 7), (dict(DEMO, seed=5, vocab=1000, batch=2), 1, 4)]:
+        out = tmp_path / f"tap-{rank}-{seq}.safetensors"
+        builtin(["tap", "--rank", rank, "--seq", seq, "--out", out], model_env(**c))
+        want = load_file(out)["tokens"]
+        got = TokenSource(torch, c, None, rank, 5).frame(seq)
+        assert got.dtype == torch.long and torch.equal(got, want), (c, rank, seq)
+
+
 def test_frames_carry_the_contract_in_their_metadata(tmp_path):
     builtin(["tap", "--rank", "4", "--seq", "9", "--out", tmp_path / "f.safetensors"], model_env())
     from safetensors import safe_open

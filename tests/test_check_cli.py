@@ -1,5 +1,7 @@
 """`dflash-launch check`: exit codes, the text plan and the stable --json plan."""
 import json
+import os
+import sys
 
 from conftest import ROOT, run
 
@@ -41,31 +43,12 @@ def test_help_and_version_exit_0(bin_dir):
     assert r.returncode == 0 and r.stdout.startswith("dflash-launch ")
 
 
-def test_json_plan_of_the_8gpu_config(bin_dir, tmp_path):
-    # The config runs the user's own train_dflash_pipeline.py from where it is launched: `check` looks for it.
-    (tmp_path / "train_dflash_pipeline.py").write_text("")
-    r = run([bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"], cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    plan = json.loads(r.stdout)
-    assert plan["format"] == "dflash-plan/1"
-    procs = plan["processes"]
-    assert len(procs) == 8 and plan["world_size"] == 8
-    visible = [p["env"]["CUDA_VISIBLE_DEVICES"] for p in procs]
-    assert sorted(visible) == [str(i) for i in range(8)]
-    assert all(p["env"]["LOCAL_RANK"] == "0" for p in procs)
-    assert [p["rank"] for p in procs] == list(range(8))
-    assert plan["model"]["hidden_shape"] == [1, 2000, 25600]
-    assert plan["model"]["fc"] == [25600, 5120]
-    drafters = [p for p in procs if p["role"] == "drafter"]
-    assert {p["gate_key"] for p in drafters} == {drafters[0]["gate_key"]}  # one key for the role
-    assert all(p["env"]["DFLASH_GATE_KEY"] == p["gate_key"] for p in drafters)
-    assert drafters[0]["argv"][-4:] == ["python", "train_dflash_pipeline.py", "--role", "drafter"]
-
-
 def test_json_plan_is_stable_across_runs(bin_dir, tmp_path):
-    (tmp_path / "train_dflash_pipeline.py").write_text("")  # the user's script, as above
+    # configs/dflash-8gpu.toml needs its checkpoint's path (tests/test_dflash_8gpu.py) and torch's python.
+    env = dict(os.environ, DFLASH_TARGET_MODEL="/m", PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+               PYTHONPATH=str(ROOT / "python"))
     cmd = [bin_dir / "dflash-launch", "check", ROOT / "configs/dflash-8gpu.toml", "--json"]
-    first, second = run(cmd, cwd=tmp_path), run(cmd, cwd=tmp_path)
+    first, second = run(cmd, cwd=tmp_path, env=env), run(cmd, cwd=tmp_path, env=env)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert json.loads(first.stdout)["processes"] and first.stdout == second.stdout
 
@@ -89,3 +72,46 @@ def test_share_gpus_in_the_plan(bin_dir):
     assert "gpus     shared: several processes may use one GPU" in r.stdout
     r = run([bin_dir / "dflash-launch", "check", "--json", ROOT / "configs/demo.toml"])
     assert json.loads(r.stdout)["run"]["share_gpus"] is False
+
+
+def test_check_text_is_compact_and_json_keeps_the_file_lists(bin_dir, tmp_path):
+    """Issue #39: `check` printed the gate key's file list inline, per process (247 lines for 8 processes of a
+    model that imports a dozen modules). The text says each role's files in one line and each process's
+    DFLASH_GATE_SOURCES as a count; `check --json` has every file and hash."""
+    import re
+    pkg = tmp_path / "mymodel"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for i in range(12):
+        (pkg / f"layer{i}.py").write_text(f"X = {i}\n")
+    (tmp_path / "train.py").write_text("".join(f"import mymodel.layer{i}\n" for i in range(12)))
+
+    def plan(n, *flags):
+        cfg = tmp_path / f"run{n}.toml"
+        cfg.write_text(f"""[run]
+name = "t"
+cache_dir = "cache"
+log_dir = "runs"
+[[role]]
+name = "drafter"
+cpu = {n}
+command = ["python3", "train.py"]
+cwd = "."
+gate = true
+world = "role"
+""")
+        (tmp_path / "cache").mkdir(mode=0o700, exist_ok=True)
+        r = run([bin_dir / "dflash-launch", "check", cfg, *flags], cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    three, six = plan(3), plan(6)
+    assert not re.search(r"(?m)^[0-9a-f]{64} ", three), three  # no file list, no hashes
+    assert "key files 14: script train.py" in three and "check --json lists each" in three
+    # Each further process costs its two lines (name, its own variables), never its files.
+    assert len(six.splitlines()) - len(three.splitlines()) == 2 * 3
+    assert len(three.splitlines()) < 80, len(three.splitlines())
+    j = json.loads(plan(3, "--json"))
+    sources = {p["env"]["DFLASH_GATE_SOURCES"] for p in j["processes"]}
+    assert len(sources) == 1 and len(sources.pop().splitlines()) == 14  # the script, __init__ and 12 layers
+    assert len(j["roles"][0]["gate"]["key_files"]) == 14

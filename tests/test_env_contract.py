@@ -187,3 +187,23 @@ def test_a_full_log_disk_is_an_error_never_a_silent_cut(bin_dir, tmp_path, tiny_
     assert f"cannot write {run_dir}/summary.json" in out, out[-3000:]
     assert "every process succeeded, but the run's records are incomplete" in out, out[-3000:]
     assert "summary in " not in out, out[-3000:]  # main's last line pointed to the summary.json it could not write
+
+
+def test_the_docs_environment_table_is_the_headers():
+    """docs/config.md's one table of the process environment (issue #39: it listed DFLASH_* three times, with
+    conflicting meanings) names exactly contract/process_env.h's variables and families, each with its kind."""
+    import re
+    from conftest import ROOT
+    header = (ROOT / "contract" / "process_env.h").read_text()
+    names = dict(re.findall(r'inline constexpr char (k\w+)\[\] = "([A-Z_]+)";', header))
+    kinds = {names[k]: kind.lower() for k, kind in
+             re.findall(r"\{(k\w+), VarKind::k(Owned|Default)\}", header.split("kProcessVars[] = {")[1].split("};")[0])}
+    assert len(kinds) > 50
+    doc = (ROOT / "docs" / "config.md").read_text().split("## The environment of each process")[1]
+    doc = doc.split("\n## ")[0]
+    table = {}
+    for row in re.findall(r"(?m)^\| (`[^|]+) \| (owned|default) \|", doc):
+        for var in re.findall(r"`([A-Z_<>]+)`", row[0]):
+            table[var] = row[1]
+    families = {"DFLASH_PORT_<NAME>": "owned", "DFLASH_<ROLE>_<NAME>_PORTS": "owned"}
+    assert table == dict(kinds, **families)

@@ -228,7 +228,9 @@ gate = {{ key_files = ["model/*.py", "missing/*.cfg"] }}
     k3, _ = check_key(bin_dir, cfg)
     assert len({k1, k2, k3}) == 3
     text = run([bin_dir / "dflash-launch", "check", cfg], env=ENV).stdout
-    assert "key file script train.py" in text and "(matches no file)" in text
+    # One line for the hashed files (their hashes are --json's), one for each that could not be hashed.
+    assert f"key files 2: script train.py ({tmp_path / 'train.py'}) and 1 more" in text
+    assert "key file key_files missing/*.cfg: (matches no file)" in text
 
 
 def test_a_module_run_with_dash_m_is_in_the_key(bin_dir, tmp_path):

@@ -4,6 +4,7 @@ And the reference drafter's flex_attention path (what the check compiles on CUDA
 dense mask."""
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -224,3 +225,70 @@ def test_a_failed_preflight_stops_before_any_run(bin_dir, tmp_path, monkeypatch)
     assert len(report["checks"]["preflight"]["problems"]) == 2
     text = (out / "summary.txt").read_text()
     assert text.startswith("dflash gpu-check (cuda): FAIL") and "preflight   FAIL" in text and "-c DEFAULT" in text
+
+
+def test_check_e_runs_the_shipped_config_scaled_to_the_gpus(tmp_path, monkeypatch):
+    """--pipeline CONFIG: check (e) hands the shipped config to pipeline_twin with this machine's mode and GPU
+    count and the run timeout, and its verdict reaches the summary and the exit code (the twin itself runs in
+    tests/test_dflash_8gpu.py)."""
+    gc = _gpu_check()
+    from dflash_launch import pipeline_twin
+    pytest.importorskip("transformers")
+    seen = {}
+
+    def fake_twin(shipped, work, launcher, mode, n_gpus, timeout_s, env):
+        seen.update(shipped=shipped, work=work, mode=mode, n_gpus=n_gpus, timeout=timeout_s,
+                    pythonpath=env["PYTHONPATH"])
+        # the config's `python` is the check's own Python, whatever PATH had
+        assert env["PATH"].split(os.pathsep)[0] == os.path.join(work, "bin")
+        py = subprocess.run([os.path.join(work, "bin", "python"), "-c", "import sys, torch; print(sys.prefix)"],
+                            capture_output=True, text=True)
+        assert py.returncode == 0 and py.stdout.strip() == sys.prefix, py.stderr  # this venv, with its torch
+        return {"ok": seen["ok"], "drafter_steps": [37, 37, 37], "frames": 110, "exactly_once": seen["ok"],
+                "losses": {}}
+
+    monkeypatch.setattr(pipeline_twin, "run_twin", fake_twin)
+    for ok in (True, False):
+        seen["ok"] = ok
+        r = pipeline_twin.gpu_check("/cfg/dflash-8gpu.toml", "cuda", 1, "dflash-launch", str(tmp_path), 4321)
+        assert r["ok"] is ok and "5 targets on [0, 0, 0, 0, 0], the DDP drafters on [0]" in r["note"], r
+        line = pipeline_twin.summary_line(r)
+        assert line.startswith("  (e) pipeline " + ("ok  " if ok else "FAIL"))
+    assert seen == dict(shipped="/cfg/dflash-8gpu.toml", work=str(tmp_path / "pipeline"), mode="cuda", n_gpus=1,
+                        timeout=4321, pythonpath=str(ROOT / "python"), ok=False)
+    report = {"checks": {"preflight": {"ok": True, "problems": []}, "gated": {"ok": True, "processes": [], "compile_s": [],
+              "leads": 1, "reused_with_0_misses": 2}, "shape_contract": {"ok": True, "shape": [1], "device": "cpu",
+              "accepted": True, "stacked_rejected": True, "one_tap_rejected": True, "launcher_accepts": True,
+              "launcher_rejects_stacked": True}, "ungated": {"ok": True, "compile_s": []}, "pipeline": r},
+              "report": str(tmp_path / "report.json"), "mode": "cuda", "ok": None,
+              "dflash_launch": {"version": "v"}, "torch": {"version": "t", "cuda": "c", "gpus": []}}
+    assert gc.finish(report, str(tmp_path), 0) == 1 and report["ok"] is False  # a failed (e) fails the check
+    assert "(e) pipeline FAIL" in (tmp_path / "summary.txt").read_text()
+    assert gc.parse_args(["--pipeline", "x.toml"]).pipeline == "x.toml" and gc.parse_args([]).pipeline == ""
+
+
+@pytest.mark.parametrize("layout", ["bundle", "checkout"])
+def test_the_script_passes_the_8gpu_config_it_finds(tmp_path, layout):
+    """scripts/gpu-check adds --pipeline <the 8-GPU config> beside it (the bundle) or in ../configs (a checkout);
+    a fake PYTHON records what it is asked to run."""
+    import shutil
+    root = tmp_path / layout
+    here = root if layout == "bundle" else root / "scripts"
+    wheel_dir = root if layout == "bundle" else root / "dist"
+    config = root / "dflash-8gpu.toml" if layout == "bundle" else root / "configs" / "dflash-8gpu.toml"
+    for d in (here, wheel_dir, config.parent):
+        d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "scripts" / "gpu-check", here / "gpu-check")
+    shutil.copy(ROOT / "configs" / "dflash-8gpu.toml", config)
+    (wheel_dir / "dflash_launch-0.1.0-py3-none-any.whl").write_text("")
+    log = tmp_path / "argv.log"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit 0\n")
+    fake.chmod(0o755)
+    r = run([here / "gpu-check", tmp_path / "out", "--steps", "1"], env=dict(os.environ, PYTHON=str(fake)))
+    assert r.returncode == 0, r.stderr
+    last = log.read_text().splitlines()[-1]
+    assert last == f"-m dflash_launch.gpu_check --out {tmp_path / 'out' / 'check'} --pipeline {config} --steps 1"
+    config.unlink()  # no config: no (e)
+    r = run([here / "gpu-check", tmp_path / "out2"], env=dict(os.environ, PYTHON=str(fake)))
+    assert log.read_text().splitlines()[-1] == f"-m dflash_launch.gpu_check --out {tmp_path / 'out2' / 'check'}"

@@ -4,6 +4,7 @@ resume; frames that violate [model] are rejected by both consumers (C++ and
 Python) with the same message, and nothing is consumed from them."""
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -96,6 +97,11 @@ env = {{ DFLASH_PACE_MS = "15" }}
     assert r.wait(timeout=120) == 0, r.err
     s = by_name(r.summary())
     assert s["drafter:1"]["restarts"] == 1 and s["target:1"]["restarts"] == 1
+    # The last line says that success took restarts; the training table has each builtin drafter (issue #39).
+    assert "all processes succeeded (after 2 restarts: target:1 1x, drafter:1 1x)" in r.out + r.err
+    for i in range(3):
+        acked = s[f"drafter:{i}"]["metrics"]["frames_acked"]
+        assert re.search(rf"(?m)^drafter:{i} +{acked} +[0-9.]+ -> [0-9.]+ +[0-9.]+s +{acked}$", r.out + r.err), r.out
     # The restarted drafter took back the frame it held; the restarted target
     # resumed after its last published frame instead of starting over.
     assert s["drafter:1"]["metrics"]["taken_back"] == 1
@@ -185,6 +191,7 @@ def test_a_stacked_producer_under_the_launcher_is_named(launch, tmp_path):
 [[role]]
 name = "evil"
 cpu = 1
+spool = "produce"
 command = ["python", "-c", "{producer}"]
 
 [[role]]

@@ -191,6 +191,35 @@ spool = "produce"
     assert 'remove spool' in r.stderr
 
 
+def test_a_consumer_without_a_producer_is_a_config_error(bin_dir, tmp_path):
+    """Before: `check` passed a spool = "consume" role with no producer, and the run burnt its restarts on
+    SpoolSource.from_env's refusal of DFLASH_SPOOL_PRODUCERS=0. Now `check` and `run` name the role's spool key,
+    exit 2 and start nothing (no run dir)."""
+    cfg = config(tmp_path, """
+[[role]]
+name = "target"
+cpu = 1
+command = ["python", "target.py"]
+
+[[role]]
+name = "drafter"
+cpu = 2
+spool = "consume"
+restart = { policy = "on-failure", max = 3 }
+command = ["python", "drafter.py"]
+""")
+    for script in ("target.py", "drafter.py"):
+        (tmp_path / script).write_text("raise SystemExit(1)\n")
+    lines = cfg.read_text().splitlines()
+    line = next(i for i, t in enumerate(lines, 1) if t.startswith('spool = "consume"'))
+    for verb in ("check", "run"):
+        r = run([bin_dir / "dflash-launch", verb, cfg], cwd=tmp_path)
+        assert r.returncode == 2, (verb, r.stdout, r.stderr)
+        assert f"{cfg}:{line}:9: error: role[drafter].spool: nothing produces the frames this role consumes" in r.stderr
+        assert 'spool = "produce"' in r.stderr and "nothing was started" in r.stderr
+    assert not (tmp_path / "runs").exists()  # nothing spawned, no run dir
+
+
 @needs_transformers
 def test_a_python_target_role_of_two_and_gated_drafters_end_by_themselves(launch, tmp_path):
     """The normal DFlash case: an HF target (a random Qwen3 here) in a role of

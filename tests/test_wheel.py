@@ -161,8 +161,9 @@ def test_gpu_check_bundle_runs_from_the_wheel_in_cpu_mode(tmp_path):
     bundle = os.environ.get("DFLASH_GPU_BUNDLE", "")
     assert bundle and os.path.getsize(bundle) < 64 * 2**20
     with tarfile.open(bundle) as t:
-        assert sorted(m.name for m in t.getmembers() if m.isfile()) == [
-            "dflash-gpu-check/" + os.path.basename(WHEEL), "dflash-gpu-check/gpu-check"]
+        assert sorted(m.name for m in t.getmembers() if m.isfile()) == sorted([
+            "dflash-gpu-check/" + os.path.basename(WHEEL), "dflash-gpu-check/dflash-8gpu.toml",
+            "dflash-gpu-check/gpu-check"])
         t.extractall(tmp_path)
     out = tmp_path / "gc"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
@@ -176,5 +177,7 @@ def test_gpu_check_bundle_runs_from_the_wheel_in_cpu_mode(tmp_path):
     assert report["dflash_launch"]["package"] == str(out / "site" / "dflash_launch")
     assert report["checks"]["gated"]["leads"] == 1 and report["checks"]["gated"]["reused_with_0_misses"] == 2
     assert (out / "check" / "summary.txt").read_text().startswith("dflash gpu-check (cpu): PASS")
+    e = report["checks"]["pipeline"]  # (e): the bundled 8-GPU config, scaled; not run where transformers is missing
+    assert e["ok"] is True or (e["ok"] is None and "transformers" in e["note"]), e
     r = run([tmp_path / "dflash-gpu-check" / "gpu-check", out], env=env, cwd=tmp_path)
     assert r.returncode == 64 and "exists" in r.stderr  # a second run never overwrites the first report

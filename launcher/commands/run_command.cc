@@ -31,6 +31,7 @@
 #include "launcher/cluster/store_session.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/supervisor_log.h"
+#include "launcher/supervise/training_report.h"
 #include "launcher/plan/torch_version.h"
 
 namespace dflash {
@@ -314,6 +315,9 @@ int RunRun(const RunOptions& opts, char** env) {
     rc = summary.exit_code;
   };
   if (std::string loss = SupervisorLogLoss(*log); !loss.empty()) incomplete(loss);
+  if (std::string svg = LossPlotSvg(summary); !svg.empty() &&  // training's loss curves (training_report.h)
+      !WritePrivateFileAtomic(plan.run_dir + "/loss.svg", svg, plan.Files(), run_use, &err))
+    incomplete("cannot write " + plan.run_dir + "/loss.svg: " + err);
   std::string summary_path = plan.run_dir + "/summary.json";
   if (!WritePrivateFileAtomic(summary_path, SummaryJson(summary).dump(2) + "\n", plan.Files(), run_use, &err))
     incomplete("cannot write " + summary_path + ": " + err);

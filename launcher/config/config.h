@@ -136,6 +136,7 @@ struct RoleSpec {
   SourcePos command_pos;                 // where its command is written
   std::string builtin;                   // "target" | "drafter" | empty
   std::string spool;                     // "produce" | "consume" | empty: what the role does with the spool
+  SourcePos spool_pos;                   // where spool is written (else builtin, else the role)
   std::vector<std::pair<std::string, std::string>> env;
   std::vector<SourcePos> env_pos;        // where each env value is written (parallel to env)
   /// Named TCP ports, one per process per name, reserved for the whole run

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 
@@ -13,6 +14,7 @@
 #include "common/signal_names.h"
 #include "launcher/config/config.h"
 #include "launcher/config/config_internal.h"
+#include "launcher/config/env_refs.h"
 #include "launcher/config/toml_guard.h"
 #include "launcher/config/toml_reader.h"
 #include "store/redis_client.h"
@@ -507,6 +509,29 @@ void ReadStop(const toml::node* n, const std::string& prefix, StopSpec* s, std::
   r.RejectUnknownKeys();
 }
 
+/// `${NAME}` in each argument of `argv` (read from `node`, an array of strings) from dflash-launch's own
+/// environment (env_refs.h); what cannot be expanded is an error at that argument.
+void ExpandRefs(TableReader& r, const toml::node* node, const char* key, std::vector<std::string>* argv) {
+  if (!node || !node->is_array()) return;
+  const toml::array& a = *node->as_array();
+  for (size_t i = 0; i < argv->size() && i < a.size(); ++i) {
+    std::string out, name, why;
+    if (ExpandEnvRefs((*argv)[i], [](const std::string& n) { return std::getenv(n.c_str()); }, &out, &name, &why)) {
+      (*argv)[i] = std::move(out);
+      continue;
+    }
+    bool var = why == "unset" || why == "empty";
+    r.Error(std::string(key) + "[" + std::to_string(i) + "]", PosOf(a[i].source()),
+            var ? "${" + name + "} is " + why + " in dflash-launch's environment" : "a ${...} that is " + why,
+            var ? name + " set to a value: ${NAME} in a command is the launcher's environment variable NAME"
+                : "${NAME}, NAME of letters, digits and '_', closed by }",
+            var ? name + " " + why : "\"" + (*argv)[i] + "\"",
+            var ? "export " + name + "=... before dflash-launch (docs/config.md, \"Values from the launcher's "
+                  "environment\")"
+                : "write $${ for a literal ${");
+  }
+}
+
 void ReadEnv(TableReader& r, RoleSpec* role) {
   const toml::node* n = r.Get("env");
   if (!n) return;
@@ -686,6 +711,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
     role->command.clear();
     break;
   }
+  ExpandRefs(r, t.get("command"), "command", &role->command);
   r.Enum("builtin", &role->builtin);
   if (has_cmd && has_builtin) {
     r.Error("builtin", r.ValuePos("builtin"), "both command and builtin are set",
@@ -705,6 +731,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
     }
   }
   r.Enum("spool", &role->spool);
+  role->spool_pos = r.Has("spool") ? r.ValuePos("spool") : r.Has("builtin") ? r.ValuePos("builtin") : r.TablePos();
   // A builtin role's side of the spool is fixed: a contradicting `spool` is a slip, not a choice.
   const char* fixed = role->builtin == "target" ? "produce" : role->builtin == "drafter" ? "consume" : nullptr;
   if (fixed && (role->spool == "produce" || role->spool == "consume") && role->spool != fixed)
@@ -718,6 +745,7 @@ void ReadRole(const toml::table& t, size_t index, const std::string& base_dir, R
   r.String("cwd", &cwd);
   if (r.Has("cwd")) role->cwd = ResolvePath(cwd, base_dir);
   r.StringArray("warmup", &role->warmup);
+  ExpandRefs(r, t.get("warmup"), "warmup", &role->warmup);
   if (r.Has("warmup") && role->warmup.empty() && t.get("warmup")->is_array())
     r.Error("warmup", r.ValuePos("warmup"), "empty warm-up command", "the program and its arguments", "[]",
             "remove warmup to use the role's command with DFLASH_WARMUP=1");

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -228,12 +229,22 @@ TEST(GoodConfig, DefaultsForAMinimalConfig) {
 }
 
 TEST(GoodConfig, ShippedConfigsLoad) {
-  for (const char* name : {"demo.toml", "dflash-8gpu.toml"}) {
+  // The 8-GPU config names its checkpoint as ${DFLASH_TARGET_MODEL}: it loads given one, and is refused without.
+  ::setenv("DFLASH_TARGET_MODEL", "/models/Qwen3-32B", 1);
+  for (const char* name : {"demo.toml", "demo-builtin.toml", "demo-hf.toml", "dflash-8gpu.toml"}) {
     RunConfig c;
     std::vector<ConfigError> errors;
-    // The 8-GPU config's /var/cache/dflash may not exist here: that is fine (created at run time).
     EXPECT_TRUE(LoadConfig(kSource + "/configs/" + name, &c, &errors)) << name << "\n" << FormatErrors(errors);
+    if (std::string(name) == "dflash-8gpu.toml") {
+      EXPECT_EQ(c.roles[0].command[4], "/models/Qwen3-32B");
+    }
   }
+  ::unsetenv("DFLASH_TARGET_MODEL");
+  RunConfig c;
+  std::vector<ConfigError> errors;
+  EXPECT_FALSE(LoadConfig(kSource + "/configs/dflash-8gpu.toml", &c, &errors));
+  ASSERT_EQ(errors.size(), 1u) << FormatErrors(errors);
+  EXPECT_EQ(errors[0].key, "role[target].command[4]");
 }
 
 TEST(TappedLayers, SpreadLikeDFlash) {

@@ -17,6 +17,7 @@
 #include "launcher/config/config_internal.h"
 #include "launcher/config/role_order.h"
 #include "launcher/config/spool_default.h"
+#include "launcher/config/spool_check.h"
 
 namespace dflash {
 
@@ -349,6 +350,7 @@ void ValidateConfig(const toml::table& root, RunConfig* cfg, std::vector<ConfigE
   CheckCacheDir(root, cfg, errors);
   CheckRunDirs(root, cfg, errors);
   CheckCwd(cfg, root, errors);
+  CheckSpoolProducers(*cfg, errors);
 }
 
 // ---- RunConfig helpers ----

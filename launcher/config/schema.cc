@@ -151,7 +151,8 @@ std::vector<SectionSpec> MakeSchema() {
            {"spool", K::kEnum, "<none; a builtin target: produce>",
             "What the role does with the hidden-state spool. \"produce\": each process publishes frames "
             "(dflash_launch.spool.SpoolProducer) and counts in DFLASH_SPOOL_PRODUCERS, so the drafters' "
-            "sources end when every producer finished. \"consume\": it reads them (documentation only).",
+            "sources end when every producer finished. \"consume\": it reads them (dflash_launch.spool_world."
+            "WorldSource for a DDP world), and some role must produce on each node it runs on (checked).",
             "\"produce\"", {"produce", "consume"}},
            {"env", K::kEnvTable, "{}",
             "Extra environment for this role's processes. Variables that dflash-launch or dflash-worker set (RANK, "

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -38,8 +39,33 @@ std::string Shown(const std::string& name, const std::string& value) {
   return env::IsOwnedVar(name) ? RedactUrlCredentials(value) : RedactEnvValue(name, value);
 }
 
+/// The text plan shows a value on one line: a list of lines (DFLASH_GATE_SOURCES: the gate key's files, one
+/// `<sha256> <path>` each) becomes its count; `check --json` has it whole.
+std::string OneLine(const std::string& name, const std::string& value) {
+  if (value.find('\n') == std::string::npos) return Shown(name, value);
+  size_t lines = static_cast<size_t>(std::count(value.begin(), value.end(), '\n')) + (value.back() != '\n');
+  return "<" + std::to_string(lines) + " lines: check --json shows them>";
+}
+
 std::string Quoted(const std::string& name, const std::string& value) {
-  return value.empty() ? "\"\"" : Shown(name, value);
+  return value.empty() ? "\"\"" : OneLine(name, value);
+}
+
+/// The files of a derived gate key in one line (their hashes: `check --json`), plus a line for each file that
+/// could not be hashed: a missing one is what the reader must see.
+std::string KeyFilesText(const std::vector<KeyFile>& files, const std::string& indent) {
+  std::string o;
+  std::vector<const KeyFile*> hashed;
+  for (const KeyFile& f : files) {
+    if (!f.sha256.empty()) hashed.push_back(&f);
+    else o += indent + "key file " + f.why + ": " + (f.path.empty() ? "" : f.path + " ") + "(" + f.note + ")\n";
+  }
+  if (hashed.empty()) return o;
+  std::string head = hashed[0]->why + " (" + hashed[0]->path + ")";
+  if (hashed.size() == 1) return indent + "key file " + head + "\n" + o;
+  return indent + "key files " + std::to_string(hashed.size()) + ": " + head + " and " +
+         std::to_string(hashed.size() - 1) + " more it imports or names (check --json lists each with its sha256)\n" +
+         o;
 }
 
 std::string Pad(std::string s, size_t n) {
@@ -164,10 +190,7 @@ std::string PlanText(const Plan& plan) {
          "\n";
     if (!plan.role_precompile_why[i].empty())
       o += "  " + Pad("", 10) + "  precompile " + plan.role_precompile_why[i] + "\n";
-    for (const KeyFile& f : plan.role_key_files[i])
-      o += "  " + Pad("", 10) + "  key file " + f.why + ": " +
-           (f.sha256.empty() ? (f.path.empty() ? "" : f.path + " ") + "(" + f.note + ")" : f.path + " sha256 " + f.sha256.substr(0, 16)) +
-           "\n";
+    o += KeyFilesText(plan.role_key_files[i], "  " + Pad("", 10) + "  ");
     if (r.warmup_gated())
       o += "  " + Pad("", 10) + "warm-up  " + r.name + ":warmup compiles first, in a world of one (RANK=0 WORLD_SIZE=1 "
            "ROLE_WORLD_SIZE=1 DFLASH_WARMUP=1, its own MASTER_PORT): " +
@@ -225,7 +248,7 @@ std::string PlanText(const Plan& plan) {
   o += "\nenvironment of every process (attempt 0)\n";
   if (!envs.empty())
     for (const auto& [k, v] : envs[0])
-      if (shared(k)) o += "  " + k + "=" + Shown(k, v) + "\n";
+      if (shared(k)) o += "  " + k + "=" + OneLine(k, v) + "\n";
   for (const ProcessPlan& w : plan.warmups) {
     o += "\nwarm-up " + w.name + " (" + (w.on_gpu() ? "GPU " + w.device : std::string("cpu")) +
          ", before " + w.role + "'s processes)\n     ";

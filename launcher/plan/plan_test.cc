@@ -124,7 +124,9 @@ TEST(Plan, FullConfigProcessByProcess) {
 }
 
 TEST(Plan, EightGpuConfigGivesEachProcessOneGpu) {
+  ::setenv("DFLASH_TARGET_MODEL", "/models/Qwen3-32B", 1);  // its ${DFLASH_TARGET_MODEL}
   Plan plan = LoadPlan("configs/dflash-8gpu.toml");
+  ::unsetenv("DFLASH_TARGET_MODEL");
   ASSERT_EQ(plan.processes.size(), 8u);
   std::set<std::string> visible;
   for (const ProcessPlan& p : plan.processes) {

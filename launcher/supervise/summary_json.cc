@@ -6,6 +6,7 @@
 #include "common/signal_names.h"
 #include "common/json_field.h"
 #include "launcher/supervise/gate_facts_json.h"
+#include "launcher/supervise/training_report.h"
 
 namespace dflash {
 namespace {
@@ -87,9 +88,10 @@ std::string SummaryTable(const RunSummary& s, bool color) {
       o += Pad(autograd, 19) + c + "\n";
     }
   }
+  o += TrainingTable(s);  // steps, loss, first step, spool frames of every process that reports them
   for (const std::string& w : s.warnings) o += std::string(red) + "warning: " + w + off + "\n";
   o += "run " + s.run_id + ": ";
-  if (s.exit_code == 0) o += s.reason.empty() ? "all processes succeeded" : s.reason;  // 0 after `ctl stop all` too
+  if (s.exit_code == 0) o += (s.reason.empty() ? "all processes succeeded" : s.reason) + RestartNote(s);  // 0 after `ctl stop all` too
   else o += "exit " + std::to_string(s.exit_code) + ", " + s.reason;
   if (s.records_error.empty()) o += " (" + Seconds(s.wall_s) + "); summary in " + s.run_dir + "/summary.json\n";
   else o += " (" + Seconds(s.wall_s) + ")\n" + red + "error: " + s.records_error + off + "\n";

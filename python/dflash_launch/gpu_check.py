@@ -13,7 +13,9 @@ network. Writes one JSON report (format dflash-gpu-check/1) and a short text sum
       share the keys; with one GPU it says so and puts the 3 processes on GPU 0 ([run] share_gpus = true);
   (c) shape_contract: a [1, 2000, 25600] bf16 frame through check_hidden_states (and its stacked and one-tap
       mistakes), and the same contract through `dflash-launch check`;
-  (d) ungated: the same 3 drafters on a fresh cache without the gate, for comparison.
+  (d) ungated: the same 3 drafters on a fresh cache without the gate, for comparison;
+  (e) pipeline (--pipeline configs/dflash-8gpu.toml; scripts/gpu-check passes it): the shipped 8-GPU config,
+      scaled to the GPUs here by dflash_launch.pipeline_twin, runs to the end (hf_target, DDP drafters).
 
 Without a GPU (or with --cpu) it runs the same on CPU with tiny shapes: (b) says there is no GPU; the rest
 runs, so this code is tested where no GPU exists (tests/test_gpu_check.py). Exit 0 when every check that
@@ -32,7 +34,7 @@ import sysconfig
 import time
 
 import dflash_launch
-from dflash_launch import HiddenStateContractError, check_hidden_states
+from dflash_launch import HiddenStateContractError, check_hidden_states, pipeline_twin
 from dflash_launch._extras import require
 
 FORMAT = "dflash-gpu-check/1"
@@ -223,10 +225,8 @@ def run_launcher(launcher, config, run_id, log_dir, timeout_s, env):
 
 
 PROCESS_FIELDS = ("gate_role", "device", "device_name", "device_uuid", "attention", "cuda_visible_devices",
-                  "compile_wall_s", "compile_cpu_s", "fxgraph_cache_hit", "fxgraph_cache_miss",
-                  "fxgraph_cache_bypass", "autograd_cache_hit", "autograd_cache_miss", "dynamo_cache_hit",
-                  "first_loss", "steps",
-                  "torch_version")
+                  "compile_wall_s", "compile_cpu_s", "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass",
+                  "autograd_cache_hit", "autograd_cache_miss", "dynamo_cache_hit", "first_loss", "steps", "torch_version")
 
 
 def processes_of(result):
@@ -393,6 +393,8 @@ def summary_text(report):
     if u:
         lines.append(f"  (d) ungated {'ok  ' if u['ok'] else 'FAIL'} compile s {u['compile_s']} "
                      f"(gated: {g['compile_s'] if g else None})")
+    if c.get("pipeline"):
+        lines.append(pipeline_twin.summary_line(c["pipeline"]))
     pf = c.get("preflight")
     if pf:
         lines.insert(2, f"  preflight   {'ok  ' if pf['ok'] else 'FAIL'} "
@@ -419,6 +421,7 @@ def parse_args(argv):
     p.add_argument("--run-timeout", type=int, default=0,
                    help="seconds for a whole run of 3 drafters, then it is stopped (default: gate + ready + 300)")
     p.add_argument("--timeout", type=int, default=0, help="all three at once (the old single flag)")
+    p.add_argument("--pipeline", default="", help="(e): run this config (configs/dflash-8gpu.toml) scaled to here")
     a = p.parse_args(argv)
     if a.timeout:
         a.gate_timeout = a.ready_timeout = a.timeout
@@ -473,6 +476,8 @@ def main(argv=None):
     checks["cross_gpu"] = cross_gpu(mode, n_gpus, checks["gated"])
     checks["shape_contract"] = shape_contract(mode, launcher, out)
     checks["ungated"] = drafter_run(mode, launcher, out, "ungated", False, n_gpus, args.steps, timeouts)
+    if args.pipeline:
+        checks["pipeline"] = pipeline_twin.gpu_check(args.pipeline, mode, n_gpus, launcher, out, timeouts["run"])
     return finish(report, out, t0)
 
 

@@ -18,8 +18,10 @@ drafters' shared weights. Give its role `spool = "produce"`:
   heads, kv_heads; seed): no download, identical in every process (tests, dry runs).
 --tokens FILE.jsonl: one sample per line, a JSON list of ids or {"input_ids": [..]},
   cropped or padded to [model] seq_len; process r of a role of W takes lines r, r+W, ...
-  Without it, seeded random ids (a function of seed, rank and sample number, so a
-  restarted process republishes what it published before, and resumes after it).
+  Without it, the builtin target's token chain (dflash_launch.token_chain: a fixed Markov
+  chain over 64 ids of the vocabulary, learnable, so the drafters' loss falls; a function
+  of seed, rank and sample number, so a restarted process republishes what it published
+  before, and resumes after it). Uniform random ids could not be learnt.
 
 Each process publishes --samples frames ([model] batch samples each), says READY
 after the first, and marks its end: the drafters' sources end when every producer
@@ -45,7 +47,7 @@ def parse_args(argv):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="a local directory or hub name for AutoModelForCausalLM.from_pretrained")
     src.add_argument("--random-qwen3", action="store_true", help="a random Qwen3 built from [model] (no download)")
-    p.add_argument("--tokens", help="JSONL of token id lists (default: seeded random ids)")
+    p.add_argument("--tokens", help="JSONL of token id lists (default: the builtin target's learnable token chain)")
     p.add_argument("--samples", type=int, default=int(os.environ.get("DFLASH_SAMPLES", "100")),
                    help="frames this process publishes")
     p.add_argument("--max-ready", type=int, default=int(os.environ.get("DFLASH_SPOOL_MAX", "16")),
@@ -83,19 +85,21 @@ class TokenSource:
 
     def __init__(self, torch, contract, path, rank, world):
         self.torch, self.c, self.rank, self.world = torch, contract, rank, world
-        self.lines = None
+        self.lines, self.chain = None, None
         if path:
             with open(path) as f:
                 rows = [json.loads(line) for line in f if line.strip()]
             self.lines = [r["input_ids"] if isinstance(r, dict) else r for r in rows][rank::world]
             if not self.lines:
                 raise SystemExit(f"hf_target: {path} holds no sample for process {rank} of {world}")
+        else:
+            from dflash_launch.token_chain import TokenChain
+            self.chain = TokenChain(contract["seed"], contract["vocab"])
 
     def frame(self, seq):
-        torch, b, s, vocab = self.torch, self.c["batch"], self.c["seq_len"], self.c["vocab"]
-        if self.lines is None:
-            g = torch.Generator().manual_seed(((self.c["seed"] * 1_000_003 + self.rank) * 1_000_003 + seq) % 2**63)
-            return torch.randint(0, vocab - 1, (b, s), generator=g)  # vocab-1 is the drafter's mask token
+        torch, b, s = self.torch, self.c["batch"], self.c["seq_len"]
+        if self.chain is not None:  # sample b of frame seq, as the builtin target numbers them
+            return torch.tensor([self.chain.sample(self.rank, seq * b + i, s) for i in range(b)], dtype=torch.long)
         out = torch.zeros(b, s, dtype=torch.long)
         for i in range(b):
             ids = self.lines[(seq * b + i) % len(self.lines)][:s]
@@ -151,7 +155,8 @@ def main(argv=None):
             elif published % 50 == 0:
                 notify_status(f"{producer.next_seq}/{args.samples} frames")
     producer.finish()
-    metrics = {"process": name, "role": "target", "impl": "hf_target", "frames": published,
+    metrics = {"process": name, "role": "target", "impl": "hf_target", "model": args.model or "random-qwen3",
+               "tokens": args.tokens or "token chain", "frames": published,
                "next_seq": producer.next_seq, "resumed_at": resumed_at, "weights_published": won,
                "forward_s": round(forward_s, 3), "wall_s": round(time.perf_counter() - t_start, 3)}
     path = os.environ.get("DFLASH_METRICS_FILE")

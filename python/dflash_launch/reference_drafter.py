@@ -17,7 +17,6 @@ counters and compile times to $DFLASH_METRICS_FILE.
 """
 
 import argparse
-import json
 import os
 import resource
 import sys
@@ -33,6 +32,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from dflash_launch import (HiddenStateContractError, check_hidden_states, contract_from_env, gate_role, notify_ready,
                            notify_status)
+from dflash_launch.train_metrics import TrainingMetrics, write_json_private  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -166,9 +166,19 @@ class Drafter(nn.Module):
         return self.lm_head(self.norm(x))
 
     def loss(self, target_hidden, tokens):
-        logits = self.forward(target_hidden, tokens)
+        return self.loss_of(self.forward(target_hidden, tokens), tokens)
+
+    def loss_of(self, logits, tokens):
+        """The block-weighted cross-entropy of `logits` (this model's, or its DDP wrapper's forward)."""
         ce = F.cross_entropy(logits.float().flatten(0, 1), tokens.flatten(), reduction="none").view(tokens.shape)
         return (ce * self.weights).sum() / (self.weights.sum() * tokens.shape[0])
+
+
+def ddp_loss(ddp, model):
+    """The loss through DistributedDataParallel's forward (DDP readies its gradient all-reduce there)."""
+    def step_loss(target_hidden, tokens):
+        return model.loss_of(ddp(target_hidden, tokens), tokens)
+    return step_loss
 
 
 def build(contract, dtype=torch.float32):
@@ -239,14 +249,9 @@ def cpu_seconds():
 
 
 def write_metrics(path, metrics):
-    if not path:
-        return
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    # 0600 like every file of the run (docs/logs.md, "Whose files they are"); never through a link.
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "w") as f:
-        json.dump(metrics, f, indent=2)
-    os.replace(tmp, path)
+    """`metrics` as JSON at `path` (0600 like every file of the run, docs/logs.md; never through a link)."""
+    if path:
+        write_json_private(path, metrics)
 
 
 def _contract_exit(name, error):
@@ -268,7 +273,41 @@ def parse_args(argv):
                    help="auto: cuda when a GPU is visible (CUDA_VISIBLE_DEVICES), else cpu")
     p.add_argument("--attention", choices=["auto", "flex", "sdpa"], default=os.environ.get("DFLASH_ATTENTION", "auto"),
                    help="auto: flex_attention on CUDA, SDPA with a dense mask on CPU")
+    p.add_argument("--ddp", action="store_true", default=os.environ.get("DFLASH_DDP") == "1",
+                   help="train as one DistributedDataParallel world with the role's other processes (world = "
+                        "\"role\" in run.toml): nccl on CUDA, gloo on CPU; the spool through WorldSource, so every "
+                        "rank takes the same steps")
+    p.add_argument("--pace-ms", type=int, default=int(os.environ.get("DFLASH_PACE_MS", "0")),
+                   help="sleep per step while holding the frame (tests: a slow step, as dflash-builtin drafter's)")
+    p.add_argument("--tail", choices=["pad", "drop"], default=os.environ.get("DFLASH_TAIL", "pad"),
+                   help="--ddp: the last round of frames, fewer than the ranks (dflash_launch.spool_world)")
     return p.parse_args(argv)
+
+
+def join_world(args, device):
+    """--ddp: the role's torch world (a world of one in a warm-up); returns (rank, world size)."""
+    from dflash_launch import init_process_group
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    return init_process_group(backend, world="role")
+
+
+def open_source(args, contract, name, rank, dtype, model, metrics):
+    """The frames: the spool (through WorldSource: equal steps in a DDP world, acknowledged with the loss)
+    with the target's shared weights copied into `model`, or synthetic ones. None after a contract error
+    (said; the caller exits with its code)."""
+    if args.source != "spool":
+        return SyntheticSource(contract, rank, dtype)
+    from dflash_launch.spool import FrameContractError
+    from dflash_launch.spool_world import WorldSource
+    source = WorldSource.from_env(contract, name, tail=args.tail, metrics=metrics)
+    try:
+        shared = source.shared_weights()  # the target's embedding and LM head, frozen (DFlash shares them)
+    except FrameContractError as e:
+        sys.exit(_contract_exit(name, e))
+    with torch.no_grad():
+        for key, value in shared.items():
+            model.get_parameter(key).copy_(value)
+    return source
 
 
 def main(argv=None):
@@ -288,39 +327,35 @@ def main(argv=None):
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     attention = pick_attention(args.attention, device)
+    world = join_world(args, device)[1] if args.ddp else 1
     model = build(contract, dtype).to(device)
     if attention == "flex":
         model.use_flex_attention(device)
+    metrics = TrainingMetrics(args.metrics)
+    source = open_source(args, contract, name, rank, dtype, model, metrics)
+    step_loss = model.loss
+    if args.ddp:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ddp = DDP(model, device_ids=[0] if torch.device(device).type == "cuda" else None)
+        step_loss = ddp_loss(ddp, model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
-    step_loss = model.loss if args.no_compile else torch.compile(model.loss)
-    if args.source == "spool":
-        from dflash_launch.spool import FrameContractError, SpoolSource
-        source = SpoolSource.from_env(contract, name)
-        try:
-            shared = source.shared_weights()  # the target's embedding and LM head, frozen (DFlash shares them)
-        except FrameContractError as e:
-            sys.exit(_contract_exit(name, e))
-        with torch.no_grad():
-            for key, value in shared.items():
-                model.get_parameter(key).copy_(value)
-    else:
-        source = SyntheticSource(contract, rank, dtype)
+    if not args.no_compile:
+        step_loss = torch.compile(step_loss)
 
     n_taps, hidden = len(contract["tapped_layers"]), contract["hidden"]
-    losses, metrics = [], {"process": name, "gate_role": gate_role(), "torch_version": torch.__version__,
-                           "device": str(device), "attention": attention,
-                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    losses = []
+    metrics.update(process=name, gate_role=gate_role(), torch_version=torch.__version__, device=str(device),
+                   attention=attention, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), ddp_world=world)
     if torch.device(device).type == "cuda":
-        metrics["device_name"] = torch.cuda.get_device_name(0)
-        metrics["device_uuid"] = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
+        metrics.update(device_name=torch.cuda.get_device_name(0),
+                       device_uuid=str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
     it = iter(source)
     for step in range(steps):
         try:
             sample = next(it, None)
         except HiddenStateContractError as e:  # a spool frame that violates [model]: rejected, never consumed
-            metrics.update(steps=len(losses), losses=losses, rejected=getattr(e, "frame", None))
-            metrics.update(source.stats() if hasattr(source, "stats") else {})
-            write_metrics(args.metrics, metrics)
+            metrics.update(rejected=getattr(e, "frame", None), **(source.stats() if hasattr(source, "stats") else {}))
+            metrics.write()
             sys.exit(_contract_exit(name, e))
         if sample is None:
             break
@@ -331,37 +366,42 @@ def main(argv=None):
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(round(loss.item(), 5))
-        if "ack" in sample:
-            sample["ack"]()
+        if args.pace_ms > 0:
+            time.sleep(args.pace_ms / 1000)
+        (sample["ack"] if "ack" in sample else metrics.step)(losses[-1])  # the step, its loss, the frame's ack
         if step == 0:
-            metrics.update(cache_counters())
-            metrics.update(compile_wall_s=round(time.perf_counter() - t_start, 3),
-                           compile_cpu_s=round(cpu_seconds() - cpu_start, 3),
-                           first_step_s=round(time.perf_counter() - t0, 3),
-                           # The step alone: a follower that loaded Dynamo's artifact did the load in
-                           # torch.compile() above (in compile_cpu_s, not here).
-                           first_step_cpu_s=round(cpu_seconds() - cpu_t0, 3),
-                           compile_breakdown=compile_breakdown())
-            metrics["first_loss"] = losses[0]
-            write_metrics(args.metrics, metrics)
-            # The first compiled step ran: the Inductor cache holds our kernels.
-            notify_ready(f"compiled in {metrics['compile_wall_s']:.1f}s "
-                         f"(fx hits {metrics['fxgraph_cache_hit']}, misses {metrics['fxgraph_cache_miss']})")
-            print(f"{name}: first step {losses[0]:.4f}, compiled in {metrics['compile_wall_s']:.1f}s "
-                  f"({metrics['gate_role'] or 'ungated'}; fxgraph hits {metrics['fxgraph_cache_hit']} "
-                  f"misses {metrics['fxgraph_cache_miss']})", flush=True)
+            first_step(metrics, t_start, cpu_start, t0, cpu_t0)
+            print(f"{name}: first step {losses[0]:.4f}, compiled in {metrics.data['compile_wall_s']:.1f}s "
+                  f"({metrics.data['gate_role'] or 'ungated'}; fxgraph hits {metrics.data['fxgraph_cache_hit']} "
+                  f"misses {metrics.data['fxgraph_cache_miss']})", flush=True)
         elif step % 10 == 0:
             notify_status(f"step {step} loss {losses[-1]:.4f}")
             print(f"{name}: step {step} loss {losses[-1]:.4f}", flush=True)
-    metrics.update(cache_counters())
-    metrics.update(steps=len(losses), losses=losses, first_loss=losses[0] if losses else None,
-                   last_loss=losses[-1] if losses else None, wall_s=round(time.perf_counter() - t_start, 3),
-                   samples=len(losses) * contract["batch"], source=args.source)
+    metrics.update(**cache_counters())
+    metrics.update(samples=len(losses) * contract["batch"], source=args.source, run_s=round(time.perf_counter() - t_start, 3))
     if hasattr(source, "stats"):
-        metrics.update(source.stats())
-    write_metrics(args.metrics, metrics)
+        metrics.update(**source.stats())
+    metrics.write()
     if losses:
         print(f"{name}: {len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+    if args.ddp:
+        torch.distributed.destroy_process_group()
+
+
+def first_step(metrics, t_start, cpu_start, t0, cpu_t0):
+    """After the first compiled step: the compile's cost into the metrics (written at once), then READY."""
+    metrics.update(**cache_counters())
+    metrics.update(compile_wall_s=round(time.perf_counter() - t_start, 3),
+                   compile_cpu_s=round(cpu_seconds() - cpu_start, 3),
+                   first_step_s=round(time.perf_counter() - t0, 3),
+                   # The step alone: a follower that loaded Dynamo's artifact did the load in
+                   # torch.compile() above (in compile_cpu_s, not here).
+                   first_step_cpu_s=round(cpu_seconds() - cpu_t0, 3),
+                   compile_breakdown=compile_breakdown())
+    metrics.write()
+    # The first compiled step ran: the Inductor cache holds our kernels.
+    notify_ready(f"compiled in {metrics.data['compile_wall_s']:.1f}s "
+                 f"(fx hits {metrics.data['fxgraph_cache_hit']}, misses {metrics.data['fxgraph_cache_miss']})")
 
 
 if __name__ == "__main__":

@@ -432,7 +432,7 @@ class SpoolSource:
         self.taken_back = self.acked = self.synthetic = 0
         self.waited_s = 0.0
         self.manifest_written = False
-        self._take_back = []
+        self._take_back, self._synth = [], None
         _exit_on_contract_error()
         if self.warmup:
             return  # a warm-up never touches the spool: no claim dir, nothing taken back
@@ -569,42 +569,51 @@ class SpoolSource:
             yield {"hidden": hidden, "tokens": tokens, "seq": self.synthetic - 1, "producer": "(warm-up)",
                    "frame": None, "taken_back": False, "synthetic": True, "ack": lambda: None}
 
-    def __iter__(self):
+    def next_sample(self):
+        """The next frame as a sample dict, or None once the spool has ended (every producer finished, nothing
+        left to claim). A frame that violates [model] goes to rejected/ and raises FrameContractError.
+        What iterating the source calls; dflash_launch.spool_world.WorldSource calls it once per round."""
         torch = require("torch", "reading spool frames as tensors")
         if self.warmup:
-            yield from self._synthetic(torch)
-            return
+            if self._synth is None:
+                self._synth = self._synthetic(torch)
+            return next(self._synth)
         load = require("safetensors.torch", "reading spool frames as tensors").load
-
-        while True:
-            c = self._next()
-            if c is None:
-                self.write_manifest_if_final()
-                return
-            with open(c.path, "rb") as f:
-                data = f.read()
+        c = self._next()
+        if c is None:
+            self.write_manifest_if_final()
+            return None
+        with open(c.path, "rb") as f:
+            data = f.read()
+        try:
             try:
-                try:
-                    meta, tensors = parse_header(data)
-                except (ValueError, KeyError) as e:
-                    raise FrameContractError(c.file, c.producer, "not a safetensors frame", "a safetensors file",
-                                             str(e), "publish with SpoolProducer or the builtin target") from None
-                # The contract, before any compute.
-                check_frame(self.contract, meta, tensors, c.file)
-                t = load(data)
-                tokens, hidden = t["tokens"], t["hidden"]
-                bad = (tokens < 0) | (tokens >= self.contract["vocab"])
-                if bool(bad.any()):
-                    i = int(bad.flatten().nonzero()[0])
-                    raise FrameContractError(c.file, meta.get("producer") or "(unnamed)", "token id out of range",
-                                             f"ids in [0, {self.contract['vocab']})",
-                                             f"id {int(tokens.flatten()[i])} at position {i}",
-                                             "publish ids of the target's vocabulary, or set [model] vocab")
-            except FrameContractError as e:
-                self.reject(c, str(e))
-                raise
-            yield {"hidden": hidden, "tokens": tokens.to(torch.long), "seq": c.seq, "producer": c.producer,
-                   "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
+                meta, tensors = parse_header(data)
+            except (ValueError, KeyError) as e:
+                raise FrameContractError(c.file, c.producer, "not a safetensors frame", "a safetensors file",
+                                         str(e), "publish with SpoolProducer or the builtin target") from None
+            # The contract, before any compute.
+            check_frame(self.contract, meta, tensors, c.file)
+            t = load(data)
+            tokens, hidden = t["tokens"], t["hidden"]
+            bad = (tokens < 0) | (tokens >= self.contract["vocab"])
+            if bool(bad.any()):
+                i = int(bad.flatten().nonzero()[0])
+                raise FrameContractError(c.file, meta.get("producer") or "(unnamed)", "token id out of range",
+                                         f"ids in [0, {self.contract['vocab']})",
+                                         f"id {int(tokens.flatten()[i])} at position {i}",
+                                         "publish ids of the target's vocabulary, or set [model] vocab")
+        except FrameContractError as e:
+            self.reject(c, str(e))
+            raise
+        return {"hidden": hidden, "tokens": tokens.to(torch.long), "seq": c.seq, "producer": c.producer,
+                "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
+
+    def __iter__(self):
+        while True:
+            sample = self.next_sample()
+            if sample is None:
+                return
+            yield sample
 
 
 def frame_bytes(hidden, tokens, metadata):

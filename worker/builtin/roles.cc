@@ -287,6 +287,7 @@ void DrafterRun::Report(const spool::ClaimedFrame& f, double dt) {
   const size_t step = losses_.size() - 1;
   if (step == 0) {
     first_step_s_ = dt;
+    m_["time_to_first_step_s"] = Round(Since(t_start_), 3);  // the run summary's "first step" (training_report.h)
     Fill();
     WriteMetrics(r_.name, m_);
     char status[160];

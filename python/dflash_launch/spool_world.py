@@ -1,0 +1,217 @@
+"""Spool frames for a torch.distributed world (DDP, FSDP): every rank takes the same number of steps.
+
+A plain SpoolSource gives each process whatever frame it claims first, so the ranks of one world end with unequal
+counts: the rank whose source ends first leaves its loop while the others wait in their next backward's
+all-reduce for it, forever. WorldSource claims the same way and then, once per step, the ranks agree (one
+all_gather of a flag per rank, over gloo) on what each of them holds:
+
+- every rank holds a frame: every rank steps;
+- no rank does: the spool has ended; every rank's loop ends after the same number of steps;
+- some do (the tail: frames % world of them): with tail="pad" (the default, as DistributedSampler's
+  drop_last=False) a rank without a frame gets a copy of one a peer holds in that round, marked "padded" (its
+  ack does nothing: the peer acknowledges the frame), so every frame is trained on and at most world-1 of them
+  twice; with tail="drop" (drop_last=True) the holders acknowledge their frames without a step, counted in
+  stats()["frames_dropped"] and said on stderr, so no frame is trained on twice and at most world-1 are not
+  trained on. Either way that round is the last.
+- a rank's frame violates [model]: it goes to rejected/ and that rank raises FrameContractError (exit 65); the
+  others raise WorldFrameRejected (a FrameContractError: exit 65 too, never restarted) instead of waiting in a
+  collective for a rank that is gone. The frames they hold stay claimed: a restarted world takes them back.
+
+Acknowledging: asking for the next frame acknowledges the last one (its step has run), and so does the end of the
+loop; `sample["ack"](loss)` does it at once and records the loss for the run summary (TrainingMetrics in
+$DFLASH_METRICS_FILE: steps, loss first -> last, time to the first step, the spool's frames). A rank that dies
+mid-step never acknowledges its frame: a restart takes it back.
+
+    from dflash_launch import contract_from_env, init_process_group
+    from dflash_launch.spool_world import WorldSource
+    init_process_group("nccl")                        # the role's world (world = "role" in run.toml)
+    model = DDP(build(contract).cuda(), device_ids=[0])
+    for sample in WorldSource.from_env(contract):     # on every rank, at the same point
+        loss = model(sample["hidden"].cuda(), sample["tokens"].cuda())
+        loss.backward(); opt.step(); opt.zero_grad()
+        sample["ack"](loss)                           # optional: records the loss
+
+Without an initialised process group the world is this process alone (a plain SpoolSource that acknowledges by
+itself). In a warm-up (DFLASH_WARMUP=1: a world of one) it yields the spool's synthetic frames, as SpoolSource
+does, and gathers nothing. The agreement costs one small all_gather per step over gloo (the world's own group
+when its backend has gloo, else one gloo group made at construction, which every rank must therefore reach).
+"""
+
+import sys
+
+from dflash_launch._extras import require
+from dflash_launch.spool import FrameContractError, SpoolSource
+from dflash_launch.train_metrics import TrainingMetrics
+
+TAILS = ("pad", "drop")
+_HAVE, _END, _BAD = 1, 0, -1
+
+
+class WorldFrameRejected(FrameContractError):
+    """A peer's frame violated [model]: this rank stops with it (exit 65) rather than wait for it."""
+
+    def __init__(self, name, rank, bad_ranks):
+        self.frame, self.producer, self.what = None, None, "a peer's frame was rejected"
+        self.expected = self.found = self.fix = ""
+        who = ", ".join(str(r) for r in bad_ranks)
+        super(FrameContractError, self).__init__(
+            f"{name} (rank {rank}) stops: the frame of rank {who} violated [model] and was rejected (its stderr "
+            f"says why); a world cannot step without one of its ranks. The frames this rank holds stay claimed: "
+            f"a restart takes them back")
+
+
+def _group_for(dist, group):
+    """The group the agreement runs on: `group`, the world's own if its backend speaks gloo, else a new gloo
+    group (a collective: every rank makes it)."""
+    if group is not None:
+        return group
+    if "gloo" in str(dist.get_backend()):
+        return None
+    return dist.new_group(backend="gloo")
+
+
+class WorldSource:
+    def __init__(self, source, tail="pad", group=None, metrics=None, say=None):
+        """`source`: this process's SpoolSource. `tail`: "pad" or "drop" (above). `group`: a gloo-capable group
+        to agree on (default: the world). `metrics`: a TrainingMetrics (default: one on $DFLASH_METRICS_FILE)."""
+        if tail not in TAILS:
+            raise ValueError(f"tail must be one of {TAILS}, not {tail!r}")
+        self.source, self.tail = source, tail
+        self.torch = require("torch", "dflash_launch.spool_world")
+        self.dist = require("torch.distributed", "dflash_launch.spool_world")
+        self.metrics = metrics if metrics is not None else TrainingMetrics()
+        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.padded = self.dropped = self.rounds = 0
+        self.group, self.rank, self.world = None, 0, 1
+        if self.dist.is_available() and self.dist.is_initialized() and not source.warmup:
+            self.group = _group_for(self.dist, group)
+            self.rank, self.world = self.dist.get_rank(self.group), self.dist.get_world_size(self.group)
+        self._pending = None  # the last sample handed out, until it is acknowledged
+
+    @classmethod
+    def from_env(cls, contract, name=None, tail="pad", group=None, metrics=None, env=None, **kwargs):
+        """SpoolSource.from_env(contract, name, env, **kwargs) for this rank, in the world."""
+        return cls(SpoolSource.from_env(contract, name, env=env, **kwargs), tail=tail, group=group, metrics=metrics)
+
+    @property
+    def name(self):
+        return self.source.name
+
+    def shared_weights(self, **kwargs):
+        return self.source.shared_weights(**kwargs)
+
+    def stats(self):
+        return dict(self.source.stats(), world=self.world, rounds=self.rounds, frames_padded=self.padded,
+                    frames_dropped=self.dropped, tail=self.tail)
+
+    # Acknowledging ------------------------------------------------------------
+
+    def _wrap(self, sample):
+        """The sample with an ack that runs once, records the step (and its loss) and is what the next request
+        calls if nobody did."""
+        acknowledge, done = sample["ack"], []
+
+        def ack(loss=None):
+            if done:
+                return
+            done.append(True)
+            acknowledge()
+            self.metrics.step(loss)
+            self.metrics.update(**self.stats())
+
+        sample["ack"] = ack
+        self.rounds += 1
+        self._pending = sample
+        return sample
+
+    def _ack_pending(self):
+        if self._pending is not None:
+            self._pending["ack"]()
+            self._pending = None
+
+    # The rounds ---------------------------------------------------------------
+
+    def _gather(self, flag):
+        torch = self.torch
+        mine = torch.tensor([flag], dtype=torch.int64)
+        every = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+        self.dist.all_gather(every, mine, group=self.group)
+        return [int(t.item()) for t in every]
+
+    def _peer(self, rank):
+        return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
+
+    def _pad(self, sample, flags):
+        """The tail, pad: each rank without a frame gets a copy of one a holder has (holders in turn)."""
+        torch, dist = self.torch, self.dist
+        names = [None] * self.world
+        mine = (sample["frame"], sample["producer"], sample["seq"]) if sample else None
+        dist.all_gather_object(names, mine, group=self.group)
+        holders = [r for r, f in enumerate(flags) if f == _HAVE]
+        empties = [r for r, f in enumerate(flags) if f != _HAVE]
+        plan = {e: holders[i % len(holders)] for i, e in enumerate(empties)}
+        for e, h in plan.items():
+            if h == self.rank:  # as bytes: gloo moves any dtype that way (bf16 included)
+                dist.send(sample["hidden"].contiguous().view(torch.uint8), self._peer(e), group=self.group)
+                dist.send(sample["tokens"].contiguous(), self._peer(e), group=self.group)
+        if self.rank not in plan:
+            return sample
+        c = self.source.contract
+        b, s, width = c["batch"], c["seq_len"], len(c["tapped_layers"]) * c["hidden"]
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(c["dtype"], torch.float32)
+        hidden, tokens = torch.empty(b, s, width, dtype=dtype), torch.empty(b, s, dtype=torch.long)
+        h = plan[self.rank]
+        dist.recv(hidden.view(torch.uint8), self._peer(h), group=self.group)
+        dist.recv(tokens, self._peer(h), group=self.group)
+        frame, producer, seq = names[h]
+        self.padded += 1
+        return {"hidden": hidden, "tokens": tokens, "seq": seq, "producer": producer, "frame": frame,
+                "taken_back": False, "padded": True, "ack": lambda: None}
+
+    def _drop(self, sample, flags):
+        if sample is not None:
+            sample["ack"]()  # acknowledged, never stepped on: the record says so
+            self.dropped += 1
+            self.say(f"{self.name}: tail = \"drop\": frame {sample['frame']} acknowledged without a step (the last "
+                     f"round had {flags.count(_HAVE)} frames for {self.world} ranks)")
+        return None
+
+    def next_sample(self):
+        """The sample of the next step, the same round on every rank, or None when every rank is done."""
+        self._ack_pending()
+        if self.world == 1:
+            sample = self.source.next_sample()
+            return self._wrap(sample) if sample is not None else self._finish()
+        error, sample = None, None
+        try:
+            sample = self.source.next_sample()
+        except FrameContractError as e:
+            error = e
+        flags = self._gather(_BAD if error else _HAVE if sample is not None else _END)
+        if error is not None:
+            raise error
+        bad = [r for r, f in enumerate(flags) if f == _BAD]
+        if bad:
+            raise WorldFrameRejected(self.name, self.rank, bad)
+        if all(f == _HAVE for f in flags):
+            return self._wrap(sample)
+        if all(f == _END for f in flags):
+            return self._finish()
+        # The tail: some ranks hold a frame, the others found the spool ended. After it every source has
+        # ended, so the next round finds all of them so and ends every loop at the same step.
+        if self.tail == "drop":
+            self._drop(sample, flags)
+            return self._finish()
+        return self._wrap(self._pad(sample, flags))
+
+    def _finish(self):
+        self.metrics.update(**self.stats())
+        self.metrics.write()
+        return None
+
+    def __iter__(self):
+        while True:
+            sample = self.next_sample()
+            if sample is None:
+                return
+            yield sample

@@ -1,0 +1,96 @@
+"""What a training process reports for the run summary: steps, the loss from first to last, the time to its first
+step, and whatever else it adds (the spool's frames). dflash-launch reads $DFLASH_METRICS_FILE when the process
+ends and shows these keys for every process that has them, whatever its script (the "training" table of the
+run's summary, summary.json's `metrics`, and <run_dir>/loss.svg; docs/summary-json.md).
+
+    from dflash_launch.train_metrics import TrainingMetrics
+    metrics = TrainingMetrics()            # $DFLASH_METRICS_FILE; nothing is written without it
+    for sample in source:
+        loss = step(sample)
+        metrics.step(loss)                 # a float or a 0-dim tensor
+    metrics.write()
+
+dflash_launch.spool_world.WorldSource does this by itself: `sample["ack"](loss)`.
+
+The keys: `steps`, `first_loss`, `last_loss`, `losses` (the curve: every `loss_stride`-th loss, at most
+MAX_POINTS of them, so a long run's file stays small), `time_to_first_step_s` (from the process's start, as the
+kernel counts it, to the end of its first step: imports, model load and compile included), `wall_s`.
+One writer per process: a script with more to say adds it with update(), which keeps one file."""
+
+import atexit
+import json
+import os
+import time
+
+#: The most points `losses` keeps: past it every other one goes and the stride doubles.
+MAX_POINTS = 2000
+
+
+def process_age_s():
+    """Seconds since this process started (/proc/self/stat's starttime against /proc/uptime)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: after comm's ")" it is the 20th
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def write_json_private(path, data):
+    """`data` as JSON at `path`, atomically (a temp file renamed over it), 0600, never through a link."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+class TrainingMetrics:
+    def __init__(self, path=None, every_s=5.0, **fields):
+        """`path` defaults to $DFLASH_METRICS_FILE (none: nothing is written). The file is rewritten at most
+        every `every_s` seconds while steps come, by write(), and once more at exit."""
+        self.path = os.environ.get("DFLASH_METRICS_FILE", "") if path is None else path
+        self.every_s = every_s
+        self.data = dict(fields)
+        self.steps, self.stride, self.losses = 0, 1, []
+        self.first_loss = self.last_loss = None
+        self.t0 = time.monotonic() - process_age_s()
+        self._last_write = time.monotonic()
+        if self.path:
+            atexit.register(self.write)
+
+    def step(self, loss=None):
+        """One training step ended; `loss` (a number or a one-element tensor) goes into the curve."""
+        if self.steps == 0:
+            self.data["time_to_first_step_s"] = round(time.monotonic() - self.t0, 3)
+        if loss is not None:
+            value = round(float(loss), 5)
+            if self.first_loss is None:
+                self.first_loss = value
+            self.last_loss = value
+            if self.steps % self.stride == 0:
+                self.losses.append(value)
+                if len(self.losses) > MAX_POINTS:
+                    self.losses, self.stride = self.losses[::2], self.stride * 2
+        self.steps += 1
+        if time.monotonic() - self._last_write >= self.every_s:
+            self.write()
+
+    def update(self, **fields):
+        """Adds keys of the caller's own (they never replace steps, losses or the time to the first step)."""
+        self.data.update(fields)
+
+    def snapshot(self):
+        out = dict(self.data)
+        out.update(steps=self.steps, first_loss=self.first_loss, last_loss=self.last_loss, losses=list(self.losses),
+                   loss_stride=self.stride, wall_s=round(time.monotonic() - self.t0, 3))
+        return out
+
+    def write(self):
+        """Writes the file now (no-op without a path)."""
+        self._last_write = time.monotonic()
+        if self.path:
+            write_json_private(self.path, self.snapshot())

@@ -1,0 +1,52 @@
+"""One rank of a 3-rank gloo DDP world that trains on a spool (tests/test_spool_world.py).
+
+    python spool_rank.py ROOT RANK WORLD PORT SOURCE TAIL OUT TIMEOUT_S
+SOURCE: "world" (dflash_launch.spool_world.WorldSource) or "plain" (a SpoolSource per rank: what a DDP drafter had
+before). Writes OUT (JSON): the frames it stepped on, its step count, a digest of its final weights, its stats.
+The collectives time out after TIMEOUT_S, so a world whose ranks stepped unequally fails instead of hanging."""
+import datetime
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dflash_launch import contract_from_env
+from dflash_launch.spool import SpoolSource
+from dflash_launch.spool_world import WorldSource
+
+root, rank, world, port, kind, tail, out, timeout_s = sys.argv[1:9]
+rank, world = int(rank), int(world)
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                        timeout=datetime.timedelta(seconds=float(timeout_s)))
+contract = contract_from_env()
+torch.manual_seed(0)
+width = len(contract["tapped_layers"]) * contract["hidden"]
+model = DDP(torch.nn.Linear(width, contract["vocab"]))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+name = f"drafter:{rank}"
+if kind == "world":
+    source = WorldSource(SpoolSource(root, name, contract, producers=1), tail=tail)
+else:
+    source = SpoolSource(root, name, contract, producers=1)
+seen = []
+for sample in source:
+    logits = model(sample["hidden"].float())
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), sample["tokens"].flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    seen.append({"frame": sample["frame"], "seq": sample["seq"], "padded": sample.get("padded", False),
+                 "loss": loss.item()})
+    if kind == "world" and rank == 0:
+        sample["ack"](loss)  # rank 0 acknowledges (and records its loss); the others let the next frame do it
+    elif kind == "plain":
+        sample["ack"]()
+weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+result = {"rank": rank, "steps": len(seen), "seen": seen, "weights_sum": float(weights.double().sum()),
+          "stats": source.stats()}
+with open(out, "w") as f:
+    json.dump(result, f)
+dist.barrier()  # every rank reaches the end: none is left in a collective
+dist.destroy_process_group()
