@@ -1,5 +1,7 @@
 #include "launcher/supervise/incident.h"
 
+#include <algorithm>
+
 #include "common/exit_codes.h"
 
 namespace dflash {
@@ -68,7 +70,20 @@ const AttemptRecord* Incident::culprit_attempt() const {
   return c.last();
 }
 
-std::string Incident::Succeeded() const { return "all processes succeeded"; }
+std::string Incident::RestartNote() const {
+  // Restarts on the way to an exit 0 are part of the story: "succeeded" alone would hide a run that limped.
+  // Counted as summary.json's "restarts": every start after a process's first.
+  int total = 0;
+  std::string who;
+  for (const ProcessUnit& u : units_) {
+    int n = std::max(0, u.view().attempt);
+    if (n == 0) continue;
+    total += n;
+    who += (who.empty() ? "" : ", ") + u.name() + " " + std::to_string(n) + "x";
+  }
+  if (!total) return "";
+  return " (after " + std::to_string(total) + (total == 1 ? " restart: " : " restarts: ") + who + ")";
+}
 
 RunVerdict Incident::Verdict(const std::string& start_error) const {
   RunVerdict v;
@@ -79,7 +94,7 @@ RunVerdict Incident::Verdict(const std::string& start_error) const {
                                        : exit_code::kOk;
   v.reason = !node_culprit_.empty()                                         ? node_reason_
              : unguarded_ || stop_signal_ || manual_stop_ || roles_done_ ? stop_reason_
-                                                                           : Succeeded();
+                                                                           : "all processes succeeded";
   if (culprit_ >= 0) {
     const ProcessUnit& c = units_[static_cast<size_t>(culprit_)];
     const AttemptRecord* a = culprit_attempt();
@@ -94,6 +109,7 @@ RunVerdict Incident::Verdict(const std::string& start_error) const {
     v.exit_code = exit_code::kFailure;
     v.reason = "the supervisor could not start (" + start_error + "); no process was started";
   }
+  if (v.exit_code == exit_code::kOk) v.reason += RestartNote();
   if (!node_culprit_.empty()) {  // another node's failure stopped the run (store mode): that node is the culprit
     v.culprit = node_culprit_;
     v.culprit_attempt = -1;

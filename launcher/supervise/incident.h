@@ -53,7 +53,8 @@ class Incident {
 
  private:
   void MaybeClose(SteadyTime now);
-  std::string Succeeded() const;
+  /// " (after 2 restarts: a:0 1x, b:1 1x)" for a run that ended 0 after restarts; "" without any.
+  std::string RestartNote() const;
 
   const std::vector<ProcessUnit>& units_;
   int incident_proc_ = -1, incident_attempt_ = -1;

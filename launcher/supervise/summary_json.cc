@@ -91,7 +91,7 @@ std::string SummaryTable(const RunSummary& s, bool color) {
   o += TrainingTable(s);  // steps, loss, first step, spool frames of every process that reports them
   for (const std::string& w : s.warnings) o += std::string(red) + "warning: " + w + off + "\n";
   o += "run " + s.run_id + ": ";
-  if (s.exit_code == 0) o += (s.reason.empty() ? "all processes succeeded" : s.reason) + RestartNote(s);  // 0 after `ctl stop all` too
+  if (s.exit_code == 0) o += s.reason.empty() ? "all processes succeeded" : s.reason;  // 0 after `ctl stop all` too
   else o += "exit " + std::to_string(s.exit_code) + ", " + s.reason;
   if (s.records_error.empty()) o += " (" + Seconds(s.wall_s) + "); summary in " + s.run_dir + "/summary.json\n";
   else o += " (" + Seconds(s.wall_s) + ")\n" + red + "error: " + s.records_error + off + "\n";

@@ -225,6 +225,23 @@ TEST(SupervisorCore, StartsEveryProcessAndRunsThem) {
   EXPECT_EQ(h.core().ExitReason(), "all processes succeeded");
 }
 
+TEST(SupervisorCore, SuccessAfterRestartsSaysTheRestartsInTheOneVerdict) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.Start();
+  h.Exit("a:1", 3);
+  h.Advance(Millis(1500));  // its backoff: 1s
+  EXPECT_EQ(h.State("a:1"), "RUNNING");
+  h.Exit("a:0", 0);
+  h.Exit("a:1", 0);
+  ASSERT_TRUE(h.core().Done());
+  const std::string said = "all processes succeeded (after 1 restart: a:1 1x)";
+  EXPECT_EQ(h.core().ExitCode(), 0);
+  EXPECT_EQ(h.core().ExitReason(), said);
+  RunSummary s = BuildRunSummary(h.core(), 1.0, "");  // summary.json and the table's last line say the same
+  EXPECT_EQ(s.reason, said);
+  EXPECT_NE(SummaryTable(s, false).find("run t-1: " + said + " (1.0s)"), std::string::npos) << SummaryTable(s, false);
+}
+
 TEST(SupervisorCore, RestartsAfterAnExponentialBackoff) {
   Harness h(Role("a", 1, kOnFailure3));
   h.Start();

@@ -137,16 +137,4 @@ std::string LossPlotSvg(const RunSummary& s) {
   return o + "</svg>\n";
 }
 
-std::string RestartNote(const RunSummary& s) {
-  int total = 0;
-  std::string who;
-  for (const ProcessSummary& p : s.processes) {
-    if (p.restarts <= 0) continue;
-    total += p.restarts;
-    who += (who.empty() ? "" : ", ") + p.name + " " + std::to_string(p.restarts) + "x";
-  }
-  if (!total) return "";
-  return " (after " + std::to_string(total) + (total == 1 ? " restart: " : " restarts: ") + who + ")";
-}
-
 }  // namespace dflash

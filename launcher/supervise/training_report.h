@@ -20,8 +20,4 @@ std::string TrainingTable(const RunSummary& s);
 /// (the demo's PNG needs matplotlib in a Python: dflash_launch.demo_report).
 std::string LossPlotSvg(const RunSummary& s);
 
-/// " (after 3 restarts: drafter:1 2x, target:0 1x)" when processes were restarted, else "": what "all
-/// processes succeeded" must not hide.
-std::string RestartNote(const RunSummary& s);
-
 }  // namespace dflash

@@ -77,13 +77,5 @@ TEST(TrainingReport, ALossStrideSpreadsACurveOverItsSteps) {
   EXPECT_NE(pb.find(" 780.0,"), std::string::npos) << pb;
 }
 
-TEST(TrainingReport, RestartsAreSaid) {
-  EXPECT_EQ(RestartNote(TrainingRun()), " (after 3 restarts: drafter:1 2x, target:0 1x)");
-  RunSummary one;
-  one.processes.push_back(TrainingProc("a:0", nullptr, 1));
-  EXPECT_EQ(RestartNote(one), " (after 1 restart: a:0 1x)");
-  EXPECT_EQ(RestartNote(RunSummary()), "");
-}
-
 }  // namespace
 }  // namespace dflash
