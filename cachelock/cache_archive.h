@@ -22,7 +22,7 @@ struct ArchiveFacts {
   std::string torch_version;  // what the cache was built with (this machine's, for import)
   std::string device;         // "cpu" or "cuda"
   /// "cpu" or the GPU model(s), compute capability, CUDA and Triton versions the kernels are for
-  /// (launcher/plan Plan::role_gpu_identity); empty: unknown (then not checked).
+  /// (launcher/plan RolePlan::gpu_identity); empty: unknown (then not checked).
   std::string gpu;
 };
 

@@ -63,7 +63,7 @@ inline constexpr char kLeaderCompileThreads[] = "DFLASH_LEADER_COMPILE_THREADS";
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
 inline constexpr char kInductorCompileThreads[] = "TORCHINDUCTOR_COMPILE_THREADS";
 // Dynamo's precompile cache (docs/cachelock.md): 1 for gated processes of a role with precompile on
-// (Plan::role_precompile), left unset otherwise; the plan sets it, and dflash-worker when run standalone.
+// (RolePlan::precompile), left unset otherwise; the plan sets it, and dflash-worker when run standalone.
 inline constexpr char kTorchCachingPrecompile[] = "TORCH_CACHING_PRECOMPILE";
 // The [model] contract.
 inline constexpr char kHiddenShape[] = "DFLASH_HIDDEN_SHAPE";

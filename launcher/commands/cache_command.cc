@@ -245,7 +245,7 @@ std::string DeviceKind(const RunConfig& config) {
 std::string CacheTorchVersion(const Plan& plan) {
   const RunConfig& c = plan.config;
   for (size_t i = 0; i < c.roles.size(); ++i)
-    if (c.roles[i].gate.enabled) return plan.role_torch_version[i];
+    if (c.roles[i].gate.enabled) return plan.roles[i].torch_version;
   // No gated role: ask the first role's Python (what would compile into the cache).
   return c.roles.empty() ? "unknown" : TorchVersionFor(c.roles[0]);
 }
@@ -253,7 +253,7 @@ std::string CacheTorchVersion(const Plan& plan) {
 std::string CacheGpuIdentity(const Plan& plan) {
   const RunConfig& c = plan.config;
   for (size_t i = 0; i < c.roles.size(); ++i)
-    if (c.roles[i].gate.enabled) return plan.role_gpu_identity[i];
+    if (c.roles[i].gate.enabled) return plan.roles[i].gpu_identity;
   return "";  // no gated role: unknown, not checked
 }
 

@@ -80,7 +80,7 @@ int RunPs(bool json);
 std::string DeviceKind(const RunConfig& config);
 /// The torch version the cache is built with: that of the (first) gated role.
 std::string CacheTorchVersion(const Plan& plan);
-/// The first gated role's GPU identity (Plan::role_gpu_identity): what archives record and imports check.
+/// The first gated role's GPU identity (RolePlan::gpu_identity): what archives record and imports check.
 std::string CacheGpuIdentity(const Plan& plan);
 
 }  // namespace dflash

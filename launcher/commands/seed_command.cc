@@ -127,7 +127,7 @@ SpawnOptions WarmupSpawn(const Warmup& w, bool verify = false) {
   wa.gate_key = p.gate_key;
   wa.gate_timeout = role.gate.timeout;
   wa.gate_idle_hint = role.gate.idle_hint;
-  wa.precompile = plan.role_precompile[p.role_index];
+  wa.precompile = plan.roles[p.role_index].precompile;
   wa.ready = role.ready;
   wa.ready.mode = ReadyMode::kExit;
   wa.ready.arg.clear();

@@ -38,7 +38,7 @@ std::string ModelCanonical(const ModelSpec& m) {
          ";vocab=" + std::to_string(m.vocab);
 }
 
-/// Plan::role_gpu_identity for one role: its GPUs' models as NVML names them (never their
+/// RolePlan::gpu_identity: its GPUs' models as NVML names them (never their
 /// indices: the same model anywhere shares kernels), then what its interpreter runs them with.
 std::string GpuIdentityOf(const RoleSpec& role, const std::vector<std::string>& inherited, const GpuInventory& inv,
                           const std::string& runtime) {
@@ -270,8 +270,9 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   plan.master_port = options.master_port >= 0 ? options.master_port : config.run.master_port;
   if (plan.master_port == 0 && options.nnodes > 1 && options.run_id != "<run_id>")
     plan.master_port = DerivedMasterPort(options.run_id, config.roles.size());
+  plan.roles.resize(config.roles.size());
   for (size_t ri = 0; ri < config.roles.size(); ++ri)
-    plan.role_master_ports.push_back(plan.master_port ? plan.master_port + 1 + static_cast<int>(ri) : 0);
+    plan.roles[ri].master_port = plan.master_port ? plan.master_port + 1 + static_cast<int>(ri) : 0;
   plan.store = options.store.empty() ? config.run.store : options.store;
   if (plan.store.empty())
     for (const auto& [k, v] : options.launcher_env) {
@@ -297,15 +298,16 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     std::string torch = role.gate.enabled && options.torch_version && role.RunsOnNode(options.node_rank)
                             ? options.torch_version(role)
                             : "";
-    plan.role_torch_version.push_back(torch);
+    RolePlan& rp = plan.roles[ri];
+    rp.torch_version = torch;
     std::string gpu;
     if (role.gate.enabled && role.RunsOnNode(options.node_rank))
       gpu = GpuIdentityOf(role, inherited, options.host_gpus,
                           role.is_cpu() || !options.cuda_runtime ? "" : options.cuda_runtime(role));
-    plan.role_gpu_identity.push_back(gpu);
+    rp.gpu_identity = gpu;
     auto [precompile, why] = ResolvePrecompile(role, options);
-    plan.role_precompile.push_back(precompile);
-    plan.role_precompile_why.push_back(why);
+    rp.precompile = precompile;
+    rp.precompile_why = why;
     std::string key;
     std::vector<KeyFile> files;
     if (role.gate.enabled && role.gate.key.empty()) {
@@ -314,20 +316,18 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     } else if (role.gate.enabled) {
       key = role.gate.key;
     }
-    plan.role_key_files.push_back(files);
+    rp.key_files = files;
     keys.push_back(key);
   }
   // Global ranks: node by node (torchrun's order), then role by role, then device by device.
-  plan.role_world_size.assign(config.roles.size(), 0);
-  plan.role_first_node.assign(config.roles.size(), -1);
   int rank = 0;
   for (int node = 0; node < options.nnodes; ++node) {
     for (size_t ri = 0; ri < config.roles.size(); ++ri) {
       const RoleSpec& role = config.roles[ri];
       if (!role.RunsOnNode(node)) continue;
-      if (plan.role_first_node[ri] < 0) plan.role_first_node[ri] = node;
+      if (plan.roles[ri].first_node < 0) plan.roles[ri].first_node = node;
       for (int i = 0; i < role.process_count(); ++i) {
-        int role_rank = plan.role_world_size[ri]++;
+        int role_rank = plan.roles[ri].world_size++;
         int r = rank++;
         if (node != options.node_rank) continue;
         ProcessPlan p;
@@ -355,9 +355,8 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   }
   plan.world_size = rank;
   plan.local_world_size = static_cast<int>(plan.processes.size());
-  for (ProcessPlan& p : plan.processes) p.role_world_size = plan.role_world_size[p.role_index];
+  for (ProcessPlan& p : plan.processes) p.role_world_size = plan.roles[p.role_index].world_size;
   // Each node warms up the gated roles it runs, as their first process here would run.
-  plan.warmup_master_ports.assign(config.roles.size(), 0);
   for (size_t ri = 0; ri < config.roles.size(); ++ri) {
     const RoleSpec& role = config.roles[ri];
     auto first = std::find_if(plan.processes.begin(), plan.processes.end(),
@@ -373,7 +372,7 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     plan.warmups.push_back(std::move(w));
     // An explicit port: the warm-ups' follow the roles'; "auto": reserved at run time.
     if (plan.master_port)
-      plan.warmup_master_ports[ri] = plan.master_port + 1 + static_cast<int>(config.roles.size() + ri);
+      plan.roles[ri].warmup_master_port = plan.master_port + 1 + static_cast<int>(config.roles.size() + ri);
   }
   bool launcher_sets_omp = false;
   for (const auto& [k, v] : options.launcher_env) launcher_sets_omp |= k == env::kOmpNumThreads;
@@ -405,8 +404,8 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
 
 int Plan::FirstNode() const {
   int first = -1;
-  for (int n : role_first_node)
-    if (n >= 0 && (first < 0 || n < first)) first = n;
+  for (const RolePlan& r : roles)
+    if (r.first_node >= 0 && (first < 0 || r.first_node < first)) first = r.first_node;
   return first;
 }
 
@@ -446,7 +445,7 @@ std::vector<std::string> Plan::ExecArgv(const ProcessPlan& p) const {
     w.gate_timeout = role.gate.timeout;
     w.gate_idle_hint = role.gate.idle_hint;
     w.warmup = p.warmup;
-    w.precompile = role_precompile[p.role_index];
+    w.precompile = roles[p.role_index].precompile;
   }
   w.ready = role.ready;
   w.command = p.command;

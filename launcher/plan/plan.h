@@ -63,6 +63,24 @@ struct PlanOptions {
   std::string store;        // --store: "private" or a redis:// URL; empty: [run] store
 };
 
+/// What the plan decided for one role (Plan::roles, one per [[role]], in order).
+struct RolePlan {
+  std::string torch_version;  ///< torch's version as its processes see it (gated roles here; else empty)
+  /// What a compile is trusted for, in its derived key, READY records and archives: "cpu", or the GPU model(s)
+  /// with compute capability and the CUDA/Triton versions ("NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0");
+  /// empty for an ungated role.
+  std::string gpu_identity;
+  std::vector<KeyFile> key_files;  ///< the files in its derived gate key
+  /// Whether its gated processes run with Dynamo's precompile (TORCH_CACHING_PRECOMPILE=1, the leader saves
+  /// the artifact, followers load it), and why, for `check` (docs/cachelock.md).
+  bool precompile = false;
+  std::string precompile_why;
+  int master_port = 0;         ///< ROLE_MASTER_PORT; 0 while "auto" is not resolved
+  int warmup_master_port = 0;  ///< its warm-up's own MASTER_PORT; 0 likewise (or none)
+  int world_size = 0;          ///< its processes on every node
+  int first_node = -1;         ///< the node of its role rank 0 (-1: none)
+};
+
 struct Plan {
   RunConfig config;
   std::string run_id;
@@ -72,16 +90,7 @@ struct Plan {
   int attempt_base = 0;
   bool resumed = false;  // `run --resume` found the run dir there: events.jsonl gets a "resume" line
   std::string bin_dir;
-  std::vector<std::string> role_torch_version;  // per role
-  /// Per gated role: what a compile is trusted for, in its derived key, READY records and archives:
-  /// "cpu", or the GPU model(s) with compute capability and the CUDA/Triton versions
-  /// ("NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0"); empty for an ungated role.
-  std::vector<std::string> role_gpu_identity;
-  std::vector<std::vector<KeyFile>> role_key_files;  // per role: the files in its derived gate key
-  /// Per role: whether its gated processes run with Dynamo's precompile (TORCH_CACHING_PRECOMPILE=1, the
-  /// leader saves the artifact, followers load it), and why, for `check` (docs/cachelock.md).
-  std::vector<bool> role_precompile;
-  std::vector<std::string> role_precompile_why;
+  std::vector<RolePlan> roles;  // one per config.roles, in its order
   /// One per role in gate mode "warmup" (RoleSpec::warmup_gated), run before
   /// that role's processes start. Not part of the world: no rank of its own.
   std::vector<ProcessPlan> warmups;
@@ -93,10 +102,6 @@ struct Plan {
   std::string master_addr;
   /// 0 while "auto" is not resolved yet: `check` shows <auto>; `run` picks one (ReservePorts).
   int master_port = 0;
-  std::vector<int> role_master_ports;  // per role: ROLE_MASTER_PORT, 0 likewise
-  std::vector<int> warmup_master_ports;  // per role: its warm-up's own MASTER_PORT, 0 likewise (or none)
-  std::vector<int> role_world_size;    // per role, every node
-  std::vector<int> role_first_node;    // per role: the node of its role rank 0 (-1: none)
   /// OMP_NUM_THREADS=1 for processes whose role does not set it: several share
   /// this host and the launcher's env does not set it (torchrun's default).
   bool default_omp_threads = false;
@@ -136,7 +141,7 @@ struct Plan {
   int FirstNode() const;
   /// Whether this node binds the port: it hosts rank 0 (role < 0) or the role's role rank 0.
   bool BindsMasterPort() const { return FirstNode() == node_rank; }
-  bool BindsRolePort(size_t role) const { return role_first_node[role] == node_rank; }
+  bool BindsRolePort(size_t role) const { return roles[role].first_node == node_rank; }
 
   const RoleSpec& RoleOf(const ProcessPlan& p) const { return config.roles[p.role_index]; }
   /// How the run's dirs and files are made: private (0700/0600), or [run] log_group's.
@@ -189,10 +194,10 @@ int DerivedMasterPort(const std::string& run_id, size_t roles);
 int PrivateStorePort(int master_port, size_t roles);
 
 /// The default gate key: "<role>-<16 hex>" over the role name, the [model]
-/// contract, torch's version, the GPU identity (Plan::role_gpu_identity), the command, the content of the files it runs
+/// contract, torch's version, the GPU identity (RolePlan::gpu_identity), the command, the content of the files it runs
 /// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
 /// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env), and whether
-/// Dynamo's precompile is on (Plan::role_precompile: it compiles with another config).
+/// Dynamo's precompile is on (RolePlan::precompile: it compiles with another config).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files = {},
                           const std::string& gpu_identity = "", bool precompile = false);

@@ -188,9 +188,9 @@ std::string PlanText(const Plan& plan) {
                                FormatDuration(r.gate.timeout)
                          : std::string("off")) +
          "\n";
-    if (!plan.role_precompile_why[i].empty())
-      o += "  " + Pad("", 10) + "  precompile " + plan.role_precompile_why[i] + "\n";
-    o += KeyFilesText(plan.role_key_files[i], "  " + Pad("", 10) + "  ");
+    if (!plan.roles[i].precompile_why.empty())
+      o += "  " + Pad("", 10) + "  precompile " + plan.roles[i].precompile_why + "\n";
+    o += KeyFilesText(plan.roles[i].key_files, "  " + Pad("", 10) + "  ");
     if (r.warmup_gated())
       o += "  " + Pad("", 10) + "warm-up  " + r.name + ":warmup compiles first, in a world of one (RANK=0 WORLD_SIZE=1 "
            "ROLE_WORLD_SIZE=1 DFLASH_WARMUP=1, its own MASTER_PORT): " +
@@ -230,9 +230,9 @@ std::string PlanText(const Plan& plan) {
       o += "  " + Pad("", 10) + "liveness " + r.liveness.probe.Describe() + " every " +
            FormatDuration(r.liveness.probe.interval) + ", hung after " + std::to_string(r.liveness.failures) +
            " failed tries, then " + SignalName(r.watchdog_signal) + "\n";
-    if (r.gate.enabled) o += "  " + Pad("", 10) + "torch    " + plan.role_torch_version[i] + " (in the gate key)\n";
-    if (r.gate.enabled && !plan.role_gpu_identity[i].empty())
-      o += "  " + Pad("", 10) + "gpu      " + plan.role_gpu_identity[i] + " (in the gate key, READY and exports)\n";
+    if (r.gate.enabled) o += "  " + Pad("", 10) + "torch    " + plan.roles[i].torch_version + " (in the gate key)\n";
+    if (r.gate.enabled && !plan.roles[i].gpu_identity.empty())
+      o += "  " + Pad("", 10) + "gpu      " + plan.roles[i].gpu_identity + " (in the gate key, READY and exports)\n";
   }
   // The environment: what all processes share once, then what differs.
   std::vector<EnvList> envs;
@@ -349,8 +349,8 @@ std::string PlanJson(const Plan& plan) {
         {"name", r.name},
         {"processes", r.process_count()},
         {"nodes", r.nodes.empty() ? ojson() : ojson(r.nodes)},
-        {"world_size", plan.role_world_size[i]},
-        {"master_port", plan.role_master_ports[i] ? ojson(plan.role_master_ports[i]) : ojson()},
+        {"world_size", plan.roles[i].world_size},
+        {"master_port", plan.roles[i].master_port ? ojson(plan.roles[i].master_port) : ojson()},
         {"devices", [&] {
            ojson d = ojson::array();
            for (size_t k = 0; k < r.devices.size(); ++k)
@@ -363,14 +363,14 @@ std::string PlanJson(const Plan& plan) {
         {"spool", r.ProducesFrames()                             ? ojson("produce")
                   : (r.spool == "consume" || r.builtin == "drafter") ? ojson("consume")
                                                                      : ojson()},
-        {"torch_version", plan.role_torch_version[i].empty() ? ojson() : ojson(plan.role_torch_version[i])},
-        {"gpu_identity", plan.role_gpu_identity[i].empty() ? ojson() : ojson(plan.role_gpu_identity[i])},
+        {"torch_version", plan.roles[i].torch_version.empty() ? ojson() : ojson(plan.roles[i].torch_version)},
+        {"gpu_identity", plan.roles[i].gpu_identity.empty() ? ojson() : ojson(plan.roles[i].gpu_identity)},
         {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                   {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
                   {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},
-                  {"idle_hint_ms", r.gate.idle_hint.count()}, {"precompile", plan.role_precompile[i]},
-                  {"precompile_why", plan.role_precompile_why[i].empty() ? ojson() : ojson(plan.role_precompile_why[i])},
-                  {"key_files", KeyFilesJson(plan.role_key_files[i])}}},
+                  {"idle_hint_ms", r.gate.idle_hint.count()}, {"precompile", plan.roles[i].precompile},
+                  {"precompile_why", plan.roles[i].precompile_why.empty() ? ojson() : ojson(plan.roles[i].precompile_why)},
+                  {"key_files", KeyFilesJson(plan.roles[i].key_files)}}},
         {"ports", [&] {
            ojson ports = ojson::array();
            for (size_t k = 0; k < r.ports.size(); ++k) {

@@ -207,8 +207,13 @@ TEST(NodePlan, RanksAreGlobalNodeByNodeThenRoleByRole) {
     EXPECT_EQ(got, expect[static_cast<size_t>(node)]);
     EXPECT_EQ(plan.world_size, 10);
     EXPECT_EQ(plan.run_dir, "/x/runs/nodes-1/node_" + std::to_string(node));
-    EXPECT_EQ(plan.role_world_size, (std::vector<int>{3, 4, 3}));
-    EXPECT_EQ(plan.role_first_node, (std::vector<int>{0, 1, 0}));
+    std::vector<int> world, first;
+    for (const RolePlan& r : plan.roles) {
+      world.push_back(r.world_size);
+      first.push_back(r.first_node);
+    }
+    EXPECT_EQ(world, (std::vector<int>{3, 4, 3}));
+    EXPECT_EQ(first, (std::vector<int>{0, 1, 0}));
     EXPECT_EQ(plan.BindsMasterPort(), node == 0);
     EXPECT_EQ(plan.BindsRolePort(1), node == 1);
     // "auto" with several nodes: the same ports on every node, from the run id.
@@ -398,9 +403,9 @@ TEST(GpuPlan, GpuIdentityIsInTheKeyButTheIndexIsNot) {
                        {1, "NVIDIA H200", "GPU-b", 150ull << 30, "9.0", "default"},
                        {2, "NVIDIA A100-SXM4-80GB", "GPU-c", 80ull << 30, "8.0", "default"}};
   Plan h200 = BuildPlan(c, po);
-  EXPECT_EQ(h200.role_gpu_identity[0], "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0");
-  EXPECT_EQ(h200.role_gpu_identity[1], "cpu");
-  EXPECT_EQ(EnvMap(h200.ProcessEnv(h200.processes[0], 0))["DFLASH_GPU_IDENTITY"], h200.role_gpu_identity[0]);
+  EXPECT_EQ(h200.roles[0].gpu_identity, "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0");
+  EXPECT_EQ(h200.roles[1].gpu_identity, "cpu");
+  EXPECT_EQ(EnvMap(h200.ProcessEnv(h200.processes[0], 0))["DFLASH_GPU_IDENTITY"], h200.roles[0].gpu_identity);
   EXPECT_EQ(EnvMap(h200.ProcessEnv(h200.processes[1], 0))["DFLASH_GPU_IDENTITY"], "cpu");
   c.roles[0].devices = {1};  // another H200: the same kernels
   EXPECT_EQ(BuildPlan(c, po).processes[0].gate_key, h200.processes[0].gate_key);

@@ -160,15 +160,15 @@ ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortRese
   if (plan->BindsMasterPort()) {
     if (ReserveResult r = one(&plan->master_port, "MASTER_PORT"); r != ReserveResult::kReserved) return r;
   }
-  for (size_t i = 0; i < plan->role_master_ports.size(); ++i) {
+  for (size_t i = 0; i < plan->roles.size(); ++i) {
     if (!plan->BindsRolePort(i)) continue;
     std::string what = "ROLE_MASTER_PORT of role " + plan->config.roles[i].name;
-    if (ReserveResult r = one(&plan->role_master_ports[i], what); r != ReserveResult::kReserved) return r;
+    if (ReserveResult r = one(&plan->roles[i].master_port, what); r != ReserveResult::kReserved) return r;
   }
   // Each warm-up is a world of one on this host with a port of its own.
   for (const ProcessPlan& w : plan->warmups) {
     std::string what = "MASTER_PORT of the warm-up " + w.name;
-    if (ReserveResult r = one(&plan->warmup_master_ports[w.role_index], what); r != ReserveResult::kReserved) return r;
+    if (ReserveResult r = one(&plan->roles[w.role_index].warmup_master_port, what); r != ReserveResult::kReserved) return r;
   }
   return ReserveResult::kReserved;
 }

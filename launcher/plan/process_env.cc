@@ -38,7 +38,7 @@ std::string PortText(int port) { return port > 0 ? std::to_string(port) : std::s
 EnvList TorchrunWorld(const Plan& plan, const ProcessPlan& p) {
   // Its role world's store runs beside the role's rank 0: on node 0 that is
   // MASTER_ADDR; elsewhere the static mode does not know the address (docs/multinode.md).
-  int role_node = plan.role_first_node[p.role_index];
+  int role_node = plan.roles[p.role_index].first_node;
   // A warm-up is a world of one on this host, with a port of its own: it
   // needs no peer, and no peer of the run can meet it by accident.
   const bool w = p.warmup;
@@ -52,13 +52,13 @@ EnvList TorchrunWorld(const Plan& plan, const ProcessPlan& p) {
       {env::kGroupRank, w ? "0" : std::to_string(plan.node_rank)},
       {env::kGroupWorldSize, w ? "1" : std::to_string(plan.nnodes)},
       {env::kMasterAddr, w ? "127.0.0.1" : plan.master_addr},
-      {env::kMasterPort, PortText(w ? plan.warmup_master_ports[p.role_index] : plan.master_port)},
+      {env::kMasterPort, PortText(w ? plan.roles[p.role_index].warmup_master_port : plan.master_port)},
       {env::kRoleName, p.role},
       {env::kRoleRank, std::to_string(p.role_rank)},
       {env::kRoleWorldSize, std::to_string(p.role_world_size)},
       {env::kRoleMasterAddr, w ? "127.0.0.1" : role_node == 0 || plan.nnodes == 1 ? plan.master_addr : std::string()},
       {env::kRoleMasterPort,
-       PortText(w ? plan.warmup_master_ports[p.role_index] : plan.role_master_ports[p.role_index])},
+       PortText(w ? plan.roles[p.role_index].warmup_master_port : plan.roles[p.role_index].master_port)},
   };
 }
 
@@ -122,21 +122,21 @@ void AddWarmupAndGate(const Plan& plan, const ProcessPlan& p, EnvList* e) {
     // The worlds it stands in for: a graph with collectives inside it needs
     // their real sizes (dflash_launch.init_process_group(fake_world_in_warmup=True)).
     e->emplace_back(env::kRunWorldSize, std::to_string(plan.world_size));
-    e->emplace_back(env::kRunRoleWorldSize, std::to_string(plan.role_world_size[p.role_index]));
+    e->emplace_back(env::kRunRoleWorldSize, std::to_string(plan.roles[p.role_index].world_size));
   }
   if (p.gate_key.empty()) return;
   e->emplace_back(env::kGateKey, p.gate_key);
-  e->emplace_back(env::kTorchVersion, plan.role_torch_version[p.role_index]);  // in READY
+  e->emplace_back(env::kTorchVersion, plan.roles[p.role_index].torch_version);  // in READY
   // The derived key's files, into READY: a later leader names the one whose edit changed the key.
-  if (p.role_index < plan.role_key_files.size()) {
+  if (p.role_index < plan.roles.size()) {
     std::string sources;
-    for (const KeyFile& f : plan.role_key_files[p.role_index])
+    for (const KeyFile& f : plan.roles[p.role_index].key_files)
       if (!f.path.empty() && f.path.find('\n') == std::string::npos)
         sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
     if (!sources.empty()) e->emplace_back(env::kGateSources, sources);
   }
   // In READY and in the archives it exports; an import or fetch for another GPU identity is refused.
-  e->emplace_back(env::kGpuIdentity, plan.role_gpu_identity[p.role_index]);
+  e->emplace_back(env::kGpuIdentity, plan.roles[p.role_index].gpu_identity);
 }
 
 /// The [model] contract, for the builtin roles and any payload that reads it.
@@ -187,7 +187,7 @@ void AddDefaults(const Plan& plan, const ProcessPlan& p, EnvList* e) {
   }
   // gate.precompile: followers load the leader's Dynamo precompile artifact instead of tracing
   // (docs/cachelock.md); the leader needs it on to record what it traced. dflash-worker reports it.
-  if (!p.gate_key.empty() && plan.role_precompile[p.role_index]) set_default(env::kTorchCachingPrecompile, "1");
+  if (!p.gate_key.empty() && plan.roles[p.role_index].precompile) set_default(env::kTorchCachingPrecompile, "1");
 }
 
 }  // namespace

@@ -643,7 +643,7 @@ void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
     return ReadFile(path, &text, &err) ? Sha256Hex(text) : std::string();
   };
   std::string warning = ReuseMissWarning(p.plan->name, p.gate().key.value_or(""), MetricsCounter(m, "fxgraph_cache_miss"),
-                                         plan_.role_key_files[p.plan->role_index], sha256_now);
+                                         plan_.roles[p.plan->role_index].key_files, sha256_now);
   if (!warning.empty()) core_.AddWarning(warning);
 }
 
