@@ -256,9 +256,11 @@ std::string Plan::StoreUrlText() const {
   return "redis://" + host + ":" + (store_port ? std::to_string(store_port) : std::string("<auto>"));
 }
 
-Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
-  Plan plan;
-  plan.config = config;
+namespace {
+
+/// The run's ids, dirs, master ports and store: where this node stands.
+void PlaceRun(const RunConfig& config, const PlanOptions& options, Plan* out) {
+  Plan& plan = *out;
   plan.run_id = options.run_id;
   plan.nnodes = options.nnodes;
   plan.node_rank = options.node_rank;
@@ -284,12 +286,12 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   if (plan.store_private() && options.nnodes > 1 && plan.master_port)
     plan.store_port = PrivateStorePort(plan.master_port, config.roles.size());
 
-  for (const auto& [k, v] : options.launcher_env)
-    if (k == "CUDA_VISIBLE_DEVICES") plan.inherited_visible_devices = v;
-  std::vector<std::string> inherited = plan.inherited_visible_devices.empty()
-                                           ? std::vector<std::string>{}
-                                           : SplitVisibleDevices(plan.inherited_visible_devices);
-  plan.host_gpus = options.host_gpus;
+}
+
+/// Each role's facts (RolePlan) and its gate key; returns the keys, one per role ("" for an ungated role).
+std::vector<std::string> PlanRoles(const RunConfig& config, const PlanOptions& options,
+                                   const std::vector<std::string>& inherited, Plan* out) {
+  Plan& plan = *out;
   std::vector<std::string> keys;
   for (size_t ri = 0; ri < config.roles.size(); ++ri) {
     const RoleSpec& role = config.roles[ri];
@@ -319,7 +321,14 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     rp.key_files = files;
     keys.push_back(key);
   }
-  // Global ranks: node by node (torchrun's order), then role by role, then device by device.
+  return keys;
+}
+
+/// One ProcessPlan per (role, device) on this node, with its global and role ranks: node by node (torchrun's
+/// order), then role by role, then device by device.
+void PlaceProcesses(const RunConfig& config, const PlanOptions& options, const std::vector<std::string>& inherited,
+                    const std::vector<std::string>& keys, Plan* out) {
+  Plan& plan = *out;
   int rank = 0;
   for (int node = 0; node < options.nnodes; ++node) {
     for (size_t ri = 0; ri < config.roles.size(); ++ri) {
@@ -356,6 +365,11 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   plan.world_size = rank;
   plan.local_world_size = static_cast<int>(plan.processes.size());
   for (ProcessPlan& p : plan.processes) p.role_world_size = plan.roles[p.role_index].world_size;
+}
+
+/// The warm-up of each gated role in gate mode "warmup" that runs here: a world of one, as its first process.
+void PlanWarmups(const RunConfig& config, Plan* out) {
+  Plan& plan = *out;
   // Each node warms up the gated roles it runs, as their first process here would run.
   for (size_t ri = 0; ri < config.roles.size(); ++ri) {
     const RoleSpec& role = config.roles[ri];
@@ -374,6 +388,11 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
     if (plan.master_port)
       plan.roles[ri].warmup_master_port = plan.master_port + 1 + static_cast<int>(config.roles.size() + ri);
   }
+}
+
+/// What the launcher's own environment leaves to us: OMP threads, device order, leader compile threads.
+void HostDefaults(const PlanOptions& options, Plan* out) {
+  Plan& plan = *out;
   bool launcher_sets_omp = false;
   for (const auto& [k, v] : options.launcher_env) launcher_sets_omp |= k == env::kOmpNumThreads;
   plan.default_omp_threads = plan.local_world_size > 1 && !launcher_sets_omp;
@@ -399,6 +418,24 @@ Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
   for (const auto& [k, v] : options.launcher_env)
     if (const env::ProcessVar* var = env::FindProcessVar(k); var && var->kind == env::VarKind::kDefault)
       plan.launcher_defaults.push_back(k);
+}
+
+}  // namespace
+
+Plan BuildPlan(const RunConfig& config, const PlanOptions& options) {
+  Plan plan;
+  plan.config = config;
+  PlaceRun(config, options, &plan);
+  for (const auto& [k, v] : options.launcher_env)
+    if (k == "CUDA_VISIBLE_DEVICES") plan.inherited_visible_devices = v;
+  std::vector<std::string> inherited = plan.inherited_visible_devices.empty()
+                                           ? std::vector<std::string>{}
+                                           : SplitVisibleDevices(plan.inherited_visible_devices);
+  plan.host_gpus = options.host_gpus;
+  std::vector<std::string> keys = PlanRoles(config, options, inherited, &plan);
+  PlaceProcesses(config, options, inherited, keys, &plan);
+  PlanWarmups(config, &plan);
+  HostDefaults(options, &plan);
   return plan;
 }
 
