@@ -50,15 +50,11 @@ inline constexpr char kStoreUser[] = "DFLASH_STORE_USER";                // stor
 inline constexpr char kStorePrivate[] = "DFLASH_STORE_PRIVATE";  // "1": AUTH is PrivateStoreAuthPassword (store_auth.h)
 // The compile gate and the warm-up.
 inline constexpr char kGateKey[] = "DFLASH_GATE_KEY";
-inline constexpr char kTorchVersion[] = "DFLASH_TORCH_VERSION";
 inline constexpr char kWarmup[] = "DFLASH_WARMUP";
 inline constexpr char kRunWorldSize[] = "DFLASH_RUN_WORLD_SIZE";
 inline constexpr char kRunRoleWorldSize[] = "DFLASH_RUN_ROLE_WORLD_SIZE";
 inline constexpr char kGateRole[] = "DFLASH_GATE_ROLE";      // dflash-worker: lead or reuse
 inline constexpr char kGateHolder[] = "DFLASH_GATE_HOLDER";  // dflash-worker: cachelock/holder_tree.h
-inline constexpr char kGateSources[] = "DFLASH_GATE_SOURCES";  // the derived key's files, into READY
-inline constexpr char kGpuIdentity[] = "DFLASH_GPU_IDENTITY";  // which GPU kind compiles, into READY/archives
-inline constexpr char kLeaderCompileThreads[] = "DFLASH_LEADER_COMPILE_THREADS";  // dflash-worker: once it leads
 // GPUs and compile workers.
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
 inline constexpr char kInductorCompileThreads[] = "TORCHINDUCTOR_COMPILE_THREADS";
@@ -124,9 +120,7 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kRunToken, VarKind::kOwned},           {kGateKey, VarKind::kOwned},
     {kStoreSecretFile, VarKind::kOwned},    {kStoreUser, VarKind::kOwned},
     {kStorePrivate, VarKind::kOwned},
-    {kGateSources, VarKind::kOwned},        {kGpuIdentity, VarKind::kOwned},
-    {kLeaderCompileThreads, VarKind::kOwned},
-    {kTorchVersion, VarKind::kOwned},       {kWarmup, VarKind::kOwned},
+    {kWarmup, VarKind::kOwned},
     {kRunWorldSize, VarKind::kOwned},       {kRunRoleWorldSize, VarKind::kOwned},
     {kGateRole, VarKind::kOwned},           {kGateHolder, VarKind::kOwned},
     {kHiddenShape, VarKind::kOwned},        {kTappedLayers, VarKind::kOwned},

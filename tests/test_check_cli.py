@@ -76,8 +76,9 @@ def test_share_gpus_in_the_plan(bin_dir):
 
 def test_check_text_is_compact_and_json_keeps_the_file_lists(bin_dir, tmp_path):
     """Issue #39: `check` printed the gate key's file list inline, per process (247 lines for 8 processes of a
-    model that imports a dozen modules). The text says each role's files in one line and each process's
-    DFLASH_GATE_SOURCES as a count; `check --json` has every file and hash."""
+    model that imports a dozen modules). The text says each role's files in one line; `check --json` has every
+    file and hash, and the warm-up's dflash-worker gets them by its --gate-sources flag (no process's environment
+    carries them)."""
     import re
     pkg = tmp_path / "mymodel"
     pkg.mkdir()
@@ -112,6 +113,8 @@ world = "role"
     assert len(six.splitlines()) - len(three.splitlines()) == 2 * 3
     assert len(three.splitlines()) < 80, len(three.splitlines())
     j = json.loads(plan(3, "--json"))
-    sources = {p["env"]["DFLASH_GATE_SOURCES"] for p in j["processes"]}
-    assert len(sources) == 1 and len(sources.pop().splitlines()) == 14  # the script, __init__ and 12 layers
+    assert not any("DFLASH_GATE_SOURCES" in p["env"] for p in j["processes"] + j["warmups"])
+    (warmup,) = j["warmups"]
+    sources = warmup["argv"][warmup["argv"].index("--gate-sources") + 1]
+    assert len(sources.splitlines()) == 14  # the script, __init__ and 12 layers
     assert len(j["roles"][0]["gate"]["key_files"]) == 14

@@ -37,7 +37,7 @@ def test_check_shows_every_variable_a_real_process_gets_and_nothing_of_ours_leak
     # A shell that ran a warm-up or a gated payload by hand, then the launcher: none of it is the run's.
     stale = {"DFLASH_WARMUP": "1", "DFLASH_GATE_KEY": "stale-key", "DFLASH_GATE_ROLE": "lead",
              "DFLASH_GATE_HOLDER": "stale", "DFLASH_RUN_WORLD_SIZE": "9", "DFLASH_RUN_ROLE_WORLD_SIZE": "9",
-             "DFLASH_STORE": "redis://127.0.0.1:1", "DFLASH_TORCH_VERSION": "0.0", "WATCHDOG_USEC": "1",
+             "DFLASH_STORE": "redis://127.0.0.1:1", "WATCHDOG_USEC": "1",
              "DFLASH_PORT_HTTP": "1", "DFLASH_P_HTTP_PORTS": "1,2"}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **stale)
     run_id = f"envc-{uuid.uuid4().hex[:8]}"

@@ -45,7 +45,7 @@ int CachelockRunMain(int argc, char** argv) {
   app.add_option("--timeout", timeout, "Longest wait for the gate (default " + FormatDuration(kDefaultGateTimeout) + ")");
   app.add_option("--progress", progress, "Progress line cadence while waiting (default 5s; 0 = none)");
   app.add_option("--who", who, "Name in records and messages (default $ROLE_NAME:$ROLE_RANK or CMD)");
-  app.add_option("--torch-version", torch_version, "Recorded in READY (default $DFLASH_TORCH_VERSION)");
+  app.add_option("--torch-version", torch_version, "Recorded in READY");
   app.add_option("cmd", cmd, "-- CMD [ARGS...]")->required();
   app.footer("Usage: dflash-cachelock-run DIR --key K [OPTIONS] -- CMD [ARGS...]   (also: dflash-cachelock run ...)");
 
@@ -77,8 +77,6 @@ int CachelockRunMain(int argc, char** argv) {
     Say("--timeout " + timeout + ": must be more than 0");
     return exit_code::kUsage;
   }
-  if (torch_version.empty())
-    if (const char* v = std::getenv(env::kTorchVersion)) torch_version = v;
   o.name = who.empty() ? DefaultWho(cmd) : who;
   o.argv = cmd;
   o.gate_dir = dir;

@@ -33,12 +33,12 @@ struct GatedRunOptions {
   /// is reported with the likely cause (blocked on its peers); 0: never.
   Millis idle_hint = kDefaultGateIdleHint;
   std::string torch_version;  ///< recorded in READY
-  /// The files of a derived key with their hashes ($DFLASH_GATE_SOURCES): into
+  /// The files of a derived key with their hashes (--gate-sources): into
   /// READY, and a leader compares them with an older READY of its role to name
   /// the file whose edit changed the key.
   std::vector<ReadySource> sources;
-  std::string gpu_identity;   ///< recorded in READY and shipped archives, checked on fetch ($DFLASH_GPU_IDENTITY)
-  /// TORCHINDUCTOR_COMPILE_THREADS for the payload once it leads ($DFLASH_LEADER_COMPILE_THREADS:
+  std::string gpu_identity;   ///< recorded in READY and shipped archives, checked on fetch (--gpu-identity)
+  /// TORCHINDUCTOR_COMPILE_THREADS for the payload once it leads (--leader-compile-threads:
   /// the host's share; the launcher gave every gated process 1, a follower's value). Empty: unchanged.
   std::string leader_compile_threads;
   /// A warm-up (gate mode "warmup", `seed`): on reuse run nothing; as the
@@ -101,7 +101,7 @@ struct GatedRunOptions {
 /// leader whose payload ends unready kills its own leftovers before letting go.
 int RunGatedPayload(const GatedRunOptions& options);
 
-/// $DFLASH_GATE_SOURCES: one "<sha256 or -> <path>" per line (plan.cc writes it).
+/// --gate-sources: one "<sha256 or -> <path>" per line (Plan::GateSources writes it).
 std::vector<ReadySource> ParseGateSources(const std::string& text);
 
 }  // namespace dflash

@@ -43,16 +43,14 @@ int main(int argc, char** argv) {
   o.warmup = a.warmup;
   o.precompile = a.precompile;
   o.torch_version = a.torch_version;
+  o.sources = ParseGateSources(a.gate_sources);
+  o.gpu_identity = a.gpu_identity;
+  if (a.leader_compile_threads > 0) o.leader_compile_threads = std::to_string(a.leader_compile_threads);
   o.require_cache_change = !a.publish_unchanged;
   o.verbose = a.verbose;
   if (o.name.empty())
     if (const char* p = std::getenv(env::kProcess)) o.name = p;
   if (const char* m = std::getenv(env::kMetricsFile)) o.metrics_file = m;
-  if (const char* s = std::getenv(env::kGateSources)) o.sources = ParseGateSources(s);
-  if (o.torch_version.empty())
-    if (const char* v = std::getenv(env::kTorchVersion)) o.torch_version = v;
-  if (const char* v = std::getenv(env::kLeaderCompileThreads)) o.leader_compile_threads = v;
-  if (const char* v = std::getenv(env::kGpuIdentity)) o.gpu_identity = v;
   // The cluster-wide gate: the run's store (the launcher sets DFLASH_STORE for every process).
   if (const char* s = std::getenv(env::kStore)) o.cluster_store = s;
   if (const char* f = std::getenv(env::kStoreSecretFile)) o.cluster_secret_file = f;

@@ -28,6 +28,9 @@ constexpr const char* kWarmup = "--warmup";
 constexpr const char* kPublishUnchanged = "--publish-unchanged";
 constexpr const char* kPrecompile = "--precompile";
 constexpr const char* kTorchVersion = "--torch-version";
+constexpr const char* kGateSources = "--gate-sources";
+constexpr const char* kGpuIdentity = "--gpu-identity";
+constexpr const char* kLeaderCompileThreads = "--leader-compile-threads";
 constexpr const char* kVerbose = "-v,--verbose";
 
 }  // namespace
@@ -37,7 +40,9 @@ bool WorkerArgs::operator==(const WorkerArgs& o) const {
          ready.timeout == o.ready.timeout && ready.stream == o.ready.stream && stop_grace == o.stop_grace &&
          gate_dir == o.gate_dir && gate_key == o.gate_key && gate_timeout == o.gate_timeout &&
          progress_every == o.progress_every && gate_idle_hint == o.gate_idle_hint && warmup == o.warmup &&
-         publish_unchanged == o.publish_unchanged && precompile == o.precompile && torch_version == o.torch_version && verbose == o.verbose &&
+         publish_unchanged == o.publish_unchanged && precompile == o.precompile && torch_version == o.torch_version &&
+         gate_sources == o.gate_sources && gpu_identity == o.gpu_identity &&
+         leader_compile_threads == o.leader_compile_threads && verbose == o.verbose &&
          command == o.command;
 }
 
@@ -64,6 +69,11 @@ std::vector<std::string> EncodeWorkerArgv(const std::string& worker_bin, const W
   }
   if (a.stop_grace != d.stop_grace) flag(kStopGrace, FormatDuration(a.stop_grace));
   if (!a.torch_version.empty()) flag(kTorchVersion, a.torch_version);
+  if (!a.gate_dir.empty()) {
+    if (!a.gate_sources.empty()) flag(kGateSources, a.gate_sources);
+    if (!a.gpu_identity.empty()) flag(kGpuIdentity, a.gpu_identity);
+    if (a.leader_compile_threads > 0) flag(kLeaderCompileThreads, std::to_string(a.leader_compile_threads));
+  }
   if (a.verbose) v.push_back("--verbose");
   v.push_back("--");
   v.insert(v.end(), a.command.begin(), a.command.end());
@@ -101,7 +111,13 @@ ArgvDecode DecodeWorkerArgv(const std::vector<std::string>& argv, WorkerArgs* ou
   app.add_flag(kPrecompile, a.precompile,
                "gated: TORCH_CACHING_PRECOMPILE=1 for the payload unless its environment sets it (followers load "
                "the leader's Dynamo precompile artifact; the gate facts say whether they did)");
-  app.add_option(kTorchVersion, a.torch_version, "recorded in READY (default $DFLASH_TORCH_VERSION)");
+  app.add_option(kTorchVersion, a.torch_version, "recorded in READY");
+  app.add_option(kGateSources, a.gate_sources,
+                 "the derived gate key's files, one \"<sha256 or -> <path>\" per line: into READY, so a later leader "
+                 "names the file whose edit changed the key");
+  app.add_option(kGpuIdentity, a.gpu_identity, "what a compile is trusted for: into READY and exported archives");
+  app.add_option(kLeaderCompileThreads, a.leader_compile_threads,
+                 "TORCHINDUCTOR_COMPILE_THREADS for the payload once it leads (0: unchanged)");
   app.add_flag(kVerbose, a.verbose, "say readiness and STATUS= lines on stderr");
   app.footer("Usage: dflash-worker [OPTIONS] -- COMMAND [ARGS...]\n"
              "Exit status: the command's (128+N if signal N killed it); 127/126 cannot execute; 75 gate or "

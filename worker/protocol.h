@@ -42,7 +42,14 @@ struct WorkerArgs {
   bool publish_unchanged = false;
   /// gate.precompile (--precompile): TORCH_CACHING_PRECOMPILE=1 for the payload unless its env sets it.
   bool precompile = false;
-  std::string torch_version;  ///< recorded in READY; empty: $DFLASH_TORCH_VERSION
+  // What the plan knows of the gate and the worker alone uses: every gate input comes by these flags, none by
+  // the environment (the payload's environment is the payload's).
+  std::string torch_version;  ///< recorded in READY
+  /// The derived key's files, one "<sha256 or -> <path>" per line: into READY, and a later leader names the one
+  /// whose edit changed the key.
+  std::string gate_sources;
+  std::string gpu_identity;  ///< recorded in READY and shipped archives, checked on fetch
+  int leader_compile_threads = 0;  ///< TORCHINDUCTOR_COMPILE_THREADS for the payload once it leads; 0: unchanged
   bool verbose = false;
 
   std::vector<std::string> command;  ///< the payload, after "--"

@@ -31,6 +31,9 @@ TEST(WorkerArgvTest, EveryFieldRoundTrips) {
   a.publish_unchanged = true;
   a.precompile = true;
   a.torch_version = "2.13.0+cpu";
+  a.gate_sources = "0123abcd /src/train.py\n- /src/missing.py\n";  // lines stay one argument
+  a.gpu_identity = "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0";
+  a.leader_compile_threads = 8;
   a.verbose = true;
   a.command = {"python", "--ready", "x", "--", "-v"};  // the payload's own flags are never the worker's
   std::vector<std::string> argv = EncodeWorkerArgv("/bin/dflash-worker", a);

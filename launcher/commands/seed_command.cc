@@ -121,14 +121,8 @@ SpawnOptions WarmupSpawn(const Warmup& w, bool verify = false) {
                            {env::kMetricsFile, w.metrics},
                            {env::kTorchelasticErrorFile, w.metrics + ".error.json"}});
   so.env = SpawnEnvironment(CurrentEnvironment(), vars);
-  WorkerArgs wa;  // a warm-up under the gate: ready when it exits 0
-  wa.name = p.name;
-  wa.gate_dir = plan.config.run.cache_dir;
-  wa.gate_key = p.gate_key;
-  wa.gate_timeout = role.gate.timeout;
-  wa.gate_idle_hint = role.gate.idle_hint;
-  wa.precompile = plan.roles[p.role_index].precompile;
-  wa.ready = role.ready;
+  WorkerArgs wa = plan.WorkerArgsFor(p, /*gated=*/true);  // a warm-up under the gate: ready when it exits 0
+  wa.warmup = false;
   wa.ready.mode = ReadyMode::kExit;
   wa.ready.arg.clear();
   wa.command = role.warmup.empty() ? p.command : role.warmup;

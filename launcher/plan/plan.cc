@@ -471,22 +471,41 @@ bool Plan::NeedsWorker(const ProcessPlan& p) const {
   return gated_here || m == ReadyMode::kLog || m == ReadyMode::kFile;
 }
 
+std::string GateSources(const RolePlan& role) {
+  std::string sources;
+  for (const KeyFile& f : role.key_files)
+    if (!f.path.empty() && f.path.find('\n') == std::string::npos)
+      sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
+  return sources;
+}
+
 std::vector<std::string> Plan::ExecArgv(const ProcessPlan& p) const {
   if (!NeedsWorker(p)) return p.command;
+  return EncodeWorkerArgv(bin_dir + "/dflash-worker", WorkerArgsFor(p, /*gated=*/!p.gate_key.empty() &&
+                                                                     (p.warmup || !RoleOf(p).warmup_gated())));
+}
+
+WorkerArgs Plan::WorkerArgsFor(const ProcessPlan& p, bool gated) const {
   const RoleSpec& role = RoleOf(p);
   WorkerArgs w;
   w.name = p.name;
-  if (!p.gate_key.empty() && (p.warmup || !role.warmup_gated())) {
+  if (gated) {
     w.gate_dir = config.run.cache_dir;
     w.gate_key = p.gate_key;
     w.gate_timeout = role.gate.timeout;
     w.gate_idle_hint = role.gate.idle_hint;
     w.warmup = p.warmup;
     w.precompile = roles[p.role_index].precompile;
+    w.torch_version = roles[p.role_index].torch_version;
+    w.gate_sources = GateSources(roles[p.role_index]);
+    w.gpu_identity = roles[p.role_index].gpu_identity;
+    bool role_sets_threads = std::any_of(role.env.begin(), role.env.end(),
+                                         [](const auto& kv) { return kv.first == env::kInductorCompileThreads; });
+    if (!role_sets_threads) w.leader_compile_threads = leader_compile_threads;
   }
   w.ready = role.ready;
   w.command = p.command;
-  return EncodeWorkerArgv(bin_dir + "/dflash-worker", w);
+  return w;
 }
 
 }  // namespace dflash

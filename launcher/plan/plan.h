@@ -12,6 +12,7 @@
 #include "launcher/plan/gate_key_files.h"
 #include "launcher/plan/gpu_inventory.h"
 #include "launcher/plan/process_env.h"
+#include "worker/protocol.h"
 
 namespace dflash {
 
@@ -170,6 +171,9 @@ struct Plan {
   bool NeedsWorker(const ProcessPlan& p) const;
   /// What the supervisor executes: dflash-worker with the gate/ready options
   /// and then the payload, or the payload alone (see NeedsWorker).
+  /// What dflash-worker is told for `p` (`gated`: it takes the gate, with every gate input the plan knows:
+  /// WorkerArgs is their one channel).
+  WorkerArgs WorkerArgsFor(const ProcessPlan& p, bool gated) const;
   std::vector<std::string> ExecArgv(const ProcessPlan& p) const;
 };
 
@@ -197,6 +201,9 @@ int PrivateStorePort(int master_port, size_t roles);
 /// contract, torch's version, the GPU identity (RolePlan::gpu_identity), the command, the content of the files it runs
 /// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
 /// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env), and whether
+/// A derived key's files for the worker's --gate-sources: one "<sha256 or -> <path>" per line.
+std::string GateSources(const RolePlan& role);
+
 /// Dynamo's precompile is on (RolePlan::precompile: it compiles with another config).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files = {},

@@ -39,7 +39,7 @@ std::string Shown(const std::string& name, const std::string& value) {
   return env::IsOwnedVar(name) ? RedactUrlCredentials(value) : RedactEnvValue(name, value);
 }
 
-/// The text plan shows a value on one line: a list of lines (DFLASH_GATE_SOURCES: the gate key's files, one
+/// The text plan shows a value on one line: a list of lines (a variable a role sets to several lines, say: one
 /// `<sha256> <path>` each) becomes its count; `check --json` has it whole.
 std::string OneLine(const std::string& name, const std::string& value) {
   if (value.find('\n') == std::string::npos) return Shown(name, value);

@@ -98,8 +98,11 @@ TEST(Plan, FullConfigProcessByProcess) {
             (std::vector<std::string>{"/opt/dflash/bin/dflash-worker", "--name", "drafter:warmup", "--gate-dir",
                                       kRepoDir + "/tests/configs/good/cache", "--gate-key", "drafter-v1",
                                       "--gate-timeout", "20m", "--gate-idle-hint", "1m", "--warmup", "--ready",
-                                      "log:compiled in [0-9.]+s", "--ready-timeout", "10m", "--", "python3",
-                                      "warm.py"}));  // the role's `warmup` command
+                                      "log:compiled in [0-9.]+s", "--ready-timeout", "10m",
+                                      // every gate input by the worker's flags, none by the payload's environment
+                                      "--torch-version", "2.13.0+cpu", "--gpu-identity", "unknown GPU; unknown",
+                                      "--leader-compile-threads", std::to_string(plan.leader_compile_threads), "--",
+                                      "python3", "warm.py"}));  // the role's `warmup` command
   // A world of one, on a port no process of the run uses.
   auto we = EnvMap(plan.ProcessEnv(w, 0));
   EXPECT_EQ(we["WORLD_SIZE"], "1");
@@ -347,24 +350,26 @@ TEST(GpuPlan, CompileThreadsForGatedProcessesOnly) {
     auto env = EnvMap(plan.ProcessEnv(p, 0));
     if (p.role == "f") {
       EXPECT_EQ(env.count("TORCHINDUCTOR_COMPILE_THREADS"), 0u);
-      EXPECT_EQ(env.count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
+      EXPECT_EQ(plan.WorkerArgsFor(p, false).leader_compile_threads, 0);
       continue;
     }
     EXPECT_EQ(env["TORCHINDUCTOR_COMPILE_THREADS"], "1") << p.name;
-    EXPECT_EQ(env["DFLASH_LEADER_COMPILE_THREADS"], std::to_string(share)) << p.name;
+    // The leader's share reaches dflash-worker by its flags (WorkerArgs), not by the payload's environment.
+    EXPECT_EQ(plan.WorkerArgsFor(p, true).leader_compile_threads, share) << p.name;
+    EXPECT_EQ(env.count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
   }
   RunConfig own = c;
   own.roles[0].env.emplace_back("TORCHINDUCTOR_COMPILE_THREADS", "4");
   plan = BuildPlan(own, PlanOptions{});
   auto env = EnvMap(plan.ProcessEnv(plan.processes[0], 0));
   EXPECT_EQ(env["TORCHINDUCTOR_COMPILE_THREADS"], "4");
-  EXPECT_EQ(env.count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
+  EXPECT_EQ(plan.WorkerArgsFor(plan.processes[0], true).leader_compile_threads, 0);
   EXPECT_EQ(plan.processes[0].gate_key, BuildPlan(c, PlanOptions{}).processes[0].gate_key);  // not in the key
   PlanOptions po;
   po.launcher_env = {{"TORCHINDUCTOR_COMPILE_THREADS", "2"}};
   plan = BuildPlan(c, po);
   EXPECT_EQ(plan.leader_compile_threads, 0);
-  EXPECT_EQ(EnvMap(plan.ProcessEnv(plan.processes[0], 0)).count("DFLASH_LEADER_COMPILE_THREADS"), 0u);
+  EXPECT_EQ(plan.WorkerArgsFor(plan.processes[0], true).leader_compile_threads, 0);
 }
 
 // Dynamo's precompile (docs/cachelock.md): gate.precompile = true sets it for gated processes only, tells the
@@ -405,8 +410,8 @@ TEST(GpuPlan, GpuIdentityIsInTheKeyButTheIndexIsNot) {
   Plan h200 = BuildPlan(c, po);
   EXPECT_EQ(h200.roles[0].gpu_identity, "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0");
   EXPECT_EQ(h200.roles[1].gpu_identity, "cpu");
-  EXPECT_EQ(EnvMap(h200.ProcessEnv(h200.processes[0], 0))["DFLASH_GPU_IDENTITY"], h200.roles[0].gpu_identity);
-  EXPECT_EQ(EnvMap(h200.ProcessEnv(h200.processes[1], 0))["DFLASH_GPU_IDENTITY"], "cpu");
+  EXPECT_EQ(h200.WorkerArgsFor(h200.processes[0], true).gpu_identity, h200.roles[0].gpu_identity);
+  EXPECT_EQ(h200.WorkerArgsFor(h200.processes[1], true).gpu_identity, "cpu");
   c.roles[0].devices = {1};  // another H200: the same kernels
   EXPECT_EQ(BuildPlan(c, po).processes[0].gate_key, h200.processes[0].gate_key);
   c.roles[0].devices = {2};  // an A100: another key

@@ -126,17 +126,7 @@ void AddWarmupAndGate(const Plan& plan, const ProcessPlan& p, EnvList* e) {
   }
   if (p.gate_key.empty()) return;
   e->emplace_back(env::kGateKey, p.gate_key);
-  e->emplace_back(env::kTorchVersion, plan.roles[p.role_index].torch_version);  // in READY
-  // The derived key's files, into READY: a later leader names the one whose edit changed the key.
-  if (p.role_index < plan.roles.size()) {
-    std::string sources;
-    for (const KeyFile& f : plan.roles[p.role_index].key_files)
-      if (!f.path.empty() && f.path.find('\n') == std::string::npos)
-        sources += (f.sha256.empty() ? "-" : f.sha256) + " " + f.path + "\n";
-    if (!sources.empty()) e->emplace_back(env::kGateSources, sources);
-  }
-  // In READY and in the archives it exports; an import or fetch for another GPU identity is refused.
-  e->emplace_back(env::kGpuIdentity, plan.roles[p.role_index].gpu_identity);
+  // What the worker records in READY (torch, the key's files, the GPU identity) goes by its flags: WorkerArgs.
 }
 
 /// The [model] contract, for the builtin roles and any payload that reads it.
@@ -182,8 +172,7 @@ void AddDefaults(const Plan& plan, const ProcessPlan& p, EnvList* e) {
   bool role_sets_threads = std::any_of(role.env.begin(), role.env.end(),
                                        [](const auto& kv) { return kv.first == env::kInductorCompileThreads; });
   if (!p.gate_key.empty() && plan.leader_compile_threads > 0 && !role_sets_threads) {
-    set_default(env::kInductorCompileThreads, "1");
-    e->emplace_back(env::kLeaderCompileThreads, std::to_string(plan.leader_compile_threads));
+    set_default(env::kInductorCompileThreads, "1");  // the leader's share: --leader-compile-threads
   }
   // gate.precompile: followers load the leader's Dynamo precompile artifact instead of tracing
   // (docs/cachelock.md); the leader needs it on to record what it traced. dflash-worker reports it.

@@ -157,7 +157,7 @@ TEST(ProcessEnvContract, NamedPortVariablesAreOwnedAsFamilies) {
 TEST(ProcessEnvContract, TheLaunchersOwnValuesOfOwnedVariablesNeverReachAProcess) {
   std::vector<std::string> launcher = {"HOME=/root",          "DFLASH_WARMUP=1",          "DFLASH_GATE_KEY=k",
                                        "DFLASH_GATE_ROLE=lead", "DFLASH_GATE_HOLDER=h",   "DFLASH_RUN_WORLD_SIZE=9",
-                                       "WATCHDOG_USEC=5",     "DFLASH_TORCH_VERSION=0.1", "NOTIFY_SOCKET=/run/systemd/notify",
+                                       "WATCHDOG_USEC=5",     "NOTIFY_SOCKET=/run/systemd/notify",
                                        "OMP_NUM_THREADS=3",   "DFLASH_SAMPLES=4"};
   PlanOptions po;  // as `run` builds it: from the same environment it spawns with
   for (const std::string& e : launcher) po.launcher_env.emplace_back(e.substr(0, e.find('=')), e.substr(e.find('=') + 1));
@@ -167,7 +167,7 @@ TEST(ProcessEnvContract, TheLaunchersOwnValuesOfOwnedVariablesNeverReachAProcess
   SpawnContext ctx{"@sup", "tok", true};
   std::vector<std::string> env = SpawnEnvironment(launcher, plan.ProcessEnv(eval, 0, &ctx));
   for (const char* k : {env::kWarmup, env::kGateKey, env::kGateRole, env::kGateHolder, env::kRunWorldSize,
-                        env::kWatchdogUsec, env::kTorchVersion})
+                        env::kWatchdogUsec})
     EXPECT_FALSE(GetEnvVar(env, k)) << k << " leaked from the launcher's environment";
   EXPECT_EQ(GetEnvVar(env, env::kNotifySocket).value_or(""), "@sup");  // the supervisor's, never systemd's
   EXPECT_EQ(GetEnvVar(env, "HOME").value_or(""), "/root");              // not ours: inherited
