@@ -100,73 +100,51 @@ int NextAttempt(int dirfd) {
   return next;
 }
 
-}  // namespace
-
-int RunRun(const RunOptions& opts, char** env) {
-  RunConfig config;
-  if (Status s = LoadConfigFile(opts.config, &config); !s.ok()) return Say(s);
-  if (Status s = CommandsRun(config, env); !s.ok()) return Say(s);
-  if (Status s = BuiltinInstalled(config, opts.bin_dir, /*warn_only=*/false); !s.ok()) return Say(s);
-  Plan plan;
-  if (Status s = PlanThisNode(config, opts.nodes, opts.run_id, MakeRunId(config.run.name), opts.bin_dir, env, &plan);
+/// The config, this node's plan, and whether the plan fits this host: what `run` checks before it makes anything.
+Status LoadRunPlan(const RunOptions& opts, char** env, RunConfig* config, Plan* plan) {
+  if (Status s = LoadConfigFile(opts.config, config); !s.ok()) return s;
+  if (Status s = CommandsRun(*config, env); !s.ok()) return s;
+  if (Status s = BuiltinInstalled(*config, opts.bin_dir, /*warn_only=*/false); !s.ok()) return s;
+  if (Status s = PlanThisNode(*config, opts.nodes, opts.run_id, MakeRunId(config->run.name), opts.bin_dir, env, plan);
       !s.ok())
-    return Say(s);
-  if (Status s = HostLimitsFit(plan, env); !s.ok()) return Say(s);
+    return s;
+  return HostLimitsFit(*plan, env);
+}
 
-  std::string err;
-  CgroupMode cgroup_mode;
-  if (!ParseCgroupMode(std::getenv("DFLASH_CGROUP"), &cgroup_mode, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kUsage;
-  }
-  // Before anything is opened: the soft fd limit up to the hard one. Short
-  // even so: say it now; the processes that cannot get their fds fail.
-  std::string fd_note, fd_err;
+/// RaiseFdLimit's outcome, said on stderr at once and in supervisor.log once it is open.
+struct FdLimitRaised {
+  bool ok = false;
+  std::string note, err;
+};
+
+FdLimitRaised RaiseFdLimitForRun(const Plan& plan) {
+  FdLimitRaised fds;
   size_t port_locks = 0;  // one per named port of each process and warm-up, held for the run
   for (const auto* list : {&plan.warmups, &plan.processes})
     for (const ProcessPlan& p : *list) port_locks += plan.RoleOf(p).ports.size();
-  bool fds_ok = RaiseFdLimit(plan.processes.size(), &fd_note, &fd_err, port_locks);
-  if (!fds_ok) std::fprintf(stderr, "dflash-launch: warning: %s\n", fd_err.c_str());
-  // The run dir is ours alone, made through nothing another user could swap
-  // (common/private_files.h); an existing one is another run's history, never
-  // mixed into unless --resume says to continue it.
-  const PathUse run_use = RunDirUse();
-  if (!CheckSecurePath(plan.run_dir, run_use, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
-  struct stat run_st {};
-  const bool reused = ::lstat(plan.run_dir.c_str(), &run_st) == 0;
-  if (reused && !opts.resume) {
-    if (std::string holder; RunLockHeld(plan.run_dir + "/run.lock", &holder)) {
-      std::fprintf(stderr, "dflash-launch: run id %s is in use (%s) by %s; pick another --run-id\n",
-                   plan.run_id.c_str(), plan.run_dir.c_str(), holder.c_str());
-      return exit_code::kInUse;
-    }
-    std::fprintf(stderr,
-                 "dflash-launch: run id %s was used before (%s exists): this run's logs and events would mix with "
-                 "that one's; pick another --run-id, or add --resume to continue it\n",
-                 plan.run_id.c_str(), plan.run_dir.c_str());
+  fds.ok = RaiseFdLimit(plan.processes.size(), &fds.note, &fds.err, port_locks);
+  if (!fds.ok) std::fprintf(stderr, "dflash-launch: warning: %s\n", fds.err.c_str());
+  return fds;
+}
+
+/// An existing run dir without --resume: another run's history. Says whose and returns exit 69.
+int RefuseUsedRunId(const Plan& plan) {
+  if (std::string holder; RunLockHeld(plan.run_dir + "/run.lock", &holder)) {
+    std::fprintf(stderr, "dflash-launch: run id %s is in use (%s) by %s; pick another --run-id\n",
+                 plan.run_id.c_str(), plan.run_dir.c_str(), holder.c_str());
     return exit_code::kInUse;
   }
-  UniqueFd run_fd;
-  if (!MakePrivateDir(plan.run_dir, plan.Files(), run_use, &run_fd, &err) ||
-      !MakeDirs(config.run.cache_dir, 0700, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
-  // The spool's frames are loaded by the drafters: a <run_id>/ there that is not
-  // ours could feed them another user's tensors. Its maker (the builtin roles)
-  // refuses it too; refusing here means nothing is spawned.
-  if (PathUse spool_use{"spool dir", "they could replace the hidden-state frames and the shared weights", false};
-      !CheckSecurePath(plan.SpoolDir(), spool_use, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
-  // One launcher per run id (per node): before anything in the run dir is written to.
-  UniqueFd run_lock;
+  std::fprintf(stderr,
+               "dflash-launch: run id %s was used before (%s exists): this run's logs and events would mix with "
+               "that one's; pick another --run-id, or add --resume to continue it\n",
+               plan.run_id.c_str(), plan.run_dir.c_str());
+  return exit_code::kInUse;
+}
+
+/// One launcher per run id (per node): `run_lock` holds run.lock until we exit. 0, or the exit code (said).
+int LockRunDir(const Plan& plan, UniqueFd* run_lock) {
   std::string holder;
-  switch (TryHolderLock(plan.run_dir + "/run.lock", HolderRecord("run " + plan.run_id), &run_lock, &holder,
+  switch (TryHolderLock(plan.run_dir + "/run.lock", HolderRecord("run " + plan.run_id), run_lock, &holder,
                         plan.Files().file)) {
     case HolderLockResult::kAcquired:
       break;
@@ -178,27 +156,72 @@ int RunRun(const RunOptions& opts, char** env) {
       std::fprintf(stderr, "dflash-launch: cannot lock the run dir: %s\n", holder.c_str());
       return exit_code::kCannotCreate;
   }
+  return 0;
+}
+
+/// --resume: this launch's attempts follow the run dir's last (`run_fd`), its events the earlier ones.
+/// 0, or the exit code (said).
+int ResumeRunDir(Plan* plan, int run_fd, const PathUse& run_use) {
+  plan->resumed = true;
+  plan->attempt_base = NextAttempt(run_fd);
+  // Its history must be ours to continue: an events.jsonl of another user's, a link or a hard link would be
+  // refused when the supervisor opens it, and the run would go on without recording its events.
+  std::string events_err;
+  if (!UniqueFd(OpenPrivateFile(plan->run_dir + "/events.jsonl", O_WRONLY | O_APPEND, plan->Files(), run_use,
+                                &events_err))) {
+    std::fprintf(stderr, "dflash-launch: cannot resume run %s: %s; nothing was started\n", plan->run_id.c_str(),
+                 events_err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  return 0;
+}
+
+/// The run dir (and the cache dir) made, checked and locked (`run_lock`, held for the run); a reused one
+/// resumed. 0, or the exit code (said on stderr).
+int MakeRunDir(const RunOptions& opts, const RunConfig& config, Plan* plan, UniqueFd* run_lock) {
+  std::string err;
+  // The run dir is ours alone, made through nothing another user could swap
+  // (common/private_files.h); an existing one is another run's history, never
+  // mixed into unless --resume says to continue it.
+  const PathUse run_use = RunDirUse();
+  if (!CheckSecurePath(plan->run_dir, run_use, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  struct stat run_st {};
+  const bool reused = ::lstat(plan->run_dir.c_str(), &run_st) == 0;
+  if (reused && !opts.resume) return RefuseUsedRunId(*plan);
+  UniqueFd run_fd;
+  if (!MakePrivateDir(plan->run_dir, plan->Files(), run_use, &run_fd, &err) ||
+      !MakeDirs(config.run.cache_dir, 0700, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  // The spool's frames are loaded by the drafters: a <run_id>/ there that is not
+  // ours could feed them another user's tensors. Its maker (the builtin roles)
+  // refuses it too; refusing here means nothing is spawned.
+  if (PathUse spool_use{"spool dir", "they could replace the hidden-state frames and the shared weights", false};
+      !CheckSecurePath(plan->SpoolDir(), spool_use, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kCannotCreate;
+  }
+  // One launcher per run id (per node): before anything in the run dir is written to.
+  if (int rc = LockRunDir(*plan, run_lock); rc != 0) return rc;
   if (reused) {  // held by us now: nobody else adds attempts meanwhile
-    plan.resumed = true;
-    plan.attempt_base = NextAttempt(run_fd.get());
-    // Its history must be ours to continue: an events.jsonl of another user's, a link or a hard link would be
-    // refused when the supervisor opens it, and the run would go on without recording its events.
-    std::string events_err;
-    if (!UniqueFd(OpenPrivateFile(plan.run_dir + "/events.jsonl", O_WRONLY | O_APPEND, plan.Files(), run_use,
-                                  &events_err))) {
-      std::fprintf(stderr, "dflash-launch: cannot resume run %s: %s; nothing was started\n", plan.run_id.c_str(),
-                   events_err.c_str());
-      return exit_code::kCannotCreate;
-    }
+    if (int rc = ResumeRunDir(plan, run_fd.get(), run_use); rc != 0) return rc;
   }
   run_fd.reset();  // every file below is opened through the same checks; a tight fd limit needs this one
-  // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
-  PortReservations ports;
-  if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
+  return 0;
+}
+
+/// <run_dir>/supervisor.log with the run's first lines: this node, its ports, the config's warnings (also on
+/// stderr). Null if it cannot be opened (said on stderr).
+std::shared_ptr<spdlog::logger> OpenRunLog(const Plan& plan) {
+  std::string err;
   auto log = OpenSupervisorLog(plan.run_dir + "/supervisor.log", plan.Files(), &err);
   if (!log) {
     std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
+    return nullptr;
   }
   if (plan.resumed) log->info("resumed run {}: attempts from attempt_{}", plan.run_id, plan.attempt_base);
   log->info("node {} of {}, MASTER_ADDR={} MASTER_PORT={}", plan.node_rank, plan.nnodes, plan.master_addr,
@@ -211,36 +234,36 @@ int RunRun(const RunOptions& opts, char** env) {
     std::fputs(w.c_str(), stderr);
     log->warn("{}", w);
   }
-  // Before any thread exists (the console writer): these signals are taken
-  // only from the supervisor's signalfd, in its loop.
-  BlockSignals(Supervisor::HandledSignals(plan));
-  std::signal(SIGPIPE, SIG_IGN);  // a closed console is an error return, not a death
-  // With a store (docs/multinode.md): registered, and every node at the start
-  // barrier, before anything starts. After BlockSignals: its thread must not take them.
-  StoreSession store;
-  if (!plan.store.empty()) {
-    if (int rc = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, &store); rc != 0) return rc;
-  }
+  return log;
+}
 
+Console::Options ConsoleOptionsFor(const RunOptions& opts) {
   Console::Options co;
   co.color = opts.color;
   // The live status block only on a terminal that can move its cursor.
   const char* term = std::getenv("TERM");
   co.live = !opts.plain && ::isatty(1) == 1 && !(term != nullptr && std::string(term) == "dumb");
-  Console console(co);
-  // `dflash-launch ps` and `ctl RUN_ID` find the run here; gone when we are.
-  RunRegistration registration;
-  {
-    RunEntry entry;
-    entry.run_id = plan.run_id;
-    std::error_code fs_ec;
-    entry.run_dir = std::filesystem::absolute(plan.run_dir, fs_ec).lexically_normal().string();
-    entry.config = std::filesystem::absolute(opts.config, fs_ec).lexically_normal().string();
-    if (!registration.Register(entry, &err)) {
-      log->warn("not listed for `dflash-launch ps`: {}", err);
-      console.Supervisor("[dflash] warning: not listed for `dflash-launch ps`: " + err);
-    }
+  return co;
+}
+
+/// Lists the run for `dflash-launch ps` and `ctl RUN_ID`; unlisted, it goes on, and says so.
+void ListRun(const Plan& plan, const std::string& config, RunRegistration* registration, Console* console,
+             spdlog::logger& log) {
+  RunEntry entry;
+  entry.run_id = plan.run_id;
+  std::error_code fs_ec;
+  entry.run_dir = std::filesystem::absolute(plan.run_dir, fs_ec).lexically_normal().string();
+  entry.config = std::filesystem::absolute(config, fs_ec).lexically_normal().string();
+  std::string err;
+  if (!registration->Register(entry, &err)) {
+    log.warn("not listed for `dflash-launch ps`: {}", err);
+    console->Supervisor("[dflash] warning: not listed for `dflash-launch ps`: " + err);
   }
+}
+
+/// What the children start from, and the store's coordinator wired to the supervisor's rounds and failures.
+SupervisorOptions SupervisorOptionsFor(const Plan& plan, const RunConfig& config, CgroupMode cgroup_mode,
+                                       const StoreSession& store) {
   SupervisorOptions so;
   so.base_env = CurrentEnvironment();
   if (auto sd = GetEnvVar(so.base_env, "NOTIFY_SOCKET")) so.systemd_notify_socket = std::string(*sd);
@@ -259,49 +282,134 @@ int RunRun(const RunOptions& opts, char** env) {
       coord->PublishFailure(process, code, reason);
     };
   }
-  if (!fd_note.empty()) log->info(fd_note);
-  if (!fds_ok) log->warn(fd_err);
+  return so;
+}
+
+/// <run_dir>/control.sock, served from the supervisor's loop (docs/control.md).
+/// Without it the run goes on, uncontrollable: say so, do not fail.
+void ServeControl(const Plan& plan, Supervisor* sup, ControlServer* control, Console* console,
+                  spdlog::logger& log) {
+  std::string err;
+  if (!control->Open(plan.run_dir, &err) ||
+      !sup->AddWatch(control->fd(), [control, sup] { control->OnReadable(sup->control()); }, &err)) {
+    log.warn("no control socket: {}", err);
+    console->Supervisor("[dflash] warning: no control socket (`dflash-launch ctl` cannot reach this run): " + err);
+    control->Close();
+  }
+}
+
+/// The store's events, on the supervisor's loop: said, or carried out by the supervisor.
+void CarryOutStoreEvents(NodeCoordinator* coord, Supervisor* sup, Console* console, spdlog::logger& log) {
+  for (const NodeCoordinator::Event& e : coord->TakeEvents()) {
+    using K = NodeCoordinator::Event::Kind;
+    switch (e.kind) {
+      case K::kInfo: log.info("store: {}", e.text); console->Supervisor("[dflash] " + e.text); break;
+      case K::kWarn:
+        log.warn("store: {}", e.text);
+        console->Supervisor("[dflash] warning: " + e.text);
+        break;
+      case K::kBarrier: break;
+      case K::kStop:
+        sup->StopForNode(e.culprit, e.text, e.exit_code, e.record);
+        break;
+      case K::kBeginRound: sup->BeginRound(e.round, e.text); break;
+      case K::kStartRound: sup->StartRound(e.round); break;
+    }
+  }
+}
+
+/// The supervisor's run, its control socket and the store's events served from its loop: `rc` and `summary`
+/// are the run's. False if the store's events cannot be watched: nothing ran, the store session is closed,
+/// and the launcher exits 1.
+bool Supervise(const Plan& plan, const SupervisorOptions& so, Console* console,
+               const std::shared_ptr<spdlog::logger>& log, StoreSession* store, int* rc, RunSummary* summary) {
+  NodeCoordinator* coord = store->coordinator.get();
+  Supervisor sup(plan, so, console, log);
+  ControlServer control;
+  ServeControl(plan, &sup, &control, console, *log);
+  std::string err;
+  if (coord &&
+      !sup.AddWatch(coord->event_fd(), [&] { CarryOutStoreEvents(coord, &sup, console, *log); }, &err)) {
+    log->error("cannot watch the store's events: {}", err);
+    console->Supervisor("[dflash] cannot watch the store's events: " + err);
+    CloseStoreSession(plan, exit_code::kFailure, err, log, store);
+    return false;
+  }
+  *rc = sup.Run();
+  if (coord) sup.RemoveWatch(coord->event_fd());
+  control.Close();  // before the registry entry goes: `ps` never lists a run whose socket is gone
+  *summary = sup.Summary();  // the culprit, another node's included, as the core judged it
+  return true;
+}
+
+/// The run's records after it: loss.svg, summary.json, the summary table on the console. Returns the exit
+/// code: `rc`, or the verdict's when a full disk under the log dir left the records incomplete.
+int WriteRunRecords(const Plan& plan, int rc, RunSummary* summary, Console* console, spdlog::logger& log) {
+  const PathUse run_use = RunDirUse();
+  std::string err;
+  // A full disk under the log dir: the run's own record is incomplete (RunVerdict::RecordsIncomplete).
+  auto incomplete = [&](const std::string& what) {
+    summary->RecordsIncomplete(what);
+    rc = summary->exit_code;
+  };
+  if (std::string loss = SupervisorLogLoss(log); !loss.empty()) incomplete(loss);
+  if (std::string svg = LossPlotSvg(*summary); !svg.empty() &&  // training's loss curves (training_report.h)
+      !WritePrivateFileAtomic(plan.run_dir + "/loss.svg", svg, plan.Files(), run_use, &err))
+    incomplete("cannot write " + plan.run_dir + "/loss.svg: " + err);
+  std::string summary_path = plan.run_dir + "/summary.json";
+  if (!WritePrivateFileAtomic(summary_path, SummaryJson(*summary).dump(2) + "\n", plan.Files(), run_use, &err))
+    incomplete("cannot write " + summary_path + ": " + err);
+  if (!summary->records_error.empty()) console->Supervisor("[dflash] error: " + summary->records_error);
+  console->Supervisor("\n" + SummaryTable(*summary, console->color()));
+  console->Flush();
+  log.info("exit {}: {}", rc, summary->reason);
+  return rc;
+}
+
+}  // namespace
+
+int RunRun(const RunOptions& opts, char** env) {
+  RunConfig config;
+  Plan plan;
+  if (Status s = LoadRunPlan(opts, env, &config, &plan); !s.ok()) return Say(s);
+
+  std::string err;
+  CgroupMode cgroup_mode;
+  if (!ParseCgroupMode(std::getenv("DFLASH_CGROUP"), &cgroup_mode, &err)) {
+    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
+    return exit_code::kUsage;
+  }
+  // Before anything is opened: the soft fd limit up to the hard one. Short
+  // even so: say it now; the processes that cannot get their fds fail.
+  const FdLimitRaised fds = RaiseFdLimitForRun(plan);
+  UniqueFd run_lock;
+  if (int rc = MakeRunDir(opts, config, &plan, &run_lock); rc != 0) return rc;
+  // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
+  PortReservations ports;
+  if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
+  std::shared_ptr<spdlog::logger> log = OpenRunLog(plan);
+  if (!log) return exit_code::kCannotCreate;
+  // Before any thread exists (the console writer): these signals are taken
+  // only from the supervisor's signalfd, in its loop.
+  BlockSignals(Supervisor::HandledSignals(plan));
+  std::signal(SIGPIPE, SIG_IGN);  // a closed console is an error return, not a death
+  // With a store (docs/multinode.md): registered, and every node at the start
+  // barrier, before anything starts. After BlockSignals: its thread must not take them.
+  StoreSession store;
+  if (!plan.store.empty()) {
+    if (int rc = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, &store); rc != 0) return rc;
+  }
+
+  Console console(ConsoleOptionsFor(opts));
+  // `dflash-launch ps` and `ctl RUN_ID` find the run here; gone when we are.
+  RunRegistration registration;
+  ListRun(plan, opts.config, &registration, &console, *log);
+  SupervisorOptions so = SupervisorOptionsFor(plan, config, cgroup_mode, store);
+  if (!fds.note.empty()) log->info(fds.note);
+  if (!fds.ok) log->warn(fds.err);
   int rc;
   RunSummary summary;
-  {
-    Supervisor sup(plan, so, &console, log);
-    // <run_dir>/control.sock, served from the supervisor's loop (docs/control.md).
-    // Without it the run goes on, uncontrollable: say so, do not fail.
-    ControlServer control;
-    if (!control.Open(plan.run_dir, &err) ||
-        !sup.AddWatch(control.fd(), [&] { control.OnReadable(sup.control()); }, &err)) {
-      log->warn("no control socket: {}", err);
-      console.Supervisor("[dflash] warning: no control socket (`dflash-launch ctl` cannot reach this run): " + err);
-      control.Close();
-    }
-    if (coord && !sup.AddWatch(coord->event_fd(), [&] {
-          for (const NodeCoordinator::Event& e : coord->TakeEvents()) {
-            using K = NodeCoordinator::Event::Kind;
-            switch (e.kind) {
-              case K::kInfo: log->info("store: {}", e.text); console.Supervisor("[dflash] " + e.text); break;
-              case K::kWarn:
-                log->warn("store: {}", e.text);
-                console.Supervisor("[dflash] warning: " + e.text);
-                break;
-              case K::kBarrier: break;
-              case K::kStop:
-                sup.StopForNode(e.culprit, e.text, e.exit_code, e.record);
-                break;
-              case K::kBeginRound: sup.BeginRound(e.round, e.text); break;
-              case K::kStartRound: sup.StartRound(e.round); break;
-            }
-          }
-        }, &err)) {
-      log->error("cannot watch the store's events: {}", err);
-      console.Supervisor("[dflash] cannot watch the store's events: " + err);
-      CloseStoreSession(plan, exit_code::kFailure, err, log, &store);
-      return exit_code::kFailure;
-    }
-    rc = sup.Run();
-    if (coord) sup.RemoveWatch(coord->event_fd());
-    control.Close();  // before the registry entry goes: `ps` never lists a run whose socket is gone
-    summary = sup.Summary();  // the culprit, another node's included, as the core judged it
-  }
+  if (!Supervise(plan, so, &console, log, &store, &rc, &summary)) return exit_code::kFailure;
   // Done (and the failure, if ours) for the other nodes before this one unregisters.
   CloseStoreSession(plan, rc, summary.reason, log, &store);
   RemoveRunSpool(plan, log.get());
@@ -309,23 +417,7 @@ int RunRun(const RunOptions& opts, char** env) {
   // summary's private write (a dir fd and a temp file) needs under a tight fd limit.
   ports.locks.clear();
   console.EndLive();  // the summary goes below the last frame, plainly
-  // A full disk under the log dir: the run's own record is incomplete (RunVerdict::RecordsIncomplete).
-  auto incomplete = [&](const std::string& what) {
-    summary.RecordsIncomplete(what);
-    rc = summary.exit_code;
-  };
-  if (std::string loss = SupervisorLogLoss(*log); !loss.empty()) incomplete(loss);
-  if (std::string svg = LossPlotSvg(summary); !svg.empty() &&  // training's loss curves (training_report.h)
-      !WritePrivateFileAtomic(plan.run_dir + "/loss.svg", svg, plan.Files(), run_use, &err))
-    incomplete("cannot write " + plan.run_dir + "/loss.svg: " + err);
-  std::string summary_path = plan.run_dir + "/summary.json";
-  if (!WritePrivateFileAtomic(summary_path, SummaryJson(summary).dump(2) + "\n", plan.Files(), run_use, &err))
-    incomplete("cannot write " + summary_path + ": " + err);
-  if (!summary.records_error.empty()) console.Supervisor("[dflash] error: " + summary.records_error);
-  console.Supervisor("\n" + SummaryTable(summary, console.color()));
-  console.Flush();
-  log->info("exit {}: {}", rc, summary.reason);
-  return rc;
+  return WriteRunRecords(plan, rc, &summary, &console, *log);
 }
 
 }  // namespace dflash

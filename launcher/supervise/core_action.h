@@ -1,4 +1,4 @@
-// What the supervisor's core asks its shell to do (launcher/supervise/supervisor.cc carries it out), in the
+// What the supervisor's core asks its shell to do (launcher/supervise/supervisor_actions.cc carries it out), in the
 // order it was decided: the units, the start order, the incident and the rounds all speak through these.
 #pragma once
 

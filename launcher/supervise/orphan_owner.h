@@ -3,7 +3,7 @@
 // run"). A child of the supervisor that is none of the run's processes was
 // re-parented to it (PR_SET_CHILD_SUBREAPER): a payload's own child, left
 // behind by a process that ended, or still working for one that lives. Pure:
-// the shell reads /proc and kills (supervisor.cc SweepOrphans), this decides
+// the shell reads /proc and kills (supervisor_reap.cc SweepOrphans), this decides
 // (orphan_owner_test.cc).
 #pragma once
 

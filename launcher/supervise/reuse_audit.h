@@ -2,7 +2,7 @@
 // warm for you", so a reuse that still compiled (FX graph cache misses) means
 // the gate key misses something Inductor's key sees. Pure: the shell reads the
 // attempt's metrics.json and hashes the key files as they are now
-// (supervisor.cc), this names what it can (reuse_audit_test.cc).
+// (supervisor_reap.cc), this names what it can (reuse_audit_test.cc).
 #pragma once
 
 #include <cstdint>

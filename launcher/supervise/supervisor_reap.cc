@@ -1,0 +1,161 @@
+// The end of a process and what it leaves: reaping (a process of the run, the private store, the guardian,
+// an orphan), its leftovers killed, the orphan sweeps (during the run and the final one), and whether a
+// cache-reusing process did hit the cache.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+
+#include "common/exit_codes.h"
+#include "common/fd.h"
+#include "common/hash.h"
+#include "common/proc_scan.h"
+#include "common/run_sweep.h"
+#include "common/spawn.h"
+#include "contract/process_env.h"
+#include "launcher/supervise/orphan_owner.h"
+#include "launcher/supervise/payload_files.h"
+#include "launcher/supervise/pid_claim.h"
+#include "launcher/supervise/reuse_audit.h"
+#include "launcher/supervise/supervisor_internal.h"
+
+namespace dflash {
+
+void Supervisor::Impl::Reap() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;  // 0: none left that has exited; -1/ECHILD: no children at all
+    // A worker's last words (how its payload ended) were queued before it
+    // exited, so they are readable now: take them before judging its exit.
+    OnNotify();
+    int found = -1;
+    for (size_t i = 0; i < core_.size(); ++i)
+      if (core_.proc(i).pid == pid) found = static_cast<int>(i);
+    if (found < 0) {
+      if (pid == options_.keep_pid) {
+        options_.keep_pid = -1;
+        std::string how = "the private store (redis-server pid " + std::to_string(pid) + ") " +
+                          DecodeWaitStatus(status).Describe();
+        Warn(how);
+        // Its port is free for anyone now: the run ends rather than reconnect to whatever binds it next.
+        core_.StopForNode("node 0 (its private store)", how + ": the run's store is gone", exit_code::kNodeFailed);
+        continue;
+      }
+      if (pid == guard_.guardian_pid()) {
+        guard_.GuardianReaped();
+        std::string how = "(pid " + std::to_string(pid) + ") " + DecodeWaitStatus(status).Describe();
+        std::string gerr;
+        if (core_.OnGuardianDied(how)) {
+          if (guard_.Restart(&gerr)) Info("dflash-guardian restarted: pid " + std::to_string(guard_.guardian_pid()));
+          else core_.StopUnguarded("dflash-guardian " + how + " and a new one cannot be started (" + gerr +
+                                   "): stopping the run, which a SIGKILL of the launcher would leave behind");
+        }
+        Drain();
+        continue;
+      }
+      if (log_) log_->debug("reaped orphan {} ({})", pid, DecodeWaitStatus(status).Describe());
+      sweep_pending_ = true;  // its own children (if any) were re-parented to us
+      continue;
+    }
+    size_t i = static_cast<size_t>(found);
+    OnExecStatus(i);  // an exec that failed at once: its reason first
+    // Nothing it wrote may be left in the pipes when we decide what it said.
+    for (int sid : {os_[i].out_stream, os_[i].err_stream})
+      if (sid >= 0 && !router_.Drain(sid)) CloseStream(sid);
+    const CoreProc& p = core_.proc(i);
+    std::string msg;
+    nlohmann::json ef = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "error.json"), &msg);
+    core_.OnExit(i, DecodeWaitStatus(status), ef.is_null() ? std::string() : msg);
+    Drain();
+  }
+}
+
+void Supervisor::Impl::Ended(size_t i) {
+  const CoreProc& p = core_.proc(i);
+  // Its cgroup leaf holds its whole tree, setsid and double-fork included.
+  core_.NoteMemoryPeak(i, guard_.Ended(i, p.attempt));
+  // Without cgroups, at once: its process groups (its session's first group,
+  // the payload's group under a worker). The rest (own groups, setsid) are
+  // orphans re-parented to us: the next sweep finds them by their marker.
+  pid_t last_pid = p.last() ? p.last()->pid : -1;
+  int groups = 0;
+  if (last_pid > 0 && ::kill(-last_pid, SIGKILL) == 0) ++groups;
+  if (SignalVerified(os_[i].payload, SIGKILL)) ++groups;
+  if (groups > 0 && log_)
+    log_->info("killing the leftovers of {} (pid {}, ended) in its process group(s)", p.plan->name, last_pid);
+  sweep_pending_ = true;
+}
+
+void Supervisor::Impl::KillAll() {
+  for (size_t i = 0; i < core_.size(); ++i) {
+    const CoreProc& p = core_.proc(i);
+    if (!p.alive()) continue;
+    ::kill(-p.pid, SIGKILL);
+    SignalVerified(os_[i].payload, SIGKILL);
+  }
+  guard_.KillAll();
+  SweepOrphans(true);
+}
+
+std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
+  sweep_pending_ = false;
+  std::vector<pid_t> killed;
+  std::vector<pid_t> children = OwnChildren();
+  if (children.empty()) return killed;
+  std::vector<RunProcess> processes;
+  for (size_t i = 0; i < core_.size(); ++i) {
+    const CoreProc& p = core_.proc(i);
+    processes.push_back({p.plan->name, p.pid, p.attempt, p.alive()});
+  }
+  pid_t own_group = ::getpgrp();
+  for (pid_t pid : children) {
+    if (pid == guard_.guardian_pid() || pid == options_.keep_pid) continue;
+    ProcStat st;
+    if (!ReadProcStat(pid, &st) || st.state == 'Z') continue;  // the reaper collects it
+    Orphan o{pid, st.sid, st.pgid, EnvironValue(pid, kRunTokenVar), EnvironValue(pid, env::kProcess),
+             EnvironValue(pid, env::kAttempt)};
+    OrphanVerdict v = JudgeOrphan(o, processes, run_token_, own_group, all);
+    if (!v.kill) continue;
+    std::string comm, e;
+    ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &e);
+    if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    if (log_) log_->info("killing leftover {} ({}) of {}", pid, comm, v.whose);
+    if (v.kill_group) ::kill(-st.pgid, SIGKILL);
+    ::kill(pid, SIGKILL);
+    killed.push_back(pid);
+  }
+  return killed;
+}
+
+void Supervisor::Impl::FinalSweep() {
+  guard_.KillAll();
+  // Killing an orphan re-parents its children to us: kill, reap, look again.
+  for (int round = 0; round < 1000; ++round) {
+    std::vector<pid_t> killed = SweepOrphansImpl(true);
+    for (pid_t pid : killed)
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    for (;;) {  // zombies that were already ours
+      pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+      if (pid <= 0) break;
+      if (pid == guard_.guardian_pid()) guard_.GuardianReaped();
+    }
+    if (killed.empty()) break;
+  }
+}
+
+void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
+  const CoreProc& p = core_.proc(i);
+  nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"));
+  auto sha256_now = [](const std::string& path) {
+    std::string text, err;
+    return ReadFile(path, &text, &err) ? Sha256Hex(text) : std::string();
+  };
+  std::string warning = ReuseMissWarning(p.plan->name, p.gate().key.value_or(""), MetricsCounter(m, "fxgraph_cache_miss"),
+                                         plan_.roles[p.plan->role_index].key_files, sha256_now);
+  if (!warning.empty()) core_.AddWarning(warning);
+}
+
+}  // namespace dflash
