@@ -29,16 +29,8 @@ bool ReadProcStat(pid_t pid, ProcStat* out) {
 
 std::vector<ProcStat> ChildrenOf(pid_t parent) {
   std::vector<ProcStat> out;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return out;
-  while (struct dirent* e = ::readdir(d)) {
-    char* end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
-    ProcStat st;
-    if (ReadProcStat(static_cast<pid_t>(pid), &st) && st.ppid == parent) out.push_back(st);
-  }
-  ::closedir(d);
+  for (const ProcStat& st : AllProcesses())
+    if (st.ppid == parent) out.push_back(st);
   return out;
 }
 
