@@ -221,7 +221,9 @@ env = { DFLASH_SAMPLES = "60", DFLASH_SPOOL_MAX = "4" }
 name = "cpp"
 cpu = 1
 builtin = "drafter"
-env = { DFLASH_PACE_MS = "100" }  # slow, so that the Python drafter (import torch: seconds) gets frames too
+# Slow, and at most half the frames: the Python drafter (import torch: seconds, more on a loaded machine) gets the
+# rest however late it comes.
+env = { DFLASH_PACE_MS = "100", DFLASH_STEPS = "30" }
 
 [[role]]
 name = "py"
