@@ -18,22 +18,6 @@ std::string NamePortInUrl(const std::string& url, std::string* name) {
   return url.substr(0, open) + ":1" + url.substr(close + 1);
 }
 
-}  // namespace
-
-/// A probe's named port must be one of the role's `ports`.
-void CheckProbePortName(TableReader& r, const char* key, const ProbeSpec& p, const RoleSpec& role) {
-  if (p.port_name.empty() || std::find(role.ports.begin(), role.ports.end(), p.port_name) != role.ports.end()) return;
-  r.Error(key, r.ValuePos(key), "no port named \"" + p.port_name + "\" in this role's ports",
-          role.ports.empty() ? "a port number, or a name listed in ports" : "one of: " + [&] {
-            std::string all;
-            for (const std::string& n : role.ports) all += (all.empty() ? "" : ", ") + n;
-            return all;
-          }(),
-          "\"" + p.port_name + "\"", "add ports = [\"" + p.port_name + "\"] to the role, or write the port number");
-}
-
-namespace {
-
 /// The keys of a tcp/http probe (role.ready and role.liveness): port and host,
 /// or url and status; interval and probe_timeout. `kind`: "tcp", "http", or
 /// anything else when the mode is not a probe (then each key given is an error).
@@ -96,6 +80,18 @@ void ReadProbeKeys(TableReader& r, const toml::node* n, const std::string& kind,
 }
 
 }  // namespace
+
+/// A probe's named port must be one of the role's `ports`.
+void CheckProbePortName(TableReader& r, const char* key, const ProbeSpec& p, const RoleSpec& role) {
+  if (p.port_name.empty() || std::find(role.ports.begin(), role.ports.end(), p.port_name) != role.ports.end()) return;
+  r.Error(key, r.ValuePos(key), "no port named \"" + p.port_name + "\" in this role's ports",
+          role.ports.empty() ? "a port number, or a name listed in ports" : "one of: " + [&] {
+            std::string all;
+            for (const std::string& n : role.ports) all += (all.empty() ? "" : ", ") + n;
+            return all;
+          }(),
+          "\"" + p.port_name + "\"", "add ports = [\"" + p.port_name + "\"] to the role, or write the port number");
+}
 
 void ReadReady(const toml::node* n, const std::string& prefix, ReadySpec* rs, std::vector<ConfigError>* errors,
                TableReader& role, bool* given) {
