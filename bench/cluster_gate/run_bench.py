@@ -81,67 +81,88 @@ def check(p, what, d):
         sys.exit(f"{what} failed (exit {p.returncode}); logs in {d}")
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", type=pathlib.Path, default=ROOT / "build/bin")
     ap.add_argument("--out", type=pathlib.Path)
     ap.add_argument("--vec-isa-ok", action="store_true")
     ap.add_argument("--draft-layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=64)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def set_shapes(args):
+    """The drafter's shapes and the ISA switch, into what config() writes for every run."""
     global ISA_OK, MODEL
     MODEL = MODEL.replace("draft_layers = 2", f"draft_layers = {args.draft_layers}").replace(
         "hidden = 64", f"hidden = {args.hidden}")
     if args.vec_isa_ok:
         ISA_OK = ', TORCHINDUCTOR_VEC_ISA_OK = "1"'
-    base_env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")
-    work = pathlib.Path(tempfile.mkdtemp(prefix="bench-cgate-"))
-    redis = RedisServer(work / "redis").start()
-    try:
-        rid = f"cgb-{os.getpid()}"
-        print("one compile ...", file=sys.stderr)
-        d = work / "one"
-        check(launch(args, config(d, 1), "one", base_env), "one", d)
-        one, _ = collect(d, "one")
-        unit = one[0]["cpu"]
 
-        print("cluster gate: 2 nodes x 3, started together ...", file=sys.stderr)
-        secret = work / "run.secret"  # the run's secret the gate signs its archives with (0600)
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(fd, os.urandom(16).hex().encode() + b"\n")
-        os.close(fd)
-        env = dict(base_env, DFLASH_STORE=redis.url, DFLASH_STORE_SECRET_FILE=str(secret),
-                   DFLASH_INDUCTOR_REMOTE_CACHE="1")  # as before the opt-in: the numbers stay comparable
-        dirs = [work / f"cluster{r}" for r in (0, 1)]
-        cfgs = [config(dirs[r], 3) for r in (0, 1)]
-        ps = [launch(args, cfgs[r], rid + "-c", env, node=r) for r in (0, 1)]
-        for r in (0, 1):
-            check(ps[r], f"cluster node {r}", dirs[r])
-        cluster, warnings = [], []
-        for r in (0, 1):
-            procs, w = collect(dirs[r], rid + "-c", r)
-            cluster += procs
-            warnings += w
 
-        print("Inductor's remote cache alone: node 0, then node 1 ...", file=sys.stderr)
-        subprocess.run(["redis-cli", "-p", str(redis.port), "FLUSHALL"], check=True, stdout=subprocess.DEVNULL)
-        remote_env = (', TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE = "1", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE = "1", '
-                      f'TORCHINDUCTOR_REDIS_HOST = "127.0.0.1", TORCHINDUCTOR_REDIS_PORT = "{redis.port}"')
-        rdirs = [work / f"remote{r}" for r in (0, 1)]
-        rcfgs = [config(rdirs[r], 3, remote_env) for r in (0, 1)]
-        remote = []
-        for r in (0, 1):
-            check(launch(args, rcfgs[r], rid + "-r", base_env, node=r), f"remote node {r}", rdirs[r])
-            remote += collect(rdirs[r], rid + "-r", r)[0]
-    finally:
-        redis.kill()
-    shutil.rmtree(work, ignore_errors=True)
+def bench_one(args, work, base_env):
+    """One drafter compiling alone on a cold cache: its CPU seconds are the unit."""
+    print("one compile ...", file=sys.stderr)
+    d = work / "one"
+    check(launch(args, config(d, 1), "one", base_env), "one", d)
+    one, _ = collect(d, "one")
+    return one[0]["cpu"]
 
-    def table(procs):
-        return "\n".join(
-            f"| {p['node']} | {p['name']} | {p['role']} | {p['cluster']} | {p['cpu']:.1f} | {p['cpu'] / unit:.2f}x | "
-            f"{p['ready']:.1f} | {p['hit']}/{p['miss']} |" for p in procs)
 
+def bench_cluster(args, work, base_env, redis, rid):
+    """The cluster gate: 2 nodes x 3 drafters started together on the store; (processes, warnings)."""
+    print("cluster gate: 2 nodes x 3, started together ...", file=sys.stderr)
+    secret = work / "run.secret"  # the run's secret the gate signs its archives with (0600)
+    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, os.urandom(16).hex().encode() + b"\n")
+    os.close(fd)
+    env = dict(base_env, DFLASH_STORE=redis.url, DFLASH_STORE_SECRET_FILE=str(secret),
+               DFLASH_INDUCTOR_REMOTE_CACHE="1")  # as before the opt-in: the numbers stay comparable
+    dirs = [work / f"cluster{r}" for r in (0, 1)]
+    cfgs = [config(dirs[r], 3) for r in (0, 1)]
+    ps = [launch(args, cfgs[r], rid + "-c", env, node=r) for r in (0, 1)]
+    for r in (0, 1):
+        check(ps[r], f"cluster node {r}", dirs[r])
+    cluster, warnings = [], []
+    for r in (0, 1):
+        procs, w = collect(dirs[r], rid + "-c", r)
+        cluster += procs
+        warnings += w
+    return cluster, warnings
+
+
+def bench_remote(args, work, base_env, redis, rid):
+    """Inductor's Redis remote caches alone, no store for dflash: node 0, then node 1; its processes."""
+    print("Inductor's remote cache alone: node 0, then node 1 ...", file=sys.stderr)
+    subprocess.run(["redis-cli", "-p", str(redis.port), "FLUSHALL"], check=True, stdout=subprocess.DEVNULL)
+    remote_env = (', TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE = "1", TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE = "1", '
+                  f'TORCHINDUCTOR_REDIS_HOST = "127.0.0.1", TORCHINDUCTOR_REDIS_PORT = "{redis.port}"')
+    rdirs = [work / f"remote{r}" for r in (0, 1)]
+    rcfgs = [config(rdirs[r], 3, remote_env) for r in (0, 1)]
+    remote = []
+    for r in (0, 1):
+        check(launch(args, rcfgs[r], rid + "-r", base_env, node=r), f"remote node {r}", rdirs[r])
+        remote += collect(rdirs[r], rid + "-r", r)[0]
+    return remote
+
+
+def table_rows(procs, unit):
+    """One markdown table row per process."""
+    return "\n".join(
+        f"| {p['node']} | {p['name']} | {p['role']} | {p['cluster']} | {p['cpu']:.1f} | {p['cpu'] / unit:.2f}x | "
+        f"{p['ready']:.1f} | {p['hit']}/{p['miss']} |" for p in procs)
+
+
+def section_heading(args):
+    heading = "## cluster gate" + (", TORCHINDUCTOR_VEC_ISA_OK=1" if args.vec_isa_ok else "")
+    if (args.draft_layers, args.hidden) != (2, 64):
+        heading += f", bigger drafter ({args.draft_layers} blocks, hidden {args.hidden})"
+    return heading
+
+
+def report(args, unit, cluster, warnings, remote):
+    """The section for docs/benchmarks.md: both ways against one compile, each process in a table."""
+    heading = section_heading(args)
     c_sum, r_sum = sum(p["cpu"] for p in cluster), sum(p["cpu"] for p in remote)
     leader = max(cluster, key=lambda p: p["miss"])
     n1 = [p for p in cluster if p["node"] != leader["node"]]
@@ -150,9 +171,6 @@ def main():
     others = [p for p in cluster if p is not leader]
     same_node = [p["cpu"] for p in others if p["node"] == leader["node"]]
     floor = sum(p["cpu"] for p in others) / len(others) / unit
-    heading = "## cluster gate" + (", TORCHINDUCTOR_VEC_ISA_OK=1" if args.vec_isa_ok else "")
-    if (args.draft_layers, args.hidden) != (2, 64):
-        heading += f", bigger drafter ({args.draft_layers} blocks, hidden {args.hidden})"
     shapes = ('the demo shapes of "compile gate" above' if (args.draft_layers, args.hidden) == (2, 64)
               else f"draft_layers = {args.draft_layers}, hidden = {args.hidden}, otherwise the demo shapes")
     verdict = "met" if c_sum / unit <= 1.5 else "not met"
@@ -181,7 +199,7 @@ follower still pays for" above, and is paid by every process that calls torch.co
 
 | node | process | local gate | cluster | CPU s | / one compile | spawn to ready s | fxgraph hit/miss |
 |---|---|---|---|---|---|---|---|
-{table(cluster)}
+{table_rows(cluster, unit)}
 
 **Inductor's Redis remote cache alone** (same run, no archive shipping; node 1 after node 0, its best case):
 **{r_sum:.1f} s = {r_sum / unit:.2f}x one compile** for all 6; node 1's local leader
@@ -190,13 +208,31 @@ leader ({r_lead[0]['cpu']:.1f} s): its FX-graph lookups hit in Redis, but on CPU
 
 | node | process | local gate | cluster | CPU s | / one compile | spawn to ready s | fxgraph hit/miss |
 |---|---|---|---|---|---|---|---|
-{table(remote)}
+{table_rows(remote, unit)}
 
 Ratio, same run: cluster gate / remote cache alone = {c_sum / r_sum:.2f}x the CPU.
 """
+    return md
+
+
+def main():
+    args = parse_args()
+    set_shapes(args)
+    base_env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}")
+    work = pathlib.Path(tempfile.mkdtemp(prefix="bench-cgate-"))
+    redis = RedisServer(work / "redis").start()
+    try:
+        rid = f"cgb-{os.getpid()}"
+        unit = bench_one(args, work, base_env)
+        cluster, warnings = bench_cluster(args, work, base_env, redis, rid)
+        remote = bench_remote(args, work, base_env, redis, rid)
+    finally:
+        redis.kill()
+    shutil.rmtree(work, ignore_errors=True)
+    md = report(args, unit, cluster, warnings, remote)
     print(md)
     if args.out:
-        write_section(args.out, heading, md)
+        write_section(args.out, section_heading(args), md)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,195 @@
+"""The spool's directories: their layout (Paths), made private the way the
+builtin roles make them, the renames that publish, claim and acknowledge a
+frame, and the manifest (spool.json) of what the spool held at its end."""
+
+import ctypes
+import errno
+import json
+import os
+import stat
+
+from dflash_launch.spool_format import SpoolError, parse_frame_file
+
+def _rename_noreplace(src, dst):
+    """rename(2) with RENAME_NOREPLACE (glibc renameat2); link+unlink where unsupported."""
+    libc = _libc()
+    if libc is not None:
+        r = libc.renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), 1)  # AT_FDCWD, RENAME_NOREPLACE
+        if r == 0:
+            return
+        e = ctypes.get_errno()
+        if e not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(e, os.strerror(e), dst)
+    os.link(src, dst)
+    os.unlink(src)
+
+
+_LIBC = []
+
+
+def _libc():
+    if not _LIBC:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.renameat2  # noqa: B018 (absent before glibc 2.28)
+            _LIBC.append(libc)
+        except (OSError, AttributeError):
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
+def _refuse(path, why, fix):
+    raise SpoolError(f"refusing spool dir {path}: {why}; another user could replace the hidden-state frames and "
+                     f"the shared weights; fix: {fix}")
+
+
+def private_makedirs(path):
+    """mkdir -p `path` (0700) the way the builtin roles do (common/private_files.h):
+    walking from /, every directory on the way must be ours or root's and writable
+    by nobody else unless sticky (like /dev/shm); a symlink must be ours or root's;
+    the last directory must be ours, a real directory, writable by us alone. A
+    directory another user made first (EEXIST) is refused, never joined."""
+    path = os.path.abspath(str(path))
+    me = os.geteuid()
+    parts = [p for p in path.split("/") if p]
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        here = "/"
+        for i, name in enumerate(parts):
+            st = os.fstat(fd)
+            if st.st_uid not in (me, 0):
+                _refuse(path, f"{here} is owned by uid {st.st_uid}, who could swap {name} for a link of theirs",
+                        "use a directory of your own")
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                _refuse(path, f"{here} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}, not sticky)",
+                        f"chmod go-w {here}")
+            nxt = os.path.join(here, name)
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+                made = True
+            except FileExistsError:
+                made = False
+            lst = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+            if stat.S_ISLNK(lst.st_mode):
+                if lst.st_uid not in (me, 0):
+                    _refuse(path, f"{nxt} is a symlink owned by uid {lst.st_uid}: its owner decides where it leads",
+                            f"rm {nxt}")
+            else:
+                flags |= os.O_NOFOLLOW
+            try:
+                nfd = os.open(name, flags, dir_fd=fd)
+            except OSError as e:
+                _refuse(path, f"{nxt} is not a directory ({e.strerror})", f"rm {nxt}")
+            os.close(fd)
+            fd, here = nfd, nxt
+            st = os.fstat(fd)
+            if made:
+                os.fchmod(fd, 0o700)  # past the umask
+            elif i == len(parts) - 1:
+                if st.st_uid != me:
+                    _refuse(path, f"it is owned by uid {st.st_uid}, not by you (uid {me})", "use a directory of your own")
+                if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    _refuse(path, f"it is writable by others (mode {stat.S_IMODE(st.st_mode):04o})", f"chmod go-w {path}")
+    finally:
+        os.close(fd)
+
+
+def _create_private(path):
+    """A file of ours, 0600, never through a link."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
+
+
+class Paths:
+    def __init__(self, root):
+        self.root = str(root)
+        for d in ("tmp", "ready", "claimed", "done", "rejected", "producers"):
+            setattr(self, d, os.path.join(self.root, d))
+        self.weights = os.path.join(self.root, "weights.safetensors")
+
+    def claimed_by(self, consumer):
+        return os.path.join(self.claimed, consumer)
+
+    def create(self):
+        private_makedirs(self.root)
+        for d in (self.tmp, self.ready, self.claimed, self.done, self.rejected, self.producers):
+            private_makedirs(d)
+
+
+def _frames(d):
+    try:
+        return [f for f in os.listdir(d) if parse_frame_file(f)]
+    except FileNotFoundError:
+        return []
+
+
+def _atomic_write(path, text):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with _create_private(tmp) as f:
+        f.write(text.encode())
+    os.replace(tmp, path)
+
+
+def manifest(root, producers):
+    """(manifest dict, final): what the spool holds, as C++ spool::Manifest
+    reports it. Final when every one of `producers` finished and nothing is
+    ready or claimed."""
+    p = Paths(root)
+    published = {}
+    for f in (os.listdir(p.producers) if os.path.isdir(p.producers) else []):
+        if f.endswith(".done"):
+            try:
+                published[f[:-5]] = int(json.load(open(os.path.join(p.producers, f)))["frames"])
+            except (OSError, ValueError, KeyError):
+                published[f[:-5]] = -1
+    ready = _frames(p.ready)
+    claimed = sum(len(_frames(p.claimed_by(c))) for c in (os.listdir(p.claimed) if os.path.isdir(p.claimed) else []))
+    done = {}
+    for f in _frames(p.done):
+        prod, seq = parse_frame_file(f)
+        done.setdefault(prod, set()).add(seq)
+        published.setdefault(prod, -1)
+    rejected = sorted(_frames(p.rejected))
+    per, tot_pub, tot_done, miss_tot, unexp_tot = {}, 0, 0, 0, 0
+    for prod in sorted(published):
+        n, seqs = published[prod], done.get(prod, set())
+        missing = [s for s in range(n) if s not in seqs] if n >= 0 else []
+        unexpected = [s for s in sorted(seqs) if s >= n] if n >= 0 else []
+        per[prod] = {"published": n if n >= 0 else None, "consumed": len(seqs),
+                     "first_seq": min(seqs) if seqs else None, "last_seq": max(seqs) if seqs else None,
+                     "missing": len(missing), "missing_seqs": missing[:20],
+                     "unexpected": len(unexpected), "unexpected_seqs": unexpected[:20]}
+        tot_pub += max(0, n)
+        tot_done += len(seqs)
+        miss_tot += len(missing)
+        unexp_tot += len(unexpected)
+    finished = sum(1 for n in published.values() if n >= 0)
+    final = producers > 0 and finished >= producers and not ready and claimed == 0
+    return {"format": "dflash-spool/1", "final": final, "producers_expected": producers,
+            "producers_finished": finished, "frames_published": tot_pub, "frames_consumed": tot_done,
+            "ready": len(ready), "claimed": claimed, "rejected": rejected,
+            "exactly_once": final and tot_pub == tot_done and miss_tot == 0 and unexp_tot == 0 and not rejected,
+            "producers": per}, final
+
+
+def write_manifest_if_final(root, producers, path):
+    """Writes the manifest to `path` if the spool is final; True if it did.
+    Called by a consumer after each ack and by a producer after its end
+    marker: whoever makes the state final sees it (they all write the same)."""
+    p = Paths(root)
+    try:
+        finished = sum(f.endswith(".done") for f in os.listdir(p.producers))
+    except FileNotFoundError:
+        return False
+    if producers <= 0 or finished < producers or _frames(p.ready):
+        return False
+    m, final = manifest(root, producers)
+    if final:
+        _atomic_write(path, json.dumps(m, indent=2) + "\n")
+    return final
+
+
+def _manifest_path(root, env=None):
+    env = os.environ if env is None else env
+    run_dir = env.get("DFLASH_RUN_DIR")
+    return os.path.join(run_dir, "spool.json") if run_dir else os.path.join(str(root), "spool.json")

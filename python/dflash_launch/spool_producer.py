@@ -1,0 +1,130 @@
+"""The spool's producer: SpoolProducer publishes a Python target's frames (and
+the shared weights) for the drafters."""
+
+import json
+import os
+import time
+
+from dflash_launch._extras import require
+from dflash_launch.spool_dirs import Paths, _atomic_write, _create_private, _frames, _manifest_path, \
+    _rename_noreplace, write_manifest_if_final
+from dflash_launch.spool_format import (WEIGHTS_FORMAT, FrameContractError, SpoolError, _exit_on_contract_error,
+                                        _st_dtype, check_frame, frame_bytes, frame_file, frame_metadata,
+                                        parse_frame_file)
+from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _warmup_spent
+
+
+class SpoolProducer:
+    """Publishes frames for the drafters (a Python target). Resumes after its
+    highest sequence number in the spool and removes its half-written temp
+    files; waits while ready/ holds `max_ready` frames. In a warm-up it checks
+    and discards what it publishes."""
+
+    def __init__(self, root, name, contract, max_ready=16, producers=None, manifest_path=None, warmup=None,
+                 warmup_frames=WARMUP_FRAMES):
+        """`producers` (default $DFLASH_SPOOL_PRODUCERS) and `manifest_path`
+        (default $DFLASH_RUN_DIR/spool.json): for the manifest at finish()."""
+        self.paths, self.name, self.contract, self.max_ready = Paths(root), name, contract, max(1, int(max_ready))
+        self.producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0) if producers is None else producers
+        self.manifest_path = manifest_path or _manifest_path(self.paths.root)
+        self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
+        self.discarded = 0
+        _exit_on_contract_error()
+        if self.warmup:
+            self.next_seq, self.finished = 0, False
+            return  # a warm-up publishes nothing: the drafters' frames come from the real targets
+        self.paths.create()
+        for f in os.listdir(self.paths.tmp):
+            pf = parse_frame_file(f[:-4]) if f.endswith(".tmp") else None
+            if (pf and pf[0] == name) or f.endswith(f"@{name}.tmp"):
+                os.unlink(os.path.join(self.paths.tmp, f))
+        dirs = [self.paths.ready] + [self.paths.claimed_by(c) for c in os.listdir(self.paths.claimed)]
+        dirs += [self.paths.done, self.paths.rejected]
+        seqs = [s for d in dirs for p, s in map(parse_frame_file, _frames(d)) if p == name]
+        self.next_seq = max(seqs, default=-1) + 1
+        self.finished = os.path.exists(os.path.join(self.paths.producers, f"{name}.done"))
+
+    @classmethod
+    def from_env(cls, contract, name=None, env=None, **kwargs):
+        """The run's spool, producer count and manifest path from what dflash-launch
+        sets; `name` defaults to DFLASH_PROCESS ("target:0")."""
+        env = os.environ if env is None else env
+        root = env.get("DFLASH_SPOOL_DIR")
+        if not root:
+            raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames go through "
+                             "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
+        return cls(root, name or env.get("DFLASH_PROCESS", "target"), contract,
+                   producers=int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), manifest_path=_manifest_path(root, env),
+                   warmup=env.get("DFLASH_WARMUP") == "1", **kwargs)
+
+    def check(self, hidden, tokens, metadata, seq):
+        """Raises FrameContractError unless the frame matches [model]: the
+        consumers' own check (check_frame), at the producer's end."""
+        f = frame_file(self.name, seq)
+        check_frame(self.contract, metadata, {"hidden": (_st_dtype(hidden), list(hidden.shape)),
+                                              "tokens": (_st_dtype(tokens), list(tokens.shape))}, f)
+        vocab = self.contract["vocab"]
+        bad = (tokens < 0) | (tokens >= vocab)
+        if bool(bad.any()):
+            i = int(bad.flatten().nonzero()[0])
+            raise FrameContractError(f, self.name, "token id out of range", f"ids in [0, {vocab})",
+                                     f"id {int(tokens.flatten()[i])} at position {i}",
+                                     "publish ids of the target's vocabulary, or set [model] vocab")
+
+    def publish(self, hidden, tokens, metadata=None, check=True):
+        """Publishes one sample; returns its sequence number. Checks the
+        contract first (the producer's end of it: FrameContractError, exit 65
+        when uncaught) unless check=False. Integer token ids become int64."""
+        c = self.contract
+        if not tokens.is_floating_point() and str(tokens.dtype) != "torch.int64":
+            tokens = tokens.long()
+        seq = self.next_seq
+        meta = dict(frame_metadata(c), **(metadata or {}), producer=self.name, seq=str(seq))
+        if check:
+            self.check(hidden, tokens, meta, seq)
+        if self.warmup:
+            if self.discarded >= self.warmup_frames:
+                _warmup_spent(self.name, self.discarded, "frames published (and discarded)")
+            self.discarded += 1
+            return seq
+        delay = 1e-4
+        while len(_frames(self.paths.ready)) >= self.max_ready:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        f = frame_file(self.name, seq)
+        tmp = os.path.join(self.paths.tmp, f + ".tmp")
+        with _create_private(tmp) as out:
+            out.write(frame_bytes(hidden, tokens, meta))
+        _rename_noreplace(tmp, os.path.join(self.paths.ready, f))
+        self.next_seq = seq + 1
+        return seq
+
+    def publish_weights(self, embed, lm_head):
+        """Publishes the target's embedding and LM head ([vocab, hidden] each) for
+        the drafters, once per spool: the first publisher wins. True if we did."""
+        save = require("safetensors.torch", "publishing the shared weights").save
+
+        if self.warmup or os.path.exists(self.paths.weights):
+            return False
+        data = save({"embed.weight": embed.detach().float().contiguous(),
+                     "lm_head.weight": lm_head.detach().float().contiguous()},
+                    metadata={"format": WEIGHTS_FORMAT, "producer": self.name})
+        tmp = os.path.join(self.paths.tmp, f"weights.safetensors@{self.name}.tmp")
+        with _create_private(tmp) as out:
+            out.write(data)
+        try:
+            _rename_noreplace(tmp, self.paths.weights)
+            return True
+        except FileExistsError:
+            os.unlink(tmp)
+            return False
+
+    def finish(self):
+        """The end marker; then, if the drafters already acknowledged every
+        frame, the manifest (`producers` producers are expected)."""
+        if self.warmup:
+            return
+        _atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
+                      json.dumps({"producer": self.name, "frames": self.next_seq}) + "\n")
+        self.finished = True
+        write_manifest_if_final(self.paths.root, self.producers, self.manifest_path)

@@ -1,0 +1,223 @@
+"""The spool's consumer: SpoolSource claims frames, checks them against [model]
+and acknowledges them after the step (what the reference drafter reads)."""
+
+import os
+import time
+
+from dflash_launch._extras import require
+from dflash_launch.spool_dirs import (Paths, _atomic_write, _frames, _manifest_path, _rename_noreplace,
+                                      private_makedirs, write_manifest_if_final)
+from dflash_launch.spool_format import (FrameContractError, SpoolError, _exit_on_contract_error, check_frame,
+                                        parse_frame_file, parse_header)
+from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _synthetic_frame, _warmup_spent
+
+
+class _Claimed:
+    __slots__ = ("file", "path", "producer", "seq", "taken_back")
+
+    def __init__(self, file, path, taken_back):
+        self.file, self.path, self.taken_back = file, path, taken_back
+        self.producer, self.seq = parse_frame_file(file)
+
+
+class SpoolSource:
+    """A consumer of the spool: yields {"hidden", "tokens", "seq", "producer",
+    "frame", "taken_back", "ack"} per frame; call sample["ack"]() after the
+    step. It first takes back what an earlier attempt of this consumer (same
+    name) claimed and never acknowledged; it ends when every producer has
+    finished and nothing is left to claim. A frame that violates the contract
+    goes to rejected/ and raises FrameContractError (exit 65 in the drafter)."""
+
+    def __init__(self, root, name, contract, producers=0, manifest_path=None, warmup=None,
+                 warmup_frames=WARMUP_FRAMES):
+        """`producers`: how many producers will mark their end; `manifest_path`:
+        default $DFLASH_RUN_DIR/spool.json (the spool dir is deleted after the
+        run). `warmup` (default: DFLASH_WARMUP=1): synthetic frames only."""
+        self.paths, self.name, self.contract, self.producers = Paths(root), name, contract, int(producers)
+        self.manifest_path = manifest_path or _manifest_path(self.paths.root)
+        self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
+        self.taken_back = self.acked = self.synthetic = 0
+        self.waited_s = 0.0
+        self.manifest_written = False
+        self._take_back, self._synth = [], None
+        _exit_on_contract_error()
+        if self.warmup:
+            return  # a warm-up never touches the spool: no claim dir, nothing taken back
+        self.paths.create()
+        self.mine = self.paths.claimed_by(name)
+        private_makedirs(self.mine)
+        self._take_back = sorted(_frames(self.mine), key=lambda f: parse_frame_file(f)[::-1])
+
+    @classmethod
+    def from_env(cls, contract, name=None, env=None, **kwargs):
+        """The run's spool, its producer count and manifest path, all from what
+        dflash-launch sets (DFLASH_SPOOL_DIR, DFLASH_SPOOL_PRODUCERS, DFLASH_RUN_DIR;
+        `name` defaults to DFLASH_PROCESS)."""
+        env = os.environ if env is None else env
+        root = env.get("DFLASH_SPOOL_DIR")
+        if not root:
+            raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames come through "
+                             "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
+        producers = int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0)
+        warmup = env.get("DFLASH_WARMUP") == "1"
+        if producers <= 0 and not warmup:
+            raise SpoolError("DFLASH_SPOOL_PRODUCERS is 0: no role of this run says it publishes frames, so this "
+                             "source could never end. Set spool = \"produce\" on the target role in run.toml "
+                             "(builtin targets imply it); see docs/builtin.md")
+        return cls(root, name or env.get("DFLASH_PROCESS", "drafter"), contract, producers,
+                   _manifest_path(root, env), warmup=warmup, **kwargs)
+
+    def shared_weights(self, say=print):
+        """The target's embedding and LM head ({"embed.weight", "lm_head.weight"},
+        float32), waiting for the first target to publish them. A warm-up gets
+        random ones of the same shape at once (it compiles; its results go)."""
+        if self.warmup:
+            torch = require("torch", "the spool's shared weights")
+            g = torch.Generator().manual_seed(0)
+            shape = (self.contract["vocab"], self.contract["hidden"])
+            return {k: torch.randn(*shape, generator=g) * 0.02 for k in ("embed.weight", "lm_head.weight")}
+        load = require("safetensors.torch", "the spool's shared weights").load
+
+        t0, next_say, delay = time.monotonic(), time.monotonic() + 5, 1e-3
+        while not os.path.exists(self.paths.weights):
+            if time.monotonic() >= next_say:
+                say(f"{self.name}: waiting for {self.paths.weights} from the targets ({time.monotonic() - t0:.0f}s)")
+                next_say += 60
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        with open(self.paths.weights, "rb") as f:
+            data = f.read()
+        meta, _ = parse_header(data)
+        w = load(data)
+        vocab, hidden = self.contract["vocab"], self.contract["hidden"]
+        for k in ("embed.weight", "lm_head.weight"):
+            got = list(w[k].shape) if k in w else None
+            if got != [vocab, hidden]:
+                raise FrameContractError(
+                    "weights.safetensors", meta.get("producer", "(unnamed)"), f"{k} does not fit [model]",
+                    f"{k} [{vocab}, {hidden}] (vocab x hidden)", f"{k} {got}",
+                    "publish the embedding and LM head of the target [model] describes")
+        return {k: w[k] for k in ("embed.weight", "lm_head.weight")}
+
+    def stats(self):
+        return {"taken_back": self.taken_back, "frames_acked": self.acked, "spool_wait_s": round(self.waited_s, 3),
+                "manifest_written": self.manifest_written, "warmup": self.warmup, "synthetic_frames": self.synthetic}
+
+    # The protocol ------------------------------------------------------------
+
+    def _producers_done(self):
+        if self.producers <= 0:
+            return False
+        try:
+            return sum(f.endswith(".done") for f in os.listdir(self.paths.producers)) >= self.producers
+        except FileNotFoundError:
+            return False
+
+    def _next(self):
+        if self._take_back:
+            self.taken_back += 1
+            f = self._take_back.pop(0)
+            return _Claimed(f, os.path.join(self.mine, f), True)
+        t0, delay, waited = time.monotonic(), 1e-4, False
+        while True:
+            cands = sorted((parse_frame_file(f)[::-1], f) for f in _frames(self.paths.ready))
+            for _, f in cands:
+                dst = os.path.join(self.mine, f)
+                try:
+                    os.rename(os.path.join(self.paths.ready, f), dst)  # the claim: one rename wins
+                except FileNotFoundError:
+                    continue
+                if waited:
+                    self.waited_s += time.monotonic() - t0
+                return _Claimed(f, dst, False)
+            if cands:
+                continue
+            if self._producers_done() and not _frames(self.paths.ready):
+                if waited:
+                    self.waited_s += time.monotonic() - t0
+                return None
+            waited = True
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
+    def reject(self, claimed, reason):
+        dst = os.path.join(self.paths.rejected, claimed.file)
+        _atomic_write(dst + ".reason", reason + "\n")
+        os.rename(claimed.path, dst)
+
+    def ack(self, claimed):
+        dst = os.path.join(self.paths.done, claimed.file)
+        try:
+            _rename_noreplace(claimed.path, dst)
+        except FileExistsError:
+            raise SpoolError(f"frame {claimed.file} was acknowledged before (done/ has it): producer "
+                             f"{claimed.producer} published sequence number {claimed.seq} twice") from None
+        os.truncate(dst, 0)  # the name is the record; the bytes can go
+        self.acked += 1
+        self.write_manifest_if_final()
+
+    def write_manifest_if_final(self):
+        """Whoever acknowledges the last frame writes the manifest (every
+        consumer that sees the final state writes the same content)."""
+        if self.warmup:
+            return False
+        if write_manifest_if_final(self.paths.root, self.producers, self.manifest_path):
+            self.manifest_written = True
+            return True
+        return False
+
+    def _synthetic(self, torch):
+        g = torch.Generator().manual_seed(int(self.contract.get("seed", 0)))
+        while True:
+            if self.synthetic >= self.warmup_frames:
+                _warmup_spent(self.name, self.synthetic, "synthetic frames from the spool")
+            hidden, tokens = _synthetic_frame(torch, self.contract, g)
+            self.synthetic += 1
+            yield {"hidden": hidden, "tokens": tokens, "seq": self.synthetic - 1, "producer": "(warm-up)",
+                   "frame": None, "taken_back": False, "synthetic": True, "ack": lambda: None}
+
+    def next_sample(self):
+        """The next frame as a sample dict, or None once the spool has ended (every producer finished, nothing
+        left to claim). A frame that violates [model] goes to rejected/ and raises FrameContractError.
+        What iterating the source calls; dflash_launch.spool_world.WorldSource calls it once per round."""
+        torch = require("torch", "reading spool frames as tensors")
+        if self.warmup:
+            if self._synth is None:
+                self._synth = self._synthetic(torch)
+            return next(self._synth)
+        load = require("safetensors.torch", "reading spool frames as tensors").load
+        c = self._next()
+        if c is None:
+            self.write_manifest_if_final()
+            return None
+        with open(c.path, "rb") as f:
+            data = f.read()
+        try:
+            try:
+                meta, tensors = parse_header(data)
+            except (ValueError, KeyError) as e:
+                raise FrameContractError(c.file, c.producer, "not a safetensors frame", "a safetensors file",
+                                         str(e), "publish with SpoolProducer or the builtin target") from None
+            # The contract, before any compute.
+            check_frame(self.contract, meta, tensors, c.file)
+            t = load(data)
+            tokens, hidden = t["tokens"], t["hidden"]
+            bad = (tokens < 0) | (tokens >= self.contract["vocab"])
+            if bool(bad.any()):
+                i = int(bad.flatten().nonzero()[0])
+                raise FrameContractError(c.file, meta.get("producer") or "(unnamed)", "token id out of range",
+                                         f"ids in [0, {self.contract['vocab']})",
+                                         f"id {int(tokens.flatten()[i])} at position {i}",
+                                         "publish ids of the target's vocabulary, or set [model] vocab")
+        except FrameContractError as e:
+            self.reject(c, str(e))
+            raise
+        return {"hidden": hidden, "tokens": tokens.to(torch.long), "seq": c.seq, "producer": c.producer,
+                "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
+
+    def __iter__(self):
+        while True:
+            sample = self.next_sample()
+            if sample is None:
+                return
+            yield sample
