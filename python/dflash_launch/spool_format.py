@@ -77,15 +77,6 @@ def _st_dtype(t):
     return _TORCH_TO_ST.get(str(t.dtype), str(t.dtype))
 
 
-def _synthetic_frame(torch, contract, g):
-    c = contract
-    b, s, width = c["batch"], c["seq_len"], len(c["tapped_layers"]) * c["hidden"]
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(c["dtype"], torch.float32)
-    hidden = torch.randn(b, s, width, generator=g).to(dtype)
-    # Never vocab-1, the drafters' mask token (neither do the builtin target's ids).
-    return hidden, torch.randint(0, max(1, c["vocab"] - 1), (b, s), generator=g, dtype=torch.long)
-
-
 def frame_file(producer, seq):
     return f"{producer}-{int(seq):010d}{EXT}"
 

@@ -216,8 +216,4 @@ class SpoolSource:
                 "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
 
     def __iter__(self):
-        while True:
-            sample = self.next_sample()
-            if sample is None:
-                return
-            yield sample
+        return iter(self.next_sample, None)

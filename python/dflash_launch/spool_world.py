@@ -210,8 +210,4 @@ class WorldSource:
         return None
 
     def __iter__(self):
-        while True:
-            sample = self.next_sample()
-            if sample is None:
-                return
-            yield sample
+        return iter(self.next_sample, None)
