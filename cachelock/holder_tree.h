@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cachelock/records.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 
 namespace dflash {
 

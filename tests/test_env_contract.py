@@ -1,4 +1,4 @@
-"""One process-environment contract (contract/process_env.h), and the small trust items of `check` and `run`:
+"""One process-environment contract (contract/env_vars.h), and the small trust items of `check` and `run`:
 what `check` shows is what a process gets; the launcher's own DFLASH_* never leak into a process; a role's
 `env` cannot override what the launcher owns; input that would crash toml++ or fail only at exec/fork is a
 config error before anything starts; a full log disk is said, never a silent cut."""
@@ -191,10 +191,10 @@ def test_a_full_log_disk_is_an_error_never_a_silent_cut(bin_dir, tmp_path, tiny_
 
 def test_the_docs_environment_table_is_the_headers():
     """docs/config.md's one table of the process environment (issue #39: it listed DFLASH_* three times, with
-    conflicting meanings) names exactly contract/process_env.h's variables and families, each with its kind."""
+    conflicting meanings) names exactly contract/env_vars.h's variables and families, each with its kind."""
     import re
     from conftest import ROOT
-    header = (ROOT / "contract" / "process_env.h").read_text()
+    header = (ROOT / "contract" / "env_vars.h").read_text()
     names = dict(re.findall(r'inline constexpr char (k\w+)\[\] = "([A-Z_]+)";', header))
     kinds = {names[k]: kind.lower() for k, kind in
              re.findall(r"\{(k\w+), VarKind::k(Owned|Default)\}", header.split("kProcessVars[] = {")[1].split("};")[0])}

@@ -14,7 +14,7 @@
 #include "contract/defaults.h"
 #include "contract/ready_spec.h"
 #include "worker/gated_run.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 
 namespace dflash {
 namespace {

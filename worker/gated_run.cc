@@ -20,7 +20,7 @@
 #include "worker/leader_hint.h"
 #include "worker/payload_host.h"
 #include "worker/protocol.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 
 #include <nlohmann/json.hpp>
 

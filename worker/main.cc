@@ -13,7 +13,7 @@
 #include "store/store_auth.h"
 #include "worker/gated_run.h"
 #include "worker/protocol.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 
 int main(int argc, char** argv) {
   using namespace dflash;

@@ -13,7 +13,7 @@
 
 #include "common/exit_codes.h"
 #include "contract/pause.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "worker/payload_host_internal.h"
 
 namespace dflash {

@@ -23,7 +23,7 @@
 #include "launcher/commands/commands.h"
 #include "launcher/commands/front_door.h"
 #include "common/json_field.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "launcher/plan/port_reservation.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/summary_json.h"

@@ -11,7 +11,7 @@
 #include <set>
 
 #include "common/duration.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "common/inductor_layout.h"
 #include "common/secure_path.h"
 #include "launcher/config/config_internal.h"
@@ -131,7 +131,7 @@ void CheckRoles(const toml::table& root, RunConfig* cfg, std::vector<ConfigError
   }
 }
 
-/// Named ports become variable names (contract/process_env.h): DFLASH_<ROLE>_<NAME>_PORTS upper-cases and
+/// Named ports become variable names (contract/env_vars.h): DFLASH_<ROLE>_<NAME>_PORTS upper-cases and
 /// maps '-' to '_', so roles "a-b" and "a_b", or role "a" port "b_http" and role "a_b" port "http", would
 /// write one variable with two meanings; so would DFLASH_PORT_<NAME> and the list of a role named "port".
 void CheckPortVars(RunConfig* cfg, std::vector<ConfigError>* errors) {

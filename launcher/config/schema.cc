@@ -156,7 +156,7 @@ std::vector<SectionSpec> MakeSchema() {
             "\"produce\"", {"produce", "consume"}},
            {"env", K::kEnvTable, "{}",
             "Extra environment for this role's processes. Variables that dflash-launch or dflash-worker set (RANK, "
-            "CUDA_VISIBLE_DEVICES, DFLASH_STORE, ...: contract/process_env.h) cannot be set here; the defaults "
+            "CUDA_VISIBLE_DEVICES, DFLASH_STORE, ...: contract/env_vars.h) cannot be set here; the defaults "
             "OMP_NUM_THREADS, PYTHONUNBUFFERED and PYTHONFAULTHANDLER can. The processes get every value as it is; "
             "`check` shows a secret-looking one (HF_TOKEN, *_API_KEY, a URL's password) redacted.",
             "{ OMP_NUM_THREADS = \"4\" }"},

@@ -10,7 +10,7 @@
 
 #include "common/duration.h"
 #include "common/hash.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "worker/protocol.h"
 
 namespace dflash {

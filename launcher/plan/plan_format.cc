@@ -11,7 +11,7 @@
 #include "common/duration.h"
 #include "common/redact.h"
 #include "common/signal_names.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "contract/shape_contract.h"
 
 namespace dflash {

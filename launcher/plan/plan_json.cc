@@ -6,7 +6,7 @@
 
 #include "common/redact.h"
 #include "common/signal_names.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "launcher/config/role_order.h"
 
 namespace dflash {

@@ -4,7 +4,7 @@
 
 #include "common/run_sweep.h"
 #include "common/spawn.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "launcher/plan/plan.h"
 
 namespace dflash {

@@ -1,4 +1,4 @@
-// A process's environment, built in one place (the names: contract/process_env.h).
+// A process's environment, built in one place (the names: contract/env_vars.h).
 // `check` prints Plan::ProcessEnv; the supervisor and `seed` spawn with
 // SpawnEnvironment(launcher's env, Plan::ProcessEnv(...)), so what `check`
 // shows is what the process gets, and nothing the launcher owns leaks in from

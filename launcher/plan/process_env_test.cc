@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/spawn.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "launcher/plan/plan.h"
 #include "launcher/plan/plan_format.h"
 
@@ -68,7 +68,7 @@ std::vector<const ProcessPlan*> AllOf(const Plan& plan) {
   return all;
 }
 
-// The contract: every variable the plan writes is named in contract/process_env.h,
+// The contract: every variable the plan writes is named in contract/env_vars.h,
 // every one the launcher owns is refused in a role's env (at file:line:col, with a
 // hint), and `check` shows each one a spawned process gets.
 TEST(ProcessEnvContract, EveryVariableWrittenIsInTheTableReservedAndShownByCheck) {
@@ -89,7 +89,7 @@ TEST(ProcessEnvContract, EveryVariableWrittenIsInTheTableReservedAndShownByCheck
       if (from_role) continue;
       written.insert(k);
       EXPECT_TRUE(env::FindProcessVar(k) || env::FindProcessVarFamily(k))
-          << k << " is written but not in contract/process_env.h";
+          << k << " is written but not in contract/env_vars.h";
       EXPECT_NE(json.find("\"" + k + "\""), std::string::npos) << k << " not in check --json";
       EXPECT_NE(text.find(k + "="), std::string::npos) << k << " not in check's text";
     }

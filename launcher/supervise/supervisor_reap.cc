@@ -13,7 +13,7 @@
 #include "common/proc_scan.h"
 #include "common/run_sweep.h"
 #include "common/spawn.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "launcher/supervise/orphan_owner.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/pid_claim.h"

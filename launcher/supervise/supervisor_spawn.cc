@@ -12,7 +12,7 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/spawn.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "launcher/supervise/supervisor_internal.h"
 
 namespace dflash {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 
 namespace dflash {
 namespace {

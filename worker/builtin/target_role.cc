@@ -8,7 +8,7 @@
 
 #include "common/exit_codes.h"
 #include "common/notify.h"
-#include "contract/process_env.h"
+#include "contract/env_vars.h"
 #include "worker/builtin/frame_contract.h"
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles_internal.h"
