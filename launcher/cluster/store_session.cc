@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "common/exit_codes.h"
+#include "common/status.h"
 #include "common/signal_fd.h"
 #include "common/signal_names.h"
 #include "launcher/plan/holder_lock.h"
@@ -15,9 +16,16 @@
 namespace dflash {
 namespace {
 
-void Say(const std::shared_ptr<spdlog::logger>& log, const std::string& text, bool error) {
-  std::fprintf(stderr, "dflash-launch: %s%s\n", error ? "" : "", text.c_str());
-  if (log) error ? log->error(text) : log->info(text);
+/// What the run does meanwhile (a note from the store, the wait at the barrier): on the console and in the log.
+void Note(const std::shared_ptr<spdlog::logger>& log, const std::string& text) {
+  std::fprintf(stderr, "dflash-launch: %s\n", text.c_str());
+  if (log) log->info(text);
+}
+
+/// Why the session did not open: in the run's log here, on the console by the command that says the Status.
+Status Refused(const std::shared_ptr<spdlog::logger>& log, int exit_code, const std::string& text) {
+  if (log) log->error(text);
+  return Status::Error(exit_code, "dflash-launch: " + text + "\n");
 }
 
 std::string JoinNodes(const std::vector<int>& nodes) {
@@ -67,59 +75,55 @@ int ResolveStoreAuth(const Plan& plan, const std::vector<std::string>& env, Stor
 
 std::string StoreSecretPath(const Plan& plan) { return plan.run_dir + "/store.secret"; }
 
-int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
+Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
                      const std::shared_ptr<spdlog::logger>& log, StoreSession* session) {
   const RunSpec& run = plan->config.run;
   std::string err;
   StoreUrl url;
   StoreAuth auth;
   if (int rc = ResolveStoreAuth(*plan, env, &auth, &err)) {
-    Say(log, err, true);
-    return rc;
+    return Refused(log, rc, err);
   }
   // For the run's processes (the cluster gate authenticates and signs with it): a 0600 file named by
   // DFLASH_STORE_SECRET_FILE, never the password itself in their environment or argv.
   if (!auth.empty() && !WriteSecretFile(StoreSecretPath(*plan), auth.password, &err)) {
-    Say(log, "the store's secret for the run's processes: " + err + "; nothing was started", true);
-    return exit_code::kCannotCreate;
+    return Refused(log, exit_code::kCannotCreate,
+                   "the store's secret for the run's processes: " + err + "; nothing was started");
   }
   if (plan->store_private()) {
     if (!plan->store_port && plan->nnodes > 1) {
-      Say(log, "store = \"private\" with several nodes needs MASTER_PORT to derive its port from", true);
-      return exit_code::kUsage;
+      return Refused(log, exit_code::kUsage,
+                     "store = \"private\" with several nodes needs MASTER_PORT to derive its port from");
     }
     if (plan->store_port > 65535) {
-      Say(log, "the private store's port " + std::to_string(plan->store_port) +
-                   " (master_port + 1 + 2 x roles) is not a port: pick a lower master_port", true);
-      return exit_code::kUsage;
+      return Refused(log, exit_code::kUsage, "the private store's port " + std::to_string(plan->store_port) +
+                                                 " (master_port + 1 + 2 x roles) is not a port: pick a lower "
+                                                 "master_port");
     }
     if (plan->node_rank == 0) {
       std::string dir, warning;
       if (!PortLockDir(&dir, &warning, &err)) {
-        Say(log, err, true);
-        return exit_code::kCannotCreate;
+        return Refused(log, exit_code::kCannotCreate, err);
       }
       std::string record = HolderRecord("run " + plan->run_id + ", its private store");
       ReserveResult rr = plan->store_port ? ReservePort(dir, plan->store_port, record, ports, &err)
                                           : ReserveFreePort(dir, record, &plan->store_port, ports, &err);
       if (rr != ReserveResult::kReserved) {
-        Say(log, "the private store's port: " + err + "; nothing was started", true);
-        return rr == ReserveResult::kInUse ? exit_code::kInUse : exit_code::kFailure;
+        return Refused(log, rr == ReserveResult::kInUse ? exit_code::kInUse : exit_code::kFailure,
+                       "the private store's port: " + err + "; nothing was started");
       }
       session->private_store = std::make_unique<PrivateStore>();
       // It requires the derived password, never the secret (store/store_auth.h PrivateStoreAuthPassword).
       if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir,
                                          PrivateStoreAuthPassword(auth.password, plan->run_id), env, &err,
                                          plan->Files())) {
-        Say(log, err + "; nothing was started", true);
-        return exit_code::kInUse;
+        return Refused(log, exit_code::kInUse, err + "; nothing was started");
       }
       if (log) log->info("private store: redis-server pid {} on {}", session->private_store->pid(), plan->StoreUrlText());
     }
   }
   if (!ParseStoreUrl(plan->StoreUrlText(), &url, &err)) {
-    Say(log, err, true);
-    return exit_code::kUsage;
+    return Refused(log, exit_code::kUsage, err);
   }
   CoordinatorOptions co;
   co.url = url;
@@ -149,17 +153,15 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
   SignalFd signals;
   signals.Open({SIGINT, SIGTERM, SIGHUP}, &err);
   bool registered = c.Register(&err, &rc, &notes, &signals);
-  for (const std::string& n : notes) Say(log, n, false);
+  for (const std::string& n : notes) Note(log, n);
   if (!registered) {
-    Say(log, err, true);
     session->coordinator.reset();
-    return rc;
+    return Refused(log, rc, err);
   }
   if (log) log->info("registered as node {} of {} in {} (ttl {})", plan->node_rank, plan->nnodes, url.ToString(),
                      FormatDuration(run.store_ttl));
   if (!c.Start(&err)) {
-    Say(log, err, true);
-    return exit_code::kFailure;
+    return Refused(log, exit_code::kFailure, err);
   }
   // The start barrier: every node registered and seen alive.
   auto t0 = std::chrono::steady_clock::now();
@@ -172,12 +174,11 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
                            std::to_string(plan->nnodes) + " did not register (or were not seen alive) within " +
                            FormatDuration(run.store_barrier_timeout) +
                            " ([run] store_barrier_timeout); nothing was started";
-      Say(log, reason, true);
       c.Finish(exit_code::kTimeout, reason);
-      return exit_code::kTimeout;
+      return Refused(log, exit_code::kTimeout, reason);
     }
     if (!said_waiting && now - t0 > std::chrono::seconds(2)) {
-      Say(log, "waiting at the start barrier for node(s) " + JoinNodes(c.Missing()), false);
+      Note(log, "waiting at the start barrier for node(s) " + JoinNodes(c.Missing()));
       said_waiting = true;
     }
     pollfd fds[2] = {{c.event_fd(), POLLIN, 0}, {signals.fd(), POLLIN, 0}};
@@ -188,22 +189,20 @@ int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std:
     if (signals.fd() >= 0 && signals.Read(&si)) {
       int sig = static_cast<int>(si.ssi_signo);
       std::string reason = "stopped by " + SignalName(sig) + " at the start barrier; nothing was started";
-      Say(log, reason, true);
       c.Finish(exit_code::kSignalBase + sig, reason);
-      return exit_code::kSignalBase + sig;
+      return Refused(log, exit_code::kSignalBase + sig, reason);
     }
     for (const NodeCoordinator::Event& e : c.TakeEvents()) {
       using K = NodeCoordinator::Event::Kind;
       if (e.kind == K::kBarrier) {
         if (log) log->info("start barrier passed: all {} nodes registered and alive", plan->nnodes);
-        return 0;
+        return Status::Ok();
       }
       if (e.kind == K::kStop) {
-        Say(log, e.text + "; nothing was started", true);
         c.Finish(e.exit_code, e.text);
-        return e.exit_code;
+        return Refused(log, e.exit_code, e.text + "; nothing was started");
       }
-      Say(log, e.text, false);
+      Note(log, e.text);
     }
   }
 }

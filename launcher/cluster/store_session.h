@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "launcher/cluster/node_coordinator.h"
 #include "launcher/plan/plan.h"
 #include "launcher/plan/port_reservation.h"
@@ -31,8 +32,8 @@ std::string StoreSecretPath(const Plan& plan);
 /// random one; of several nodes, without one: exit 64), resolves and reserves a private store's port (one node: a free one), starts
 /// it on node 0, registers this node and waits at the start barrier (SIGINT,
 /// SIGTERM, SIGHUP end the wait; they are blocked, so read from a signalfd).
-/// Returns 0, or the exit code with the reason on stderr and in `log`: nothing was started.
-int OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
+/// Returns ok, or the exit code with the reason (in `log` already; the caller says it): nothing was started.
+Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
                      const std::shared_ptr<spdlog::logger>& log, StoreSession* session);
 
 /// After the run: publishes done (and the failure, if any and not yet), unregisters;

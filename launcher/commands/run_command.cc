@@ -386,7 +386,10 @@ int RunRun(const RunOptions& opts, char** env) {
   if (int rc = MakeRunDir(opts, config, &plan, &run_lock); rc != 0) return rc;
   // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
   PortReservations ports;
-  if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
+  std::string port_warning;
+  Status reserved = ReserveRunPorts(&plan, &ports, &port_warning);
+  if (!port_warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", port_warning.c_str());
+  if (!reserved.ok()) return Say(reserved);
   std::shared_ptr<spdlog::logger> log = OpenRunLog(plan);
   if (!log) return exit_code::kCannotCreate;
   // Before any thread exists (the console writer): these signals are taken
@@ -397,7 +400,8 @@ int RunRun(const RunOptions& opts, char** env) {
   // barrier, before anything starts. After BlockSignals: its thread must not take them.
   StoreSession store;
   if (!plan.store.empty()) {
-    if (int rc = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, &store); rc != 0) return rc;
+    if (Status opened = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, &store); !opened.ok())
+      return Say(opened);
   }
 
   Console console(ConsoleOptionsFor(opts));

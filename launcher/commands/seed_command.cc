@@ -230,7 +230,10 @@ int RunSeed(const SeedOptions& o, char** env) {
   }
   // The warm-ups get the real processes' env: MASTER_PORT "auto" must be a real, reserved port here too.
   PortReservations ports;
-  if (int rc = ReservePlanPortsOrReport(&plan, &ports); rc != 0) return rc;
+  std::string port_warning;
+  Status reserved = ReserveRunPorts(&plan, &ports, &port_warning);
+  if (!port_warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", port_warning.c_str());
+  if (!reserved.ok()) return Say(reserved);
   for (const ProcessPlan* p : firsts) {
     const RoleSpec& role = plan.RoleOf(*p);
     Warmup w{&plan, p, plan.run_dir + "/seed-" + role.name + ".metrics.json"};

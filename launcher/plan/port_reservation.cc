@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <random>
 
 #include "common/exit_codes.h"
@@ -191,38 +190,32 @@ ReserveResult ReserveNamedPorts(Plan* plan, const std::string& lock_dir, PortRes
   return ReserveResult::kReserved;
 }
 
-int ReservePlanPortsOrReport(Plan* plan, PortReservations* held) {
-  std::string lock_dir, warning, err;
-  if (!PortLockDir(&lock_dir, &warning, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
-  if (!warning.empty()) std::fprintf(stderr, "dflash-launch: warning: %s\n", warning.c_str());
+Status ReserveRunPorts(Plan* plan, PortReservations* held, std::string* warning) {
+  std::string lock_dir, err;
+  if (!PortLockDir(&lock_dir, warning, &err))
+    return Status::Error(exit_code::kCannotCreate, "dflash-launch: " + err + "\n");
   ReserveResult r = ReservePlanPorts(plan, lock_dir, held, &err);
   if (r == ReserveResult::kReserved) {
     r = ReserveNamedPorts(plan, lock_dir, held, &err);
-    if (r == ReserveResult::kInUse) {
-      std::fprintf(stderr,
-                   "dflash-launch: %s; nothing was started. Free ports in [20000, 32767) on this host (other "
-                   "dflash-launch runs hold theirs in %s), or name fewer ports\n",
-                   err.c_str(), lock_dir.c_str());
-      return exit_code::kInUse;
-    }
+    if (r == ReserveResult::kInUse)
+      return Status::Error(exit_code::kInUse,
+                           "dflash-launch: " + err + "; nothing was started. Free ports in [20000, 32767) on this "
+                           "host (other dflash-launch runs hold theirs in " + lock_dir + "), or name fewer ports\n");
   }
   switch (r) {
     case ReserveResult::kReserved:
-      return exit_code::kOk;
+      return Status::Ok();
     case ReserveResult::kInUse:
-      std::fprintf(stderr,
-                   "dflash-launch: %s; nothing was started. Use master_port = \"auto\" (the default) for a free "
-                   "port, or another port%s\n",
-                   err.c_str(), plan->nnodes > 1 ? " (several nodes: or another run id, from which auto derives it)" : "");
-      return exit_code::kInUse;
+      return Status::Error(exit_code::kInUse,
+                           "dflash-launch: " + err + "; nothing was started. Use master_port = \"auto\" (the "
+                           "default) for a free port, or another port" +
+                               (plan->nnodes > 1 ? " (several nodes: or another run id, from which auto derives it)"
+                                                 : "") + "\n");
     case ReserveResult::kFailed:
       break;
   }
-  std::fprintf(stderr, "dflash-launch: cannot reserve ports: %s; nothing was started\n", err.c_str());
-  return exit_code::kCannotCreate;
+  return Status::Error(exit_code::kCannotCreate,
+                       "dflash-launch: cannot reserve ports: " + err + "; nothing was started\n");
 }
 
 }  // namespace dflash

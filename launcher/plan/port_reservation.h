@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "common/status.h"
 #include "launcher/plan/plan.h"
 
 namespace dflash {
@@ -57,8 +58,8 @@ ReserveResult ReservePlanPorts(Plan* plan, const std::string& lock_dir, PortRese
 /// left to draw; kFailed: a lock could not be made (e.g. out of file descriptors).
 ReserveResult ReserveNamedPorts(Plan* plan, const std::string& lock_dir, PortReservations* held, std::string* err);
 
-/// ReservePlanPorts and ReserveNamedPorts in the default lock dir, errors and warnings on stderr.
-/// Returns 0, 69 (a port is taken: nothing may be spawned) or 73.
-int ReservePlanPortsOrReport(Plan* plan, PortReservations* held);
+/// ReservePlanPorts and ReserveNamedPorts in the default lock dir (PortLockDir; its `warning`, if any, for the
+/// caller to say). Exit codes: 69 (a port is taken: nothing may be spawned) or 73.
+Status ReserveRunPorts(Plan* plan, PortReservations* held, std::string* warning);
 
 }  // namespace dflash
