@@ -86,6 +86,8 @@ def _follower_with_other_threads(tmp_path, **extra_env):
     return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.skipif(os.environ.get("DFLASH_LONG_TESTS") != "1",
+                    reason="a canary of torch's own bug, for when the torch pin moves: DFLASH_LONG_TESTS=1")
 def test_torch_2_13_crashes_a_follower_whose_loaded_entry_fails_a_guard(tmp_path):
     """torch alone (the helper's fix off): the entry loads (same qualname and first line), its GLOBAL_STATE guard
     fails (another thread count), and the re-trace dies on the globals the load installed instead of falling back.
