@@ -31,11 +31,11 @@ def fill(root, frames, bad_seq=None):
     p.finish()
 
 
-def run_world(tmp_path, kind, tail="pad", frames=10, bad_seq=None, timeout_s=60):
+def run_world(tmp_path, kind, tail="pad", frames=10, bad_seq=None, timeout_s=60, extra_env=None):
     root = tmp_path / "spool"
     fill(root, frames, bad_seq)
     port = free_port()
-    env = dict(ENV, **SMALL_ENV, DFLASH_SPOOL_PRODUCERS="1", OMP_NUM_THREADS="1")
+    env = dict(ENV, **SMALL_ENV, DFLASH_SPOOL_PRODUCERS="1", OMP_NUM_THREADS="1", **(extra_env or {}))
     env.pop("DFLASH_METRICS_FILE", None)
     procs = []
     for rank in range(WORLD):
@@ -117,6 +117,24 @@ def test_a_bad_frame_stops_every_rank_with_65(tmp_path):
     assert os.path.exists(root / "rejected" / "target:0-0000000004.safetensors")
     m, final = manifest(root, 1)
     assert not final and m["claimed"] == 2  # the peers' frames of that round: a restart takes them back
+    assert all(o is None for o in outs)
+
+
+def test_a_rank_whose_spool_fails_stops_its_peers_at_once(tmp_path):
+    """Rank 1's spool fails at its 3rd claim (an OSError: its files, not a frame). Before: rank 1 left the loop
+    before the round's agreement and its peers waited in it until the collective timed out. Now: rank 1 raises
+    its own error, the peers raise WorldSpoolFailed naming it in the same round (exit 1: restartable, not 65),
+    well before the timeout; nothing of that round is acknowledged twice."""
+    import time
+    t0 = time.monotonic()
+    codes, errs, outs, root = run_world(tmp_path, "world", timeout_s=60, extra_env={"SPOOL_RANK_FAIL": "1:3"})
+    assert time.monotonic() - t0 < 50, errs  # not the 60 s gloo timeout
+    assert codes == [1, 1, 1], errs
+    assert "Input/output error (injected)" in errs[1], errs[1]
+    for r in (0, 2):
+        assert f"drafter:{r} (rank {r}) stops: the spool of rank 1 failed" in errs[r], errs[r]
+    m, final = manifest(root, 1)
+    assert not final and m["frames_consumed"] <= 6, m  # 2 rounds acknowledged at most; nothing twice
     assert all(o is None for o in outs)
 
 

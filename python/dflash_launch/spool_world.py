@@ -16,6 +16,8 @@ all_gather of a flag per rank, over gloo) on what each of them holds:
 - a rank's frame violates [model]: it goes to rejected/ and that rank raises FrameContractError (exit 65); the
   others raise WorldFrameRejected (a FrameContractError: exit 65 too, never restarted) instead of waiting in a
   collective for a rank that is gone. The frames they hold stay claimed: a restarted world takes them back.
+- a rank's spool fails otherwise (an OSError, a SpoolError): that rank raises it, and the others raise
+  WorldSpoolFailed (exit 1, restarted by policy) instead of waiting for it in the agreement.
 
 Acknowledging: asking for the next frame acknowledges the last one (its step has run), and so does the end of the
 loop; `sample["ack"](loss)` does it at once and records the loss for the run summary (TrainingMetrics in
@@ -40,11 +42,20 @@ when its backend has gloo, else one gloo group made at construction, which every
 import sys
 
 from dflash_launch._extras import require
-from dflash_launch.spool import FrameContractError, SpoolSource
+from dflash_launch.spool import FrameContractError, SpoolError, SpoolSource
 from dflash_launch.train_metrics import TrainingMetrics
 
 TAILS = ("pad", "drop")
-_HAVE, _END, _BAD = 1, 0, -1
+_HAVE, _END, _BAD, _FAIL = 1, 0, -1, -2
+
+
+class WorldSpoolFailed(SpoolError):
+    """A peer's spool failed (not its frame: its files): this rank stops with it rather than wait for it."""
+
+    def __init__(self, name, rank, failed_ranks):
+        who = ", ".join(str(r) for r in failed_ranks)
+        super().__init__(f"{name} (rank {rank}) stops: the spool of rank {who} failed (its stderr says why); a "
+                         f"world cannot step without one of its ranks")
 
 
 class WorldFrameRejected(FrameContractError):
@@ -178,21 +189,28 @@ class WorldSource:
 
     def next_sample(self):
         """The sample of the next step, the same round on every rank, or None when every rank is done."""
-        self._ack_pending()
         if self.world == 1:
+            self._ack_pending()
             sample = self.source.next_sample()
             return self._wrap(sample) if sample is not None else self._finish()
         error, sample = None, None
-        try:
+        try:  # whatever fails here, the peers learn it in this round's agreement, never wait for this rank in it
+            self._ack_pending()
             sample = self.source.next_sample()
-        except FrameContractError as e:
+        except Exception as e:  # noqa: BLE001 -- raised again below, after the peers were told
             error = e
-        flags = self._gather(_BAD if error else _HAVE if sample is not None else _END)
+        flag = _HAVE if sample is not None else _END
+        if error is not None:
+            flag = _BAD if isinstance(error, FrameContractError) else _FAIL
+        flags = self._gather(flag)
         if error is not None:
             raise error
         bad = [r for r, f in enumerate(flags) if f == _BAD]
         if bad:
             raise WorldFrameRejected(self.name, self.rank, bad)
+        failed = [r for r, f in enumerate(flags) if f == _FAIL]
+        if failed:
+            raise WorldSpoolFailed(self.name, self.rank, failed)
         if all(f == _HAVE for f in flags):
             return self._wrap(sample)
         if all(f == _END for f in flags):

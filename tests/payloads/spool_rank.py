@@ -3,9 +3,11 @@
     python spool_rank.py ROOT RANK WORLD PORT SOURCE TAIL OUT TIMEOUT_S
 SOURCE: "world" (dflash_launch.spool_world.WorldSource) or "plain" (a SpoolSource per rank: what a DDP drafter had
 before). Writes OUT (JSON): the frames it stepped on, its step count, a digest of its final weights, its stats.
-The collectives time out after TIMEOUT_S, so a world whose ranks stepped unequally fails instead of hanging."""
+The collectives time out after TIMEOUT_S, so a world whose ranks stepped unequally fails instead of hanging.
+SPOOL_RANK_FAIL="R:N": rank R's spool raises OSError at its Nth claim (a disk error, not a bad frame)."""
 import datetime
 import json
+import os
 import sys
 
 import torch
@@ -30,6 +32,17 @@ if kind == "world":
     source = WorldSource(SpoolSource(root, name, contract, producers=1), tail=tail)
 else:
     source = SpoolSource(root, name, contract, producers=1)
+fail = os.environ.get("SPOOL_RANK_FAIL", "")
+if fail and int(fail.split(":")[0]) == rank:
+    spool, claims = source.source if kind == "world" else source, []
+    claim = spool.next_sample
+
+    def failing_claim():
+        claims.append(1)
+        if len(claims) == int(fail.split(":")[1]):
+            raise OSError(5, "Input/output error (injected)", str(root))
+        return claim()
+    spool.next_sample = failing_claim
 seen = []
 for sample in source:
     logits = model(sample["hidden"].float())
