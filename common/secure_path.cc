@@ -8,14 +8,18 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/fd.h"
+#include "common/split.h"
 
 namespace dflash {
 
@@ -64,15 +68,10 @@ std::string ModeAndWho(const std::string& path, const struct stat& st) {
   return who.empty() ? out : out + "; " + who;
 }
 
+/// A path's components, without the empty ones of "//" or a leading or trailing "/".
 std::vector<std::string> Split(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t i = 0;
-  while (i < path.size()) {
-    size_t j = path.find('/', i);
-    if (j == std::string::npos) j = path.size();
-    if (j > i) parts.push_back(path.substr(i, j - i));
-    i = j + 1;
-  }
+  std::vector<std::string> parts = SplitOn(path, '/');
+  parts.erase(std::remove(parts.begin(), parts.end(), std::string()), parts.end());
   return parts;
 }
 
@@ -137,17 +136,31 @@ std::string AskWhoElseIsInGroup(gid_t gid) {
   }
   // Members by primary group are not listed in /etc/group: every passwd entry is asked (getpwent enumerates
   // what NSS will; a directory service that does not enumerate is not seen, so a group must also be ours).
+  // An entry that does not fit, or NSS failing, must not read as the end of the list (that would pass the group):
+  // a longer buffer for the one, a refusal for the other. The cursor is the process's: one walk at a time.
+  static std::mutex walk;
+  std::lock_guard<std::mutex> one_walk(walk);
   std::string other;
   ::setpwent();
   struct passwd e {};
   struct passwd* found = nullptr;
-  char ebuf[1024];
-  while (other.empty() && ::getpwent_r(&e, ebuf, sizeof ebuf, &found) == 0 && found)
+  std::vector<char> ebuf(1024);
+  int rc = 0;
+  while (other.empty()) {
+    rc = ::getpwent_r(&e, ebuf.data(), ebuf.size(), &found);
+    if (rc == ERANGE && ebuf.size() < (1u << 20)) {
+      ebuf.resize(ebuf.size() * 2);  // glibc reads the same entry again
+      continue;
+    }
+    if (rc != 0 || !found) break;
     if (found->pw_gid == gid && found->pw_uid != uid)
       other = std::string(found->pw_name) + " (uid " + std::to_string(found->pw_uid) + ") has " + group_name +
               " as primary group";
+  }
   ::endpwent();
   if (!other.empty()) return other;
+  if (rc != 0 && rc != ENOENT)
+    return "the users whose primary group is " + group_name + " cannot be listed (" + std::strerror(rc) + ")";
   // pam_umask's usergroups, the reason a umask of 002 is safe, never applies to root: root's files have no
   // private group, and a group-write bit on them is someone else's way in.
   if (uid == 0) return "you are root, and root has no user private group (pam_umask: usergroups skips root)";
