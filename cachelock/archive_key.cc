@@ -27,7 +27,8 @@ bool LoadArchiveKey(bool create, std::string* key, std::string* err) {
       *err = "you have no archive key (" + path + ": made by your first `cache export`)";
       return false;
     }
-    const std::string dir = path.substr(0, path.find_last_of('/'));
+    const size_t slash = path.find_last_of('/');  // DFLASH_ARCHIVE_KEY may name a file here, or one in /
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     PathUse use;
     use.what = "archive key dir";
     use.harm = "they could replace the key that says which cache archives are yours";

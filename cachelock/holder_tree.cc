@@ -94,9 +94,11 @@ bool KillHolderTree(const std::string& token, std::chrono::milliseconds wait, in
   return false;
 }
 
-double HolderTreeCpuSeconds(const std::string& token) {
+double HolderTreeCpuSeconds(const std::string& token) { return HolderTreeCpuSeconds(HolderTreePids(token)); }
+
+double HolderTreeCpuSeconds(const std::vector<pid_t>& pids) {
   double total = 0;
-  for (pid_t pid : HolderTreePids(token)) total += CpuSeconds(pid);
+  for (pid_t pid : pids) total += CpuSeconds(pid);
   return total;
 }
 

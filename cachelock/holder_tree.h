@@ -31,7 +31,9 @@ std::vector<pid_t> HolderTreePids(const std::string& token);
 /// (unkillable: D state), with their pids in `err`.
 bool KillHolderTree(const std::string& token, std::chrono::milliseconds wait, int* killed, std::string* err);
 
-/// CPU seconds (user + system, their reaped children's included) the tree's live processes have used so far.
+/// CPU seconds (user + system, their reaped children's included) the processes `pids` have used so far.
+double HolderTreeCpuSeconds(const std::vector<pid_t>& pids);
+/// The same for the tree HolderTreePids(token) finds now.
 double HolderTreeCpuSeconds(const std::string& token);
 
 /// Whether a holder tree that used `used_cpu_s` of CPU over `window_s` is blocked rather than compiling:

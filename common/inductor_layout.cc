@@ -3,20 +3,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/split.h"
+
 namespace dflash {
 namespace {
-
-std::vector<std::string> SplitRelative(const std::string& rel) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= rel.size()) {
-    size_t j = rel.find('/', i);
-    if (j == std::string::npos) j = rel.size();
-    out.push_back(rel.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
 
 bool LowerAlnum(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); });
@@ -87,7 +77,7 @@ bool IsContentKind(const std::string& k) {
 }
 
 std::string CacheKindOf(const std::string& rel) {
-  std::vector<std::string> p = SplitRelative(rel);
+  std::vector<std::string> p = SplitOn(rel, '/');
   const std::string& top = p[0];
   const std::string& name = p.back();
   if (top == ".dflash") return p.size() > 1 ? "gate" : "";
@@ -122,7 +112,7 @@ std::string CacheKindOf(const std::string& rel) {
 }
 
 bool IsCacheDirPath(const std::string& rel) {
-  std::vector<std::string> p = SplitRelative(rel);
+  std::vector<std::string> p = SplitOn(rel, '/');
   if (!std::all_of(p.begin(), p.end(), PlainName)) return false;
   const std::string& top = p[0];
   if (top == "fxgraph") return p.size() == 1 || (p.size() == 2 && KernelDir(p[1])) || (p.size() == 3 && KernelDir(p[1]) && LowerAlnum(p[2]));

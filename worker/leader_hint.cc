@@ -23,11 +23,12 @@ std::string IdleLeaderHint::Tick(CompileGate& gate) {
   // A holder with no marked process runs no payload yet: it is not blocked on peers, it is waiting
   // for something else -- another node's cluster lease (which has its own hint, relayed from the
   // remote leader's renewals). The window starts over when its payload appears.
-  if (HolderTreePids(token).empty()) {
+  const std::vector<pid_t> tree = HolderTreePids(token);  // one walk of /proc's environments a tick
+  if (tree.empty()) {
     token_.clear();
     return "";
   }
-  double cpu = HolderTreeCpuSeconds(token);
+  double cpu = HolderTreeCpuSeconds(tree);
   std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
   if (token != token_) {
     token_ = token;

@@ -174,8 +174,9 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
                            std::to_string(plan->nnodes) + " did not register (or were not seen alive) within " +
                            FormatDuration(run.store_barrier_timeout) +
                            " ([run] store_barrier_timeout); nothing was started";
+      Status refused = Refused(log, exit_code::kTimeout, reason);  // in the log before the store hears it
       c.Finish(exit_code::kTimeout, reason);
-      return Refused(log, exit_code::kTimeout, reason);
+      return refused;
     }
     if (!said_waiting && now - t0 > std::chrono::seconds(2)) {
       Note(log, "waiting at the start barrier for node(s) " + JoinNodes(c.Missing()));
@@ -189,8 +190,9 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
     if (signals.fd() >= 0 && signals.Read(&si)) {
       int sig = static_cast<int>(si.ssi_signo);
       std::string reason = "stopped by " + SignalName(sig) + " at the start barrier; nothing was started";
+      Status refused = Refused(log, exit_code::kSignalBase + sig, reason);  // in the log before the store hears it
       c.Finish(exit_code::kSignalBase + sig, reason);
-      return Refused(log, exit_code::kSignalBase + sig, reason);
+      return refused;
     }
     for (const NodeCoordinator::Event& e : c.TakeEvents()) {
       using K = NodeCoordinator::Event::Kind;
@@ -199,8 +201,9 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
         return Status::Ok();
       }
       if (e.kind == K::kStop) {
+        Status refused = Refused(log, e.exit_code, e.text + "; nothing was started");
         c.Finish(e.exit_code, e.text);
-        return Refused(log, e.exit_code, e.text + "; nothing was started");
+        return refused;
       }
       Note(log, e.text);
     }

@@ -27,7 +27,7 @@ namespace dflash {
 namespace fs = std::filesystem;
 namespace {
 
-void Say(const std::string& line) { std::fprintf(stderr, "dflash-launch: %s\n", line.c_str()); }
+void SayLine(const std::string& line) { std::fprintf(stderr, "dflash-launch: %s\n", line.c_str()); }
 
 int ShowStatus(const Plan& plan, bool json) {
   const std::string& dir = plan.config.run.cache_dir;
@@ -35,7 +35,7 @@ int ShowStatus(const Plan& plan, bool json) {
   GateStatusReport gate;
   std::string err;
   if (!ReadGateStatus(dir, &gate, &err)) {
-    Say(err);
+    SayLine(err);
     return exit_code::kCannotCreate;
   }
   double now = static_cast<double>(std::time(nullptr));
@@ -80,20 +80,20 @@ struct HeldGate {
 int TakeGate(const std::string& dir, const std::string& purpose, Millis timeout, HeldGate* held) {
   std::string err;
   if (!MakeDirs(dir, 0700, &err)) {
-    Say(err);
+    SayLine(err);
     return exit_code::kCannotCreate;
   }
   GateOptions o;
   o.dir = dir;
   o.role = "dflash-launch " + purpose;
   o.timeout = timeout;
-  o.on_progress = [](std::string_view line) { Say(std::string(line)); };
+  o.on_progress = [](std::string_view line) { SayLine(std::string(line)); };
   if (GateError e = CompileGate::Open(o, &held->gate, &err); e != GateError::kOk) {
-    Say(err);
+    SayLine(err);
     return GateExitCode(e);
   }
   if (GateError e = held->gate->Hold(purpose, &err); e != GateError::kOk) {
-    Say(err);
+    SayLine(err);
     held->gate.reset();
     return GateExitCode(e);
   }
@@ -105,7 +105,7 @@ int TakeGate(const std::string& dir, const std::string& purpose, Millis timeout,
 int CheckCacheDir(const std::string& dir) {
   std::string err;
   if (!CheckSecurePath(dir, &err)) {
-    Say(err);
+    SayLine(err);
     return exit_code::kCannotCreate;
   }
   return exit_code::kOk;
@@ -115,13 +115,13 @@ int Export(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
   if (int rc = CheckCacheDir(dir)) return rc;
   if (!ScanCache(dir).exists) {
-    Say("cache " + dir + " does not exist: nothing to export");
+    SayLine("cache " + dir + " does not exist: nothing to export");
     return exit_code::kFailure;
   }
   // Signed with the user's own key: an archive is code, and `cache import` takes only what its user signed.
   std::string key, err;
   if (!LoadArchiveKey(/*create=*/true, &key, &err)) {
-    Say("cannot sign the archive: " + err);
+    SayLine("cannot sign the archive: " + err);
     return exit_code::kCannotCreate;
   }
   HeldGate held;  // nobody compiles into it while we read it
@@ -129,11 +129,11 @@ int Export(const Plan& plan, const CacheOptions& o) {
   ExportReport report;
   if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)}, &report,
                    &err, key)) {
-    Say("export failed: " + err);
+    SayLine("export failed: " + err);
     return exit_code::kFailure;
   }
-  for (size_t i = 0; i < report.skipped.size() && i < 20; ++i) Say("skipped " + report.skipped[i]);
-  if (report.skipped.size() > 20) Say("skipped " + std::to_string(report.skipped.size() - 20) + " more");
+  for (size_t i = 0; i < report.skipped.size() && i < 20; ++i) SayLine("skipped " + report.skipped[i]);
+  if (report.skipped.size() > 20) SayLine("skipped " + std::to_string(report.skipped.size() - 20) + " more");
   const CacheManifest& m = report.manifest;
   std::cout << "exported " << m.files.size() << " files and " << m.keys.size() << " READY key(s) of " << dir
             << " to " << o.file << " (" << HumanBytes(report.archive_bytes) << ", torch " << m.torch_version << ", "
@@ -149,7 +149,7 @@ int Import(const Plan& plan, const CacheOptions& o) {
   CacheManifest manifest;
   std::string err;
   if (!ReadArchiveManifest(o.file, &manifest, &err)) {
-    Say("refused: " + err + "; the cache is untouched");
+    SayLine("refused: " + err + "; the cache is untouched");
     return exit_code::kFailure;
   }
   // An archive is code: signed with this user's key, or vouched for by --trust (cachelock/archive_key.h).
@@ -157,7 +157,7 @@ int Import(const Plan& plan, const CacheOptions& o) {
   trust.vouched = o.trust;
   if (std::string kerr; !trust.vouched && !LoadArchiveKey(/*create=*/false, &trust.key, &kerr)) trust.key.clear();
   if (CheckArchiveTrust(o.file, trust, &err) != ImportResult::kOk) {
-    Say("refused: " + o.file + ": " + err + "; the cache is untouched");
+    SayLine("refused: " + o.file + ": " + err + "; the cache is untouched");
     return exit_code::kFailure;
   }
   HeldGate held;  // a running compile finishes first; nobody reads a half-imported cache
@@ -165,12 +165,12 @@ int Import(const Plan& plan, const CacheOptions& o) {
   ImportReport r;
   if (ImportCache(o.file, dir, here, o.force, trust, &r, &err) != ImportResult::kOk) {
     if (r.cache_changed)
-      Say("import failed: " + err + "; rolling back also failed (" + r.rollback_error +
+      SayLine("import failed: " + err + "; rolling back also failed (" + r.rollback_error +
           "): some imported files remain in " + dir + ", but no READY marker was installed");
     else if (r.rolled_back)
-      Say("import failed: " + err + "; the files already renamed in were taken out again: the cache is as it was");
+      SayLine("import failed: " + err + "; the files already renamed in were taken out again: the cache is as it was");
     else
-      Say("refused: " + err + "; the cache is untouched");
+      SayLine("refused: " + err + "; the cache is untouched");
     return exit_code::kFailure;
   }
   std::cout << "imported " << r.manifest.files.size() << " files and " << r.manifest.keys.size()
@@ -189,22 +189,22 @@ int Clear(const Plan& plan, const CacheOptions& o) {
   if (!o.key.empty()) {
     // One key: its READY goes (the next run of that key compiles); the entries stay (content-addressed).
     if (!ValidGateKey(o.key, &err)) {
-      Say(err);
+      SayLine(err);
       return exit_code::kUsage;
     }
     GateOptions g;
     g.dir = dir;
     g.role = "dflash-launch cache-clear";
     g.timeout = o.timeout;
-    g.on_progress = [](std::string_view line) { Say(std::string(line)); };
+    g.on_progress = [](std::string_view line) { SayLine(std::string(line)); };
     std::unique_ptr<CompileGate> gate;
     if (GateError e = CompileGate::Open(g, &gate, &err); e != GateError::kOk) {
-      Say(err);
+      SayLine(err);
       return GateExitCode(e);
     }
     bool existed = false;
     if (GateError e = gate->Forget(o.key, &existed, &err); e != GateError::kOk) {
-      Say(err);
+      SayLine(err);
       return GateExitCode(e);
     }
     std::cout << (existed ? "cleared READY(" + o.key + "): the next run of that key compiles\n"
@@ -228,7 +228,7 @@ int Clear(const Plan& plan, const CacheOptions& o) {
     std::cout << "\n";
   }
   if (!ok) {
-    Say("clear failed: " + err);
+    SayLine("clear failed: " + err);
     return exit_code::kFailure;
   }
   return exit_code::kOk;

@@ -66,7 +66,7 @@ void ReadEnv(TableReader& r, RoleSpec* role) {
               secret ? std::string("remove the \\u0000: the process would see only its first ") +
                            std::to_string(nul) + " bytes"
                      : "remove the \\u0000: the process would see only \"" +
-                           RedactUrlCredentials(value.substr(0, nul)) + "\"");
+                           RedactEnvValue(name, value.substr(0, nul)) + "\"");
       continue;
     }
     role->env.emplace_back(name, std::move(value));

@@ -10,6 +10,7 @@
 
 #include "common/fd.h"
 #include "common/hash.h"
+#include "common/split.h"
 
 namespace dflash {
 namespace {
@@ -23,17 +24,6 @@ std::string EnvValue(const RoleSpec& role, const Env& launcher_env, const std::s
   for (const auto& [k, v] : launcher_env)
     if (k == name) return v;
   return "";
-}
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  for (;;) {
-    size_t end = s.find(sep, at);
-    out.push_back(s.substr(at, end == std::string::npos ? std::string::npos : end - at));
-    if (end == std::string::npos) return out;
-    at = end + 1;
-  }
 }
 
 bool IsRegularFile(const std::string& path) {
@@ -63,7 +53,7 @@ std::string FindModuleNearby(const std::string& module, const std::string& cwd, 
     if (c == '.') c = '/';
   std::vector<std::string> dirs = {cwd.empty() ? fs::current_path().string() : cwd};
   if (!pythonpath.empty())
-    for (const std::string& d : Split(pythonpath, ':'))
+    for (const std::string& d : SplitOn(pythonpath, ':'))
       if (!d.empty()) dirs.push_back(Absolute(d, cwd));
   for (const std::string& d : dirs) {
     for (const std::string& cand : {d + "/" + rel + ".py", d + "/" + rel + "/__main__.py"})
@@ -100,7 +90,7 @@ std::string AskPythonForModule(const std::string& python, const std::string& mod
 /// The program `name` as the role's PATH finds it.
 std::string Which(const std::string& name, const std::string& path_env, const std::string& cwd) {
   if (name.find('/') != std::string::npos) return Absolute(name, cwd);
-  for (const std::string& d : Split(path_env, ':')) {
+  for (const std::string& d : SplitOn(path_env, ':')) {
     std::string cand = (d.empty() ? "." : d) + "/" + name;
     if (::access(cand.c_str(), X_OK) == 0 && IsRegularFile(cand)) return cand;
   }

@@ -201,13 +201,13 @@ int PrivateStorePort(int master_port, size_t roles);
 /// contract, torch's version, the GPU identity (RolePlan::gpu_identity), the command, the content of the files it runs
 /// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
 /// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env), and whether
-/// A derived key's files for the worker's --gate-sources: one "<sha256 or -> <path>" per line.
-std::string GateSources(const RolePlan& role);
-
 /// Dynamo's precompile is on (RolePlan::precompile: it compiles with another config).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files = {},
                           const std::string& gpu_identity = "", bool precompile = false);
+
+/// A derived key's files for the worker's --gate-sources: one "<sha256 or -> <path>" per line.
+std::string GateSources(const RolePlan& role);
 
 /// Whether every role's devices resolve on this node: an index past an inherited
 /// CUDA_VISIBLE_DEVICES (or past `gpu_count` when it is >= 0, e.g. NVML's count) and a

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/split.h"
 #include "contract/env_vars.h"
 #include "launcher/plan/plan.h"
 
@@ -83,16 +84,10 @@ bool CheckPlacement(const RunConfig& config, int nnodes, int node_rank, std::str
 }
 
 std::vector<std::string> SplitVisibleDevices(const std::string& value) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= value.size()) {
-    size_t j = value.find(',', i);
-    if (j == std::string::npos) j = value.size();
-    std::string e = value.substr(i, j - i);
-    while (!e.empty() && e.front() == ' ') e.erase(e.begin());
-    while (!e.empty() && e.back() == ' ') e.pop_back();
-    out.push_back(e);
-    i = j + 1;
+  std::vector<std::string> out = SplitOn(value, ',');
+  for (std::string& e : out) {  // " 0, 1" as "0", "1"
+    size_t b = e.find_first_not_of(' ');
+    e = b == std::string::npos ? std::string() : e.substr(b, e.find_last_not_of(' ') - b + 1);
   }
   return out;
 }

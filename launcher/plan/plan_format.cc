@@ -91,7 +91,6 @@ std::string DescribeRestart(const RestartSpec& r) {
   return s + ")";
 }
 
-/// A tcp/http probe for the check JSON (null when there is none).
 std::string DescribeReady(const ReadySpec& r) {
   std::string s = ReadyModeName(r.mode);
   if (r.mode == ReadyMode::kLog) s += " /" + r.arg + "/";

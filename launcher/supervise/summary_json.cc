@@ -6,25 +6,10 @@
 #include "common/signal_names.h"
 #include "common/json_field.h"
 #include "launcher/supervise/gate_facts_json.h"
+#include "launcher/supervise/table_text.h"
 #include "launcher/supervise/training_report.h"
 
 namespace dflash {
-namespace {
-
-/// Left-aligned in `n` columns, and always at least one space after it.
-std::string Pad(std::string s, size_t n) {
-  s.append(s.size() < n ? n - s.size() : 1, ' ');
-  return s;
-}
-
-std::string Seconds(double s) {
-  char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%.1fs", s);
-  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  return buf;
-}
-
-}  // namespace
 
 std::string SummaryTable(const RunSummary& s, bool color) {
   const char* red = color ? "\033[31m" : "";

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "launcher/supervise/table_text.h"
+
 namespace dflash {
 namespace {
 
@@ -33,15 +35,6 @@ std::string NumText(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
-}
-
-std::string ColPad(std::string s, size_t n) {
-  s.append(s.size() < n ? n - s.size() : 1, ' ');
-  return s;
-}
-
-std::string DurationText(double s) {
-  return s < 60 ? NumText("%.1fs", s) : NumText("%.0f", std::floor(s / 60)) + "m" + NumText("%02.0f", std::fmod(s, 60)) + "s";
 }
 
 std::string XmlEscape(const std::string& s) {
@@ -78,12 +71,12 @@ std::string TrainingTable(const RunSummary& s) {
       if (MetricNum(m, "frames_padded", &padded) && padded > 0) spool += " (+" + NumText("%.0f", padded) + " padded)";
       if (MetricNum(m, "frames_dropped", &dropped) && dropped > 0) spool += " (" + NumText("%.0f", dropped) + " dropped)";
     }
-    rows += ColPad(p.name, 14) + ColPad(NumText("%.0f", steps), 8) + ColPad(loss, 22) + ColPad(has_t ? DurationText(t) : "-", 12) +
+    rows += Pad(p.name, 14) + Pad(NumText("%.0f", steps), 8) + Pad(loss, 22) + Pad(has_t ? Seconds(t) : "-", 12) +
             spool + "\n";
   }
   if (rows.empty()) return "";
-  std::string o = "\n" + ColPad("training", 14) + ColPad("steps", 8) + ColPad("loss first -> last", 22) +
-                  ColPad("first step", 12) + "spool frames\n" + rows;
+  std::string o = "\n" + Pad("training", 14) + Pad("steps", 8) + Pad("loss first -> last", 22) +
+                  Pad("first step", 12) + "spool frames\n" + rows;
   if (curves) o += "loss curves: " + s.run_dir + "/loss.svg\n";
   return o;
 }

@@ -1,5 +1,6 @@
 // The training part of a run's summary, from metrics as the payloads write them.
 #include "launcher/supervise/training_report.h"
+#include "launcher/supervise/table_text.h"
 
 #include <gtest/gtest.h>
 
@@ -75,6 +76,12 @@ TEST(TrainingReport, ALossStrideSpreadsACurveOverItsSteps) {
   std::string pa = svg.substr(a, b - a), pb = svg.substr(b);
   EXPECT_NE(pa.find(" 780.0,"), std::string::npos) << pa;
   EXPECT_NE(pb.find(" 780.0,"), std::string::npos) << pb;
+}
+
+TEST(TrainingReport, SecondsNeverRoundUpToSixtySecondsOfAMinute) {
+  EXPECT_EQ(Seconds(119.6), "1m59s");  // the training table's own formatting once said "1m60s"
+  EXPECT_EQ(Seconds(75.0), "1m15s");
+  EXPECT_EQ(Seconds(12.34), "12.3s");
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ import time
 
 from dflash_launch import contract_from_env, notify_ready, notify_status
 from dflash_launch._extras import require
+from dflash_launch.train_metrics import write_json_private
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 EXIT_CONTRACT = 65
@@ -161,10 +162,7 @@ def main(argv=None):
                "forward_s": round(forward_s, 3), "wall_s": round(time.perf_counter() - t_start, 3)}
     path = os.environ.get("DFLASH_METRICS_FILE")
     if path:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(f"{path}.tmp.{os.getpid()}", "w") as f:
-            json.dump(metrics, f, indent=2)
-        os.replace(f"{path}.tmp.{os.getpid()}", path)
+        write_json_private(path, metrics)
     print(f"{name}: done: {producer.next_seq} frames ({published} now, "
           f"{1000 * forward_s / max(1, published):.1f} ms forward each)", flush=True)
 
