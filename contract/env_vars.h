@@ -58,8 +58,8 @@ inline constexpr char kGateHolder[] = "DFLASH_GATE_HOLDER";  // dflash-worker: c
 // GPUs and compile workers.
 inline constexpr char kCudaDeviceOrder[] = "CUDA_DEVICE_ORDER";
 inline constexpr char kInductorCompileThreads[] = "TORCHINDUCTOR_COMPILE_THREADS";
-// Dynamo's precompile cache (docs/cachelock.md): 1 for gated processes of a role with precompile on
-// (RolePlan::precompile), left unset otherwise; the plan sets it, and dflash-worker when run standalone.
+// Dynamo's precompile cache: never set by us, and refused where a process is gated (it computes wrong values:
+// docs/cachelock.md, "What is exact"); the plan and dflash-worker check it.
 inline constexpr char kTorchCachingPrecompile[] = "TORCH_CACHING_PRECOMPILE";
 // The [model] contract.
 inline constexpr char kHiddenShape[] = "DFLASH_HIDDEN_SHAPE";
@@ -133,7 +133,6 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kWatchdogUsec, VarKind::kOwned},       {kPythonUnbuffered, VarKind::kDefault},
     {kPythonFaultHandler, VarKind::kDefault}, {kOmpNumThreads, VarKind::kDefault},
     {kCudaDeviceOrder, VarKind::kDefault},  {kInductorCompileThreads, VarKind::kDefault},
-    {kTorchCachingPrecompile, VarKind::kDefault},
 };
 
 /// A family of names dflash-launch sets: every name with this prefix and suffix

@@ -63,10 +63,6 @@ struct GateFacts {
   std::optional<int64_t> fetch_bytes;      ///< kFetched: the archive's size
   std::optional<double> fetch_s;           ///< kFetched: fetch + check + import
   std::optional<int64_t> published_bytes;  ///< kLeader: the archive it shipped
-  // Dynamo's precompile (docs/cachelock.md): a leader or warm-up saved the artifact, a follower loaded it.
-  std::optional<bool> precompiled;
-  std::optional<std::string> precompile;  ///< why: "saved", "dynamo cache hit", "off (gate.precompile = false)"
-  std::optional<int64_t> dynamo_hits;
 
   bool empty() const { return *this == GateFacts{}; }
   bool operator==(const GateFacts&) const = default;

@@ -2,7 +2,7 @@
 on this host (`--nnodes 2 --node-rank R`), each with its own EMPTY cache dir, one private redis-server as the
 store (DFLASH_STORE and DFLASH_STORE_SECRET_FILE, the run's secret the gate signs with, in the launchers'
 environment, which they pass to their processes). Real torch.compile for the compile counts, the hand-over of a
-killed leader and Dynamo's precompile artifact crossing nodes; shell payloads for the refusals and the fallback.
+killed leader; shell payloads for the refusals and the fallback.
 """
 import hashlib
 import hmac
@@ -17,7 +17,7 @@ import tarfile
 
 import pytest
 
-from supervise import SMALL_MODEL, descendants, loaded_without_compiling, wait_until, write_config
+from supervise import SMALL_MODEL, descendants, reused_without_compiling, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
@@ -115,9 +115,9 @@ def test_one_compile_in_the_whole_cluster(launch, tmp_path, redis_server):
         if p is leader:
             continue
         m = p["metrics"]
-        # Precompile is on by default (the payload hook is in this venv): the leader's Dynamo entry crossed
-        # the cluster gate with its kernels, and every follower, on either node, loads it and compiles nothing.
-        assert loaded_without_compiling(m), (name, m)
+        # The leader's kernels crossed the cluster gate, and every follower, on either node, traces its own code
+        # and compiles nothing.
+        assert reused_without_compiling(m), (name, m)
         assert p["gate"]["role"] == "reuse", name
     # On node 1 exactly one process fetched (its local leader); the other reused its local READY.
     fetched = [p for p in p1.values() if p["gate"].get("cluster") == "fetched"]
@@ -138,64 +138,6 @@ def test_one_compile_in_the_whole_cluster(launch, tmp_path, redis_server):
     meta = json.loads(redis_client(redis_server).hget(f"dflash:gate:{key}:kernels", "meta"))
     assert meta["role"] == leader["name"] and meta["token"] == leader["gate"]["cluster_token"]
 
-
-def tiny_precompile_role(tmp_path):
-    """Two serial processes per node compiling tests/test_precompile_gate.py's tiny step, gate.precompile on:
-    the script lives beside both nodes' dirs, so both derive one key from it."""
-    from test_precompile_gate import STEP
-    script = tmp_path / "step.py"
-    script.write_text(STEP.format(pad=""))
-    return f"""
-[[role]]
-name = "tiny"
-cpu = 2
-command = ["python", "{script}"]
-env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1", OMP_NUM_THREADS = "1" }}
-gate = {{ mode = "serial", timeout = "10m", precompile = true }}
-ready = {{ mode = "notify", timeout = "10m" }}
-"""
-
-
-def archive_files(blob):
-    """The files of a cache archive (a zstd tar, cachelock/cache_archive.h)."""
-    tar_bytes = subprocess.run(["zstd", "-dc"], input=blob, capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
-
-
-def test_the_precompile_artifact_crosses_the_cluster_and_the_other_node_loads_it(launch, tmp_path, redis_server):
-    """Issue #22: the leader's Dynamo entry (<cache>/dynamo/, saved by notify_ready() before READY) is in the
-    signed archive the cluster gate publishes; node 1's process fetches it and loads, it does not trace."""
-    env = store_env(tmp_path, redis_server.url)
-    c0, c1 = node_configs(tmp_path, tiny_precompile_role(tmp_path))
-    rid = run_id("precompile")
-    n0 = start_node(launch, c0, rid, 0, env)
-    assert n0.wait(timeout=600) == 0, n0.err
-    (leader,) = [p for p in procs(n0).values() if p["gate"]["role"] == "lead"]
-    assert leader["gate"]["cluster"] == "leader" and leader["gate"]["precompiled"] is True, leader["gate"]
-    assert leader["metrics"]["fxgraph_cache_miss"] > 0  # it compiled
-    key = leader["gate"]["key"]
-    # What the store holds: the archive carries dynamo/, byte for byte the leader's, under the run's signature.
-    stored = redis_client(redis_server).hgetall(f"dflash:gate:{key}:kernels")
-    meta = stored[b"meta"].decode()
-    assert stored[b"sig"].decode() == sign(SECRET, key, meta)
-    assert json.loads(meta)["sha256"] == hashlib.sha256(stored[b"archive"]).hexdigest()
-    shipped = {n: b for n, b in archive_files(stored[b"archive"]).items() if n.startswith("dynamo/")}
-    dynamo0 = tmp_path / "node0/cache/dynamo"
-    assert shipped and shipped == {f"dynamo/{p.relative_to(dynamo0)}": p.read_bytes()
-                                   for p in dynamo0.rglob("*") if p.is_file()}
-
-    n1 = start_node(launch, c1, rid, 1, env)
-    assert n1.wait(timeout=600) == 0, n1.err
-    p1 = procs(n1)
-    assert sorted(p["gate"].get("cluster", "-") for p in p1.values()) == ["-", "fetched"], p1  # one fetch, one reuse
-    for p in p1.values():
-        assert p["gate"]["role"] == "reuse", p["gate"]
-        assert (p["gate"]["precompiled"], p["gate"]["precompile"]) == (True, "dynamo cache hit"), p["gate"]
-        assert p["gate"]["dynamo_hits"] > 0 and p["metrics"]["dynamo_cache_hit"] > 0, p
-        # Loaded, not traced: no FX-graph lookups at all (a hit would mean Dynamo traced and Inductor looked up).
-        assert not any(k.startswith("fxgraph_cache") and v for k, v in p["metrics"].items()), p["metrics"]
-    assert n0.summary()["warnings"] == [] and n1.summary()["warnings"] == []
 
 
 def payload_of(worker_pid):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import BIN, ROOT, run
-from supervise import loaded_without_compiling
+from supervise import reused_without_compiling
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}",
@@ -71,7 +71,7 @@ def test_demo_runs_shortened(launch, tmp_path):
     assert warmup["metrics"]["fxgraph_cache_miss"] > 0
     for p in procs.values():
         if p["role"] == "drafter" and p["gate"]["role"] == "reuse":
-            assert loaded_without_compiling(p["metrics"]), p["metrics"]  # the warm-up's precompile entry
+            assert reused_without_compiling(p["metrics"]), p["metrics"]  # the warm-up's kernels
     assert "every frame consumed exactly once" in report and "compile gate: drafter:" in report
     assert "450 frames produced, 450 consumed" in report
 

@@ -8,7 +8,7 @@ import shutil
 import sys
 
 from conftest import ROOT, run
-from supervise import loaded_without_compiling, write_config
+from supervise import reused_without_compiling, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}", PYTHONPATH=str(ROOT / "python"))
@@ -38,7 +38,7 @@ def run_once(launch, cfg, run_id):
     ranks = [p for p in s["processes"] if p["role"] == "drafter"]
     assert len(ranks) == 2
     for p in ranks:  # the promise kept: nobody compiles on its own
-        assert loaded_without_compiling(p["metrics"]), (p["name"], p)
+        assert reused_without_compiling(p["metrics"]), (p["name"], p)
         assert p["metrics"]["gate_role"] == "reuse", p["metrics"]  # gate_role() in a warm-up-mode role
     assert s["warnings"] == [], s["warnings"]
     return r, warm, ranks

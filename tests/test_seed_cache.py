@@ -7,14 +7,14 @@ import tarfile
 import threading
 
 from conftest import ROOT, run
-from supervise import loaded_without_compiling, wait_until, write_config
+from supervise import reused_without_compiling, wait_until, write_config
 from test_compile_gate import ENV, drafters
 from test_demo import ENV as DEMO_ENV, needs_builtin, shortened
 
 TINY = ROOT / "tests" / "payloads" / "tiny_compile.py"
 
 
-def tiny_role(precompile=False):
+def tiny_role():
     """One gated process of a tiny real torch.compile (tests/payloads/tiny_compile.py): the archive and verify
     tests are about the cache tools on a real Inductor cache, not about the drafter, which the demo test seeds."""
     return f"""
@@ -23,7 +23,7 @@ name = "drafter"
 cpu = 1
 command = ["python", "{TINY}"]
 env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1" }}
-gate = {{ timeout = "10m", mode = "serial"{", precompile = true" if precompile else ""} }}
+gate = {{ timeout = "10m", mode = "serial" }}
 ready = {{ mode = "notify", timeout = "10m" }}
 """
 
@@ -57,7 +57,7 @@ def test_seed_verify_on_the_demo_then_every_drafter_reuses(bin_dir, launch, tmp_
     assert len(drafters) == 3
     for p in drafters:
         assert p["gate"]["role"] == "reuse", p["name"]
-        assert loaded_without_compiling(p["metrics"]), p["metrics"]  # the seed's precompile entry (the default)
+        assert reused_without_compiling(p["metrics"]), p["metrics"]  # the seed's kernels
 
 
 def test_seed_refuses_a_stacked_layout_before_any_compile(bin_dir, tmp_path):
@@ -197,22 +197,3 @@ def test_clear_waits_for_the_gate_and_no_reader_sees_half_a_cache(bin_dir, tmp_p
     assert clear.returncode == 0, out + err
     assert bad == []
     assert [p.name for p in cache.iterdir()] == [".dflash"]
-
-def test_precompile_artifact_travels_in_an_export_and_verify_loads_it(bin_dir, tmp_path):
-    """gate.precompile (issue 22): the seed's warm-up saves Dynamo's artifact, `cache export` carries it, and
-    after clear + import a fresh process (seed --verify) loads it: Dynamo cache hits, no FX graph compiled."""
-    cfg = write_config(tmp_path, tiny_role(precompile=True))
-    seeded = launch_cmd(bin_dir, "seed", cfg)
-    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
-    archive = tmp_path / "cache.tar.zst"
-    assert launch_cmd(bin_dir, "cache", "export", cfg, archive).returncode == 0
-    names = subprocess.run(["tar", "--zstd", "-tf", archive], capture_output=True, text=True, check=True).stdout
-    assert any(n.startswith("dynamo/") or "/dynamo/" in n for n in names.splitlines()), names
-    assert launch_cmd(bin_dir, "cache", "clear", cfg).returncode == 0
-    assert launch_cmd(bin_dir, "cache", "import", cfg, archive).returncode == 0
-    v = launch_cmd(bin_dir, "seed", cfg, "--verify")
-    assert v.returncode == 0, v.stdout + v.stderr
-    line = next(ln for ln in v.stdout.splitlines() if "verify drafter: " in ln and "FX-graph" in ln)
-    assert "0 FX-graph misses" in line and "Dynamo precompile " in line, line
-    hits = int(line.split("Dynamo precompile ", 1)[1].split(" hits", 1)[0])
-    assert hits > 0, line

@@ -85,7 +85,6 @@ int CachelockRunMain(int argc, char** argv) {
   o.say = Say;
   o.report = false;                // our caller is a person or a script, not the supervisor
   o.require_cache_change = false;  // any script's output: it need not land in the gate dir
-  o.manage_precompile = false;     // nor a torch.compile one: Dynamo's precompile is not ours to set
   return RunGatedPayload(o);
 }
 

@@ -32,14 +32,14 @@ using Clock = std::chrono::steady_clock;
 /// How long a new leader waits for a dead leader's tree to go after SIGKILL.
 constexpr auto kLeftoverWait = std::chrono::seconds(5);
 
-/// Cache hits the payload wrote to its metrics file (FX graph, AOTAutograd, Dynamo precompile), or 0.
+/// Cache hits the payload wrote to its metrics file (FX graph, AOTAutograd), or 0.
 int MetricsHits(const std::string& path) {
   std::string text, err;
   if (path.empty() || !ReadFile(path, &text, &err)) return 0;
   nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
   if (!m.is_object()) return 0;
   int hits = 0;
-  for (const char* k : {"fxgraph_cache_hit", "autograd_cache_hit", "dynamo_cache_hit"})
+  for (const char* k : {"fxgraph_cache_hit", "autograd_cache_hit"})
     if (m.contains(k) && m[k].is_number_integer()) hits += m[k].get<int>();
   return hits;
 }
@@ -64,29 +64,6 @@ std::string CodeChangedSince(const GatedRunOptions& o) {
   return "the code changed since READY(" + last->key + ") by " + last->role + ": " + changes;
 }
 
-/// Dynamo's precompile, as the gate facts say it (X_DFLASH_GATE_PRECOMPILE*): what the payload's
-/// notify_ready() said (`said`), or why it could not apply. `env` is the TORCH_CACHING_PRECOMPILE the
-/// payload ran with ("" unset).
-void PrecompileFacts(const GatedRunOptions& o, const std::string& env, const std::optional<NotifyFields>& said,
-                     NotifyFields* f) {
-  f->gate_precompiled = false;
-  if (env != "1") {
-    f->gate_precompile = !o.precompile ? std::string("off (gate.precompile = false)")
-                                       : "off: TORCH_CACHING_PRECOMPILE=" + env + " in the process's environment";
-    return;
-  }
-  if (!said || !said->gate_precompiled) {
-    f->gate_precompile = "not reported: the payload's Python did not load dflash-launch's payload hook, and the "
-                         "payload did not call dflash_launch.notify_ready(); either saves and reports it "
-                         "(docs/cachelock.md)";
-    return;
-  }
-  f->gate_precompiled = *said->gate_precompiled;
-  f->gate_precompile = said->gate_precompile.value_or(*said->gate_precompiled ? "yes" : "no reason given");
-  if (f->gate_precompile->size() > 300) f->gate_precompile->resize(300);  // the payload's words, bounded
-  f->gate_dynamo_hits = said->gate_dynamo_hits;
-}
-
 /// One payload behind the compile gate, from the gate's decision to the payload's end (gated_run.h): what
 /// `dflash-worker --gate-dir` and `dflash-cachelock run` both are.
 class GatedPayloadRun {
@@ -103,14 +80,11 @@ class GatedPayloadRun {
   /// Opens and takes the gate, asks the cluster if we lead, and sets the payload's gate environment.
   /// Returns an exit code to end with now, or -1 to run the payload.
   int TakeGate();
-  /// Which Dynamo precompile facts this process reports, and from whom.
-  void WatchPrecompile(bool gated);
   /// The payload host's callbacks: MAINPID, STATUS=, WATCHDOG=1, READY.
   void WireReports();
   /// The leader's payload was ready (or, as a warm-up, exited 0): publish if the cache backs the promise,
   /// then let the next one in.
   NotifyFields Publish(double ready_s);
-  void AddPrecompileFacts(NotifyFields* facts);
   /// After the payload: a leader that never got ready lets go (its tree killed); how the payload ended.
   int Finish(const PayloadResult& r);
   double Since(Clock::time_point t) const { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -122,10 +96,6 @@ class GatedPayloadRun {
   bool lead_ = false;
   std::string err_, token_;
   CacheSnapshot before_;
-  std::string precompile_env_;                  // TORCH_CACHING_PRECOMPILE as the payload runs with it
-  std::optional<NotifyFields> precompile_said_;  // what its notify_ready() said about the precompile
-  bool relay_precompile_ = false;
-  bool precompile_said_once_ = false;
   PayloadHostOptions h_;
   Clock::time_point spawned_{};
 };
@@ -213,7 +183,6 @@ int GatedPayloadRun::TakeGate() {
     }
   }
   h_.extra_env.emplace_back(env::kGateRole, GateRoleName(lead_ ? GateRole::kLead : GateRole::kReuse));
-  WatchPrecompile(/*gated=*/true);
   if (lead_) {
     std::string changed = CodeChangedSince(o_);
     Say("gate " + o_.gate_key + ": lead, compiling" + (got.recovered ? " (took over from a dead holder)" : "") +
@@ -256,31 +225,6 @@ int GatedPayloadRun::TakeGate() {
   return -1;
 }
 
-void GatedPayloadRun::WatchPrecompile(bool gated) {
-  if (gated) {
-    // Leader and followers alike: the leader records what Dynamo traced and saves it (notify_ready()),
-    // a follower finds it under <cache_dir>/dynamo and loads instead of tracing. Under dflash-launch the
-    // plan has set it (Plan::ProcessEnv, where `check` shows it); standalone, we do. Its env wins.
-    if (!o_.manage_precompile) return;
-    if (const char* v = std::getenv(env::kTorchCachingPrecompile)) {
-      precompile_env_ = v;
-    } else if (o_.precompile) {
-      precompile_env_ = "1";
-      h_.extra_env.emplace_back(env::kTorchCachingPrecompile, precompile_env_);
-    }
-    h_.on_precompile = [this](const NotifyFields& f) { precompile_said_ = f; };
-    return;
-  }
-  // A warm-up-mode role's process takes no gate of its own (the supervisor started it after the warm-up and set
-  // DFLASH_GATE_ROLE=reuse), but runs under us for its readiness (a log line): its payload's precompile facts go
-  // up with its READY, as they would from a process without a worker (docs/cachelock.md).
-  const char* role_env = std::getenv(env::kGateRole);
-  relay_precompile_ = o_.manage_precompile && role_env && std::string(role_env) == "reuse";
-  if (!relay_precompile_) return;
-  if (const char* v = std::getenv(env::kTorchCachingPrecompile)) precompile_env_ = v;
-  h_.on_precompile = [this](const NotifyFields& f) { precompile_said_ = f; };
-}
-
 NotifyFields GatedPayloadRun::Publish(double ready_s) {
   NotifyFields facts;
   CacheSnapshot after = o_.require_cache_change ? SnapshotCache(o_.gate_dir) : CacheSnapshot{};
@@ -312,24 +256,6 @@ NotifyFields GatedPayloadRun::Publish(double ready_s) {
   return facts;
 }
 
-void GatedPayloadRun::AddPrecompileFacts(NotifyFields* facts) {
-  if (relay_precompile_) {
-    if (precompile_env_ == "1") PrecompileFacts(o_, precompile_env_, precompile_said_, facts);
-    return;
-  }
-  if (!gate_ || !o_.manage_precompile) return;
-  PrecompileFacts(o_, precompile_env_, precompile_said_, facts);
-  // One line for people, once: whether this process saved (lead) or loaded (reuse) the precompile.
-  if (precompile_said_once_ || precompile_env_.empty()) return;  // not asked for: nothing to say
-  precompile_said_once_ = true;
-  const std::string& why = *facts->gate_precompile;
-  if (*facts->gate_precompiled)
-    Say("gate " + o_.gate_key + ": precompile " + (lead_ ? "artifact saved for the followers" : "loaded (" + why + ")"));
-  else
-    Say("gate " + o_.gate_key + ": not precompiled (" + why + "): " +
-        (lead_ ? "followers trace with the FX-graph cache" : "traced with the FX-graph cache"));
-}
-
 void GatedPayloadRun::WireReports() {
   h_.on_spawned = [this](pid_t pid) {
     NotifyFields f;
@@ -353,7 +279,6 @@ void GatedPayloadRun::WireReports() {
     double ready_s = Since(spawned_);
     NotifyFields facts;
     if (gate_ && lead_) facts = Publish(ready_s);
-    AddPrecompileFacts(&facts);
     facts.ready_s = ready_s;
     facts.ready = true;
     Report(facts);
@@ -366,9 +291,7 @@ int GatedPayloadRun::Finish(const PayloadResult& r) {
   bool exited_ok = r.status && r.status->exited && r.status->code == 0;
   if (gate_ && gate_->holding() && o_.warmup && exited_ok) {
     // A warm-up that honours DFLASH_WARMUP=1 compiles and exits 0.
-    NotifyFields facts = Publish(Since(spawned_));
-    AddPrecompileFacts(&facts);
-    Report(facts);
+    Report(Publish(Since(spawned_)));
   }
   if (gate_ && gate_->holding()) {
     int killed = 0;
@@ -408,9 +331,19 @@ int GatedPayloadRun::Run() {
   h_.stop_grace = o_.stop_grace;
   h_.stop_when_ready = o_.warmup;
   if (!o_.gate_dir.empty()) {
+    // Dynamo's precompile cache drops identity guards in the live process and shares entries keyed by a
+    // function's name and line, not by what it traced: wrong values (issue #44). A gate shares only what is
+    // content-addressed, so a gated payload may not run with it (the launcher's plan refuses it too).
+    if (const char* v = std::getenv(env::kTorchCachingPrecompile); v && std::string(v) == "1") {
+      std::string why = std::string(env::kTorchCachingPrecompile) + "=1: Dynamo's precompile cache computes wrong "
+                        "values in a gated process (torch drops identity guards); unset it: every process traces for "
+                        "itself and loads the shared FX-graph, AOTAutograd and Inductor caches (docs/cachelock.md, "
+                        "\"What is exact\")";
+      Say("error: " + why);
+      Error(why);
+      return exit_code::kConfig;
+    }
     if (int rc = TakeGate(); rc >= 0) return rc;
-  } else {
-    WatchPrecompile(/*gated=*/false);
   }
   WireReports();
   // From the moment we ask for the payload, not from when its exec is confirmed:

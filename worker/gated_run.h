@@ -48,12 +48,6 @@ struct GatedRunOptions {
   /// The payload's DFLASH_METRICS_FILE: Inductor's hit counters there count
   /// as a leader's honest readiness when the cache did not change.
   std::string metrics_file;
-  /// gate.precompile: TORCH_CACHING_PRECOMPILE=1 for the gated payload unless its environment sets
-  /// it; the gate facts say whether it was precompiled (docs/cachelock.md).
-  bool precompile = false;
-  /// Whether RunGatedPayload sets that variable and reports the facts at all: off for dflash-cachelock run,
-  /// whose payload is any script, not a torch.compile one behind the supervisor.
-  bool manage_precompile = true;
   /// Publish only when the cache shows the compile (see RunGatedPayload). On for the
   /// Inductor caches dflash-worker fronts; `dflash-cachelock run` guards any
   /// script's output, which need not land in the gate's dir, so it is off there.

@@ -41,7 +41,6 @@ int main(int argc, char** argv) {
   o.progress_every = a.progress_every;
   o.idle_hint = a.gate_idle_hint;
   o.warmup = a.warmup;
-  o.precompile = a.precompile;
   o.torch_version = a.torch_version;
   o.sources = ParseGateSources(a.gate_sources);
   o.gpu_identity = a.gpu_identity;

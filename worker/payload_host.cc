@@ -57,7 +57,7 @@ bool PayloadHost::Setup(std::vector<std::string>* env, std::string* err) {
   *env = o_.env.empty() ? CurrentEnvironment() : o_.env;
   for (const auto& [k, v] : o_.extra_env) SetEnvVar(env, k, v);
   UnsetEnvVar(env, env::kNotifySocket);
-  if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog || o_.on_precompile) {
+  if (o_.ready.mode == ReadyMode::kNotify || o_.on_watchdog) {
     if (!listener_.Open(err) || !watch(listener_.fd(), kTagNotify)) return false;
     SetEnvVar(env, env::kNotifySocket, listener_.address());
   }

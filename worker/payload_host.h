@@ -66,10 +66,6 @@ struct PayloadHostOptions {
   /// Each WATCHDOG=1 the payload sends (relayed to the supervisor's watchdog).
   /// Set: the payload gets a NOTIFY_SOCKET whatever the readiness mode.
   std::function<void()> on_watchdog;
-  /// The Dynamo precompile facts (X_DFLASH_GATE_PRECOMPILE*, DYNAMO_HITS) a payload's
-  /// dflash_launch.notify_ready() sends, called before the READY=1 of the same datagram is judged.
-  /// Set: the payload gets a NOTIFY_SOCKET whatever the readiness mode. Nothing else it sends is taken.
-  std::function<void(const NotifyFields& precompile)> on_precompile;
   /// Called when the readiness timeout expires, with the message that will be
   /// reported. Unset means TimeoutAction::kStop.
   std::function<TimeoutAction(const std::string& message)> on_ready_timeout;

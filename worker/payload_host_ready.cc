@@ -47,13 +47,6 @@ void PayloadHost::OnNotify() {
     NotifyFields f = DecodeNotify(m.fields);
     if (f.status && o_.on_status) o_.on_status(*f.status);
     if (f.watchdog && o_.on_watchdog) o_.on_watchdog();
-    if ((f.gate_precompiled || f.gate_precompile || f.gate_dynamo_hits) && o_.on_precompile) {
-      NotifyFields p;  // only these: the payload cannot speak for the worker's gate
-      p.gate_precompiled = f.gate_precompiled;
-      p.gate_precompile = f.gate_precompile;
-      p.gate_dynamo_hits = f.gate_dynamo_hits;
-      o_.on_precompile(p);
-    }
     if (f.ready) Evidence([&] { return readiness_->OnNotifyReady(); });
   }
 }

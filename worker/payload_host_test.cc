@@ -245,35 +245,6 @@ TEST_F(PayloadHostTest, ReadyFromAnUnrelatedProcessIsIgnored) {
   EXPECT_EQ(r.exit_code, 0);
 }
 
-// Dynamo's precompile facts (worker/gated_run.cc relays them): only those three fields are taken from the
-// payload's datagram, a forged gate state or role is not, and they are in hand before its READY=1 is acted on.
-TEST_F(PayloadHostTest, OnlyThePrecompileFactsAreTakenAndBeforeReady) {
-  std::string sender = tmp_ / "send.py";
-  test::WriteText(sender,
-                  "import os, socket, sys\n"
-                  "a = os.environ['NOTIFY_SOCKET']\n"
-                  "socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(sys.argv[1].encode(), '\\0' + a[1:])\n");
-  std::vector<NotifyFields> got;
-  size_t facts_at_ready = 0;
-  auto o = Sh("python3 '" + sender + "' 'X_DFLASH_GATE_STATE=ready\nX_DFLASH_GATE_ROLE=lead\nX_DFLASH_GATE_PRECOMPILED=1\n"
-              "X_DFLASH_GATE_PRECOMPILE=dynamo cache hit\nX_DFLASH_GATE_DYNAMO_HITS=2\nREADY=1'; " + BlockUntilExists(go_),
-              "notify", Millis(60'000));
-  o.on_precompile = [&](const NotifyFields& f) { got.push_back(f); };
-  o.on_ready = [&] {
-    facts_at_ready = got.size();
-    Release(go_);
-  };
-  PayloadResult r = RunPayload(o);
-  EXPECT_TRUE(r.ready);
-  EXPECT_EQ(facts_at_ready, 1u);
-  ASSERT_EQ(got.size(), 1u);
-  NotifyFields want;
-  want.gate_precompiled = true;
-  want.gate_precompile = "dynamo cache hit";
-  want.gate_dynamo_hits = 2;
-  EXPECT_EQ(got[0], want) << EncodeNotify(got[0]);
-}
-
 TEST_F(PayloadHostTest, TimeoutCallbackSeesTheReportedMessageAndStops) {
   int timeouts = 0;
   std::string message;

@@ -26,7 +26,6 @@ constexpr const char* kGateIdleHint = "--gate-idle-hint";
 constexpr const char* kProgress = "--progress";
 constexpr const char* kWarmup = "--warmup";
 constexpr const char* kPublishUnchanged = "--publish-unchanged";
-constexpr const char* kPrecompile = "--precompile";
 constexpr const char* kTorchVersion = "--torch-version";
 constexpr const char* kGateSources = "--gate-sources";
 constexpr const char* kGpuIdentity = "--gpu-identity";
@@ -40,7 +39,7 @@ bool WorkerArgs::operator==(const WorkerArgs& o) const {
          ready.timeout == o.ready.timeout && ready.stream == o.ready.stream && stop_grace == o.stop_grace &&
          gate_dir == o.gate_dir && gate_key == o.gate_key && gate_timeout == o.gate_timeout &&
          progress_every == o.progress_every && gate_idle_hint == o.gate_idle_hint && warmup == o.warmup &&
-         publish_unchanged == o.publish_unchanged && precompile == o.precompile && torch_version == o.torch_version &&
+         publish_unchanged == o.publish_unchanged && torch_version == o.torch_version &&
          gate_sources == o.gate_sources && gpu_identity == o.gpu_identity &&
          leader_compile_threads == o.leader_compile_threads && verbose == o.verbose &&
          command == o.command;
@@ -60,7 +59,6 @@ std::vector<std::string> EncodeWorkerArgv(const std::string& worker_bin, const W
   if (a.progress_every != d.progress_every) flag(kProgress, FormatDuration(a.progress_every));
   if (a.warmup) v.push_back(kWarmup);
   if (a.publish_unchanged) v.push_back(kPublishUnchanged);
-  if (!a.gate_dir.empty() && a.precompile) v.push_back(kPrecompile);
   if (a.ready.mode != ReadyMode::kNone) {  // "none" is ready at exec: no timeout, no stream
     flag(kReady, FormatReadySpec(a.ready));
     flag(kReadyTimeout, FormatDuration(a.ready.timeout));
@@ -108,9 +106,6 @@ ArgvDecode DecodeWorkerArgv(const std::vector<std::string>& argv, WorkerArgs* ou
   app.add_flag(kPublishUnchanged, a.publish_unchanged,
                "publish READY even if the leader left the gate dir as it was (a payload whose output is not an "
                "Inductor cache in the gate dir)");
-  app.add_flag(kPrecompile, a.precompile,
-               "gated: TORCH_CACHING_PRECOMPILE=1 for the payload unless its environment sets it (followers load "
-               "the leader's Dynamo precompile artifact; the gate facts say whether they did)");
   app.add_option(kTorchVersion, a.torch_version, "recorded in READY");
   app.add_option(kGateSources, a.gate_sources,
                  "the derived gate key's files, one \"<sha256 or -> <path>\" per line: into READY, so a later leader "
@@ -308,17 +303,6 @@ const FieldCodec kFields[] = {
     DFLASH_COUNT_FIELD("X_DFLASH_GATE_FETCH_BYTES", gate_fetch_bytes),
     DFLASH_SECONDS_FIELD("X_DFLASH_GATE_FETCH_S", gate_fetch_s),
     DFLASH_COUNT_FIELD("X_DFLASH_GATE_PUBLISHED_BYTES", gate_published_bytes),
-    FieldCodec{"X_DFLASH_GATE_PRECOMPILED",
-               [](const NotifyFields& f, std::vector<std::string>* l) {
-                 if (f.gate_precompiled) l->push_back(std::string("X_DFLASH_GATE_PRECOMPILED=") + (*f.gate_precompiled ? "1" : "0"));
-               },
-               [](std::string_view v, NotifyFields* f) {
-                 if (v != "0" && v != "1") return false;
-                 f->gate_precompiled = v == "1";
-                 return true;
-               }},
-    DFLASH_TEXT_FIELD("X_DFLASH_GATE_PRECOMPILE", gate_precompile),
-    DFLASH_COUNT_FIELD("X_DFLASH_GATE_DYNAMO_HITS", gate_dynamo_hits),
     DFLASH_FLAG_FIELD("READY", ready),
 };
 

@@ -40,8 +40,6 @@ struct WorkerArgs {
   Millis gate_idle_hint = kDefaultGateIdleHint;
   bool warmup = false;
   bool publish_unchanged = false;
-  /// gate.precompile (--precompile): TORCH_CACHING_PRECOMPILE=1 for the payload unless its env sets it.
-  bool precompile = false;
   // What the plan knows of the gate and the worker alone uses: every gate input comes by these flags, none by
   // the environment (the payload's environment is the payload's).
   std::string torch_version;  ///< recorded in READY
@@ -103,12 +101,6 @@ struct NotifyFields {
   std::optional<int64_t> gate_fetch_bytes;        ///< X_DFLASH_GATE_FETCH_BYTES=: the archive fetched
   std::optional<double> gate_fetch_s;             ///< X_DFLASH_GATE_FETCH_S=: fetch + check + import
   std::optional<int64_t> gate_published_bytes;    ///< X_DFLASH_GATE_PUBLISHED_BYTES=: the archive the leader shipped
-  /// Dynamo's precompile (docs/cachelock.md): sent by the payload's dflash_launch.notify_ready() with
-  /// READY=1, relayed (or, when the payload said nothing, decided) by dflash-worker. A leader or
-  /// warm-up: 1 = it saved the artifact; a follower: 1 = it loaded it (Dynamo cache hits).
-  std::optional<bool> gate_precompiled;           ///< X_DFLASH_GATE_PRECOMPILED=1|0
-  std::optional<std::string> gate_precompile;     ///< X_DFLASH_GATE_PRECOMPILE=: why ("dynamo cache hit", "off (gate.precompile = false)", ...)
-  std::optional<int64_t> gate_dynamo_hits;        ///< X_DFLASH_GATE_DYNAMO_HITS=: counters["dynamo_cache"]["dynamo_cache_hit"]
 
   /// Lines Decode did not take: an unknown key ("BARRIER=1", a newer
   /// worker's field), or a known key with a garbled value ("MAINPID=abc",

@@ -29,7 +29,6 @@ TEST(WorkerArgvTest, EveryFieldRoundTrips) {
   a.gate_idle_hint = std::chrono::seconds(0);
   a.warmup = true;
   a.publish_unchanged = true;
-  a.precompile = true;
   a.torch_version = "2.13.0+cpu";
   a.gate_sources = "0123abcd /src/train.py\n- /src/missing.py\n";  // lines stay one argument
   a.gpu_identity = "NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0";
@@ -115,9 +114,6 @@ NotifyFields Full() {
   f.gate_fetch_bytes = 3'145'728;
   f.gate_fetch_s = 0.5;
   f.gate_published_bytes = 1'048'576;
-  f.gate_precompiled = false;  // false is a fact too: it is written, as 0
-  f.gate_precompile = "save failed: RuntimeError: boom";
-  f.gate_dynamo_hits = 2;
   return f;
 }
 
@@ -146,7 +142,7 @@ TEST(NotifyProtocolTest, EachFieldAloneRoundTrips) {
     ++n;
     start = nl == std::string::npos ? all.size() : nl + 1;
   }
-  EXPECT_EQ(n, 23);  // one line per field of NotifyFields: a new field needs a codec row
+  EXPECT_EQ(n, 20);  // one line per field of NotifyFields: a new field needs a codec row
 }
 
 TEST(NotifyProtocolTest, EveryGateStateRoleAndClusterOutcomeRoundTrips) {

@@ -37,11 +37,9 @@ Status CommandsRun(const RunConfig& config, char** env) {
 }
 
 /// What the host adds to a plan: the GPUs (NVML, asked only when a GPU role runs on this node)
-/// and each gated GPU role's CUDA/Triton versions (its GPU identity), and whether its Python loads the payload
-/// hook (an unset gate.precompile follows it).
+/// and each gated GPU role's CUDA/Triton versions (its GPU identity).
 void AddHostFacts(const RunConfig& config, PlanOptions* po) {
   po->cuda_runtime = CudaRuntimeFor;
-  po->payload_hook = PayloadHookFor;
   for (const RoleSpec& r : config.roles)
     if (!r.is_cpu() && r.RunsOnNode(po->node_rank)) {
       po->host_gpus = ProbeGpus();
@@ -49,9 +47,9 @@ void AddHostFacts(const RunConfig& config, PlanOptions* po) {
     }
 }
 
-/// Precompile only where the payload hook checks what loads (CheckPrecompileHook).
-Status PrecompileHooked(const RunConfig& config, const PlanOptions& po) {
-  std::vector<ConfigError> errors = CheckPrecompileHook(config, po);
+/// No gated process runs with Dynamo's precompile cache (CheckNoPrecompile).
+Status NoPrecompile(const RunConfig& config, const PlanOptions& po) {
+  std::vector<ConfigError> errors = CheckNoPrecompile(config, po);
   return errors.empty() ? Status::Ok() : Status::Error(exit_code::kConfig, FormatErrors(errors));
 }
 
@@ -70,7 +68,7 @@ Status LoadPlan(const std::string& path, const std::string& run_id, const std::s
   po.torch_version = TorchVersionFor;
   po.launcher_env = EnvironmentList(env);
   AddHostFacts(config, &po);
-  if (Status s = PrecompileHooked(config, po); !s.ok()) return s;
+  if (Status s = NoPrecompile(config, po); !s.ok()) return s;
   *plan = BuildPlan(config, po);
   return Status::Ok();
 }
@@ -130,7 +128,7 @@ Status PlanThisNode(const RunConfig& config, const NodeFlags& flags, const std::
   }
   po.store = flags.store;
   AddHostFacts(config, &po);
-  if (Status s = PrecompileHooked(config, po); !s.ok()) return s;
+  if (Status s = NoPrecompile(config, po); !s.ok()) return s;
   *plan = BuildPlan(config, po);
   bool gpu_here = false;
   for (const ProcessPlan& p : plan->processes) gpu_here |= p.on_gpu();

@@ -168,11 +168,6 @@ int Verify(const Warmup& w) {
   std::string counts = std::to_string(miss) + " FX-graph misses, " + std::to_string(hit) + " hits, AOTAutograd " +
                        std::to_string(std::max(0, get("autograd_cache_hit"))) + " hits / " +
                        std::to_string(std::max(0, get("autograd_cache_miss"))) + " misses" +
-                       // gate.precompile: the fresh process loads Dynamo's artifact and looks up no FX graph.
-                       (get("dynamo_cache_hit") > 0 || get("dynamo_cache_miss") > 0
-                            ? ", Dynamo precompile " + std::to_string(std::max(0, get("dynamo_cache_hit"))) +
-                                  " hits / " + std::to_string(std::max(0, get("dynamo_cache_miss"))) + " misses"
-                            : std::string()) +
                        ", in " + FormatSeconds(took);
   if (miss > 0) {
     SayProgress("verify " + name + " FAILED: " + counts +

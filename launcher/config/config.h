@@ -71,11 +71,6 @@ struct GateSpec {
   std::vector<std::string> key_files;  // glob patterns (role cwd) whose files go into the derived key
   Millis timeout{};     // how long a follower waits for the gate
   Millis idle_hint{};   // a leader idle this long while we wait: say why (0: never)
-  /// Followers load the leader's Dynamo precompile artifact instead of tracing
-  /// (TORCH_CACHING_PRECOMPILE=1 for the gated processes; docs/cachelock.md). Unset: on where the
-  /// role's Python loads dflash-launch's payload hook, which saves the artifact (RolePlan::precompile).
-  std::optional<bool> precompile;
-  SourcePos precompile_pos;  // where precompile is written (line 0: not written)
 };
 
 struct RestartSpec {

@@ -41,10 +41,15 @@ void ReadGate(const toml::node* n, const std::string& prefix, GateSpec* g, std::
               "e.g. key_files = [\"model/*.py\"]");
   r.Duration("timeout", &g->timeout);
   r.Duration("idle_hint", &g->idle_hint, true);
-  if (bool on = false; r.Has("precompile") && r.Bool("precompile", &on)) {
-    g->precompile = on;
-    g->precompile_pos = r.ValuePos("precompile");
-  }
+  // Removed (issue #44): Dynamo's precompile computed wrong values. false, what every process now does, stays
+  // accepted so that a config written for it still runs; true is refused with the reason.
+  if (bool on = false; r.Has("precompile") && r.Bool("precompile", &on) && on)
+    r.Error("precompile", r.ValuePos("precompile"),
+            "gate.precompile was removed: Dynamo's precompile cache computes wrong values (torch drops identity "
+            "guards in the live process, and followers ran the leader's Enum branch, constant or callable)",
+            "false, or no key", "true",
+            "delete the key: every process traces for itself and loads the shared FX-graph, AOTAutograd and "
+            "Inductor caches, which are addressed by what was traced (docs/cachelock.md, \"What is exact\")");
   if (const toml::node* ready = n->as_table()->get("ready")) {
     // The architecture sketch put ready inside gate; it is a role key of its own.
     errors->push_back({PosOf(n->as_table()->find("ready")->first.source()), prefix + ".gate.ready",

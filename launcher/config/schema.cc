@@ -252,17 +252,11 @@ std::vector<SectionSpec> MakeSchema() {
             "A waiter whose leader's processes used almost no CPU for this long says so, with the likely cause "
             "(a leader blocked on its peers) and the fix; \"0s\" turns the hint off.",
             "\"2m\""},
-           {"precompile", K::kBool, "<auto: on where the payload hook loads>",
-            "Followers load the leader's Dynamo precompile artifact instead of tracing: the launcher sets "
-            "TORCH_CACHING_PRECOMPILE=1 for the gated processes (unless their env sets it), the leader saves the "
-            "artifact inside its first compiled step (dflash-launch's payload hook, or notify_ready()), and "
-            "summary.json's gate facts say whether each process was precompiled and why not. Unset: on where the "
-            "role's Python loads the payload hook (dflash-launch installed in its environment; `check` says which), "
-            "else off, "
-            "since without a saved artifact followers pay Dynamo's cache miss on top of the FX-graph path. "
-            "false turns it off; true turns it on without the hook, for a script that calls notify_ready() "
-            "(docs/cachelock.md).",
-            "true"},
+           {"precompile", K::kBool, "false",
+            "Removed: only false is accepted. Dynamo's precompile cache computed wrong values (torch drops "
+            "identity guards in the live process); every process traces for itself and loads the shared, "
+            "content-addressed caches (docs/cachelock.md, \"What is exact\").",
+            "false"},
            {"enabled", K::kBool, "true", "Set false to keep the table but run ungated.", "true"},
        }},
       {"role.ready", "Readiness (`ready = \"notify\"` is short for `ready = { mode = \"notify\" }`).",

@@ -21,8 +21,6 @@ bool AffectsCompile(const std::string& name) {
   // How many workers compile, not what they produce: the launcher gives the
   // leader and its followers different values (Plan::leader_compile_threads).
   if (name == "TORCHINDUCTOR_COMPILE_THREADS") return false;
-  // Dynamo's precompile also bundles the AOTAutograd entries and drops identity guards.
-  if (name == env::kTorchCachingPrecompile) return true;
   for (const char* prefix : {"TORCHINDUCTOR_", "TORCH_COMPILE_", "TORCHDYNAMO_", "TRITON_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
@@ -57,22 +55,6 @@ std::string GpuIdentityOf(const RoleSpec& role, const std::vector<std::string>& 
   return s + "; " + (runtime.empty() ? "unknown" : runtime);
 }
 
-/// Whether a role's gated processes run with Dynamo's precompile, and why (`check` shows it). Unset, it
-/// follows the payload hook: without it nothing saves the artifact (unless the script calls notify_ready())
-/// and followers would pay Dynamo's miss on top of the FX-graph path (docs/cachelock.md).
-std::pair<bool, std::string> ResolvePrecompile(const RoleSpec& role, const PlanOptions& options) {
-  if (!role.gate.enabled || !role.RunsOnNode(options.node_rank)) return {false, ""};
-  if (!role.builtin.empty()) return {false, "off: a builtin role compiles no Python"};
-  if (role.gate.precompile) {
-    bool on = *role.gate.precompile;
-    return {on, on ? "on (gate.precompile = true)" : "off (gate.precompile = false)"};
-  }
-  if (options.payload_hook && options.payload_hook(role))
-    return {true, "on: the role's Python loads dflash-launch's payload hook, which saves the artifact"};
-  return {false, "off: the role's Python does not load dflash-launch's payload hook (install dflash-launch in its "
-                 "environment, or set gate.precompile = true if the script calls dflash_launch.notify_ready())"};
-}
-
 }  // namespace
 
 std::string JoinInts(const std::vector<int64_t>& v, const char* sep) {
@@ -83,7 +65,7 @@ std::string JoinInts(const std::vector<int64_t>& v, const char* sep) {
 
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files,
-                          const std::string& gpu_identity, bool precompile) {
+                          const std::string& gpu_identity) {
   std::map<std::string, std::string> env;
   for (const auto& [k, v] : launcher_env)
     if (AffectsCompile(k)) env[k] = v;
@@ -95,9 +77,6 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   // Kernels tuned for one GPU model, CUDA and Triton are no promise for another (Inductor's
   // own keys see them too: a READY made elsewhere would promise a cache that misses).
   if (!gpu_identity.empty()) text += "gpu=" + gpu_identity + "\n";
-  // Dynamo's precompile compiles with another Dynamo config (docs/cachelock.md); off adds nothing, so
-  // the keys of runs without it stay what they were.
-  if (precompile) text += "precompile=on\n";
   for (const std::string& a : role.command) text += "arg=" + a + "\n";
   for (const auto& [k, v] : env) text += "env=" + k + "=" + v + "\n";
   for (const KeyFile& f : files)
@@ -178,14 +157,11 @@ std::vector<std::string> PlanRoles(const RunConfig& config, const PlanOptions& o
       gpu = GpuIdentityOf(role, inherited, options.host_gpus,
                           role.is_cpu() || !options.cuda_runtime ? "" : options.cuda_runtime(role));
     rp.gpu_identity = gpu;
-    auto [precompile, why] = ResolvePrecompile(role, options);
-    rp.precompile = precompile;
-    rp.precompile_why = why;
     std::string key;
     std::vector<KeyFile> files;
     if (role.gate.enabled && role.gate.key.empty()) {
       files = CollectKeyFiles(role, options.launcher_env);
-      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files, gpu, precompile);
+      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files, gpu);
     } else if (role.gate.enabled) {
       key = role.gate.key;
     }
@@ -366,7 +342,6 @@ WorkerArgs Plan::WorkerArgsFor(const ProcessPlan& p, bool gated) const {
     w.gate_timeout = role.gate.timeout;
     w.gate_idle_hint = role.gate.idle_hint;
     w.warmup = p.warmup;
-    w.precompile = roles[p.role_index].precompile;
     w.torch_version = roles[p.role_index].torch_version;
     w.gate_sources = GateSources(roles[p.role_index]);
     w.gpu_identity = roles[p.role_index].gpu_identity;

@@ -50,9 +50,6 @@ struct PlanOptions {
   EnvList launcher_env;
   /// For a gated GPU role: "cuda <v> triton <v>" from its interpreter (CudaRuntimeFor), part of its GPU identity.
   std::function<std::string(const RoleSpec&)> cuda_runtime;
-  /// Whether the role's Python loads dflash-launch's payload hook (PayloadHookFor): an unset gate.precompile
-  /// is on where it does. Unset: off.
-  std::function<bool(const RoleSpec&)> payload_hook;
   /// This host's GPUs (ProbeGpus; empty, nvml false: unknown): the models in the GPU identity, shown by `check`.
   GpuInventory host_gpus;
   /// Where this launcher sits among the run's nodes (docs/multinode.md): one
@@ -72,10 +69,6 @@ struct RolePlan {
   /// empty for an ungated role.
   std::string gpu_identity;
   std::vector<KeyFile> key_files;  ///< the files in its derived gate key
-  /// Whether its gated processes run with Dynamo's precompile (TORCH_CACHING_PRECOMPILE=1, the leader saves
-  /// the artifact, followers load it), and why, for `check` (docs/cachelock.md).
-  bool precompile = false;
-  std::string precompile_why;
   int master_port = 0;         ///< ROLE_MASTER_PORT; 0 while "auto" is not resolved
   int warmup_master_port = 0;  ///< its warm-up's own MASTER_PORT; 0 likewise (or none)
   int world_size = 0;          ///< its processes on every node
@@ -181,11 +174,9 @@ struct Plan {
 /// every role's `nodes` exist, node 0 and this node run something. False: `err` says why.
 bool CheckPlacement(const RunConfig& config, int nnodes, int node_rank, std::string* err);
 
-/// Gated roles whose processes would run Dynamo's precompile (gate.precompile = true, or
-/// TORCH_CACHING_PRECOMPILE=1 in the role's or the launcher's environment) in a Python that does not load
-/// dflash-launch's payload hook: the hook is what checks that every entry a process loads is exact for it
-/// (docs/cachelock.md, "What is exact"). Asks options.payload_hook; none: nothing to check.
-std::vector<ConfigError> CheckPrecompileHook(const RunConfig& config, const PlanOptions& options);
+/// Gated (Python) roles whose processes would run with Dynamo's precompile cache (TORCH_CACHING_PRECOMPILE=1 in
+/// the role's or the launcher's environment): it computes wrong values (docs/cachelock.md, "What is exact").
+std::vector<ConfigError> CheckNoPrecompile(const RunConfig& config, const PlanOptions& options);
 
 /// REQUIRES: CheckPlacement(config, options.nnodes, options.node_rank).
 Plan BuildPlan(const RunConfig& config, const PlanOptions& options);
@@ -200,11 +191,10 @@ int PrivateStorePort(int master_port, size_t roles);
 /// The default gate key: "<role>-<16 hex>" over the role name, the [model]
 /// contract, torch's version, the GPU identity (RolePlan::gpu_identity), the command, the content of the files it runs
 /// (`files`: the script and gate.key_files) and every TORCHINDUCTOR_*,
-/// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env), and whether
-/// Dynamo's precompile is on (RolePlan::precompile: it compiles with another config).
+/// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files = {},
-                          const std::string& gpu_identity = "", bool precompile = false);
+                          const std::string& gpu_identity = "");
 
 /// A derived key's files for the worker's --gate-sources: one "<sha256 or -> <path>" per line.
 std::string GateSources(const RolePlan& role);

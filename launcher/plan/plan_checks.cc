@@ -1,6 +1,6 @@
 // What refuses a plan before anything is spawned: a placement the nodes cannot
 // hold, devices the host or the launcher's CUDA_VISIBLE_DEVICES do not have,
-// precompile without the payload hook that checks what loads.
+// Dynamo's precompile cache in a gated process.
 #include <algorithm>
 #include <cctype>
 
@@ -10,36 +10,28 @@
 
 namespace dflash {
 
-std::vector<ConfigError> CheckPrecompileHook(const RunConfig& config, const PlanOptions& options) {
+std::vector<ConfigError> CheckNoPrecompile(const RunConfig& config, const PlanOptions& options) {
   std::vector<ConfigError> errors;
-  if (!options.payload_hook) return errors;
   for (const RoleSpec& role : config.roles) {
     if (!role.gate.enabled || !role.builtin.empty() || !role.RunsOnNode(options.node_rank)) continue;
-    std::string why, key = "role[" + role.name + "].gate.precompile";
-    SourcePos pos = role.gate.precompile_pos;
-    if (role.gate.precompile.value_or(false)) why = "gate.precompile = true";
-    for (size_t i = 0; i < role.env.size() && why.empty(); ++i)
+    std::string where, key = "role[" + role.name + "].env." + env::kTorchCachingPrecompile;
+    SourcePos pos = role.pos;
+    for (size_t i = 0; i < role.env.size() && where.empty(); ++i)
       if (role.env[i].first == env::kTorchCachingPrecompile && role.env[i].second == "1") {
-        why = std::string(env::kTorchCachingPrecompile) + "=1 in the role's env";
-        key = "role[" + role.name + "].env." + env::kTorchCachingPrecompile;
+        where = "the role's env";
         pos = i < role.env_pos.size() ? role.env_pos[i] : role.pos;
       }
     for (const auto& [k, v] : options.launcher_env)
-      if (why.empty() && k == env::kTorchCachingPrecompile && v == "1") {
-        why = std::string(env::kTorchCachingPrecompile) + "=1 in the launcher's environment";
-        pos = role.pos;
-      }
-    if (why.empty() || options.payload_hook(role)) continue;
+      if (where.empty() && k == env::kTorchCachingPrecompile && v == "1") where = "the launcher's environment";
+    if (where.empty()) continue;
     errors.push_back({pos, key,
-                      "Dynamo's precompile needs dflash-launch's payload hook in the role's Python, and it does not "
-                      "load there",
-                      "a Python with dflash-launch installed (its payload hook checks that every entry a process "
-                      "loads is exact for that process)",
-                      why + "; the role's Python does not load the hook (dflash-launch not installed in it, or "
-                            "DFLASH_PAYLOAD_HOOK=0)",
-                      "install dflash-launch into the role's Python, or drop the setting: a shared entry loaded "
-                      "unchecked runs the leader's rank, world size and environment (docs/cachelock.md, \"What is "
-                      "exact\")"});
+                      "Dynamo's precompile cache computes wrong values in a gated process: torch drops identity "
+                      "guards in the live process (a second callable, an Enum member, a rebound global run the "
+                      "first one's code) and shares entries keyed by a function's name, not by what it traced",
+                      std::string(env::kTorchCachingPrecompile) + " unset or 0 in every gated process",
+                      std::string(env::kTorchCachingPrecompile) + "=1 in " + where,
+                      "unset it: every process traces for itself and loads the shared FX-graph, AOTAutograd and "
+                      "Inductor caches (docs/cachelock.md, \"What is exact\")"});
   }
   return errors;
 }

@@ -194,8 +194,6 @@ std::string RoleText(const Plan& plan, size_t i) {
                              FormatDuration(r.gate.timeout)
                        : std::string("off")) +
        "\n";
-  if (!plan.roles[i].precompile_why.empty())
-    o += "  " + Pad("", 10) + "  precompile " + plan.roles[i].precompile_why + "\n";
   o += KeyFilesText(plan.roles[i].key_files, "  " + Pad("", 10) + "  ");
   if (r.warmup_gated())
     o += "  " + Pad("", 10) + "warm-up  " + r.name + ":warmup compiles first, in a world of one (RANK=0 WORLD_SIZE=1 "

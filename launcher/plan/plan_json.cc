@@ -106,8 +106,7 @@ ojson RoleJson(const Plan& plan, size_t i) {
       {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                 {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
                 {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},
-                {"idle_hint_ms", r.gate.idle_hint.count()}, {"precompile", plan.roles[i].precompile},
-                {"precompile_why", plan.roles[i].precompile_why.empty() ? ojson() : ojson(plan.roles[i].precompile_why)},
+                {"idle_hint_ms", r.gate.idle_hint.count()},
                 {"key_files", KeyFilesJson(plan.roles[i].key_files)}}},
       {"ports", [&] {
          ojson ports = ojson::array();

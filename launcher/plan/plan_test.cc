@@ -372,28 +372,16 @@ TEST(GpuPlan, CompileThreadsForGatedProcessesOnly) {
   EXPECT_EQ(plan.WorkerArgsFor(plan.processes[0], true).leader_compile_threads, 0);
 }
 
-// Dynamo's precompile (docs/cachelock.md): gate.precompile = true sets it for gated processes only, tells the
-// worker and moves the derived key (another Dynamo config); off by default; a role's own value wins.
-TEST(GpuPlan, PrecompileIsOptInForGatedProcesses) {
-  auto config = [](const std::string& gate) {
-    return GpuConfig("[[role]]\nname = \"d\"\ncpu = 1\ngate = " + gate + "\ncommand = [\"d\"]\n"
-                     "[[role]]\nname = \"f\"\ncpu = 1\ncommand = [\"f\"]\n");
-  };
-  auto has = [](const std::vector<std::string>& v, const char* s) { return std::find(v.begin(), v.end(), s) != v.end(); };
-  Plan off = BuildPlan(config("true"), PlanOptions{});
-  Plan on = BuildPlan(config("{ precompile = true }"), PlanOptions{});
-  EXPECT_EQ(EnvMap(on.ProcessEnv(on.processes[0], 0))["TORCH_CACHING_PRECOMPILE"], "1");
-  EXPECT_EQ(EnvMap(on.ProcessEnv(on.processes[1], 0)).count("TORCH_CACHING_PRECOMPILE"), 0u);  // ungated
-  EXPECT_TRUE(has(on.ExecArgv(on.processes[0]), "--precompile"));
-  EXPECT_EQ(EnvMap(off.ProcessEnv(off.processes[0], 0)).count("TORCH_CACHING_PRECOMPILE"), 0u);
-  EXPECT_FALSE(has(off.ExecArgv(off.processes[0]), "--precompile"));
-  EXPECT_NE(on.processes[0].gate_key, off.processes[0].gate_key);
-  EXPECT_EQ(off.processes[0].gate_key, BuildPlan(config("{ precompile = false }"), PlanOptions{}).processes[0].gate_key);
-  RunConfig own = config("{ precompile = true }");
-  own.roles[0].env.emplace_back("TORCH_CACHING_PRECOMPILE", "0");
-  Plan mine = BuildPlan(own, PlanOptions{});
-  EXPECT_EQ(EnvMap(mine.ProcessEnv(mine.processes[0], 0))["TORCH_CACHING_PRECOMPILE"], "0");
-  EXPECT_NE(mine.processes[0].gate_key, on.processes[0].gate_key);  // a compile variable of the role's: in the key
+// Nothing turns Dynamo's precompile cache on (issue #44): no gated process gets TORCH_CACHING_PRECOMPILE or a
+// worker flag for it, and the derived key is what it was without it.
+TEST(GpuPlan, NoProcessIsGivenDynamosPrecompileCache) {
+  RunConfig c = GpuConfig("[[role]]\nname = \"d\"\ncpu = 2\ngate = true\ncommand = [\"d\"]\n"
+                          "[[role]]\nname = \"f\"\ncpu = 1\ncommand = [\"f\"]\n");
+  Plan plan = BuildPlan(c, PlanOptions{});
+  for (const ProcessPlan& p : plan.processes) {
+    EXPECT_EQ(EnvMap(plan.ProcessEnv(p, 0)).count("TORCH_CACHING_PRECOMPILE"), 0u) << p.name;
+    for (const std::string& a : plan.ExecArgv(p)) EXPECT_EQ(a.find("precompile"), std::string::npos) << a;
+  }
 }
 
 // The GPU identity: model and capability from NVML (never the index), CUDA and Triton from
@@ -424,39 +412,46 @@ TEST(GpuPlan, GpuIdentityIsInTheKeyButTheIndexIsNot) {
   EXPECT_EQ(h200.HostGpuOf(h200.processes[0])->name, "NVIDIA H200");
 }
 
-// Dynamo's precompile is asked for only where the payload hook loads (issue #37): gate.precompile = true, or
-// TORCH_CACHING_PRECOMPILE=1 in the role's or the launcher's env, in a Python without the hook is an error at
-// the key that asked for it; the hook present, unset, or a role that is not gated: none.
-TEST(Plan, PrecompileNeedsThePayloadHookThatChecksWhatLoads) {
+// Dynamo's precompile cache computes wrong values (issue #44): TORCH_CACHING_PRECOMPILE=1 in a gated role's or
+// the launcher's env is an error at the key that asked for it; gate.precompile = true is refused at load, false
+// still loads; a role that is not gated, or a builtin one, is none of our business.
+TEST(Plan, DynamosPrecompileCacheIsRefusedInGatedProcesses) {
   test::TempDir dir;
-  auto errors_for = [&](const std::string& gate_and_env, bool hook, EnvList launcher_env = {}) {
+  auto load = [&](const std::string& gate_and_env, RunConfig* c, std::vector<ConfigError>* load_errors) {
     test::WriteText(dir / "run.toml", "[run]\nname = \"p\"\ncache_dir = \"cache\"\n[[role]]\nname = \"d\"\ncpu = 2\n"
                                       "command = [\"python\", \"t.py\"]\n" + gate_and_env + "\n");
+    return LoadConfig(dir / "run.toml", c, load_errors);
+  };
+  auto errors_for = [&](const std::string& gate_and_env, EnvList launcher_env = {}) {
     RunConfig c;
     std::vector<ConfigError> load_errors;
-    EXPECT_TRUE(LoadConfig(dir / "run.toml", &c, &load_errors)) << FormatErrors(load_errors);
+    EXPECT_TRUE(load(gate_and_env, &c, &load_errors)) << FormatErrors(load_errors);
     PlanOptions po;
     po.launcher_env = std::move(launcher_env);
-    po.payload_hook = [hook](const RoleSpec&) { return hook; };
-    return CheckPrecompileHook(c, po);
+    return CheckNoPrecompile(c, po);
   };
   auto one = [](const std::vector<ConfigError>& e) { return e.size() == 1 ? e[0] : ConfigError{}; };
 
-  ConfigError e = one(errors_for("gate = { precompile = true }", false));
-  EXPECT_EQ(e.key, "role[d].gate.precompile");
-  EXPECT_EQ(e.pos.line, 8);
-  EXPECT_NE(e.found.find("gate.precompile = true"), std::string::npos) << e.found;
-  EXPECT_NE(e.hint.find("install dflash-launch into the role's Python"), std::string::npos) << e.hint;
-  e = one(errors_for("gate = true\nenv = { TORCH_CACHING_PRECOMPILE = \"1\" }", false));
+  ConfigError e = one(errors_for("gate = true\nenv = { TORCH_CACHING_PRECOMPILE = \"1\" }"));
   EXPECT_EQ(e.key, "role[d].env.TORCH_CACHING_PRECOMPILE");
   EXPECT_EQ(e.pos.line, 9);
-  e = one(errors_for("gate = { precompile = false }", false, {{"TORCH_CACHING_PRECOMPILE", "1"}}));
+  EXPECT_NE(e.message.find("wrong values"), std::string::npos) << e.message;
+  e = one(errors_for("gate = { precompile = false }", {{"TORCH_CACHING_PRECOMPILE", "1"}}));
   EXPECT_NE(e.found.find("in the launcher's environment"), std::string::npos) << e.found;
 
-  EXPECT_TRUE(errors_for("gate = { precompile = true }", true).empty());       // the hook checks what loads
-  EXPECT_TRUE(errors_for("gate = true", false).empty());                        // unset: off without the hook
-  EXPECT_TRUE(errors_for("gate = { precompile = false }", false).empty());
-  EXPECT_TRUE(errors_for("env = { TORCH_CACHING_PRECOMPILE = \"1\" }", false).empty());  // not gated: nothing shared
+  EXPECT_TRUE(errors_for("gate = true").empty());
+  EXPECT_TRUE(errors_for("gate = { precompile = false }").empty());
+  EXPECT_TRUE(errors_for("gate = true\nenv = { TORCH_CACHING_PRECOMPILE = \"0\" }").empty());
+  EXPECT_TRUE(errors_for("env = { TORCH_CACHING_PRECOMPILE = \"1\" }").empty());  // not gated: nothing shared
+
+  RunConfig c;
+  std::vector<ConfigError> load_errors;
+  EXPECT_FALSE(load("gate = { precompile = true }", &c, &load_errors));
+  ASSERT_EQ(load_errors.size(), 1u) << FormatErrors(load_errors);
+  EXPECT_EQ(load_errors[0].key, "role[d].gate.precompile");
+  EXPECT_EQ(load_errors[0].pos.line, 8);
+  EXPECT_NE(load_errors[0].message.find("was removed"), std::string::npos) << load_errors[0].message;
+  EXPECT_NE(load_errors[0].hint.find("delete the key"), std::string::npos) << load_errors[0].hint;
 }
 
 }  // namespace

@@ -174,9 +174,6 @@ void AddDefaults(const Plan& plan, const ProcessPlan& p, EnvList* e) {
   if (!p.gate_key.empty() && plan.leader_compile_threads > 0 && !role_sets_threads) {
     set_default(env::kInductorCompileThreads, "1");  // the leader's share: --leader-compile-threads
   }
-  // gate.precompile: followers load the leader's Dynamo precompile artifact instead of tracing
-  // (docs/cachelock.md); the leader needs it on to record what it traced. dflash-worker reports it.
-  if (!p.gate_key.empty() && plan.roles[p.role_index].precompile) set_default(env::kTorchCachingPrecompile, "1");
 }
 
 }  // namespace

@@ -42,11 +42,6 @@ constexpr const char* kRuntimeProbe =
     "    try: triton = m.version(d); break\n"
     "    except Exception: pass\n"
     "print('cuda ' + cuda + ' triton ' + triton)\n";
-/// Whether dflash-launch's payload hook (dflash_launch_hook.pth) loads in this Python: asked with
-/// DFLASH_GATE_ROLE=probe, which the hook takes as a question and otherwise ignores.
-constexpr const char* kHookProbe =
-    "import sys\n"
-    "print('yes' if 'dflash_launch.payload_hook' in sys.modules else 'no')\n";
 /// A python that does not answer in this long is not going to (a broken site-packages, an NFS hang).
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 
@@ -135,11 +130,6 @@ std::string AskRolePython(const RoleSpec& role, const char* script,
 std::string TorchVersionFor(const RoleSpec& role) {
   if (!role.builtin.empty()) return BuiltinTorchVersion();
   return AskRolePython(role, kProbe);
-}
-
-bool PayloadHookFor(const RoleSpec& role) {
-  if (!role.builtin.empty()) return false;
-  return AskRolePython(role, kHookProbe, {{"DFLASH_GATE_ROLE", "probe"}}) == "yes";
 }
 
 std::string CudaRuntimeFor(const RoleSpec& role) {

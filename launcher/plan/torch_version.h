@@ -20,12 +20,6 @@ namespace dflash {
 /// the interpreter could not be asked; results are cached per (python, PATH, cwd).
 std::string TorchVersionFor(const RoleSpec& role);
 
-/// Whether the role's Python loads dflash-launch's payload hook (python/dflash_launch_hook.pth, installed
-/// with the package), which saves Dynamo's precompile artifact for a leader whatever its script does: what
-/// an unset gate.precompile follows (docs/cachelock.md). Same Python and cache rules as TorchVersionFor; false
-/// for a builtin role and for a Python that cannot be asked.
-bool PayloadHookFor(const RoleSpec& role);
-
 /// The probe itself: runs `python -c ...` through Spawn (no shell) with exactly
 /// `env`, in `cwd`, stdout into a pipe, stderr to /dev/null; a probe that takes
 /// longer than `timeout` is SIGKILLed and reaped ("unknown").

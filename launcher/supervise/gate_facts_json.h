@@ -18,13 +18,10 @@ Json GateFactsJson(const GateFacts& g) {
   if (g.cluster) j["cluster"] = ClusterOutcomeName(*g.cluster);
   if (g.cluster_token) j["cluster_token"] = *g.cluster_token;
   if (g.compile_s) j["compile_s"] = *g.compile_s;
-  if (g.dynamo_hits) j["dynamo_hits"] = *g.dynamo_hits;
   if (g.fetch_bytes) j["fetch_bytes"] = *g.fetch_bytes;
   if (g.fetch_s) j["fetch_s"] = *g.fetch_s;
   if (g.key) j["key"] = *g.key;
   if (g.warmup_mode) j["mode"] = "warmup";
-  if (g.precompile) j["precompile"] = *g.precompile;
-  if (g.precompiled) j["precompiled"] = *g.precompiled;
   if (g.published_bytes) j["published_bytes"] = *g.published_bytes;
   if (g.role) j["role"] = GateRoleName(*g.role);
   if (g.state) j["state"] = GateStateName(*g.state);

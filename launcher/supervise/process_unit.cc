@@ -278,16 +278,6 @@ void ProcessUnit::TakeGateFacts(const NotifyFields& r) {
   take(g.fetch_bytes, r.gate_fetch_bytes);
   take(g.fetch_s, r.gate_fetch_s);
   take(g.published_bytes, r.gate_published_bytes);
-  // Dynamo's precompile: from dflash-worker, or from a warm-up mode process itself (its payload hook and
-  // notify_ready()). Facts are as of READY, as dflash-worker keeps them: a direct process that compiles later
-  // (a new shape at step 2) was still precompiled for the gate's purpose, so what it says after is not taken.
-  // Unless it had said nothing yet: a log line's READY and the datagram before it come on different fds, and
-  // the supervisor may read the line first.
-  if (!(p_.direct && p_.state != ProcState::kStarting && g.precompile)) {
-    take(g.precompiled, r.gate_precompiled);
-    take(g.precompile, r.gate_precompile);
-    take(g.dynamo_hits, r.gate_dynamo_hits);
-  }
   take(g.state, r.gate_state);
   if (!r.gate_state) return;
   std::string key = g.key.value_or(""), state = GateStateName(*r.gate_state);

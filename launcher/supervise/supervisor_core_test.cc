@@ -1029,8 +1029,6 @@ RunSummary GatedRunSummary(std::vector<nlohmann::json>* events = nullptr) {
   warm.gate_role = GateRole::kLead;
   warm.gate_state = GateState::kReady;
   warm.gate_compile_s = 7.25;
-  warm.gate_precompiled = false;
-  warm.gate_precompile = "off (gate.precompile = false)";
   h.Report("w:warmup", warm);
   h.Exit("w:warmup", 0);
   NotifyFields lead;
@@ -1045,9 +1043,6 @@ RunSummary GatedRunSummary(std::vector<nlohmann::json>* events = nullptr) {
   published.gate_state = GateState::kReady;
   published.gate_compile_s = 31.2;
   published.gate_published_bytes = 248832;
-  published.gate_precompiled = true;
-  published.gate_precompile = "saved";
-  published.gate_dynamo_hits = 0;
   published.ready = true;
   published.ready_s = 31.5;
   h.Report("d:0", published);
@@ -1056,9 +1051,6 @@ RunSummary GatedRunSummary(std::vector<nlohmann::json>* events = nullptr) {
   reuse.gate_role = GateRole::kReuse;
   reuse.gate_state = GateState::kReusing;
   reuse.gate_wait_s = 30.125;
-  reuse.gate_precompiled = true;
-  reuse.gate_precompile = "dynamo cache hit";
-  reuse.gate_dynamo_hits = 1;
   reuse.ready = true;
   reuse.ready_s = 2.5;
   h.Report("d:1", reuse);
@@ -1091,65 +1083,6 @@ std::string Golden(const std::string& name) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-/// A warm-up-mode role of one process whose warm-up published: "w:0" then runs as a direct process.
-const char* kWarmupRoleOfOne = "gate = { mode = \"warmup\" }\nrestart = { policy = \"never\" }";
-
-void WarmUp(Harness* h) {
-  h->Start();
-  NotifyFields warm;
-  warm.gate_key = "w-key";
-  warm.gate_role = GateRole::kLead;
-  warm.gate_state = GateState::kReady;
-  h->Report("w:warmup", warm);
-  h->Exit("w:warmup", 0);
-}
-
-NotifyFields PrecompileFacts(bool precompiled, const std::string& why, bool ready = false) {
-  NotifyFields f;
-  f.gate_precompiled = precompiled;
-  f.gate_precompile = why;
-  f.ready = ready;
-  return f;
-}
-
-/// What summary.json says of w:0's precompile once it exited.
-std::pair<std::optional<bool>, std::optional<std::string>> W0Precompile(Harness* h) {
-  h->Exit("w:0", 0);
-  RunSummary s = BuildRunSummary(h->core(), 1.0, "");
-  for (const ProcessSummary& p : s.processes)
-    if (p.name == "w:0") return {p.gate.precompiled, p.gate.precompile};
-  ADD_FAILURE() << "no w:0";
-  return {};
-}
-
-TEST(SupervisorCoreSummary, ADirectProcessesPrecompileFactsAreThoseItHadAtReady) {
-  // A warm-up-mode process reports its own facts (the payload hook sends them at each load and compile, without
-  // READY): the last before READY stands, and a compile after READY does not rewrite it.
-  Harness h(Role("w", 1, kWarmupRoleOfOne));
-  WarmUp(&h);
-  h.Report("w:0", PrecompileFacts(false, "dynamo cache miss: no entry for this code"));
-  h.Report("w:0", PrecompileFacts(true, "dynamo cache hit", /*ready=*/true));
-  h.Report("w:0", PrecompileFacts(false, "dynamo cache hit, but this process compiled graphs anyway"));
-  auto [precompiled, why] = W0Precompile(&h);
-  EXPECT_EQ(precompiled, true);
-  EXPECT_EQ(why, "dynamo cache hit");
-}
-
-TEST(SupervisorCoreSummary, ADirectProcessesFirstPrecompileFactsAreTakenEvenAfterItsReady) {
-  // Its READY (a log line on its stdout) and the datagram sent before it come on different fds: the supervisor
-  // may read the line first. Facts it had not had yet are taken; a second word after READY is not.
-  Harness h(Role("w", 1, kWarmupRoleOfOne));
-  WarmUp(&h);
-  NotifyFields ready;
-  ready.ready = true;
-  h.Report("w:0", ready);
-  h.Report("w:0", PrecompileFacts(true, "dynamo cache hit"));
-  h.Report("w:0", PrecompileFacts(false, "dynamo cache hit, but this process compiled graphs anyway"));
-  auto [precompiled, why] = W0Precompile(&h);
-  EXPECT_EQ(precompiled, true);
-  EXPECT_EQ(why, "dynamo cache hit");
 }
 
 TEST(SupervisorCoreSummary, GateFactsReachSummaryJsonEventsAndTheTableAsTheyAlwaysWere) {

@@ -13,23 +13,19 @@ that installs it (`pip install 'dflash-launch[torch]'`: dflash_launch/_extras.py
 
 import os
 import socket
-import sys
 
 from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (MissingExtraError: for callers)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "notify", "notify_ready", "save_precompile", "precompile_facts", "notify_status", "notify_watchdog", "watchdog_interval",
+    "notify", "notify_ready", "notify_status", "notify_watchdog", "watchdog_interval",
     "check_hidden_states",
     "check_hidden_shape", "describe_violation", "shape_string", "HiddenStateContractError",
     "contract_from_env", "gate_role", "is_warmup", "init_process_group",
 ]
 
 
-# Why this process did not load a precompile entry it found (dflash_launch/payload_hook.py refuses some).
-refused_entries = []
-_saves = []  # successful saves: a later one that finds nothing new returns None, and that is no failure
 _said_ready = []  # READY=1 went out from this process (the spool's warm-up budget asks: dflash_launch.spool)
 
 
@@ -52,134 +48,9 @@ def notify(message: str) -> bool:
     return True
 
 
-def save_precompile() -> str:
-    """Writes Dynamo's precompile artifact (<cache_dir>/dynamo/) for the gate's followers, when this
-    process leads (or is the warm-up) and runs with torch._dynamo.config.caching_precompile on
-    (TORCH_CACHING_PRECOMPILE=1). Dynamo writes that entry only on save_cache_artifacts(): without it a
-    follower re-traces (docs/cachelock.md). Returns "saved", "" when it does not apply, or why it failed;
-    never raises: a follower that finds no artifact falls back to the FX-graph cache, as before."""
-    if gate_role() != "lead" and not is_warmup():
-        return ""
-    if "torch" not in sys.modules:  # nothing compiled in this process
-        return ""
-    try:
-        import torch._dynamo  # save_cache_artifacts() returns nothing unless Dynamo was imported (torch bug)
-        if not torch._dynamo.config.caching_precompile:
-            return ""
-        if torch.compiler.save_cache_artifacts() is None and not _saves:
-            return "save_cache_artifacts() returned nothing"
-        _saves.append(True)
-        return "saved"
-    except Exception as e:  # noqa: BLE001 -- any failure leaves followers on today's path
-        return f"{type(e).__name__}: {e}"
-
-
-def _compiled_graphs(counters) -> int:
-    """Graphs this process compiled itself: Inductor looks each up in the FX-graph cache, hit or miss; a follower
-    that only loaded looks up none."""
-    ind = counters["inductor"]
-    return int(ind["fxgraph_cache_hit"]) + int(ind["fxgraph_cache_miss"])
-
-
-def _dynamo_entries() -> int:
-    """How many precompile entries <cache_dir>/dynamo/ holds (torch._dynamo.package.DynamoCache)."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-        return len(os.listdir(os.path.join(cache_dir(), "dynamo")))
-    except Exception:  # noqa: BLE001 -- no dir, or a torch without it: none
-        return 0
-
-
-def precompile_facts():
-    """What this gated process did with Dynamo's precompile artifact, as (precompiled, reason, dynamo_hits),
-    or None when it is not gated. A leader (or warm-up) saves it (save_precompile()): True, "saved"; a
-    follower loaded it when Dynamo's cache hit: True, "dynamo cache hit". Otherwise False and why
-    (summary.json's gate facts; docs/cachelock.md). Call it after the first compiled step; it never raises."""
-    lead = gate_role() == "lead" or is_warmup()
-    if not lead and gate_role() != "reuse":
-        return None
-    if "torch" not in sys.modules:
-        return False, "torch not imported: nothing compiled", None
-    off = os.environ.get("TORCH_CACHING_PRECOMPILE", "")
-    if off != "1" and "torch._dynamo" not in sys.modules:  # nothing compiled, and no Dynamo import just to say so
-        return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", None
-    try:
-        import torch._dynamo
-        from torch._dynamo.utils import counters
-        if not hasattr(torch._dynamo.config, "caching_precompile"):
-            return False, f"torch {torch.__version__} without caching_precompile", None
-        hits = int(counters["dynamo_cache"]["dynamo_cache_hit"])
-        if _exact_entries.broken():  # another torch: nothing shared can be shown exact, so precompile is off
-            return False, f"off: {_exact_entries.broken()[0]}", hits
-        if not torch._dynamo.config.caching_precompile:
-            return False, f"off (TORCH_CACHING_PRECOMPILE={off or 'unset'}; gate.precompile = true sets it)", hits
-        if lead:
-            why = save_precompile()
-            if _exact_entries.unsaved():
-                return False, f"saved nothing: {_exact_entries.unsaved()[-1]}", hits
-            if why != "saved" and why != "save_cache_artifacts() returned nothing":
-                return False, f"save failed: {why}", hits
-            if why != "saved" or not _dynamo_entries():  # nothing compiled yet, or Dynamo could not serialise it
-                bypassed = _precompile_bypass.bypasses()
-                return False, ("saved nothing: " + (f"Dynamo could not serialise a compiled frame ({bypassed[0]})"
-                                                    if bypassed else "no compiled function Dynamo could serialise")), hits
-            return True, "saved", hits
-        if refused_entries:
-            return False, refused_entries[-1], hits
-        if hits and _retrace_fix.stats()["names_skipped"]:  # re-traced where a loaded entry had installed globals
-            return False, ("dynamo cache hit, but its guards failed in this process (another thread count, grad "
-                           "mode or autocast, or an edit that kept the function's line): re-traced with the "
-                           "FX-graph cache"), hits
-        if hits and _compiled_graphs(counters):
-            return False, ("dynamo cache hit, but this process compiled graphs anyway (a frame the entry did not "
-                           "cover, or an entry that did not install): traced with the FX-graph cache"), hits
-        if hits:
-            return True, "dynamo cache hit", hits
-        if counters["dynamo_cache"]["dynamo_cache_error"]:
-            return False, "dynamo cache entry failed to load", hits
-        if not _dynamo_entries():
-            return False, "no artifact: leader did not save", hits
-        return False, "dynamo cache miss: no entry for this code (its function moved, or another leader's)", hits
-    except Exception as e:  # noqa: BLE001 -- a report, never a failure of the payload
-        return False, f"cannot tell: {type(e).__name__}: {e}", None
-
-
-_failed_saves = set()  # said once each: the payload hook and notify_ready() may both see one
-
-
-def say_if_save_failed(done: bool, why: str) -> None:
-    """One line on stderr for a leader whose save raised, or which Dynamo could not serialise (precompile_facts()'s
-    "save failed: ..." and "saved nothing: Dynamo could not serialise ..."), once."""
-    said = why.startswith("save failed: ") or why.startswith("saved nothing: Dynamo could not serialise")
-    if done or not said or why in _failed_saves:
-        return
-    _failed_saves.add(why)
-    print(f"dflash_launch: precompile artifact not saved ({why.split(': ', 1)[1]}): followers trace "
-          f"with the FX-graph cache instead", file=sys.stderr, flush=True)
-
-
-def precompile_lines():
-    """precompile_facts() as notify lines (X_DFLASH_GATE_PRECOMPILE*, worker/protocol.h), [] when not gated; a
-    leader's failed save is said once on stderr."""
-    facts = precompile_facts()
-    if facts is None:
-        return []
-    done, why, hits = facts
-    say_if_save_failed(done, why)
-    lines = [f"X_DFLASH_GATE_PRECOMPILED={int(done)}", "X_DFLASH_GATE_PRECOMPILE=" + why.replace("\n", " ")]
-    if hits is not None:
-        lines.append(f"X_DFLASH_GATE_DYNAMO_HITS={hits}")
-    return lines
-
-
 def notify_ready(status: str = None) -> bool:
-    """Says "ready": this process has finished compiling (its first compiled step ran). A leader
-    saves the Dynamo precompile artifact first (save_precompile()), so READY covers it too, and a
-    gated process says whether it saved or loaded one (precompile_facts(), X_DFLASH_GATE_PRECOMPILE*:
-    dflash-worker puts them into summary.json's gate facts)."""
-    lines = precompile_lines()
-    if status:
-        lines.append(f"STATUS={status}")
+    """Says "ready": this process has finished compiling (its first compiled step ran)."""
+    lines = [f"STATUS={status}"] if status else []
     return notify("\n".join(lines + ["READY=1"]))
 
 
@@ -346,16 +217,10 @@ def contract_from_env(env=None):
     }
 
 
-# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/isa_verdict.py),
-# a loaded precompile entry whose guards fail re-traces instead of crashing (dflash_launch/retrace_fix.py), and
-# with Dynamo's precompile on, what a trace read of its process is recorded and every loaded entry checked against
-# the process that loads it (dflash_launch/exact_entries.py).
-from dflash_launch import exact_entries as _exact_entries  # noqa: E402
+# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/isa_verdict.py):
+# a record keyed by what the answer depends on, so what is shared is content-addressed. Nothing here turns on
+# Dynamo's precompile cache (torch._dynamo.config.caching_precompile): with it, torch 2.13 drops identity guards in
+# the live process and computes wrong values (docs/cachelock.md, "What is exact").
 from dflash_launch import isa_verdict as _isa_verdict  # noqa: E402
-from dflash_launch import precompile_bypass as _precompile_bypass  # noqa: E402
-from dflash_launch import retrace_fix as _retrace_fix  # noqa: E402
 
 _isa_verdict.install()
-_retrace_fix.install()
-if os.environ.get("TORCH_CACHING_PRECOMPILE") == "1":
-    _exact_entries.install()

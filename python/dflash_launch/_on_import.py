@@ -1,6 +1,5 @@
 """Patch a torch module right after it is imported: torch imports its compiler modules lazily, and a payload
-may import dflash_launch before torch. Used by isa_verdict (the ISA probe), retrace_fix (a torch 2.13 bug),
-exact_entries and the payload hook (Dynamo's precompile)."""
+may import dflash_launch before torch. Used by isa_verdict (the ISA probe)."""
 import importlib.machinery
 import sys
 

@@ -280,9 +280,9 @@ def drafter_run(mode, launcher, work, name, gated, n_gpus, steps, timeouts):
         leads = [p for p in procs if p["gate_role"] == "lead"]
         reuse = [p for p in procs if p["gate_role"] == "reuse"]
         out["leads"], out["reused"] = len(leads), len(reuse)
-        # A follower that loaded the leader's Dynamo precompile artifact looks nothing up in the FX cache.
+        # A follower traces its own code and finds every graph the leader compiled in the FX-graph cache.
         out["reused_with_0_misses"] = sum(1 for p in reuse if p["fxgraph_cache_miss"] == 0
-                                          and ((p["fxgraph_cache_hit"] or 0) > 0 or (p["dynamo_cache_hit"] or 0) > 0))
+                                          and (p["fxgraph_cache_hit"] or 0) > 0)
         # A bypassed graph is never cached: every follower compiles it again, whatever its hits say.
         out["bypassed"] = {p["name"]: p["fxgraph_cache_bypass"] for p in procs if (p["fxgraph_cache_bypass"] or 0) > 0}
         out["ok"] = bool(done and len(leads) == 1 and out["reused_with_0_misses"] == N_DRAFTERS - 1

@@ -214,8 +214,8 @@ def cache_counters():
     from torch._dynamo.utils import counters
     ind, aot, dyn = counters["inductor"], counters["aot_autograd"], counters["dynamo_cache"]
     return {
-        # Dynamo's precompile (docs/cachelock.md): a follower that loads the leader's artifact has a hit
-        # here and no FX-graph or AOTAutograd lookups at all.
+        # Dynamo's precompile cache is never on here (docs/cachelock.md, "What is exact"): 0 hits, said for tools
+        # that read these counters.
         "dynamo_cache_hit": int(dyn["dynamo_cache_hit"]),
         "dynamo_cache_miss": int(dyn["dynamo_cache_miss"]),
         "fxgraph_cache_hit": int(ind["fxgraph_cache_hit"]),

@@ -57,7 +57,7 @@ def trainer(model, loss_of):
 ddp, fsdp = DDP(net()), fully_shard(net())
 
 
-def ddp_loss(x, y):  # one function each: Dynamo's precompile key is a function's qualname and first line
+def ddp_loss(x, y):  # one function each
     return torch.nn.functional.mse_loss(ddp(x), y)
 
 

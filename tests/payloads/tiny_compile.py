@@ -1,7 +1,7 @@
 """A real torch.compile of one tiny training step (matmul, relu, backward) for tests about the cache tools, not
 the model: it fills a real Inductor cache (FX graph, AOTAutograd, C++ kernels) in ~15 CPU-s where the reference
 drafter takes ~45, writes the reference drafter's cache counters to $DFLASH_METRICS_FILE (what `seed --verify`
-reads) and says READY. Honours gate.precompile like any payload that calls notify_ready()."""
+reads) and says READY."""
 import json
 import os
 
