@@ -58,12 +58,10 @@ bench: build
 	python3 bench/supervisor/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/first_contact/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/run_bench.py --out docs/benchmarks.md
-	$(PY) bench/compile/precompile_bench.py --out docs/benchmarks.md
+	$(PY) bench/compile/exact_bench.py --out docs/benchmarks.md
 	$(PY) bench/compile/follower_split.py --out docs/benchmarks.md
-	$(PY) bench/compile/follower_imports.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/cluster_gate/run_bench.py --out docs/benchmarks.md --vec-isa-ok
-	$(PY) bench/cluster_gate/precompile_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md --model drafter --layers 4
 	$(PY) bench/ctl/restart_compiled_bench.py --out docs/benchmarks.md

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Where a precompile follower's CPU goes (issue 22, item 3), phase by phase, in one run of this script:
+"""Where a follower's CPU goes (issues 22 and 44), phase by phase, in one run of this script:
 
-  a leader (fresh cache dir, TORCH_CACHING_PRECOMPILE=1) compiles the reference drafter's step at the test shapes
-  and saves Dynamo's precompile artifact (torch.compiler.save_cache_artifacts(), what notify_ready() does);
-  then followers on that cache, each a fresh process, timed per phase (user + sys of the process and its reaped
-  children, and wall): interpreter start, `import torch`, Dynamo/Inductor imports, Inductor's CPU ISA probe
-  (valid_vec_isa_list(), called before the compile so that its cost stands alone), the model, the torch.compile()
-  call (where Dynamo's cache loads), and the first step (loading the kernels, fwd + bwd).
+  a leader (fresh cache dir) compiles the reference drafter's step at the test shapes; then followers on that
+  cache, each a fresh process that traces its own code (docs/cachelock.md, "What is exact"), timed per phase (user
+  + sys of the process and its reaped children, and wall): interpreter start, `import torch`, Dynamo/Inductor
+  imports, Inductor's CPU ISA probe (valid_vec_isa_list(), called before the compile so that its cost stands
+  alone), the model, the torch.compile() call, and the first step (Dynamo's trace, the FX-graph and AOTAutograd
+  cache hits, loading the kernels, fwd + bwd).
   Followers: `probe` (torch's default), `isa-ok` (TORCHINDUCTOR_VEC_ISA_OK=1: trust /proc/cpuinfo) and `shared`
   (the leader's probe verdicts from the cache dir, python/dflash_launch/isa_verdict.py; the others run with
   DFLASH_ISA_SHARE=0). Every process is gated (DFLASH_GATE_ROLE) and imports dflash_launch, as a payload would.
@@ -27,7 +27,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-HEADING = "## compile gate: what a precompile follower still pays for, phase by phase"
+HEADING = "## compile gate: what a follower still pays for, phase by phase"
 SHAPES = dict(target_layers=64, hidden=64, tapped_layers=[1, 16, 31, 46, 61], draft_layers=2, block_size=4,
               seq_len=64, dtype="fp32", heads=4, kv_heads=2, vocab=256, batch=1, seed=0)  # tests/supervise.py
 
@@ -73,8 +73,6 @@ def child(role):
     loss.backward()
     opt.step()
     mark("first step (kernels load, fwd + bwd)")
-    if role == "leader":
-        torch.compiler.save_cache_artifacts()
     from torch._dynamo.utils import counters
     from dflash_launch import isa_verdict
     print(json.dumps({"phases": phases, "isa_verdicts": isa_verdict.stats(), "loss": loss.item(), "isa": isa, "picked": picked,
@@ -87,7 +85,8 @@ def child(role):
 def spawn(cache, role, extra_env=None):
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_VEC_ISA_OK", "DFLASH_ISA_SHARE")}
     (cache / ".dflash").mkdir(mode=0o700, exist_ok=True)  # the gate's dir, as dflash-worker makes it
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TORCH_CACHING_PRECOMPILE="1",
+    env.pop("TORCH_CACHING_PRECOMPILE", None)
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(cache),
                DFLASH_GATE_ROLE="lead" if role == "leader" else "reuse",
                TORCHINDUCTOR_COMPILE_THREADS="1", OMP_NUM_THREADS="1", SPLIT_T0=repr(time.perf_counter()),
                **(extra_env or {}))
@@ -139,9 +138,8 @@ def main():
 
 `{cmd.strip()}` — {datetime.date.today()}, this 2-core machine shared with other work (load average {load[0]:.1f}
 at the end), torch {__import__('torch').__version__} (CPU), {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}.
-The reference drafter's step at the test shapes, `TORCH_CACHING_PRECOMPILE=1`: a leader on a fresh cache dir
-compiles and saves Dynamo's artifact, then {args.followers} followers of each kind (fresh processes, interleaved)
-load it. CPU = user + sys of the process and its reaped children; medians over the followers.
+The reference drafter's step at the test shapes: a leader on a fresh cache dir compiles, then {args.followers}
+followers of each kind (fresh processes, interleaved) trace their own code and hit its caches. CPU = user + sys of the process and its reaped children; medians over the followers.
 
 | phase | leader CPU s | follower CPU s | wall s | follower, `TORCHINDUCTOR_VEC_ISA_OK=1`, CPU s | wall s | follower, shared verdicts, CPU s | wall s |
 |---|---|---|---|---|---|---|---|

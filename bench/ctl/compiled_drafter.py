@@ -1,7 +1,6 @@
 """A drafter for bench/ctl/restart_compiled_bench.py: the reference drafter's model and step
 (python/dflash_launch/reference_drafter.py), torch.compile'd unless --no-compile, one training step, then
-READY=1 (dflash_launch.notify_ready(), which saves Dynamo's precompile artifact when this process leads) and
-idle until stopped, like a drafter waiting for the targets' next batch.
+READY=1 (dflash_launch.notify_ready()) and idle until stopped, like a drafter waiting for the targets' next batch.
 
 At its first step it writes $BENCH_OUT/<process>.<pid>.json: the CPU of its whole process tree from exec
 (user + sys of itself and its reaped children: the g++ kernel builds and Inductor's ISA probe), imports
@@ -24,7 +23,7 @@ def main():
     import torch
     from dflash_launch import contract_from_env, notify_ready
     from dflash_launch.reference_drafter import SyntheticSource, build, cache_counters
-    torch.set_num_threads(1)  # the same in every process: a precompile guard checks it (docs/cachelock.md)
+    torch.set_num_threads(1)  # the same in every process
     contract = contract_from_env()
     model = build(contract)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)

@@ -2,10 +2,9 @@
 """`ctl restart drafter` of 3 gated torch.compile drafters while 5 targets run (issue 22, item 4), in one run
 of this script, against a cold start of the same drafters and an eager start of the same script:
 
-  eager   the drafters with --no-compile (ungated: nothing to compile): launch, then restarts
-  off     torch.compile, gate (serial), gate.precompile = false: cold launch on an empty cache, then restarts
-          (every restarted drafter follows: FX-graph and AOTAutograd hits, Dynamo re-traces)
-  on      the same with gate.precompile = true (restarted drafters load the leader's Dynamo artifact)
+  eager     the drafters with --no-compile (ungated: nothing to compile): launch, then restarts
+  compiled  torch.compile, gate (serial), the default config: cold launch on an empty cache, then restarts
+            (every restarted drafter follows: it traces, FX-graph and AOTAutograd hits)
 
 Targets: tests/payloads/ctl_step.py (a step every 0.5 s). Drafters: bench/ctl/compiled_drafter.py (the reference
 drafter's model at the test shapes, one training step, READY, then idle). Wall: `dflash-launch run` spawn (cold)
@@ -41,14 +40,13 @@ HEADING = "## live control: `ctl restart` of compiled drafters"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def write_config(d, compiled, precompile):
+def write_config(d, compiled):
     """5 targets + 3 drafters (the drafters compiled or not, gated when compiled)."""
     d.mkdir(parents=True, exist_ok=True)
     (d / "cache").mkdir(mode=0o700, exist_ok=True)
     (d / "out").mkdir()
     drafter = [sys.executable, str(DRAFTER)] + ([] if compiled else ["--no-compile"])
-    gate = (f'gate = {{ timeout = "30m", mode = "serial", precompile = {"true" if precompile else "false"} }}\n'
-            if compiled else "")
+    gate = 'gate = { timeout = "30m", mode = "serial" }\n' if compiled else ""
     env = (f'{{ BENCH_OUT = "{d / "out"}", TORCHINDUCTOR_COMPILE_THREADS = "1", '
            f'PYTHONPATH = "{ROOT / "python"}" }}')
     p = d / "run.toml"
@@ -122,10 +120,10 @@ def round_facts(d, status, seen):
     return cpu, counters
 
 
-def run_variant(args, tmp, label, compiled, precompile):
+def run_variant(args, tmp, label, compiled):
     d = tmp / label
     t = time.perf_counter()
-    o = Run(args, d, write_config(d, compiled, precompile))  # all 8 RUNNING: the drafters after their first step
+    o = Run(args, d, write_config(d, compiled))  # all 8 RUNNING: the drafters after their first step
     cold_wall = time.perf_counter() - t
     try:
         return measure(args, o, d, cold_wall)
@@ -155,11 +153,10 @@ def measure(args, o, d, cold_wall):
 
 
 def hits(counters):
-    """Per drafter: fxgraph hit/miss and, when any, the Dynamo precompile hits."""
+    """Per drafter: fxgraph hit/miss."""
     if not counters or "fxgraph_cache_hit" not in counters[0]:
         return "-"
-    return ", ".join(f"{c['fxgraph_cache_hit']}/{c['fxgraph_cache_miss']}"
-                     + (f" dyn {c['dynamo_cache_hit']}" if c.get("dynamo_cache_hit") else "") for c in counters)
+    return ", ".join(f"{c['fxgraph_cache_hit']}/{c['fxgraph_cache_miss']}" for c in counters)
 
 
 def main():
@@ -173,18 +170,17 @@ def main():
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="restart_bench_"))
     res = {}
     try:
-        for label, compiled, precompile in (("eager", False, False), ("off", True, False), ("on", True, True)):
+        for label, compiled in (("eager", False), ("compiled", True)):
             print(f"{label} ...", file=sys.stderr, flush=True)
-            res[label] = run_variant(args, tmp, label, compiled, precompile)
+            res[label] = run_variant(args, tmp, label, compiled)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     med = statistics.median
     e_wall, e_cpu = med(res["eager"]["walls"]), med(res["eager"]["cpus"])
-    names = {"eager": "eager (`--no-compile`, ungated)", "off": "compiled, gate, `gate.precompile = false`",
-             "on": "compiled, gate, precompile on (the default)"}
+    names = {"eager": "eager (`--no-compile`, ungated)", "compiled": "compiled, gate (the default config)"}
     rows = []
-    for label in ("eager", "off", "on"):
+    for label in ("eager", "compiled"):
         r = res[label]
         rows.append(f"| {names[label]} | cold launch (empty cache) | {r['cold_wall']:.1f} | "
                     f"{r['cold_wall'] / e_wall:.2f}x | {r['cold_cpu']:.1f} | {r['cold_cpu'] / e_cpu:.2f}x | "
@@ -194,8 +190,7 @@ def main():
                     f"{w / e_wall:.2f}x | {c:.1f} | {c / e_cpu:.2f}x | {hits(r['counters'][-1])} |")
     raw = "; ".join(f"{label}: restart walls {', '.join(f'{x:.1f}' for x in res[label]['walls'])} s, "
                     f"CPU {', '.join(f'{x:.1f}' for x in res[label]['cpus'])} s" for label in res)
-    on_w, on_c = med(res["on"]["walls"]) / e_wall, med(res["on"]["cpus"]) / e_cpu
-    off_w, off_c = med(res["off"]["walls"]) / e_wall, med(res["off"]["cpus"]) / e_cpu
+    c_w, c_c = med(res["compiled"]["walls"]) / e_wall, med(res["compiled"]["cpus"]) / e_cpu
     load = os.getloadavg()
     cmd = "python3 bench/ctl/restart_compiled_bench.py " + " ".join(sys.argv[1:])
     md = f"""{HEADING}
@@ -214,8 +209,7 @@ drafters reach their first step in <= 1.3x the time of an eager start.
 |---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-- Restart vs eager: precompile on {on_w:.2f}x wall, {on_c:.2f}x CPU; precompile off {off_w:.2f}x wall, {off_c:.2f}x CPU
-  (goal 1.3x: {"met" if on_w <= 1.3 else "not met"} with precompile on, {"met" if off_w <= 1.3 else "not met"} with it off).
+- Restart vs eager: {c_w:.2f}x wall, {c_c:.2f}x CPU (goal 1.3x: {"met" if c_w <= 1.3 else "not met"}).
 - Each round: {raw}.
 """
     print(md)

@@ -6,7 +6,6 @@ past its first compiled step, in one run, for
   one   a single process (world of one) on a cold cache: "one compile"
   (a)   gate on (mode warmup, what `gate = true` gives 3 processes), world = "role": every
         rank starts after the warm-up (hold all, the default)
-  (a0)  (a) with gate.precompile = false: ranks hit the FX-graph cache and re-run Dynamo (issue 22)
   (a')  the same with gate hold = "one": ranks 1 and 2 start with the warm-up and wait for
         rank 0 in init_process_group
   (b)   shared cache, no gate: the three compile at once
@@ -40,7 +39,7 @@ PY = sys.executable
 PORT = [23000]
 
 
-def config(args, d, n, gate, per_rank=False, hold="all", precompile=True):
+def config(args, d, n, gate, per_rank=False, hold="all"):
     (d / "cache").mkdir(mode=0o700, exist_ok=True)
     PORT[0] += 10
     env = 'TORCHINDUCTOR_COMPILE_THREADS = "1", DDP_STEPS = "1"' + (', PER_RANK_CACHE = "1"' if per_rank else "")
@@ -50,7 +49,7 @@ def config(args, d, n, gate, per_rank=False, hold="all", precompile=True):
     path.write_text(f'[run]\nname = "ddp"\ncache_dir = "cache"\nlog_dir = "runs"\nmaster_port = {PORT[0]}\n'
                     f'[[role]]\nname = "drafter"\ncpu = {n}\n'
                     f'command = ["{PY}", "{ROOT / "tests/payloads/ddp_step.py"}"]\nenv = {{ {env} }}\n'
-                    + ((f'gate = {{ hold = "{hold}"{"" if precompile else ", precompile = false"} }}\n'
+                    + ((f'gate = {{ hold = "{hold}" }}\n'
                         'world = "role"\n') if gate else "")
                     + 'ready = { mode = "notify", timeout = "30m" }\n')
     return path
@@ -81,9 +80,9 @@ def launch(args, d, cfg, run_id):
     return {"cpu": cpu, "wall": stamp(ready) - stamp(log[0]), "hm": hm, "step_cpu": step_cpu}
 
 
-def variant(args, n, gate=False, per_rank=False, warm_again=False, hold="all", precompile=True):
+def variant(args, n, gate=False, per_rank=False, warm_again=False, hold="all"):
     d = pathlib.Path(tempfile.mkdtemp(prefix="bench-ddp-"))
-    cfg = config(args, d, n, gate, per_rank, hold, precompile)
+    cfg = config(args, d, n, gate, per_rank, hold)
     cold = launch(args, d, cfg, "cold")
     warm = launch(args, d, cfg, "warm") if warm_again else None
     shutil.rmtree(d)
@@ -104,15 +103,13 @@ def main():
         one, one_warm = variant(args, 1, warm_again=True)
         print(f"round {i + 1}: (a) ...", file=sys.stderr)
         a, warm = variant(args, 3, gate=True, warm_again=True)
-        print(f"round {i + 1}: (a0) ...", file=sys.stderr)
-        a0, _ = variant(args, 3, gate=True, precompile=False)
         print(f"round {i + 1}: (a') ...", file=sys.stderr)
         a_one, _ = variant(args, 3, gate=True, hold="one")
         print(f"round {i + 1}: (b) ...", file=sys.stderr)
         b, _ = variant(args, 3)
         print(f"round {i + 1}: (c) ...", file=sys.stderr)
         c, _ = variant(args, 3, per_rank=True)
-        runs.append(dict(one=one, one_warm=one_warm, a=a, a0=a0, a_one=a_one, b=b, c=c, warm=warm))
+        runs.append(dict(one=one, one_warm=one_warm, a=a, a_one=a_one, b=b, c=c, warm=warm))
     rows, ratios = [], []
     for i, r in enumerate(runs):
         unit = r["one"]["cpu"] - r["one_warm"]["cpu"]
@@ -120,7 +117,6 @@ def main():
         step_unit = r["one"]["step_cpu"] - r["one_warm"]["step_cpu"]
         step_base = r["warm"]["step_cpu"]
         for key, label in (("one", "one process alone, cold"), ("a", "(a) gate on (warmup), shared cache"),
-                           ("a0", "(a0) the same, gate.precompile = false"),
                            ("a_one", "(a') gate on (warmup, hold one), shared cache"),
                            ("b", "(b) shared cache, no gate"), ("c", "(c) a cache dir per rank"),
                            ("warm", "3 ranks on a warm cache")):
@@ -133,8 +129,7 @@ def main():
         ratios.append(f"- round {i + 1}: (a) compile CPU {(r['a']['cpu'] - base) / unit:.2f}x one compile "
                       f"(in-step {(r['a']['step_cpu'] - step_base) / step_unit:.2f}x), wall "
                       f"{r['a']['wall'] / r['one']['wall']:.2f}x one cold compile (hold one: "
-                      f"{r['a_one']['wall'] / r['one']['wall']:.2f}x); (a0) precompile off: compile CPU "
-                      f"{(r['a0']['cpu'] - base) / unit:.2f}x, wall {r['a0']['wall'] / r['one']['wall']:.2f}x; (b)/(a) CPU "
+                      f"{r['a_one']['wall'] / r['one']['wall']:.2f}x); (b)/(a) CPU "
                       f"{r['b']['cpu'] / r['a']['cpu']:.2f}x, wall {r['b']['wall'] / r['a']['wall']:.2f}x; (c)/(a) CPU "
                       f"{r['c']['cpu'] / r['a']['cpu']:.2f}x, wall {r['c']['wall'] / r['a']['wall']:.2f}x")
     cmd = "python3 bench/ddp/run_bench.py " + " ".join(sys.argv[1:])
@@ -151,8 +146,7 @@ dflash-launch); compile CPU = CPU minus the same shape on a warm cache (one proc
 "warm" row): the warm-up's whole process start counts as compile cost. In-step = the CPU of every process's first
 compiled step (warm-up included; the payload measures it) minus the same on the warm cache: the compile alone.
 Wall = launch to all ranks past their first compiled step. (a): `gate = true` (every rank starts after the
-warm-up; precompile on, the default where the payload hook loads: the ranks load the warm-up's Dynamo artifact);
-(a0): the same with `gate.precompile = false`; (a'): `hold = "one"` (ranks 1 and 2 start with the warm-up and wait in init_process_group for rank 0).
+warm-up; each rank traces and hits the warm-up's FX-graph and AOTAutograd entries); (a'): `hold = "one"` (ranks 1 and 2 start with the warm-up and wait in init_process_group for rank 0).
 Goal: (a) compile CPU <= 1.3x one compile, wall <= 1.3x one cold compile.
 
 | round | variant | CPU s | compile CPU s | / one compile | in-step compile CPU s | / one | wall s | / one cold compile | fxgraph hit/miss per rank (dyn: Dynamo artifact loaded) |
