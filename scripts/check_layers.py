@@ -23,6 +23,7 @@ LAYERS = [
     ("launcher/config", 4.0),     # run.toml: schema, reader, errors
     ("launcher/plan", 4.1),       # the plan: processes, environments, ports, gate keys
     ("launcher/control", 4.2),    # the control socket, the registry of live runs
+    ("launcher/core", 4.25),      # the supervisor's pure core: decisions, actions, the verdict (no fd)
     ("launcher/console", 4.3),    # logs and the live view
     ("launcher/supervise", 4.4),  # the supervisor's core and shell, kill-on-death, summary.json
     ("launcher/cluster", 4.4),    # multi-node: the node coordinator, peers, the private store
@@ -93,7 +94,7 @@ def self_test():
         ("worker/builtin/roles.cc", '#include "cachelock/gate.h"'),  # same layer, another module
         ("worker/main.cc", '#include "launcher/supervise/supervisor.h"'),
         ("launcher/plan/plan.cc", '#include "launcher/supervise/supervisor.h"'),  # a room's arrow upward
-        ("launcher/cluster/peer_tracker.h", '#include "launcher/supervise/restart_policy.h"'),  # a sibling room
+        ("launcher/cluster/peer_tracker.h", '#include "launcher/supervise/supervisor.h"'),  # a sibling room
         ("launcher/stray.cc", '#include "launcher/config/config.h"'),  # outside any room
     ]
     failures = []

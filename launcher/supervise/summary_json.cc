@@ -5,7 +5,7 @@
 #include "cachelock/cache_inventory.h"  // HumanBytes
 #include "common/signal_names.h"
 #include "common/json_field.h"
-#include "launcher/supervise/gate_facts_json.h"
+#include "launcher/core/gate_facts_json.h"
 #include "launcher/supervise/table_text.h"
 #include "launcher/supervise/training_report.h"
 

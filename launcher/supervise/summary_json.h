@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/supervise/attempt_record.h"
-#include "launcher/supervise/run_verdict.h"
+#include "launcher/core/attempt_record.h"
+#include "launcher/core/run_verdict.h"
 
 namespace dflash {
 

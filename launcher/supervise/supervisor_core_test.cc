@@ -1,6 +1,6 @@
 // The supervisor's decisions with a fake clock and no processes: every spawn
 // gets a made-up pid, every exit is an event we send.
-#include "launcher/supervise/supervisor_core.h"
+#include "launcher/core/supervisor_core.h"
 #include "launcher/supervise/supervisor_summary.h"
 
 #include <gtest/gtest.h>

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "launcher/supervise/summary_json.h"
-#include "launcher/supervise/supervisor_core.h"
+#include "launcher/core/supervisor_core.h"
 
 namespace dflash {
 

@@ -1,4 +1,4 @@
-#include "launcher/supervise/start_order.h"
+#include "launcher/core/start_order.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "launcher/supervise/control_verbs.h"
+#include "launcher/core/control_verbs.h"
 
 #include <algorithm>
 #include <csignal>

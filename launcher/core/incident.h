@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/supervise/process_unit.h"
-#include "launcher/supervise/run_verdict.h"
+#include "launcher/core/process_unit.h"
+#include "launcher/core/run_verdict.h"
 
 namespace dflash {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/supervise/process_unit.h"
+#include "launcher/core/process_unit.h"
 
 namespace dflash {
 

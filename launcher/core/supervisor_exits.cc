@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "common/duration.h"
-#include "launcher/supervise/supervisor_core.h"
+#include "launcher/core/supervisor_core.h"
 
 namespace dflash {
 

@@ -1,4 +1,4 @@
-#include "launcher/supervise/process_unit.h"
+#include "launcher/core/process_unit.h"
 
 #include <algorithm>
 #include <csignal>
@@ -6,7 +6,7 @@
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "common/signal_names.h"
-#include "launcher/supervise/gate_facts_json.h"
+#include "launcher/core/gate_facts_json.h"
 
 namespace dflash {
 

@@ -1,4 +1,4 @@
-#include "launcher/supervise/supervisor_core.h"
+#include "launcher/core/supervisor_core.h"
 
 #include <algorithm>
 #include <csignal>

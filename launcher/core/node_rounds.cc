@@ -1,4 +1,4 @@
-#include "launcher/supervise/node_rounds.h"
+#include "launcher/core/node_rounds.h"
 
 #include <algorithm>
 

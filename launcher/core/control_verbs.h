@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "launcher/control/control.h"
-#include "launcher/supervise/unit_table.h"
+#include "launcher/core/unit_table.h"
 
 namespace dflash {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "launcher/supervise/unit_table.h"
+#include "launcher/core/unit_table.h"
 
 namespace dflash {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "launcher/plan/plan.h"
-#include "launcher/supervise/process_unit.h"
+#include "launcher/core/process_unit.h"
 
 namespace dflash {
 

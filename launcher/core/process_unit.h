@@ -15,8 +15,8 @@
 #include "common/spawn.h"
 #include "contract/readiness.h"
 #include "launcher/plan/plan.h"
-#include "launcher/supervise/attempt_record.h"
-#include "launcher/supervise/core_action.h"
+#include "launcher/core/attempt_record.h"
+#include "launcher/core/core_action.h"
 #include "worker/protocol.h"
 
 namespace dflash {

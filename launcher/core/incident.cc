@@ -1,4 +1,4 @@
-#include "launcher/supervise/incident.h"
+#include "launcher/core/incident.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "launcher/supervise/restart_policy.h"
+#include "launcher/core/restart_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "launcher/supervise/run_verdict.h"
+#include "launcher/core/run_verdict.h"
 
 #include "common/exit_codes.h"
 
