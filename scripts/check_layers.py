@@ -25,6 +25,7 @@ LAYERS = [
     ("launcher/control", 4.2),    # the control socket, the registry of live runs
     ("launcher/core", 4.25),      # the supervisor's pure core: decisions, actions, the verdict (no fd)
     ("launcher/console", 4.3),    # logs and the live view
+    ("launcher/report", 4.3),     # the run's report: summary.json, the tables, the loss plot
     ("launcher/supervise", 4.4),  # the supervisor's core and shell, kill-on-death, summary.json
     ("launcher/cluster", 4.4),    # multi-node: the node coordinator, peers, the private store
     ("launcher/commands", 4.5),   # the CLI

@@ -31,7 +31,7 @@
 #include "launcher/cluster/store_session.h"
 #include "launcher/supervise/supervisor.h"
 #include "launcher/supervise/supervisor_log.h"
-#include "launcher/supervise/training_report.h"
+#include "launcher/report/training_report.h"
 #include "launcher/plan/torch_version.h"
 
 namespace dflash {

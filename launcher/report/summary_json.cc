@@ -1,4 +1,4 @@
-#include "launcher/supervise/summary_json.h"
+#include "launcher/report/summary_json.h"
 
 #include <cstdio>
 
@@ -6,8 +6,8 @@
 #include "common/signal_names.h"
 #include "common/json_field.h"
 #include "launcher/core/gate_facts_json.h"
-#include "launcher/supervise/table_text.h"
-#include "launcher/supervise/training_report.h"
+#include "launcher/report/table_text.h"
+#include "launcher/report/training_report.h"
 
 namespace dflash {
 

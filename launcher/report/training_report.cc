@@ -1,11 +1,11 @@
-#include "launcher/supervise/training_report.h"
+#include "launcher/report/training_report.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "launcher/supervise/table_text.h"
+#include "launcher/report/table_text.h"
 
 namespace dflash {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "launcher/supervise/summary_json.h"
+#include "launcher/report/summary_json.h"
 
 namespace dflash {
 

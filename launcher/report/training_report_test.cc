@@ -1,6 +1,6 @@
 // The training part of a run's summary, from metrics as the payloads write them.
-#include "launcher/supervise/training_report.h"
-#include "launcher/supervise/table_text.h"
+#include "launcher/report/training_report.h"
+#include "launcher/report/table_text.h"
 
 #include <gtest/gtest.h>
 
