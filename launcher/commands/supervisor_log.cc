@@ -1,4 +1,4 @@
-#include "launcher/supervise/supervisor_log.h"
+#include "launcher/commands/supervisor_log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

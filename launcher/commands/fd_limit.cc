@@ -1,4 +1,4 @@
-#include "launcher/supervise/fd_limit.h"
+#include "launcher/commands/fd_limit.h"
 
 #include <sys/resource.h>
 
