@@ -32,6 +32,7 @@
 #include "launcher/supervise/supervisor.h"
 #include "launcher/commands/supervisor_log.h"
 #include "launcher/report/training_report.h"
+#include "launcher/report/summary_json.h"
 #include "launcher/plan/torch_version.h"
 
 namespace dflash {

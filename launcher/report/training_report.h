@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "launcher/report/summary_json.h"
+#include "launcher/report/run_summary.h"
 
 namespace dflash {
 

@@ -16,7 +16,7 @@
 #include "launcher/control/control.h"
 #include "launcher/plan/plan.h"
 #include "launcher/supervise/death_guard.h"
-#include "launcher/report/summary_json.h"
+#include "launcher/report/run_summary.h"
 
 namespace dflash {
 

@@ -2,6 +2,7 @@
 // gets a made-up pid, every exit is an event we send.
 #include "launcher/core/supervisor_core.h"
 #include "launcher/supervise/supervisor_summary.h"
+#include "launcher/report/summary_json.h"
 
 #include <gtest/gtest.h>
 

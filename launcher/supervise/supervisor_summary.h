@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "launcher/report/summary_json.h"
+#include "launcher/report/run_summary.h"
 #include "launcher/core/supervisor_core.h"
 
 namespace dflash {
