@@ -2,9 +2,9 @@
 
 #include <cstdio>
 
-#include "cachelock/cache_inventory.h"  // HumanBytes
-#include "common/signal_names.h"
+#include "common/human_bytes.h"
 #include "common/json_field.h"
+#include "common/signal_names.h"
 #include "launcher/core/gate_facts_json.h"
 #include "launcher/report/table_text.h"
 #include "launcher/report/training_report.h"
