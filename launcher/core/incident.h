@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/exit_codes.h"
 #include "launcher/core/process_unit.h"
 #include "launcher/core/run_verdict.h"
 
@@ -68,7 +69,7 @@ class Incident {
   bool unguarded_ = false;    ///< stopped for want of a guardian
   std::string node_culprit_, node_reason_;
   nlohmann::json node_record_;
-  int node_exit_code_ = 70;
+  int node_exit_code_ = exit_code::kNodeFailed;
 };
 
 }  // namespace dflash

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/exit_codes.h"
 #include "common/spawn.h"
 #include "contract/pause.h"
 #include "launcher/control/control.h"
@@ -106,10 +107,10 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   void StartRound(int round);
   /// The run stops because of another node (its failure, its launcher lost, the
   /// store lost): `culprit` names it ("node 1 (launcher lost)"), the exit is kNodeFailed.
-  /// `exit_code`: the run's (70: another node failed; 76: this node was left behind).
+  /// `exit_code`: the run's (kNodeFailed: another node failed; kDeposed: this node was left behind).
   /// `record`: that failure as the store had it (summary.json's node_culprit). Once the
   /// run is stopping, it changes nothing: the first reason to stop is the culprit.
-  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70,
+  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = exit_code::kNodeFailed,
                    nlohmann::json record = nullptr);
   int round() const { return rounds_.round(); }
   /// Another node whose failure stopped the run, or "": summary.json's culprit (named

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/exit_codes.h"
 #include "launcher/console/console.h"
 #include "launcher/control/control.h"
 #include "launcher/plan/plan.h"
@@ -71,7 +72,7 @@ class Supervisor {
   void BeginRound(int round, const std::string& why);
   void StartRound(int round);
   /// SupervisorCore::StopForNode: `record` becomes summary.json's node_culprit.
-  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70,
+  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = exit_code::kNodeFailed,
                    nlohmann::json record = nullptr);
 
   /// SIGCHLD, SIGINT, SIGTERM, SIGHUP and [run] forward_signals.
