@@ -54,9 +54,23 @@ bool Incident::BeginStop(const std::string& reason) {
   return true;
 }
 
-void Incident::StoppedForNode(const std::string& culprit, const std::string& reason, int exit_code,
+std::string NodeCulpritName(const NodeCulprit& c) {
+  const std::string node = "node " + std::to_string(c.node);
+  switch (c.kind) {
+    case NodeCulprit::Kind::kNodeFailed: return node + (c.process.empty() ? "" : ": " + c.process);
+    case NodeCulprit::Kind::kNodeLost: return node + " (launcher lost)";
+    case NodeCulprit::Kind::kNodeReplaced: return node + " (replaced)";
+    case NodeCulprit::Kind::kLeftBehind: return node + " (left behind)";
+    case NodeCulprit::Kind::kStore: return "the store";
+    case NodeCulprit::Kind::kPrivateStore: return "node 0 (its private store)";
+    case NodeCulprit::Kind::kRound: return "round " + std::to_string(c.round);
+  }
+  return node;
+}
+
+void Incident::StoppedForNode(const NodeCulprit& culprit, const std::string& reason, int exit_code,
                               nlohmann::json record) {
-  node_culprit_ = culprit;
+  node_culprit_ = NodeCulpritName(culprit);
   node_record_ = std::move(record);
   node_exit_code_ = exit_code;
   node_reason_ = reason;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/exit_codes.h"
+#include "launcher/core/node_culprit.h"
 #include "launcher/core/process_unit.h"
 #include "launcher/core/run_verdict.h"
 
@@ -41,8 +42,9 @@ class Incident {
   void RolesDone() { roles_done_ = true; }
   void Unguarded() { unguarded_ = true; }
   bool unguarded() const { return unguarded_; }
-  /// Another node's failure stops the run (store mode): it is the culprit, `exit_code` the run's.
-  void StoppedForNode(const std::string& culprit, const std::string& reason, int exit_code, nlohmann::json record);
+  /// Another node's failure stops the run (store mode): it is the culprit (named here, NodeCulpritName),
+  /// `exit_code` the run's.
+  void StoppedForNode(const NodeCulprit& culprit, const std::string& reason, int exit_code, nlohmann::json record);
 
   // --- what it comes to -------------------------------------------------------------------------------
   int culprit() const { return culprit_; }

@@ -370,13 +370,12 @@ void SupervisorCore::StartRound(int round) {
   rounds_.Start(round);
 }
 
-void SupervisorCore::StopForNode(const std::string& culprit, const std::string& reason, int exit_code,
-                                 nlohmann::json record) {
+void SupervisorCore::StopForNode(NodeStop stop) {
   EventTime event_time(this);
   if (stopping()) return;
-  incident_.StoppedForNode(culprit, reason, exit_code, std::move(record));
-  Warn(reason + ": stopping every process");
-  BeginStop(reason);
+  incident_.StoppedForNode(stop.culprit, stop.reason, stop.exit_code, std::move(stop.record));
+  Warn(stop.reason + ": stopping every process");
+  BeginStop(stop.reason);
 }
 
 RunStatus SupervisorCore::Status() {

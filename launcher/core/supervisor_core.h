@@ -26,6 +26,7 @@
 #include "launcher/plan/plan.h"
 #include "launcher/core/control_verbs.h"
 #include "launcher/core/incident.h"
+#include "launcher/core/node_culprit.h"
 #include "launcher/core/node_rounds.h"
 #include "launcher/core/process_unit.h"
 #include "launcher/core/restart_policy.h"
@@ -106,12 +107,11 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   /// backoff of the failure that asked for the round, if later).
   void StartRound(int round);
   /// The run stops because of another node (its failure, its launcher lost, the
-  /// store lost): `culprit` names it ("node 1 (launcher lost)"), the exit is kNodeFailed.
-  /// `exit_code`: the run's (kNodeFailed: another node failed; kDeposed: this node was left behind).
-  /// `record`: that failure as the store had it (summary.json's node_culprit). Once the
+  /// store lost): `stop.culprit` is who (the verdict names it: "node 1 (launcher lost)"),
+  /// `stop.exit_code` the run's (kNodeFailed: another node failed; kDeposed: this node was left behind),
+  /// `stop.record` that failure as the store had it (summary.json's node_culprit). Once the
   /// run is stopping, it changes nothing: the first reason to stop is the culprit.
-  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = exit_code::kNodeFailed,
-                   nlohmann::json record = nullptr);
+  void StopForNode(NodeStop stop);
   int round() const { return rounds_.round(); }
   /// Another node whose failure stopped the run, or "": summary.json's culprit (named
   /// over a failure here that came after it; one before would have stopped the run).
