@@ -85,5 +85,29 @@ TEST(SupervisorCore, AnExecThatFailsWhileTheRunStopsIsItsFailureNotCollateral) {
   EXPECT_NE(std::string(AttemptOutcomeName(h.Proc("b:0").last()->outcome)), "collateral");
 }
 
+
+TEST(Incident, AStopForANodeIsNamedByTheVerdictAlone) {
+  using K = NodeCulprit::Kind;
+  EXPECT_EQ(NodeCulpritName({K::kNodeFailed, 1, "w:3", -1}), "node 1: w:3");
+  EXPECT_EQ(NodeCulpritName({K::kNodeFailed, 2, "", -1}), "node 2");  // the store did not say which process
+  EXPECT_EQ(NodeCulpritName({K::kNodeLost, 1, "", -1}), "node 1 (launcher lost)");
+  EXPECT_EQ(NodeCulpritName({K::kNodeReplaced, 3, "", -1}), "node 3 (replaced)");
+  EXPECT_EQ(NodeCulpritName({K::kLeftBehind, 2, "", -1}), "node 2 (left behind)");
+  EXPECT_EQ(NodeCulpritName({K::kStore, -1, "", -1}), "the store");
+  EXPECT_EQ(NodeCulpritName({K::kPrivateStore, 0, "", -1}), "node 0 (its private store)");
+  EXPECT_EQ(NodeCulpritName({K::kRound, -1, "", 4}), "round 4");
+  // The verdict gives that name, with the stop's own exit code and record.
+  Harness h(Role("a", 1, kOnFailure3));
+  h.Start();
+  h.core().StopForNode({{K::kNodeLost, 1, "", -1}, "node 1's launcher lost", exit_code::kNodeFailed, {{"node", 1}}});
+  h.Killed("a:0", SIGTERM);
+  ASSERT_TRUE(h.core().Done());
+  RunVerdict v = h.core().Verdict("");
+  EXPECT_EQ(v.culprit, "node 1 (launcher lost)");
+  EXPECT_EQ(v.exit_code, exit_code::kNodeFailed);
+  EXPECT_EQ(v.reason, "node 1's launcher lost");
+  EXPECT_EQ(v.node_culprit, nlohmann::json({{"node", 1}}));
+}
+
 }  // namespace
 }  // namespace dflash
