@@ -106,7 +106,8 @@ TEST(SupervisorCoreRounds, AStaleOrRepeatedRoundIsIgnoredAndAStopForANodeWins) {
   EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM});
   // The round waits; another node's failure ends the run: the held process is not restarted.
   h.Exit("a:0", 143);
-  h.core().StopForNode({{NodeCulprit::Kind::kNodeFailed, 1, "b:0"}, "node 1 failed: b:0 exited with code 3"});
+  h.core().StopForNode(
+      {{NodeCulprit::Kind::kNodeFailed, 1, "b:0", -1}, "node 1 failed: b:0 exited with code 3", 70, nullptr});
   h.Pump();
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 70);

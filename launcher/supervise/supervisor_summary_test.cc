@@ -43,9 +43,9 @@ TEST(SupervisorCore, AnotherNodesFailureIsTheSummarysCulpritWithItsRecord) {
   Harness h(Role("a", 1, kOnFailure3));
   h.Start();
   nlohmann::json record = {{"node", 1}, {"process", "b:0"}, {"exit_code", 3}, {"reason", "exited with code 3"}};
-  h.core().StopForNode({{NodeCulprit::Kind::kNodeFailed, 1, "b:0"}, "node 1 failed: b:0 exited with code 3", 70, record});
+  h.core().StopForNode({{NodeCulprit::Kind::kNodeFailed, 1, "b:0", -1}, "node 1 failed: b:0 exited with code 3", 70, record});
   // stopping already: the first one stays
-  h.core().StopForNode({{NodeCulprit::Kind::kNodeFailed, 2, "c:0"}, "node 2 failed", 70, {{"node", 2}}});
+  h.core().StopForNode({{NodeCulprit::Kind::kNodeFailed, 2, "c:0", -1}, "node 2 failed", 70, {{"node", 2}}});
   h.Pump();
   h.Killed("a:0", SIGTERM);
   ASSERT_TRUE(h.core().Done());
