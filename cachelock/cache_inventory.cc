@@ -9,15 +9,6 @@
 
 namespace dflash {
 
-std::string HumanBytes(uint64_t b) {
-  char buf[32];
-  if (b < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (b < (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f KB", b / 1024.0);
-  else if (b < (1ull << 30)) std::snprintf(buf, sizeof buf, "%.1f MB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.2f GB", b / 1073741824.0);
-  return buf;
-}
-
 bool ListCache(const std::string& dir, std::vector<CacheFile>* out, std::string* err) {
   out->clear();
   bool ok = WalkTree(dir, [&](const std::string& rel, const struct stat& st) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/human_bytes.h"  // the size its Describe and its users print
 #include "common/inductor_layout.h"
 
 namespace dflash {
@@ -45,9 +46,6 @@ struct CacheInventory {
 };
 
 CacheInventory ScanCache(const std::string& dir);
-
-/// "3.1 MB"
-std::string HumanBytes(uint64_t bytes);
 
 /// Every content file under `dir` (relative paths, sorted; regular files
 /// only, never through a link): what export archives.

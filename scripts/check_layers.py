@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Dependencies run one way: each module's #include "x/..." lines may name only its own module or a lower
-layer (docs/design.md, "Layers"). Run by ctest (`layers`); `--self-test` plants violations in a scratch tree
+layer (docs/design.md, "Layers"), and the pure rooms (FORBIDDEN: the supervisor's core, the report) include no
+logger, no OS call and no gate. Run by ctest (`layers`); `--self-test` plants violations in a scratch tree
 and checks that each one is caught (ctest `layers_catch_a_planted_violation`).
 
     python3 scripts/check_layers.py [ROOT]      # exit 0: clean; 1: each violation as file:line: why
@@ -23,12 +24,24 @@ LAYERS = [
     ("launcher/config", 4.0),     # run.toml: schema, reader, errors
     ("launcher/plan", 4.1),       # the plan: processes, environments, ports, gate keys
     ("launcher/control", 4.2),    # the control socket, the registry of live runs
+    ("launcher/core", 4.25),      # the supervisor's pure core: decisions, actions, the verdict (no fd)
     ("launcher/console", 4.3),    # logs and the live view
-    ("launcher/supervise", 4.4),  # the supervisor's core and shell, kill-on-death, summary.json
+    ("launcher/report", 4.3),     # the run's report: summary.json, the tables, the loss plot
+    ("launcher/supervise", 4.4),  # the supervisor's epoll shell, kill-on-death
     ("launcher/cluster", 4.4),    # multi-node: the node coordinator, peers, the private store
     ("launcher/commands", 4.5),   # the CLI
     ("launcher", 4),              # nothing may live here outside a room (a new room is registered above)
 ]
+# What a room may not include whatever its layer: the supervisor's core decides and the report formats; neither
+# logs (spdlog), calls the OS (only <sys/types.h> for pid_t) or touches the compile gate (cachelock/).
+PURE = re.compile(r"^(spdlog/|cachelock/|sys/(?!types\.h$)|unistd\.h$|fcntl\.h$|poll\.h$|dirent\.h$|signal\.h$|"
+                  r"pthread\.h$|arpa/|netinet/|linux/)")
+FORBIDDEN = {
+    "launcher/core": (PURE, "the supervisor's core decides and does nothing itself: no log, no syscall, no gate "
+                            "(its epoll shell, launcher/supervise, carries its actions out)"),
+    "launcher/report": (PURE, "the report only formats a RunSummary: no log, no syscall, no gate"),
+}
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s+[<"]([^>"]+)[>"]')
 ROOMS = ", ".join(n.split("/")[1] for n, _ in LAYERS if n.startswith("launcher/"))
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCES = (".h", ".cc", ".cpp", ".hpp")
@@ -68,6 +81,9 @@ def violations(root):
                                  f"register a new room in scripts/check_layers.py")
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     for n, line in enumerate(fh, 1):
+                        any_m = ANY_INCLUDE.match(line)
+                        if any_m and name in FORBIDDEN and FORBIDDEN[name][0].match(any_m.group(1)):
+                            found.append(f"{rel}:{n}: {name} may not include {any_m.group(1)}: {FORBIDDEN[name][1]}")
                         m = INCLUDE.match(line)
                         if not m or "/" not in m.group(1):
                             continue
@@ -93,8 +109,12 @@ def self_test():
         ("worker/builtin/roles.cc", '#include "cachelock/gate.h"'),  # same layer, another module
         ("worker/main.cc", '#include "launcher/supervise/supervisor.h"'),
         ("launcher/plan/plan.cc", '#include "launcher/supervise/supervisor.h"'),  # a room's arrow upward
-        ("launcher/cluster/peer_tracker.h", '#include "launcher/supervise/restart_policy.h"'),  # a sibling room
+        ("launcher/cluster/peer_tracker.h", '#include "launcher/supervise/supervisor.h"'),  # a sibling room
         ("launcher/stray.cc", '#include "launcher/config/config.h"'),  # outside any room
+        ("launcher/core/incident.cc", '#include <spdlog/spdlog.h>'),  # the pure core logs nothing
+        ("launcher/core/process_unit.cc", '#include <sys/wait.h>'),  # nor calls the OS
+        ("launcher/core/start_order.cc", '#include <unistd.h>'),
+        ("launcher/report/summary_json.cc", '#include "cachelock/cache_inventory.h"'),  # nor touches the gate
     ]
     failures = []
     with tempfile.TemporaryDirectory() as root:
@@ -111,6 +131,10 @@ def self_test():
             "worker/main.cc": '#include "cachelock/gate.h"\n#include "worker/builtin/frame_contract.h"\n',
             "launcher/plan/plan.cc": '#include "worker/protocol.h"\n#include "launcher/config/config.h"\n',
             "launcher/cluster/peer_tracker.h": '#include "launcher/plan/plan.h"\n#include "common/duration.h"\n',
+            "launcher/core/incident.cc": '#include <sys/types.h>\n#include <csignal>\n#include "launcher/plan/plan.h"\n',
+            "launcher/core/process_unit.cc": '#include "common/duration.h"\n',
+            "launcher/core/start_order.cc": '#include <algorithm>\n',
+            "launcher/report/summary_json.cc": '#include "launcher/core/run_verdict.h"\n#include "common/human_bytes.h"\n',
         }
         for rel, text in clean.items():
             write(rel, text)
@@ -121,7 +145,8 @@ def self_test():
             write(rel, (before or "") + "// planted\n" + line + "\n")
             got = violations(root)
             want = f"{rel}:"
-            if not any(v.startswith(want) and line.split('"')[1] in v for v in got):
+            target = ANY_INCLUDE.match(line).group(1)
+            if not any(v.startswith(want) and target in v for v in got):
                 failures.append(f"not caught: {line} in {rel} (got {got})")
             if before is None:
                 os.remove(os.path.join(root, rel))

@@ -101,7 +101,11 @@ def test_same_run_id_twice_second_fails_at_once_naming_the_holder(bin_dir, tmp_p
     first = start(bin_dir, config, "same")
     try:
         wait_for(tmp_path / "started.same", first)
-        log_before = (tmp_path / "runs/same/supervisor.log").read_text()
+        # Its payload starts before its supervisor logs it running: the snapshot is taken after that last line.
+        first_log = tmp_path / "runs/same/supervisor.log"
+        running = wait_until(lambda: "processes are running" in first_log.read_text(), EVENT_TIMEOUT)
+        assert running, first_log.read_text()
+        log_before = first_log.read_text()
         # The first sleeps 600 s: the second returning at all proves it did not wait for it.
         r = run([bin_dir / "dflash-launch", "run", config, "--run-id", "same"], timeout=60)
         assert r.returncode == 69, r.stderr

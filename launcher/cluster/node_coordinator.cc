@@ -316,7 +316,7 @@ void NodeCoordinator::LeftBehind(const std::string& why) {
   Event e;
   e.kind = Event::Kind::kStop;
   e.exit_code = exit_code::kDeposed;
-  e.culprit = "node " + std::to_string(o_.node_rank) + " (left behind)";
+  e.culprit = {NodeCulprit::Kind::kLeftBehind, o_.node_rank, "", -1};
   e.text = why + ": the run has moved on without this node; it stops instead of registering again";
   e.record = {{"node", o_.node_rank}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text}};
   {
@@ -481,7 +481,7 @@ void NodeCoordinator::Loop() {
         stop_sent_ = true;
         Event e;
         e.kind = Event::Kind::kStop;
-        e.culprit = "the store";
+        e.culprit.kind = NodeCulprit::Kind::kStore;
         e.text = "the store " + o_.url.ToString() + " was unreachable for longer than " +
                  FormatDuration(o_.outage) + " ([run] store_outage): " + err;
         e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text}};

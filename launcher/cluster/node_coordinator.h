@@ -28,6 +28,7 @@
 #include "common/signal_fd.h"
 #include "launcher/cluster/peer_tracker.h"
 #include "launcher/cluster/store_rules.h"
+#include "launcher/core/node_culprit.h"
 #include "store/redis_client.h"
 
 namespace dflash {
@@ -56,7 +57,7 @@ class NodeCoordinator {
     };
     Kind kind = Kind::kInfo;
     int round = 0;
-    std::string culprit;
+    NodeCulprit culprit;  ///< kStop: who (the verdict names it, launcher/core/node_culprit.h)
     std::string text;
     nlohmann::json record;  ///< kStop: {node, process, exit_code, reason}
     /// kStop: the run's exit code: 70 (another node failed, was lost, the store was), or 76: this node

@@ -101,7 +101,7 @@ TEST(NodeCoordinator, APublishedFailureStopsTheOtherNodeNamingIt) {
   b.PublishFailure("w:3", 7, "exited with code 7");
   NodeCoordinator::Event e;
   ASSERT_TRUE(WaitEvent(a, K::kStop, &e));
-  EXPECT_EQ(e.culprit, "node 1: w:3");
+  EXPECT_EQ(NodeCulpritName(e.culprit), "node 1: w:3");
   EXPECT_EQ(e.record["exit_code"], 7);
 }
 
@@ -115,7 +115,7 @@ TEST(NodeCoordinator, APeerWhoseHeartbeatStopsIsLost) {
   b.reset();  // its thread ends without "done": as a launcher that died (its key expires within the ttl)
   NodeCoordinator::Event e;
   ASSERT_TRUE(WaitEvent(a, K::kStop, &e));
-  EXPECT_EQ(e.culprit, "node 1 (launcher lost)");
+  EXPECT_EQ(NodeCulpritName(e.culprit), "node 1 (launcher lost)");
 }
 
 TEST(NodeCoordinator, ALiveHolderOnThisHostIsRefusedAtOnce) {
@@ -181,7 +181,7 @@ TEST(NodeCoordinator, AForgedFailureRecordNamingNode9IsIgnored) {
   // A real failure still reaches the other node: the invalid record does not hold the key.
   b.PublishFailure("w:1", 5, "exited with code 5");
   ASSERT_TRUE(WaitEvent(a, K::kStop, &e));
-  EXPECT_EQ(e.culprit, "node 1: w:1");
+  EXPECT_EQ(NodeCulpritName(e.culprit), "node 1: w:1");
 }
 
 TEST(NodeCoordinator, ANodeWhoseRegistrationIsDeletedStopsInsteadOfRegisteringAgain) {
@@ -197,7 +197,7 @@ TEST(NodeCoordinator, ANodeWhoseRegistrationIsDeletedStopsInsteadOfRegisteringAg
   NodeCoordinator::Event e;
   ASSERT_TRUE(WaitEvent(b, K::kStop, &e));
   EXPECT_EQ(e.exit_code, exit_code::kDeposed);
-  EXPECT_EQ(e.culprit, "node 1 (left behind)");
+  EXPECT_EQ(NodeCulpritName(e.culprit), "node 1 (left behind)");
   EXPECT_NE(e.text.find("vanished from the store"), std::string::npos) << e.text;
   // It did not put itself back.
   test::WaitUntil([] { return false; }, Millis(400));

@@ -94,7 +94,7 @@ bool NodeCoordinator::StopForFailure(const std::string& failed) {
   std::string proc = JsonText(rec, "process");
   Event e;
   e.kind = Event::Kind::kStop;
-  e.culprit = "node " + std::to_string(node) + (proc.empty() ? "" : ": " + proc);
+  e.culprit = {NodeCulprit::Kind::kNodeFailed, node, proc, -1};
   e.text = "node " + std::to_string(node) + " failed: " + (proc.empty() ? "" : proc + " ") + JsonText(rec, "reason");
   e.record = rec;
   Emit(std::move(e));
@@ -118,8 +118,8 @@ bool NodeCoordinator::StopForLostPeer(SteadyTime now) {
                            : lost->second;
   Event e;
   e.kind = Event::Kind::kStop;
-  e.culprit = "node " + std::to_string(lost->first) + " (" +
-              (lost->second.rfind("replaced", 0) == 0 ? "replaced" : "launcher lost") + ")";
+  e.culprit = {lost->second.rfind("replaced", 0) == 0 ? NodeCulprit::Kind::kNodeReplaced : NodeCulprit::Kind::kNodeLost,
+               lost->first, "", -1};
   e.text = "node " + std::to_string(lost->first) + "'s " + reason;
   e.record = {{"node", lost->first}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", reason}};
   // For every other node too (first failure wins): they need not each wait for the expiry.
@@ -158,7 +158,7 @@ void NodeCoordinator::FollowRounds(const StoreView& view, int waiting_round, std
     stop_sent_ = true;
     Event e;
     e.kind = Event::Kind::kStop;
-    e.culprit = "round " + std::to_string(rv.round);
+    e.culprit = {NodeCulprit::Kind::kRound, -1, "", rv.round};
     e.text = rv.why;
     e.record = {{"node", nullptr}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", rv.why}};
     Emit(std::move(e));

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 
+#include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/listener_owner.h"
 #include "common/spawn.h"
@@ -145,6 +146,15 @@ ListenerProof PrivateStore::Prove(std::string* who) const {
   if (pid_ <= 0) return ListenerProof::kNone;
   std::string err;
   return ProveListener(port_, pid_, who, &err);
+}
+
+NodeStop PrivateStore::Ended(const std::string& how) const {
+  NodeStop stop;
+  stop.culprit.kind = NodeCulprit::Kind::kPrivateStore;
+  stop.culprit.node = 0;
+  stop.reason = "the private store (redis-server pid " + std::to_string(pid_) + ") " + how + ": the run's store is gone";
+  stop.exit_code = exit_code::kNodeFailed;
+  return stop;
 }
 
 void PrivateStore::Stop() {

@@ -10,6 +10,7 @@
 
 #include "common/listener_owner.h"
 #include "common/private_files.h"
+#include "launcher/core/node_culprit.h"
 
 #include <sys/types.h>
 
@@ -42,6 +43,10 @@ class PrivateStore {
   /// not already: it is a child of ours).
   void Stop();
   pid_t pid() const { return pid_; }
+  /// What its end means for the run, once the supervisor has reaped it (`how`: "killed by SIGKILL"): its port is
+  /// free for anyone now, so the run stops, node 0's private store its culprit, rather than reconnect to whatever
+  /// binds the port next (SupervisorOptions::kept).
+  NodeStop Ended(const std::string& how) const;
 
   /// Whether what listens on the store's port is this redis-server's own socket
   /// (common/listener_owner.h): nothing is sent to the port before this holds,

@@ -29,14 +29,18 @@ namespace {
 
 void SayLine(const std::string& line) { std::fprintf(stderr, "dflash-launch: %s\n", line.c_str()); }
 
-int ShowStatus(const Plan& plan, bool json) {
+/// The command's failure, said once by RunCache (front_door.h's Say) with the code it exits with.
+Status CacheError(int exit_code, const std::string& line) {
+  return Status::Error(exit_code, "dflash-launch: " + line + "\n");
+}
+
+Status ShowStatus(const Plan& plan, bool json) {
   const std::string& dir = plan.config.run.cache_dir;
   CacheInventory inv = ScanCache(dir);
   GateStatusReport gate;
   std::string err;
   if (!ReadGateStatus(dir, &gate, &err)) {
-    SayLine(err);
-    return exit_code::kCannotCreate;
+    return CacheError(exit_code::kCannotCreate, err);
   }
   double now = static_cast<double>(std::time(nullptr));
   std::set<std::string> torch;
@@ -51,7 +55,7 @@ int ShowStatus(const Plan& plan, bool json) {
       j["roles"].push_back({{"role", p.role}, {"key", p.gate_key}, {"ready", ready}});
     }
     std::cout << j.dump(2) << "\n";
-    return exit_code::kOk;
+    return Status::Ok();
   }
   std::cout << "cache " << dir << (inv.exists ? "" : " (does not exist yet)") << "\n";
   std::cout << "  content  " << inv.total_files << " files: " << inv.Describe() << "\n";
@@ -66,7 +70,7 @@ int ShowStatus(const Plan& plan, bool json) {
               << (ready ? " (READY: the next run reuses)" : " (no READY: the next run compiles)") << "\n";
   }
   std::cout << StatusText(gate, now);
-  return exit_code::kOk;
+  return Status::Ok();
 }
 
 /// The gate of the cache, held for maintenance until destroyed.
@@ -77,11 +81,10 @@ struct HeldGate {
   }
 };
 
-int TakeGate(const std::string& dir, const std::string& purpose, Millis timeout, HeldGate* held) {
+Status TakeGate(const std::string& dir, const std::string& purpose, Millis timeout, HeldGate* held) {
   std::string err;
   if (!MakeDirs(dir, 0700, &err)) {
-    SayLine(err);
-    return exit_code::kCannotCreate;
+    return CacheError(exit_code::kCannotCreate, err);
   }
   GateOptions o;
   o.dir = dir;
@@ -89,48 +92,42 @@ int TakeGate(const std::string& dir, const std::string& purpose, Millis timeout,
   o.timeout = timeout;
   o.on_progress = [](std::string_view line) { SayLine(std::string(line)); };
   if (GateError e = CompileGate::Open(o, &held->gate, &err); e != GateError::kOk) {
-    SayLine(err);
-    return GateExitCode(e);
+    return CacheError(GateExitCode(e), err);
   }
   if (GateError e = held->gate->Hold(purpose, &err); e != GateError::kOk) {
-    SayLine(err);
     held->gate.reset();
-    return GateExitCode(e);
+    return CacheError(GateExitCode(e), err);
   }
-  return exit_code::kOk;
+  return Status::Ok();
 }
 
 /// The cache dir must be ours, reached only through links and parents that nobody else
 /// controls (exit 73 otherwise, with the fix). An absent dir passes: nothing to act on.
-int CheckCacheDir(const std::string& dir) {
+Status CheckCacheDir(const std::string& dir) {
   std::string err;
   if (!CheckSecurePath(dir, &err)) {
-    SayLine(err);
-    return exit_code::kCannotCreate;
+    return CacheError(exit_code::kCannotCreate, err);
   }
-  return exit_code::kOk;
+  return Status::Ok();
 }
 
-int Export(const Plan& plan, const CacheOptions& o) {
+Status Export(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
-  if (int rc = CheckCacheDir(dir)) return rc;
+  if (Status s = CheckCacheDir(dir); !s.ok()) return s;
   if (!ScanCache(dir).exists) {
-    SayLine("cache " + dir + " does not exist: nothing to export");
-    return exit_code::kFailure;
+    return CacheError(exit_code::kFailure, "cache " + dir + " does not exist: nothing to export");
   }
   // Signed with the user's own key: an archive is code, and `cache import` takes only what its user signed.
   std::string key, err;
   if (!LoadArchiveKey(/*create=*/true, &key, &err)) {
-    SayLine("cannot sign the archive: " + err);
-    return exit_code::kCannotCreate;
+    return CacheError(exit_code::kCannotCreate, "cannot sign the archive: " + err);
   }
   HeldGate held;  // nobody compiles into it while we read it
-  if (int rc = TakeGate(dir, "cache-export", o.timeout, &held)) return rc;
+  if (Status s = TakeGate(dir, "cache-export", o.timeout, &held); !s.ok()) return s;
   ExportReport report;
   if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)}, &report,
                    &err, key)) {
-    SayLine("export failed: " + err);
-    return exit_code::kFailure;
+    return CacheError(exit_code::kFailure, "export failed: " + err);
   }
   for (size_t i = 0; i < report.skipped.size() && i < 20; ++i) SayLine("skipped " + report.skipped[i]);
   if (report.skipped.size() > 20) SayLine("skipped " + std::to_string(report.skipped.size() - 20) + " more");
@@ -138,59 +135,56 @@ int Export(const Plan& plan, const CacheOptions& o) {
   std::cout << "exported " << m.files.size() << " files and " << m.keys.size() << " READY key(s) of " << dir
             << " to " << o.file << " (" << HumanBytes(report.archive_bytes) << ", torch " << m.torch_version << ", "
             << m.device << "; signed with " << ArchiveKeyPath() << ")\n";
-  return exit_code::kOk;
+  return Status::Ok();
 }
 
-int Import(const Plan& plan, const CacheOptions& o) {
+Status Import(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
-  if (int rc = CheckCacheDir(dir)) return rc;
+  if (Status s = CheckCacheDir(dir); !s.ok()) return s;
   ArchiveFacts here{CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)};
   // Check before waiting for the gate: a wrong archive is refused at once.
   CacheManifest manifest;
   std::string err;
   if (!ReadArchiveManifest(o.file, &manifest, &err)) {
-    SayLine("refused: " + err + "; the cache is untouched");
-    return exit_code::kFailure;
+    return CacheError(exit_code::kFailure, "refused: " + err + "; the cache is untouched");
   }
   // An archive is code: signed with this user's key, or vouched for by --trust (cachelock/archive_key.h).
   ArchiveTrust trust;
   trust.vouched = o.trust;
   if (std::string kerr; !trust.vouched && !LoadArchiveKey(/*create=*/false, &trust.key, &kerr)) trust.key.clear();
   if (CheckArchiveTrust(o.file, trust, &err) != ImportResult::kOk) {
-    SayLine("refused: " + o.file + ": " + err + "; the cache is untouched");
-    return exit_code::kFailure;
+    return CacheError(exit_code::kFailure, "refused: " + o.file + ": " + err + "; the cache is untouched");
   }
   HeldGate held;  // a running compile finishes first; nobody reads a half-imported cache
-  if (int rc = TakeGate(dir, "cache-import", o.timeout, &held)) return rc;
+  if (Status s = TakeGate(dir, "cache-import", o.timeout, &held); !s.ok()) return s;
   ImportReport r;
   if (ImportCache(o.file, dir, here, o.force, trust, &r, &err) != ImportResult::kOk) {
     if (r.cache_changed)
-      SayLine("import failed: " + err + "; rolling back also failed (" + r.rollback_error +
-          "): some imported files remain in " + dir + ", but no READY marker was installed");
-    else if (r.rolled_back)
-      SayLine("import failed: " + err + "; the files already renamed in were taken out again: the cache is as it was");
-    else
-      SayLine("refused: " + err + "; the cache is untouched");
-    return exit_code::kFailure;
+      return CacheError(exit_code::kFailure, "import failed: " + err + "; rolling back also failed (" +
+                                                 r.rollback_error + "): some imported files remain in " + dir +
+                                                 ", but no READY marker was installed");
+    if (r.rolled_back)
+      return CacheError(exit_code::kFailure, "import failed: " + err +
+                                                 "; the files already renamed in were taken out again: the cache is as it was");
+    return CacheError(exit_code::kFailure, "refused: " + err + "; the cache is untouched");
   }
   std::cout << "imported " << r.manifest.files.size() << " files and " << r.manifest.keys.size()
             << " READY key(s) into " << dir << " (torch " << r.manifest.torch_version << ")\n";
-  return exit_code::kOk;
+  return Status::Ok();
 }
 
-int Clear(const Plan& plan, const CacheOptions& o) {
+Status Clear(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
-  if (int rc = CheckCacheDir(dir)) return rc;
+  if (Status s = CheckCacheDir(dir); !s.ok()) return s;
   if (!ScanCache(dir).exists) {
     std::cout << "cache " << dir << " does not exist: nothing to clear\n";
-    return exit_code::kOk;
+    return Status::Ok();
   }
   std::string err;
   if (!o.key.empty()) {
     // One key: its READY goes (the next run of that key compiles); the entries stay (content-addressed).
     if (!ValidGateKey(o.key, &err)) {
-      SayLine(err);
-      return exit_code::kUsage;
+      return CacheError(exit_code::kUsage, err);
     }
     GateOptions g;
     g.dir = dir;
@@ -199,20 +193,18 @@ int Clear(const Plan& plan, const CacheOptions& o) {
     g.on_progress = [](std::string_view line) { SayLine(std::string(line)); };
     std::unique_ptr<CompileGate> gate;
     if (GateError e = CompileGate::Open(g, &gate, &err); e != GateError::kOk) {
-      SayLine(err);
-      return GateExitCode(e);
+      return CacheError(GateExitCode(e), err);
     }
     bool existed = false;
     if (GateError e = gate->Forget(o.key, &existed, &err); e != GateError::kOk) {
-      SayLine(err);
-      return GateExitCode(e);
+      return CacheError(GateExitCode(e), err);
     }
     std::cout << (existed ? "cleared READY(" + o.key + "): the next run of that key compiles\n"
                           : "READY(" + o.key + ") was not there\n");
-    return exit_code::kOk;
+    return Status::Ok();
   }
   HeldGate held;  // never under a running compile
-  if (int rc = TakeGate(dir, "cache-clear", o.timeout, &held)) return rc;
+  if (Status s = TakeGate(dir, "cache-clear", o.timeout, &held); !s.ok()) return s;
   ClearReport report;
   bool ok = ClearCache(dir, &report, &err);
   std::cout << (ok ? "cleared " : "clear stopped in ") << dir << ": " << report.Describe() << "\n";
@@ -228,10 +220,9 @@ int Clear(const Plan& plan, const CacheOptions& o) {
     std::cout << "\n";
   }
   if (!ok) {
-    SayLine("clear failed: " + err);
-    return exit_code::kFailure;
+    return CacheError(exit_code::kFailure, "clear failed: " + err);
   }
-  return exit_code::kOk;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -260,10 +251,10 @@ std::string CacheGpuIdentity(const Plan& plan) {
 int RunCache(const CacheOptions& o, char** env) {
   Plan plan;
   if (Status s = LoadPlan(o.config, "cache", o.bin_dir, env, &plan); !s.ok()) return Say(s);
-  if (o.action == "status") return ShowStatus(plan, o.json);
-  if (o.action == "export") return Export(plan, o);
-  if (o.action == "import") return Import(plan, o);
-  return Clear(plan, o);
+  if (o.action == "status") return Say(ShowStatus(plan, o.json));
+  if (o.action == "export") return Say(Export(plan, o));
+  if (o.action == "import") return Say(Import(plan, o));
+  return Say(Clear(plan, o));
 }
 
 }  // namespace dflash

@@ -25,13 +25,14 @@
 #include "launcher/control/control_server.h"
 #include "launcher/plan/holder_lock.h"
 #include "launcher/plan/port_reservation.h"
-#include "launcher/supervise/fd_limit.h"
+#include "launcher/commands/fd_limit.h"
 #include "launcher/supervise/cgroup_tree.h"
 #include "launcher/control/live_runs.h"
 #include "launcher/cluster/store_session.h"
 #include "launcher/supervise/supervisor.h"
-#include "launcher/supervise/supervisor_log.h"
-#include "launcher/supervise/training_report.h"
+#include "launcher/commands/supervisor_log.h"
+#include "launcher/report/training_report.h"
+#include "launcher/report/summary_json.h"
 #include "launcher/plan/torch_version.h"
 
 namespace dflash {
@@ -273,7 +274,10 @@ SupervisorOptions SupervisorOptionsFor(const Plan& plan, const RunConfig& config
   if (!config.run.store_password_env.empty()) UnsetEnvVar(&so.base_env, config.run.store_password_env);
   so.cgroup = cgroup_mode;
   NodeCoordinator* coord = store.coordinator.get();
-  if (store.private_store) so.keep_pid = store.private_store->pid();
+  if (PrivateStore* ps = store.private_store.get()) {
+    so.kept.pid = ps->pid();
+    so.kept.ended = [ps](const std::string& how) { return ps->Ended(how); };
+  }
   if (coord) {
     so.node_rounds = plan.nnodes > 1;
     so.on_round_request = [coord](int round, const std::string& why) { coord->RequestRound(round, why); };
@@ -310,7 +314,7 @@ void CarryOutStoreEvents(NodeCoordinator* coord, Supervisor* sup, Console* conso
         break;
       case K::kBarrier: break;
       case K::kStop:
-        sup->StopForNode(e.culprit, e.text, e.exit_code, e.record);
+        sup->StopForNode({e.culprit, e.text, e.exit_code, e.record});
         break;
       case K::kBeginRound: sup->BeginRound(e.round, e.text); break;
       case K::kStartRound: sup->StartRound(e.round); break;

@@ -26,7 +26,7 @@
 #include "contract/env_vars.h"
 #include "launcher/plan/port_reservation.h"
 #include "launcher/supervise/payload_files.h"
-#include "launcher/supervise/summary_json.h"
+#include "launcher/report/summary_json.h"
 #include "worker/protocol.h"
 
 namespace dflash {

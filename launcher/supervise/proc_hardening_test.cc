@@ -1,5 +1,5 @@
-// Units of the process hardening (issue #12): the fd budget, the command
-// check, the run's cgroup sub-tree (skipped where none can be made).
+// Units of the process hardening (issue #12): the command check, the run's
+// cgroup sub-tree (skipped where none can be made). The fd budget: launcher/commands/fd_limit_test.cc.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -11,41 +11,12 @@
 
 #include "common/spawn.h"
 #include "launcher/plan/executable_check.h"
-#include "launcher/supervise/fd_limit.h"
 #include "launcher/supervise/cgroup_tree.h"
 
 namespace dflash {
 namespace {
 
 namespace fs = std::filesystem;
-
-TEST(FdLimit, NeedGrowsWithTheProcesses) {
-  EXPECT_LT(FdsNeeded(1), FdsNeeded(2));
-  EXPECT_GE(FdsNeeded(300), 1500u);  // 300 processes break a soft limit of 1024
-  EXPECT_EQ(FdsNeeded(3, 45), FdsNeeded(3) + 45);  // each named port's lock is held for the run
-}
-
-/// In a child: the limits are per process.
-int InChild(rlim_t soft, rlim_t hard, size_t processes) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    struct rlimit rl{soft, hard};
-    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::_exit(90);
-    std::string note, err;
-    bool ok = RaiseFdLimit(processes, &note, &err);
-    ::getrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_cur != hard) ::_exit(91);
-    if (soft < hard && note.find("raised") == std::string::npos) ::_exit(92);
-    if (!ok && err.find(std::to_string(processes) + " processes need ~") == std::string::npos) ::_exit(93);
-    ::_exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-TEST(FdLimit, RaisesTheSoftLimitToTheHardOne) { EXPECT_EQ(InChild(64, 4096, 40), 0); }
-TEST(FdLimit, SaysWhenEvenTheHardLimitIsShort) { EXPECT_EQ(InChild(14, 14, 6), 1); }
 
 class CommandCheck : public ::testing::Test {
  protected:

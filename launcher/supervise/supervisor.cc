@@ -73,9 +73,8 @@ void Supervisor::StartRound(int round) {
   impl_->core_.StartRound(round);
   impl_->Drain();
 }
-void Supervisor::StopForNode(const std::string& culprit, const std::string& reason, int exit_code,
-                             nlohmann::json record) {
-  impl_->core_.StopForNode(culprit, reason, exit_code, std::move(record));
+void Supervisor::StopForNode(NodeStop stop) {
+  impl_->core_.StopForNode(std::move(stop));
   impl_->Drain();
 }
 

@@ -14,9 +14,10 @@
 
 #include "launcher/console/console.h"
 #include "launcher/control/control.h"
+#include "launcher/core/node_culprit.h"
 #include "launcher/plan/plan.h"
 #include "launcher/supervise/death_guard.h"
-#include "launcher/supervise/summary_json.h"
+#include "launcher/report/run_summary.h"
 
 namespace dflash {
 
@@ -28,9 +29,14 @@ struct SupervisorOptions {
   std::string systemd_notify_socket;
   /// cgroup v2 use (DFLASH_CGROUP); see launcher/supervise/death_guard.h.
   CgroupMode cgroup = CgroupMode::kAuto;
-  /// A child of the launcher that is not a process of the run (the private
-  /// store's redis-server): never swept as an orphan; -1: none.
-  pid_t keep_pid = -1;
+  /// A child of the launcher that is not a process of the run and that another part owns (the store
+  /// session's private redis-server): never swept as an orphan. When it is reaped, its owner says what its
+  /// end means (`ended`, on the loop thread, with how it ended: "exited with code 1"), and the run stops for it.
+  struct KeptChild {
+    pid_t pid = -1;  ///< -1: none
+    std::function<NodeStop(const std::string& how)> ended;
+  };
+  KeptChild kept;
 
   // Nodes (a coordination store, launcher/cluster/node_coordinator.h): set, restarts wider than one
   // process become rounds of every node, and these are called on the loop thread.
@@ -70,9 +76,8 @@ class Supervisor {
   // Nodes: what the coordinator saw, carried out on the loop thread (from a watch's callback).
   void BeginRound(int round, const std::string& why);
   void StartRound(int round);
-  /// SupervisorCore::StopForNode: `record` becomes summary.json's node_culprit.
-  void StopForNode(const std::string& culprit, const std::string& reason, int exit_code = 70,
-                   nlohmann::json record = nullptr);
+  /// SupervisorCore::StopForNode: `stop.record` becomes summary.json's node_culprit.
+  void StopForNode(NodeStop stop);
 
   /// SIGCHLD, SIGINT, SIGTERM, SIGHUP and [run] forward_signals.
   static std::vector<int> HandledSignals(const Plan& plan);

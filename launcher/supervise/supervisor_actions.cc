@@ -1,4 +1,4 @@
-// The supervisor's hands: what the core decided (CoreAction, launcher/supervise/core_action.h) carried out in
+// The supervisor's hands: what the core decided (CoreAction, launcher/core/core_action.h) carried out in
 // order, each action with the OS call or the shell's part that does it.
 #include <csignal>
 

@@ -35,7 +35,7 @@
 #include "launcher/supervise/pid_claim.h"
 #include "launcher/supervise/probe_runner.h"
 #include "launcher/supervise/supervisor.h"
-#include "launcher/supervise/supervisor_core.h"
+#include "launcher/core/supervisor_core.h"
 #include "worker/protocol.h"
 
 namespace dflash {

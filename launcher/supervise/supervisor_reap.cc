@@ -34,13 +34,11 @@ void Supervisor::Impl::Reap() {
     for (size_t i = 0; i < core_.size(); ++i)
       if (core_.proc(i).pid == pid) found = static_cast<int>(i);
     if (found < 0) {
-      if (pid == options_.keep_pid) {
-        options_.keep_pid = -1;
-        std::string how = "the private store (redis-server pid " + std::to_string(pid) + ") " +
-                          DecodeWaitStatus(status).Describe();
-        Warn(how);
-        // Its port is free for anyone now: the run ends rather than reconnect to whatever binds it next.
-        core_.StopForNode("node 0 (its private store)", how + ": the run's store is gone", exit_code::kNodeFailed);
+      if (pid == options_.kept.pid) {  // its owner's to judge (the store session's redis-server)
+        options_.kept.pid = -1;
+        NodeStop stop = options_.kept.ended(DecodeWaitStatus(status).Describe());
+        Warn(stop.reason);
+        core_.StopForNode(std::move(stop));
         continue;
       }
       if (pid == guard_.guardian_pid()) {
@@ -111,7 +109,7 @@ std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
   }
   pid_t own_group = ::getpgrp();
   for (pid_t pid : children) {
-    if (pid == guard_.guardian_pid() || pid == options_.keep_pid) continue;
+    if (pid == guard_.guardian_pid() || pid == options_.kept.pid) continue;
     ProcStat st;
     if (!ReadProcStat(pid, &st) || st.state == 'Z') continue;  // the reaper collects it
     Orphan o{pid, st.sid, st.pgid, EnvironValue(pid, kRunTokenVar), EnvironValue(pid, env::kProcess),

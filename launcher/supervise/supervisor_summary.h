@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "launcher/supervise/summary_json.h"
-#include "launcher/supervise/supervisor_core.h"
+#include "launcher/report/run_summary.h"
+#include "launcher/core/supervisor_core.h"
 
 namespace dflash {
 

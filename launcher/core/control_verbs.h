@@ -1,0 +1,34 @@
+// The live-control side of a run (launcher/control/control.h): `ctl status` rows and the verbs restart, stop,
+// start and signal, decided on the units and said as actions, like everything the core decides.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/control/control.h"
+#include "launcher/core/unit_table.h"
+
+namespace dflash {
+
+class ControlVerbs {
+ public:
+  explicit ControlVerbs(UnitTable* table) : table_(table) {}
+
+  /// `base` (run id, dir, supervisor pid) with every unit's row.
+  RunStatus Status(const RunStatus& base) const;
+  ControlReply Apply(const ControlRequest& request, const RunStatus& base);
+
+ private:
+  bool Signal(const std::vector<size_t>& targets, int sig, std::string* err);
+  void StopAll(const std::vector<size_t>& targets);
+  void Stop(const std::vector<size_t>& targets);
+  void Start(const std::vector<size_t>& targets);
+  void Restart(const std::vector<size_t>& targets);
+  /// Unit `i` was affected (once in the reply).
+  void Affected(size_t i);
+
+  UnitTable* table_;
+  nlohmann::json affected_;
+};
+
+}  // namespace dflash

@@ -1,0 +1,113 @@
+// Incident through the core (core_test_harness.h): which failure is the culprit, when an incident ends, what is
+// collateral, and the one verdict.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "launcher/core/core_test_harness.h"
+
+namespace dflash {
+namespace {
+
+using core_test::Harness;
+using core_test::kOnFailure3;
+using core_test::Role;
+
+TEST(SupervisorCore, ABudgetExhaustedIsFatalAndStopsTheRun) {
+  Harness h(Role("a", 1, kOnFailure3) + Role("b", 1, "stop = { signal = \"SIGINT\", grace = \"5s\" }"));
+  h.Start();
+  for (int k = 0; k < 3; ++k) {
+    h.Exit("a:0", 7);
+    h.Advance(Millis(10000));
+  }
+  EXPECT_EQ(h.Spawns("a:0"), 4);
+  h.Exit("a:0", 7);
+  EXPECT_EQ(h.State("a:0"), "FATAL");
+  EXPECT_TRUE(h.core().stopping());
+  EXPECT_EQ(h.State("b:0"), "STOPPING");
+  EXPECT_EQ(h.TakeSignals("b:0"), std::vector<int>{SIGINT});
+  h.Killed("b:0", SIGINT);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 7);
+  EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("a:0")));
+  EXPECT_EQ(h.core().culprit_attempt()->attempt, 3) << "the same process failing again: its last failure";
+  EXPECT_EQ(h.core().ExitReason().rfind("a:0 exited with code 7; restart budget exhausted", 0), 0u)
+      << h.core().ExitReason();
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("b:0").last()->outcome)), "collateral");
+}
+
+TEST(SupervisorCore, TheCulpritIsTheFirstFailureOfTheIncidentEvenIfItWasRestarted) {
+  // One world in fact, declared independent: drafter:1 exits 3 and is
+  // restarted; its peers then fail with 1 ("connection closed") and cannot be.
+  Harness h(Role("target", 2, "restart = { policy = \"never\" }") + Role("drafter", 2, kOnFailure3));
+  h.Start();
+  h.Exit("drafter:1", 3);
+  h.Advance(Millis(1000));
+  EXPECT_EQ(h.State("drafter:1"), "RUNNING");
+  h.Exit("target:1", 1);
+  EXPECT_TRUE(h.core().stopping());
+  EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("drafter:1")));
+  EXPECT_EQ(h.core().culprit_attempt()->attempt, 0);
+  EXPECT_EQ(h.core().ExitCode(), 3);
+  EXPECT_NE(h.core().ExitReason().find("drafter:1 exited with code 3"), std::string::npos) << h.core().ExitReason();
+  EXPECT_NE(h.core().ExitReason().find("target:1"), std::string::npos) << h.core().ExitReason();
+}
+
+TEST(SupervisorCore, AFailureAfterTheRunHealedIsANewIncident) {
+  Harness h(Role("target", 1, "restart = { policy = \"never\" }") +
+            Role("drafter", 1, "restart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\", reset_after = \"1m\" }"));
+  h.Start();
+  h.Exit("drafter:0", 3);
+  h.Advance(Millis(1000));
+  h.Advance(Millis(61000));  // everyone ran reset_after since: healthy again
+  h.Exit("target:0", 1);
+  EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("target:0")));
+  EXPECT_EQ(h.core().ExitCode(), 1);
+}
+
+TEST(SupervisorCore, AnExecThatFailsWhileTheRunStopsIsItsFailureNotCollateral) {
+  Harness h(Role("a", 1, kOnFailure3) + Role("b", 1, kOnFailure3));
+  h.Start();                 // both exec'd
+  h.exec_pending_ = true;    // the next spawn's exec is still pending when the stop comes
+  h.Exit("b:0", 1);
+  h.Advance(Millis(1000));   // b's backoff: spawned again, exec pending
+  ASSERT_EQ(h.Spawns("b:0"), 2);
+  h.SettleExecAs(false, "cannot execute /nope: Permission denied");
+  h.core().OnSignal(SIGTERM);
+  h.Pump();
+  EXPECT_TRUE(h.TakeSignals("b:0").empty()) << "a process whose exec failed is not stopped: it ends by itself";
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM});
+  h.Exit("b:0", 126);
+  EXPECT_EQ(h.State("b:0"), "FAILED");
+  EXPECT_TRUE(h.Proc("b:0").last()->start_failed);
+  EXPECT_NE(std::string(AttemptOutcomeName(h.Proc("b:0").last()->outcome)), "collateral");
+}
+
+
+TEST(Incident, AStopForANodeIsNamedByTheVerdictAlone) {
+  using K = NodeCulprit::Kind;
+  EXPECT_EQ(NodeCulpritName({K::kNodeFailed, 1, "w:3", -1}), "node 1: w:3");
+  EXPECT_EQ(NodeCulpritName({K::kNodeFailed, 2, "", -1}), "node 2");  // the store did not say which process
+  EXPECT_EQ(NodeCulpritName({K::kNodeLost, 1, "", -1}), "node 1 (launcher lost)");
+  EXPECT_EQ(NodeCulpritName({K::kNodeReplaced, 3, "", -1}), "node 3 (replaced)");
+  EXPECT_EQ(NodeCulpritName({K::kLeftBehind, 2, "", -1}), "node 2 (left behind)");
+  EXPECT_EQ(NodeCulpritName({K::kStore, -1, "", -1}), "the store");
+  EXPECT_EQ(NodeCulpritName({K::kPrivateStore, 0, "", -1}), "node 0 (its private store)");
+  EXPECT_EQ(NodeCulpritName({K::kRound, -1, "", 4}), "round 4");
+  // The verdict gives that name, with the stop's own exit code and record.
+  Harness h(Role("a", 1, kOnFailure3));
+  h.Start();
+  h.core().StopForNode({{K::kNodeLost, 1, "", -1}, "node 1's launcher lost", exit_code::kNodeFailed, {{"node", 1}}});
+  h.Killed("a:0", SIGTERM);
+  ASSERT_TRUE(h.core().Done());
+  RunVerdict v = h.core().Verdict("");
+  EXPECT_EQ(v.culprit, "node 1 (launcher lost)");
+  EXPECT_EQ(v.exit_code, exit_code::kNodeFailed);
+  EXPECT_EQ(v.reason, "node 1's launcher lost");
+  EXPECT_EQ(v.node_culprit, nlohmann::json({{"node", 1}}));
+}
+
+}  // namespace
+}  // namespace dflash

@@ -1,0 +1,234 @@
+// The supervisor's decisions, with no process, fd or clock of its own. It routes each event from the epoll
+// shell (launcher/supervise/supervisor.cc) to the parts that decide, and collects their actions for the shell:
+//   ProcessUnit (process_unit.h)   one per process: its state, attempts, timers and transitions;
+//   StartOrder (start_order.h)     warm-up holds, `after`, services, the reverse order of a stop;
+//   Incident (incident.h)          the culprit and the one verdict of the run;
+//   NodeRounds (node_rounds.h)     store-mode restart rounds;  ControlVerbs (control_verbs.h)  ctl's verbs;
+// and itself, what spans units: restart units and budgets, what an end means, the run's stop.
+// A clock it is given; unit-tested with a fake clock and no processes (supervisor_core_test.cc).
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/exit_codes.h"
+#include "common/spawn.h"
+#include "contract/pause.h"
+#include "launcher/control/control.h"
+#include "launcher/plan/plan.h"
+#include "launcher/core/control_verbs.h"
+#include "launcher/core/incident.h"
+#include "launcher/core/node_culprit.h"
+#include "launcher/core/node_rounds.h"
+#include "launcher/core/process_unit.h"
+#include "launcher/core/restart_policy.h"
+#include "launcher/core/start_order.h"
+#include "launcher/core/unit_table.h"
+#include "worker/protocol.h"
+
+namespace dflash {
+
+class SupervisorCore final : public ControlHandler, private UnitSink, private UnitTable {
+ public:
+  using Clock = std::function<SteadyTime()>;
+  /// `clock` is steady_clock::now in the shell, a fake in tests.
+  SupervisorCore(const Plan& plan, Clock clock);
+  ~SupervisorCore() override;
+
+  // --- events -------------------------------------------------------------
+  /// Warm-ups first; roles held for one wait, the others start at once.
+  void Start();
+  /// The shell forked proc `i` as `pid`; `exec_pending`: its exec outcome comes later.
+  void OnSpawned(size_t i, pid_t pid, bool exec_pending);
+  /// It could not even be forked (or, `pid` > 0, its exec failed at once and it
+  /// exits 126/127 on its own: it will be reaped).
+  void OnSpawnFailed(size_t i, const std::string& why, int exit_code, pid_t pid = -1);
+  /// Its exec succeeded (ok) or failed (`err`: it exits 126/127 on its own).
+  /// Also the answer to kSettleExec: a stop held back for it is carried out
+  /// now if it succeeded, and dropped if it failed. An outcome already known is not re-judged.
+  void OnExecResult(size_t i, bool ok, const std::string& err);
+  /// Reaped; `error_message` is its TORCHELASTIC_ERROR_FILE's message, if any.
+  void OnExit(size_t i, const ExitStatus& st, const std::string& error_message);
+  void OnReport(size_t i, const NotifyFields& report);
+  /// A try of kProbe `seq` for proc `i` ended: `answered` and what it saw, as
+  /// contract/probe_spec.h JudgeProbe says. A stale answer (an earlier try, an
+  /// attempt that ended) is dropped; the shell settles a dead process's exit
+  /// first, so an answer that came after the process died never counts.
+  void OnProbeResult(size_t i, uint64_t seq, bool answered, const std::string& detail);
+  /// It wrote output: progress for a watchdog that has no WATCHDOG=1 pings.
+  void OnOutput(size_t i);
+  /// SIGINT/SIGTERM/SIGHUP stop the run (twice: kill at once); others are forwarded.
+  void OnSignal(int sig);
+  /// Deadlines due by now. The shell first takes what is queued (datagrams,
+  /// pipes, exits): a ping that arrived before the verdict counts.
+  void OnTick();
+  /// One turn of the shell's loop: it began waiting at `wait_began`, asked to
+  /// wake by `asked` (SteadyTime::max(): no limit) and woke at `woke`. A
+  /// wake-up or a turn much later than that is time the supervisor did not
+  /// see (it was stopped, frozen or starved): OnPaused. Call before OnTick.
+  void OnLoopTurn(SteadyTime wait_began, SteadyTime asked, SteadyTime woke);
+  /// `lost` passed while the supervisor could not look: whatever it judges by
+  /// time gets that time back (docs/design.md, "Time that did not pass"):
+  /// readiness and stop grace are postponed by `lost`, watchdogs re-armed
+  /// from now, since the payload may have been stopped with us.
+  void OnPaused(SteadyTime::duration lost);
+  /// The loop itself broke (epoll failed): kill everything.
+  void Abort(const std::string& why);
+  void AddWarning(const std::string& warning);
+  /// dflash-guardian (`how`: "(pid N) was killed by SIGKILL") died before the
+  /// run ended. True: the shell starts a new one. False: it died too often
+  /// (more than kGuardianRestarts times within kGuardianWindow) and the run
+  /// stops, since a run nobody can clean up after must not go on.
+  bool OnGuardianDied(const std::string& how);
+  /// No guardian can be had (`why`): the run stops with that reason, exit 1.
+  void StopUnguarded(const std::string& why);
+  static constexpr int kGuardianRestarts = 3;
+  static constexpr Millis kGuardianWindow{60000};
+  bool unguarded() const { return incident_.unguarded(); }
+  void NoteMemoryPeak(size_t i, int64_t bytes);
+
+  // --- nodes (a coordination store, docs/multinode.md) ----------------------
+  /// Set by the shell when a store coordinates several nodes: a restart wider than
+  /// one process (scope "role"/"all", or a torch world) is then a round of every
+  /// node (kRoundRequest) instead of a restart of this node's processes alone.
+  bool node_rounds = false;
+  /// Round `round` began (any node asked): stop every process for it, hold them,
+  /// and say kRoundStopped once none is left running.
+  void BeginRound(int round, const std::string& why);
+  /// Every node stopped for `round`: start every held process again (after the
+  /// backoff of the failure that asked for the round, if later).
+  void StartRound(int round);
+  /// The run stops because of another node (its failure, its launcher lost, the
+  /// store lost): `stop.culprit` is who (the verdict names it: "node 1 (launcher lost)"),
+  /// `stop.exit_code` the run's (kNodeFailed: another node failed; kDeposed: this node was left behind),
+  /// `stop.record` that failure as the store had it (summary.json's node_culprit). Once the
+  /// run is stopping, it changes nothing: the first reason to stop is the culprit.
+  void StopForNode(NodeStop stop);
+  int round() const { return rounds_.round(); }
+  /// Another node whose failure stopped the run, or "": summary.json's culprit (named
+  /// over a failure here that came after it; one before would have stopped the run).
+  const std::string& node_culprit() const { return incident_.node_culprit(); }
+  const nlohmann::json& node_record() const { return incident_.node_record(); }
+
+  // --- control (launcher/control/control.h) ---------------------------------------
+  RunStatus Status() override;
+  ControlReply Apply(const ControlRequest& request) override;
+  /// Set by the shell: run id, dir, supervisor pid go into Status().
+  RunStatus status_base;
+
+  // --- queries --------------------------------------------------------------
+  std::vector<CoreAction> TakeActions();
+  bool HasActions() const { return !actions_.empty(); }
+  bool Done() const;
+  SteadyTime NextDeadline() const;
+  /// When the loop must wake at the latest: NextDeadline(), or `now` +
+  /// kPauseProbe (contract/pause.h) while a watchdog, readiness or stop grace is being timed.
+  SteadyTime NextWake(SteadyTime now) const;
+  /// Pauses noticed so far and the time they took (summary, tests).
+  int pauses() const { return pauses_; }
+  double paused_s() const { return paused_s_; }
+  /// The process whose worker (or payload) sent a datagram, or -1.
+  int FindSender(pid_t pid, pid_t pgid) const;
+  size_t size() const { return units_.size(); }
+  const CoreProc& proc(size_t i) const { return units_[i].view(); }
+  const Plan& plan() const { return plan_; }
+  /// The process the run's end is blamed on (-1: none), and that failure.
+  int culprit() const { return incident_.culprit(); }
+  const AttemptRecord* culprit_attempt() const { return incident_.culprit_attempt(); }
+  bool stopping() const override { return incident_.stopping(); }
+  int stop_signal() const { return incident_.stop_signal(); }
+  const std::string& stop_reason() const override { return incident_.stop_reason(); }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  SteadyTime started_at() const { return t0_; }
+  /// The processes restarted together with `i` (its unit, `i` included):
+  /// scope, widened to the torch world it shares (RoleSpec::world).
+  std::vector<size_t> RestartUnit(size_t i) const override;
+  /// How the run ended, as everyone says it (Incident::Verdict); `start_error`: the loop never started.
+  RunVerdict Verdict(const std::string& start_error = "") const { return incident_.Verdict(start_error); }
+  /// The verdict's exit code and reason.
+  int ExitCode() const { return Verdict().exit_code; }
+  std::string ExitReason() const { return Verdict().reason; }
+
+ private:
+  // UnitSink and UnitTable: what the units and the policies ask of the core.
+  void Emit(CoreAction a) override { actions_.push_back(std::move(a)); }
+  void StateChanged(size_t i) override;
+  SteadyTime Now() const override { return event_now_ ? *event_now_ : clock_(); }
+  double Since(SteadyTime t) const override;
+  std::vector<ProcessUnit>& units() override { return units_; }
+  void StartOrHold(size_t i, const std::string& prefix) override;
+  void StopByHand(const std::string& reason) override;
+
+  void Spawn(size_t i);
+  /// OnExit's judgement of one end: outcome, restart, failure.
+  void JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message);
+  /// A restart by policy: its unit (or, in store mode, a round of every node) starts again.
+  void Restart(size_t i, const RestartDecision& d, const std::string& how);
+  /// An end while the run stops, or stopped by us: collateral, by hand, or a failure to start.
+  void EndedStopping(size_t i, const std::string& how);
+  void Fail(size_t i, const std::string& reason, bool fatal);
+  void BeginStop(const std::string& reason);
+  void MarkReady(size_t i, const std::string& why);
+  void OnWarmupExit(size_t i, const std::string& how);
+  void ScheduleRestart(size_t i, SteadyTime at, const std::string& why);
+  void Hang(size_t i, const std::string& why);
+  void NoteFailure(size_t i) { incident_.NoteFailure(i, Now()); }
+  /// Starts every WAITING process nothing holds any longer.
+  void StartReleased();
+  /// The run stops: signals the deferred processes whose dependents have all ended.
+  void ContinueStop();
+  RestartTracker& TrackerFor(size_t i);
+  void Info(const std::string& text) { Emit(CoreAction::Log(text)); }
+  void Warn(const std::string& text) { Emit(CoreAction::Log(text, true)); }
+  bool Timing() const;
+
+  /// One "now" per event: every decision an event leads to is judged at the same
+  /// instant (its events, deadlines and records agree). Public entry points open an
+  /// EventTime; Now() outside one reads the clock afresh.
+  class EventTime {
+   public:
+    explicit EventTime(const SupervisorCore* core) : core_(core), outer_(!core->event_now_) {
+      if (outer_) core_->event_now_ = core_->clock_();
+    }
+    ~EventTime() {
+      if (outer_) core_->event_now_.reset();
+    }
+    EventTime(const EventTime&) = delete;
+    EventTime& operator=(const EventTime&) = delete;
+
+   private:
+    const SupervisorCore* core_;
+    bool outer_;
+  };
+
+  const Plan& plan_;
+  Clock clock_;
+  mutable std::optional<SteadyTime> event_now_;
+  std::vector<ProcessUnit> units_;  // the role processes, then the warm-ups
+  std::vector<std::unique_ptr<RestartTracker>> trackers_;
+  std::vector<CoreAction> actions_;
+  std::vector<std::string> warnings_;
+  Incident incident_{units_};
+  StartOrder order_{plan_, units_};
+  NodeRounds rounds_{this};
+  ControlVerbs control_{this};
+  SteadyTime t0_{};
+  bool started_ = false;
+  bool told_ready_ = false;
+  bool told_only_held_ = false;  ///< said that only processes held by ctl are left
+  int interrupts_ = 0;
+  std::vector<SteadyTime> guardian_deaths_;  ///< within kGuardianWindow
+  SteadyTime last_woke_{};  ///< the previous OnLoopTurn's `woke` (epoch: none yet)
+  int pauses_ = 0;
+  double paused_s_ = 0;
+};
+
+}  // namespace dflash

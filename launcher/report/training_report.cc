@@ -1,0 +1,133 @@
+#include "launcher/report/training_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "launcher/report/table_text.h"
+
+namespace dflash {
+namespace {
+
+bool MetricNum(const nlohmann::json& m, const char* key, double* out) {
+  if (!m.is_object()) return false;
+  auto it = m.find(key);
+  if (it == m.end() || !it->is_number()) return false;
+  *out = it->get<double>();
+  return std::isfinite(*out);
+}
+
+std::vector<double> LossCurve(const nlohmann::json& m) {
+  std::vector<double> out;
+  if (!m.is_object() || !m.contains("losses") || !m["losses"].is_array()) return out;
+  for (const auto& v : m["losses"])
+    if (v.is_number() && std::isfinite(v.get<double>())) out.push_back(v.get<double>());
+  return out;
+}
+
+bool ReportsSteps(const ProcessSummary& p) {
+  double steps = 0;
+  return MetricNum(p.metrics, "steps", &steps);
+}
+
+std::string NumText(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string XmlEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string TrainingTable(const RunSummary& s) {
+  std::string rows;
+  bool curves = false;
+  for (const ProcessSummary& p : s.processes) {
+    if (!ReportsSteps(p)) continue;
+    const nlohmann::json& m = p.metrics;
+    double steps = 0, first = 0, last = 0, t = 0, frames = 0, padded = 0, dropped = 0;
+    MetricNum(m, "steps", &steps);
+    std::vector<double> losses = LossCurve(m);
+    curves |= losses.size() >= 2;
+    bool has_first = MetricNum(m, "first_loss", &first) || (!losses.empty() && (first = losses.front(), true));
+    bool has_last = MetricNum(m, "last_loss", &last) || (!losses.empty() && (last = losses.back(), true));
+    std::string loss = has_first && has_last ? NumText("%.3f", first) + " -> " + NumText("%.3f", last) : "-";
+    bool has_t = MetricNum(m, "time_to_first_step_s", &t) || MetricNum(m, "compile_wall_s", &t);
+    std::string spool = "-";
+    if (MetricNum(m, "frames_acked", &frames)) {
+      spool = NumText("%.0f", frames);
+      if (MetricNum(m, "frames_padded", &padded) && padded > 0) spool += " (+" + NumText("%.0f", padded) + " padded)";
+      if (MetricNum(m, "frames_dropped", &dropped) && dropped > 0) spool += " (" + NumText("%.0f", dropped) + " dropped)";
+    }
+    rows += Pad(p.name, 14) + Pad(NumText("%.0f", steps), 8) + Pad(loss, 22) + Pad(has_t ? Seconds(t) : "-", 12) +
+            spool + "\n";
+  }
+  if (rows.empty()) return "";
+  std::string o = "\n" + Pad("training", 14) + Pad("steps", 8) + Pad("loss first -> last", 22) +
+                  Pad("first step", 12) + "spool frames\n" + rows;
+  if (curves) o += "loss curves: " + s.run_dir + "/loss.svg\n";
+  return o;
+}
+
+std::string LossPlotSvg(const RunSummary& s) {
+  struct Curve { std::string name; std::vector<double> y; double stride; };
+  std::vector<Curve> curves;
+  double max_x = 1, lo = INFINITY, hi = -INFINITY;
+  for (const ProcessSummary& p : s.processes) {
+    std::vector<double> y = LossCurve(p.metrics);
+    if (!ReportsSteps(p) || y.size() < 2) continue;
+    double stride = 1;
+    if (!MetricNum(p.metrics, "loss_stride", &stride) || stride < 1) stride = 1;
+    max_x = std::max(max_x, (y.size() - 1) * stride);
+    for (double v : y) lo = std::min(lo, v), hi = std::max(hi, v);
+    curves.push_back({p.name, std::move(y), stride});
+  }
+  if (curves.empty()) return "";
+  if (hi <= lo) hi = lo + 1;
+  const double W = 800, H = 450, L = 60, R = 20, T = 30, B = 45;
+  auto X = [&](double x) { return L + (W - L - R) * x / max_x; };
+  auto Y = [&](double v) { return T + (H - T - B) * (hi - v) / (hi - lo); };
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                  "#7f7f7f"};
+  std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"450\" font-family=\"sans-serif\" "
+                  "font-size=\"12\">\n<rect width=\"800\" height=\"450\" fill=\"white\"/>\n";
+  o += "<text x=\"" + NumText("%.0f", L) + "\" y=\"18\" font-size=\"14\">loss per step: " + XmlEscape(s.run_id) + "</text>\n";
+  o += "<line x1=\"" + NumText("%.1f", L) + "\" y1=\"" + NumText("%.1f", H - B) + "\" x2=\"" + NumText("%.1f", W - R) + "\" y2=\"" +
+       NumText("%.1f", H - B) + "\" stroke=\"black\"/>\n<line x1=\"" + NumText("%.1f", L) + "\" y1=\"" + NumText("%.1f", T) +
+       "\" x2=\"" + NumText("%.1f", L) + "\" y2=\"" + NumText("%.1f", H - B) + "\" stroke=\"black\"/>\n";
+  for (double v : {lo, (lo + hi) / 2, hi})
+    o += "<text x=\"" + NumText("%.1f", L - 5) + "\" y=\"" + NumText("%.1f", Y(v) + 4) + "\" text-anchor=\"end\">" +
+         NumText("%.3g", v) + "</text>\n";
+  for (double x : {0.0, max_x / 2, max_x})
+    o += "<text x=\"" + NumText("%.1f", X(x)) + "\" y=\"" + NumText("%.1f", H - B + 16) + "\" text-anchor=\"middle\">" +
+         NumText("%.0f", x) + "</text>\n";
+  o += "<text x=\"" + NumText("%.1f", (L + W - R) / 2) + "\" y=\"" + NumText("%.1f", H - 8) +
+       "\" text-anchor=\"middle\">step</text>\n";
+  for (size_t c = 0; c < curves.size(); ++c) {
+    const Curve& k = curves[c];
+    const char* color = kColors[c % (sizeof kColors / sizeof *kColors)];
+    o += "<polyline fill=\"none\" stroke=\"" + std::string(color) + "\" stroke-width=\"1.5\" points=\"";
+    for (size_t i = 0; i < k.y.size(); ++i)
+      o += (i ? " " : "") + NumText("%.1f", X(i * k.stride)) + "," + NumText("%.1f", Y(k.y[i]));
+    o += "\"><title>" + XmlEscape(k.name) + "</title></polyline>\n";
+    double ly = T + 14 + 16.0 * c;
+    o += "<text x=\"" + NumText("%.1f", W - R - 5) + "\" y=\"" + NumText("%.1f", ly) + "\" text-anchor=\"end\" fill=\"" + color +
+         "\">" + XmlEscape(k.name + ": " + NumText("%.3f", k.y.front()) + " -> " + NumText("%.3f", k.y.back())) +
+         "</text>\n";
+  }
+  return o + "</svg>\n";
+}
+
+}  // namespace dflash

@@ -1,0 +1,23 @@
+// What the end of a run says of training, for any process that reports it in its DFLASH_METRICS_FILE
+// (dflash_launch.train_metrics.TrainingMetrics, the reference and builtin drafters, or a script's own JSON):
+// steps, loss first -> last, time to its first step, spool frames; the loss curves as an SVG; and whether the
+// processes that all succeeded needed restarts to get there.
+#pragma once
+
+#include <string>
+
+#include "launcher/report/run_summary.h"
+
+namespace dflash {
+
+/// The "training" table: a row per process (not warm-ups) whose metrics have a numeric `steps`; "" if none.
+/// Reads `steps`, `first_loss`/`last_loss` (else the ends of `losses`), `time_to_first_step_s` (else
+/// `compile_wall_s`), `frames_acked` and `frames_padded`/`frames_dropped` (dflash_launch.spool_world).
+std::string TrainingTable(const RunSummary& s);
+
+/// Every such process's `losses` (at least 2; x = index * `loss_stride`) as one SVG line chart; "" if none.
+/// Hand-written: a polyline per process is a few lines of text, and the launcher has no plotting library
+/// (the demo's PNG needs matplotlib in a Python: dflash_launch.demo_report).
+std::string LossPlotSvg(const RunSummary& s);
+
+}  // namespace dflash
