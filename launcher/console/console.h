@@ -80,7 +80,9 @@ class Console {
   /// Queues `lines`: zero or more whole lines, each ending in '\n' (a last
   /// piece without one is taken as a line too). Each is written as
   /// "[process] line\n". Returns how many were dropped because the queue was
-  /// full; a dropped line is never partly written.
+  /// full; a dropped line is never partly written. A line held to be said once
+  /// (Options::dedup_roles) is not dropped here: if it is when it comes out,
+  /// dropped_lines() and the skip notice count it.
   size_t EnqueueLines(SourceId source, std::string_view lines);
 
   /// One line without its '\n' (a partial last line, or a piece of a very long
