@@ -65,7 +65,9 @@ def screens(raw):
 def test_live_view_one_line_per_process_redrawn_in_place(bin_dir, tmp_path):
     env = dict(os.environ, TERM="xterm", XDG_RUNTIME_DIR=str(tmp_path))
     env.pop("NO_COLOR", None)
-    raw = run_under_pty(bin_dir, write_config(tmp_path, three_roles(steps=8)), env=env)
+    # --no-dedup: target:0 and target:1 print the same steps, which the console would otherwise say once
+    # (tests/test_operable.py); here each process's lines are the subject.
+    raw = run_under_pty(bin_dir, write_config(tmp_path, three_roles(steps=8)), "--no-dedup", env=env)
     # Redrawn in place: the cursor goes up over the block (5 lines: 2 headers,
     # 3 processes) and erases it, many times.
     assert raw.count("\x1b[4A\x1b[J") >= 3, raw[-3000:]
@@ -96,9 +98,9 @@ def test_live_view_one_line_per_process_redrawn_in_place(bin_dir, tmp_path):
 def test_plain_and_a_pipe_keep_the_prefixed_lines(bin_dir, tmp_path):
     env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path))
     cfg = write_config(tmp_path, three_roles(steps=3))
-    raw = run_under_pty(bin_dir, cfg, "--plain", "--color", "never", env=env)
+    raw = run_under_pty(bin_dir, cfg, "--plain", "--color", "never", "--no-dedup", env=env)  # as above
     assert "\x1b[" not in raw  # no cursor movement, no colour
-    piped = subprocess.run([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "p"], env=env,
+    piped = subprocess.run([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "p", "--no-dedup"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0
     assert "\x1b[" not in piped.stdout

@@ -365,7 +365,8 @@ def test_every_log_line_reaches_the_files_and_a_slow_console_blocks_nobody(bin_d
     import subprocess
     cfg = write_config(tmp_path, f'\n[[role]]\nname = "w"\ncpu = 8\ncommand = {json.dumps([sys.executable, "-c", WRITER])}\n')
     # The console is a pipe nobody reads until every payload has finished.
-    p = subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "logs"],
+    # --no-dedup: the console's per-stream order and skip notices are the subject, not lines said alike.
+    p = subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "logs", "--no-dedup"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         log = tmp_path / "runs/logs/supervisor.log"

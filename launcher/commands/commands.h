@@ -25,6 +25,7 @@ struct RunOptions {
   std::string bin_dir;
   ColorMode color = ColorMode::kAuto;
   bool plain = false;  // --plain: no live view even on a terminal
+  bool no_dedup = false; // --no-dedup: every console line as each process says it ([run] console_dedup = false)
   bool resume = false; // --resume: continue the run id's run dir (new attempt dirs, events appended)
   NodeFlags nodes;
 };

@@ -71,6 +71,9 @@ void AddRunCommand(CLI::App* app, CommandLine* cl) {
                     "\"resume\" line (without it, a run id that was used before is refused, exit 69)");
   run_cmd->add_flag("--plain", run.plain,
                     "Prefixed lines only, no live status block (the default when stdout is not a terminal)");
+  run_cmd->add_flag("--no-dedup", run.no_dedup,
+                    "Every console line as each process says it (default: a line several processes of a role "
+                    "say within 1 s is shown once, \"[drafter:0-2] ...\"; [run] console_dedup)");
   run_cmd->add_option("--color", cl->color, "Colour on the console: auto (a TTY without NO_COLOR), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cl->run_cmd = run_cmd;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 
 #include "common/exit_codes.h"
 #include "common/fd.h"
@@ -238,8 +239,15 @@ std::shared_ptr<spdlog::logger> OpenRunLog(const Plan& plan) {
   return log;
 }
 
-Console::Options ConsoleOptionsFor(const RunOptions& opts) {
+Console::Options ConsoleOptionsFor(const RunOptions& opts, const Plan& plan) {
   Console::Options co;
+  // The roles with more than one process here: theirs are the lines said alike.
+  if (plan.config.run.console_dedup && !opts.no_dedup) {
+    std::map<std::string, int> count;
+    for (const ProcessPlan& p : plan.processes) ++count[plan.RoleOf(p).name];
+    for (const auto& [role, n] : count)
+      if (n > 1) co.dedup_roles.push_back(role);
+  }
   co.color = opts.color;
   // The live status block only on a terminal that can move its cursor.
   const char* term = std::getenv("TERM");
@@ -408,7 +416,7 @@ int RunRun(const RunOptions& opts, char** env) {
       return Say(opened);
   }
 
-  Console console(ConsoleOptionsFor(opts));
+  Console console(ConsoleOptionsFor(opts, plan));
   // `dflash-launch ps` and `ctl RUN_ID` find the run here; gone when we are.
   RunRegistration registration;
   ListRun(plan, opts.config, &registration, &console, *log);

@@ -202,6 +202,7 @@ struct RunSpec {
   int nnodes = 0;                  // 0: not written (flags, the scheduler's env, else 1)
   std::vector<int> forward_signals;
   bool share_gpus = false;  // several processes may use one GPU (docs/config.md)
+  bool console_dedup = true; // a line several processes of a role say, printed once (docs/logs.md)
   /// The coordination store of a multi-node run (docs/multinode.md): "" none (static
   /// mode), "private" (node 0 starts a redis-server for the run), or redis://host:port[/db].
   std::string store;

@@ -130,6 +130,7 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   if (r.Has("nnodes")) r.Int("nnodes", &run->nnodes, 1, 65536); else r.Get("nnodes");
   r.SignalArray("forward_signals", &run->forward_signals);
   r.Bool("share_gpus", &run->share_gpus);
+  r.Bool("console_dedup", &run->console_dedup);
   ReadStore(r, base_dir, run);
   if (const toml::node* n = t ? t->get("forward_signals") : nullptr; n && n->is_array()) {
     for (const toml::node& e : *n->as_array()) {

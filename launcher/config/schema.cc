@@ -96,6 +96,12 @@ std::vector<SectionSpec> MakeSchema() {
             "its GPU as cuda:0. Two ranks of one torch world (world = \"role\"/\"run\") on one GPU stay an "
             "error: NCCL refuses them.",
             "true"},
+           {"console_dedup", K::kBool, "true",
+            "A line that several processes of one role print within 1 s is shown once on the console, with "
+            "the ranks that said it (\"[drafter:0-2] UserWarning: ...\"; numbers masked for matching, as Ray "
+            "does). Their lines reach the console up to 1 s late; the log files keep every byte. "
+            "`run --no-dedup` turns it off for one run.",
+            "false"},
        }},
       {"model", "The shape contract, checked before anything starts. The drafter input is "
                 "[batch, seq_len, len(tapped_layers) * hidden]: taps concatenated on the feature axis.",

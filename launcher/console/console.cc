@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -73,7 +74,9 @@ Console::Console(Options options)
     : fd_(options.fd),
       max_queued_(options.max_queued_bytes),
       color_(ResolveColor(options.color, options.fd)),
-      live_(options.live) {
+      live_(options.live),
+      dedup_roles_(options.dedup_window.count() > 0 ? options.dedup_roles : std::vector<std::string>{}),
+      dedup_(options.dedup_window) {
   // The writer thread takes no signals: the loop thread owns them (signalfd
   // or ppoll), whatever the mask is when the Console is made. SIGPIPE is
   // thread-directed, so a closed console gives this thread EPIPE instead of
@@ -103,6 +106,17 @@ Console::SourceId Console::AddSource(std::string_view process, bool is_stderr,
   s.file_path = file_path;
   s.prefix = MakePrefix(process, is_stderr, color_);
   s.said = static_cast<size_t>(&SaidFor(process) - said_.data());
+  // "role:rank" of a role that dedups: its stream joins the role's group.
+  const size_t colon = process.rfind(':');
+  if (colon != std::string_view::npos && colon + 1 < process.size() && colon + 7 > process.size() &&
+      process.find_first_not_of("0123456789", colon + 1) == std::string_view::npos &&
+      std::find(dedup_roles_.begin(), dedup_roles_.end(), process.substr(0, colon)) != dedup_roles_.end()) {
+    std::pair<std::string, bool> g{std::string(process.substr(0, colon)), is_stderr};
+    auto it = std::find(groups_.begin(), groups_.end(), g);
+    s.group = static_cast<int>(it - groups_.begin());
+    if (it == groups_.end()) groups_.push_back(std::move(g));
+    s.member = std::stoi(std::string(process.substr(colon + 1)));
+  }
   sources_.push_back(std::move(s));
   return static_cast<SourceId>(sources_.size() - 1);
 }
@@ -123,8 +137,10 @@ bool Console::RoomLocked(size_t bytes) {
   return true;
 }
 
-void Console::AppendLineLocked(const Source& s, std::string_view line) {
-  pending_ += s.prefix;
+void Console::AppendLineLocked(const Source& s, std::string_view line) { AppendLineLocked(s.prefix, line); }
+
+void Console::AppendLineLocked(const std::string& prefix, std::string_view line) {
+  pending_ += prefix;
   pending_ += line;
   // A child's own colour must not bleed into the next process's line.
   if (color_ && line.find('\x1b') != std::string_view::npos) pending_ += "\x1b[0m";
@@ -161,14 +177,8 @@ size_t Console::EnqueueLines(SourceId id, std::string_view lines) {
     std::string_view line = lines.substr(0, nl);
     lines.remove_prefix(nl == std::string_view::npos ? lines.size() : nl + 1);
     if (RepeatsStatusLocked(s, line)) continue;
-    if (RoomLocked(s.prefix.size() + line.size() + 1)) {
-      AppendLineLocked(s, line);
-    } else {
-      if (s.skipped++ == 0) ++sources_skipping_;
-      ++dropped;
-    }
+    if (!OfferLocked(id, line)) ++dropped;
   }
-  dropped_total_ += dropped;
   WakeWriterLocked(was_empty);
   return dropped;
 }
@@ -178,18 +188,65 @@ bool Console::EnqueueLine(SourceId id, std::string_view line) {
   Source& s = sources_[static_cast<size_t>(id)];
   const bool was_empty = pending_.empty();
   if (RepeatsStatusLocked(s, line)) return true;
+  const bool offered = OfferLocked(id, line);
+  WakeWriterLocked(was_empty);
+  return offered;
+}
+
+bool Console::OfferLocked(SourceId id, std::string_view line) {
+  Source& s = sources_[static_cast<size_t>(id)];
+  if (s.group >= 0) {
+    // The writer sleeps without a deadline while nothing is held: the first held line wakes it.
+    if (dedup_.held() == 0) writer_cv_.notify_one();
+    dedup_.Add(s.group, s.member, id, line, std::chrono::steady_clock::now());
+    return true;
+  }
   if (!RoomLocked(s.prefix.size() + line.size() + 1)) {
     if (s.skipped++ == 0) ++sources_skipping_;
     ++dropped_total_;
     return false;
   }
   AppendLineLocked(s, line);
-  WakeWriterLocked(was_empty);
   return true;
+}
+
+void Console::ReleaseDedupLocked(bool all) {
+  if (dedup_.held() == 0) return;
+  std::vector<LineDedup::Line> due;
+  dedup_.TakeDue(std::chrono::steady_clock::now(), all, &due);
+  const bool was_empty = pending_.empty();
+  std::string prefix;
+  for (const LineDedup::Line& l : due) {
+    if (l.verbatim) {  // the supervisor's own: never dropped (see Supervisor())
+      pending_ += l.text;
+      if (l.text.empty() || l.text.back() != '\n') pending_ += '\n';
+      continue;
+    }
+    Source& first = sources_[static_cast<size_t>(l.sources.front())];
+    const std::pair<std::string, bool>& g = groups_[static_cast<size_t>(l.group)];
+    prefix = l.members.size() == 1 ? first.prefix : MakePrefix(g.first + ":" + RankRanges(l.members), g.second, color_);
+    // Matched with the numbers masked: say so when they differed, so nobody
+    // reads rank 0's number as everyone's.
+    std::string_view text = l.text;
+    std::string marked;
+    if (l.varied) text = marked = l.text + " [numbers differ by process; each log has its own]";
+    if (RoomLocked(prefix.size() + text.size() + 1)) {
+      AppendLineLocked(prefix, text);
+    } else {
+      if (first.skipped++ == 0) ++sources_skipping_;
+      ++dropped_total_;
+    }
+  }
+  WakeWriterLocked(was_empty);
 }
 
 void Console::Supervisor(std::string_view text) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (dedup_.held() > 0) {
+    // Behind the held lines: "drafter:1 exited with 1" must not come before what drafter:1 said last.
+    dedup_.AddAfterHeld(text, std::chrono::steady_clock::now());
+    return;
+  }
   const bool was_empty = pending_.empty();
   pending_ += text;
   if (text.empty() || text.back() != '\n') pending_ += '\n';
@@ -199,6 +256,7 @@ void Console::Supervisor(std::string_view text) {
 bool Console::Flush(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   ReleaseHeldLocked(true);  // "everything said so far" includes held STATUS= texts
+  ReleaseDedupLocked(true);  // and the lines held to be said once
   const bool was_empty = pending_.empty();
   if (sources_skipping_ != 0) AppendNoticesLocked();
   WakeWriterLocked(was_empty);
@@ -232,15 +290,18 @@ void Console::WriterMain() {
     if (live_) {
       // Redraw on change, and once a second for the clocks (uptime, CPU):
       // an idle run costs one wake-up and one small write per second.
-      writer_cv_.wait_for(lock, std::chrono::seconds(1),
-                          [this] { return !pending_.empty() || stop_ || end_live_ || status_dirty_; });
+      writer_cv_.wait_until(lock, std::min(std::chrono::steady_clock::now() + std::chrono::seconds(1), dedup_.NextDue()),
+                            [this] { return !pending_.empty() || stop_ || end_live_ || status_dirty_; });
       if (LiveFrameLocked(lock, batch)) continue;
-    } else if (held_ > 0) {
-      writer_cv_.wait_for(lock, kStatusHold / 2, [this] { return !pending_.empty() || stop_; });
+    } else if (held_ > 0 || dedup_.held() > 0) {
+      auto until = dedup_.NextDue();
+      if (held_ > 0) until = std::min(until, std::chrono::steady_clock::now() + kStatusHold / 2);
+      writer_cv_.wait_until(lock, until, [this] { return !pending_.empty() || stop_; });
       ReleaseHeldLocked(stop_);
+      ReleaseDedupLocked(stop_);
       if (pending_.empty() && !stop_) continue;
     } else {
-      writer_cv_.wait(lock, [this] { return !pending_.empty() || stop_ || held_ > 0; });
+      writer_cv_.wait(lock, [this] { return !pending_.empty() || stop_ || held_ > 0 || dedup_.held() > 0; });
       if (pending_.empty() && !stop_) continue;
     }
     if (pending_.empty()) return;  // stop_, and Flush() already ran
@@ -454,6 +515,7 @@ RunStatus Console::status() const {
 namespace dflash {
 
 bool Console::LiveFrameLocked(std::unique_lock<std::mutex>& lock, std::string& batch) {
+  ReleaseDedupLocked(stop_ || end_live_);
   const bool ending = end_live_ || (stop_ && pending_.empty());
   batch.swap(pending_);
   in_flight_ = batch.size();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "launcher/control/control.h"
+#include "launcher/console/line_dedup.h"
 #include "launcher/console/live_view.h"
 
 namespace dflash {
@@ -54,6 +55,13 @@ class Console {
     /// below the scrolling lines, on change and once a second. Only for a
     /// terminal: the caller decides (a TTY, not --plain, TERM not dumb).
     bool live = false;
+    /// Roles whose processes ("drafter:0", "drafter:1", ...) say the same
+    /// lines: a line that several of them say within `dedup_window` is printed
+    /// once, "[drafter:0-2] line" (launcher/console/line_dedup.h). Their lines
+    /// reach the console `dedup_window` late; the log files are untouched.
+    /// Empty (or a zero window): every line as it comes.
+    std::vector<std::string> dedup_roles = {};
+    std::chrono::milliseconds dedup_window{1000};
   };
   using SourceId = int;
 
@@ -72,7 +80,9 @@ class Console {
   /// Queues `lines`: zero or more whole lines, each ending in '\n' (a last
   /// piece without one is taken as a line too). Each is written as
   /// "[process] line\n". Returns how many were dropped because the queue was
-  /// full; a dropped line is never partly written.
+  /// full; a dropped line is never partly written. A line held to be said once
+  /// (Options::dedup_roles) is not dropped here: if it is when it comes out,
+  /// dropped_lines() and the skip notice count it.
   size_t EnqueueLines(SourceId source, std::string_view lines);
 
   /// One line without its '\n' (a partial last line, or a piece of a very long
@@ -80,7 +90,9 @@ class Console {
   bool EnqueueLine(SourceId source, std::string_view line);
 
   /// The supervisor's own text, written as given plus a '\n' if it lacks one.
-  /// Never dropped: it bypasses the bound (these lines are rare).
+  /// Never dropped: it bypasses the bound (these lines are rare). While lines
+  /// are held to be said once, it waits behind them (at most the window), so
+  /// it never comes before what they say.
   void Supervisor(std::string_view text);
 
   /// Queues the notices for lines skipped so far, then waits until every
@@ -129,6 +141,8 @@ class Console {
   };
   struct Source {
     size_t said = 0;       // index into said_
+    int group = -1;        // its role's stream in dedup_ (-1: printed as it comes)
+    int member = -1;       // its rank in that role
     std::string name;
     std::string file_path;
     std::string prefix;  // "[name] ", with colour escapes when colour is on
@@ -139,6 +153,12 @@ class Console {
   /// True if `bytes` more may be queued; handles the drop/low-water hysteresis.
   bool RoomLocked(size_t bytes);
   void AppendLineLocked(const Source& s, std::string_view line);
+  void AppendLineLocked(const std::string& prefix, std::string_view line);
+  /// Queues `line` of source `id` (whole, no '\n'): held in dedup_ if its
+  /// role dedups, else now. False if it was dropped (the queue is full).
+  bool OfferLocked(SourceId id, std::string_view line);
+  /// Prints the dedup_ lines that are due (all if `all`).
+  void ReleaseDedupLocked(bool all);
   /// True if `line` repeats a STATUS= text already printed (then it is not).
   bool RepeatsStatusLocked(const Source& s, std::string_view line);
   /// Prints the held STATUS= texts older than the hold (all if `all`).
@@ -179,6 +199,9 @@ class Console {
   bool end_live_ = false;     // EndLive() asked; the writer clears the block
   bool status_dirty_ = false; // SetStatus/StatusText since the last frame
   std::vector<Said> said_;
+  std::vector<std::string> dedup_roles_;
+  std::vector<std::pair<std::string, bool>> groups_;  // dedup_'s groups: role, is_stderr
+  LineDedup dedup_;
   size_t held_ = 0;           // STATUS= texts held, over all processes
   LiveScreen screen_;         // writer thread only
   ProcMeter meter_;           // writer thread only

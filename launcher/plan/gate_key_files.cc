@@ -117,8 +117,10 @@ bool StartsWithShebang(const std::string& path) {
 /// siblings, which Dynamo traces as much as the script. Static (the stdlib's
 /// modulefinder, pruned at the install so torch's thousand modules are not read):
 /// it sees `import x` and `from x import y`, not importlib.import_module(name) or
-/// exec -- those go in gate.key_files. One line "<module>\t<path>" per module; a
-/// line "!\t<error>" if the sources could not be followed (e.g. a SyntaxError).
+/// exec -- those go in gate.key_files. A namespace package (a folder without
+/// __init__.py) is followed into: modulefinder alone stops there. One line
+/// "<module>\t<path>" per module; a line "!\t<error>\t<file>" if the sources
+/// could not be followed (e.g. a SyntaxError in <file>).
 constexpr const char* kImportProbe = R"PY(import modulefinder, os, site, sys, sysconfig
 path, as_module = sys.argv[1], sys.argv[2] == "1"
 sys.path[0] = os.getcwd() if as_module else os.path.dirname(os.path.abspath(path))
@@ -129,13 +131,44 @@ except Exception: pass
 def own(p):
     r = os.path.realpath(p)
     return not any(r == i or r.startswith(i + os.sep) for i in inst)
+import importlib.machinery
+NS = -47  # modulefinder's own kinds are small positive numbers
 class Finder(modulefinder.ModuleFinder):
+    def find_module(self, name, path, parent=None):
+        # A namespace package (a folder without __init__.py): modulefinder asks its spec's loader, which is None.
+        full = parent.__name__ + "." + name if parent else name
+        if full not in self.excludes and not (path is None and name in sys.builtin_module_names):
+            try: spec = importlib.machinery.PathFinder.find_spec(name, self.path if path is None else path)
+            except Exception: spec = None
+            if spec is not None and spec.loader is None and spec.submodule_search_locations:
+                return None, list(spec.submodule_search_locations), ("", "", NS)
+        return super().find_module(name, path, parent)
     def load_module(self, name, fp, pathname, info):
+        if isinstance(pathname, str): self._dflash_reading = pathname
+        if info[2] == NS:
+            m = self.add_module(name); m.__path__ = pathname
+            return m
         if pathname and not own(pathname):
             m = self.add_module(name); m.__file__ = pathname
             if info[2] == modulefinder._PKG_DIRECTORY: m.__path__ = [pathname]
             return m
-        return super().load_module(name, fp, pathname, info)
+        try: return super().load_module(name, fp, pathname, info)
+        except SyntaxError as e:  # modulefinder drops it silently (a bad module): say it
+            if not getattr(e, "dflash_said", False):  # once, where it is: not again in each importer
+                e.dflash_said = True; unread.append("%s: SyntaxError at line %s\t%s" % (name, e.lineno, pathname))
+            raise
+def locate(name):
+    """The own file (or folder) that `import name` would read, or None (not there, or the install's)."""
+    spec, where = None, None
+    for part in name.split("."):
+        try: spec = importlib.machinery.PathFinder.find_spec(part, f.path if where is None else where)
+        except Exception: return None
+        if spec is None: return None
+        where = spec.submodule_search_locations
+        if where is None and part != name.split(".")[-1]: return None
+    o = spec.origin if spec.origin and os.path.isfile(spec.origin) else (list(where)[0] if where else None)
+    return o if o and own(o) else None
+unread = []
 f = Finder()
 try:
     f.run_script(path)
@@ -153,12 +186,33 @@ try:
             again.append(name)
     for name in again: del f.badmodules[name]
     if again: f.run_script(path)
-except Exception as e: print("!\t%s: %s" % (type(e).__name__, e))
+except Exception as e:
+    # The file it stopped in (a SyntaxError names it; else the one being read), for the key_files hint.
+    where = getattr(e, "filename", None) or getattr(f, "_dflash_reading", None) or path
+    print("!\t%s: %s\t%s" % (type(e).__name__, str(e).replace("\t", " ").replace("\n", " "), where))
+for u in unread: print("!\t" + u)
+for name in sorted(f.badmodules):
+    p = locate(name)  # code of its own that exists and was not read: the key cannot see it
+    if p and not any(u.startswith(name + ":") for u in unread): print("!\t%s: its imports not all followed\t%s" % (name, p))
 me = os.path.realpath(path)
 for n, m in sorted(f.modules.items()):
     p = m.__file__
     if n != "__main__" and p and p.endswith(".py") and own(p) and os.path.realpath(p) != me: print(n + "\t" + p)
 )PY";
+
+/// "not followed: <error>" and the key_files line that keys the code by hand:
+/// the folder of the file the scan stopped in, relative to the role's cwd.
+/// `what` is the probe's "<error>\t<file>".
+std::string NotFollowed(const std::string& what, const std::string& cwd) {
+  size_t tab = what.rfind('\t');
+  std::string error = what.substr(0, tab);
+  if (tab == std::string::npos) return "not followed: " + error + "; list the code it imports in gate.key_files";
+  fs::path dir = fs::path(Absolute(what.substr(tab + 1), cwd)).parent_path();
+  fs::path base = cwd.empty() ? fs::current_path() : fs::path(cwd);
+  std::string rel = dir.lexically_relative(base).string();
+  std::string pattern = rel.empty() || rel == "." ? "*.py" : rel.rfind("..", 0) == 0 ? dir.string() + "/*.py" : rel + "/*.py";
+  return "not followed: " + error + "; key that code by hand: gate.key_files = [\"" + pattern + "\"]";
+}
 
 /// Adds the files `file` imports (see kImportProbe), asking the role's Python
 /// from the role's cwd with its PYTHONPATH.
@@ -177,7 +231,7 @@ void ImportedModules(const std::string& python, const std::string& file, bool as
     size_t tab = line.find('\t');
     if (tab == std::string::npos) continue;
     std::string name = line.substr(0, tab), path = line.substr(tab + 1);
-    if (name == "!") out->push_back({"imports of " + file, "", "", "not followed: " + path});
+    if (name == "!") out->push_back({"imports of " + file, "", "", NotFollowed(path, role.cwd)});
     else if (IsRegularFile(path)) out->push_back(Hashed("import " + name, path));
   }
   ::pclose(f);

@@ -49,6 +49,24 @@ std::string XmlEscape(const std::string& s) {
   return o;
 }
 
+/// The mean loss of the first and of the last 10 steps: one step's loss is noise ("5.613 -> 5.445" while the
+/// last ten averaged 4.93). From `first_loss_mean10`/`last_loss_mean10` (TrainingMetrics keeps them exactly), else
+/// from the curve when it has every step (`loss_stride` 1) and 20 of them; else "-".
+std::string SmoothedLoss(const nlohmann::json& m, const std::vector<double>& losses) {
+  constexpr size_t kWindow = 10;
+  double first = 0, last = 0, stride = 1;
+  if (MetricNum(m, "first_loss_mean10", &first) && MetricNum(m, "last_loss_mean10", &last))
+    return NumText("%.3f", first) + " -> " + NumText("%.3f", last);
+  MetricNum(m, "loss_stride", &stride);
+  if (stride != 1 || losses.size() < 2 * kWindow) return "-";
+  first = last = 0;
+  for (size_t i = 0; i < kWindow; ++i) {
+    first += losses[i];
+    last += losses[losses.size() - 1 - i];
+  }
+  return NumText("%.3f", first / kWindow) + " -> " + NumText("%.3f", last / kWindow);
+}
+
 }  // namespace
 
 std::string TrainingTable(const RunSummary& s) {
@@ -64,6 +82,7 @@ std::string TrainingTable(const RunSummary& s) {
     bool has_first = MetricNum(m, "first_loss", &first) || (!losses.empty() && (first = losses.front(), true));
     bool has_last = MetricNum(m, "last_loss", &last) || (!losses.empty() && (last = losses.back(), true));
     std::string loss = has_first && has_last ? NumText("%.3f", first) + " -> " + NumText("%.3f", last) : "-";
+    std::string smooth = SmoothedLoss(m, losses);
     bool has_t = MetricNum(m, "time_to_first_step_s", &t) || MetricNum(m, "compile_wall_s", &t);
     std::string spool = "-";
     if (MetricNum(m, "frames_acked", &frames)) {
@@ -71,12 +90,13 @@ std::string TrainingTable(const RunSummary& s) {
       if (MetricNum(m, "frames_padded", &padded) && padded > 0) spool += " (+" + NumText("%.0f", padded) + " padded)";
       if (MetricNum(m, "frames_dropped", &dropped) && dropped > 0) spool += " (" + NumText("%.0f", dropped) + " dropped)";
     }
-    rows += Pad(p.name, 14) + Pad(NumText("%.0f", steps), 8) + Pad(loss, 22) + Pad(has_t ? Seconds(t) : "-", 12) +
+    rows += Pad(p.name, 14) + Pad(NumText("%.0f", steps), 8) + Pad(loss, 22) + Pad(smooth, 26) +
+            Pad(has_t ? Seconds(t) : "-", 12) +
             spool + "\n";
   }
   if (rows.empty()) return "";
   std::string o = "\n" + Pad("training", 14) + Pad("steps", 8) + Pad("loss first -> last", 22) +
-                  Pad("first step", 12) + "spool frames\n" + rows;
+                  Pad("mean of 10 first -> last", 26) + Pad("first step", 12) + "spool frames\n" + rows;
   if (curves) o += "loss curves: " + s.run_dir + "/loss.svg\n";
   return o;
 }

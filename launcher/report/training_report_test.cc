@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace dflash {
 namespace {
 
@@ -35,11 +37,28 @@ RunSummary TrainingRun() {
 TEST(TrainingReport, ATableRowForEachProcessThatReportsSteps) {
   EXPECT_EQ(TrainingTable(TrainingRun()),
             "\n"
-            "training      steps   loss first -> last    first step  spool frames\n"
-            "drafter:0     4       5.638 -> 1.250        12.3s       3 (+1 padded)\n"
-            "drafter:1     3       4.000 -> 2.000        1m15s       3 (1 dropped)\n"
-            "mine:0        7       -                     -           -\n"
+            "training      steps   loss first -> last    mean of 10 first -> last  first step  spool frames\n"
+            "drafter:0     4       5.638 -> 1.250        -                         12.3s       3 (+1 padded)\n"
+            "drafter:1     3       4.000 -> 2.000        -                         1m15s       3 (1 dropped)\n"
+            "mine:0        7       -                     -                         -           -\n"
             "loss curves: /runs/r1/loss.svg\n");
+}
+
+TEST(TrainingReport, SmoothedLossBesideTheRawEnds) {
+  RunSummary s;
+  // Every step in the curve: the means come from it. Noisy ends (6.0, 5.5) around means of 5.0 and 3.0.
+  std::vector<double> curve;
+  for (int i = 0; i < 30; ++i) curve.push_back(i < 10 ? 5.0 : i < 20 ? 4.0 : 3.0);
+  curve.front() = 6.0, curve[1] = 4.0, curve.back() = 5.5, curve[28] = 0.5;
+  s.processes.push_back(TrainingProc("a:0", {{"steps", 30}, {"losses", curve}}));
+  // TrainingMetrics' exact means win over a strided curve, which alone says "-".
+  s.processes.push_back(TrainingProc("b:0", {{"steps", 80}, {"losses", curve}, {"loss_stride", 2},
+                                             {"first_loss_mean10", 7.25}, {"last_loss_mean10", 2.125}}));
+  s.processes.push_back(TrainingProc("c:0", {{"steps", 80}, {"losses", curve}, {"loss_stride", 2}}));
+  std::string t = TrainingTable(s);
+  EXPECT_NE(t.find("a:0           30      6.000 -> 5.500        5.000 -> 3.000            "), std::string::npos) << t;
+  EXPECT_NE(t.find("b:0           80      6.000 -> 5.500        7.250 -> 2.125            "), std::string::npos) << t;
+  EXPECT_NE(t.find("c:0           80      6.000 -> 5.500        -                         "), std::string::npos) << t;
 }
 
 TEST(TrainingReport, NothingWithoutSteps) {

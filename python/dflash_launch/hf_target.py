@@ -54,7 +54,17 @@ def parse_args(argv):
     p.add_argument("--max-ready", type=int, default=int(os.environ.get("DFLASH_SPOOL_MAX", "16")),
                    help="backpressure: wait while the spool holds this many unclaimed frames")
     p.add_argument("--device", default="auto", help="auto: cuda when a GPU is visible, else cpu")
+    p.add_argument("--progress", action="store_true",
+                   help="show transformers' progress bars (\"Loading weights\"): off by default, since every target "
+                        "process would draw its own on the run's one console")
     return p.parse_args(argv)
+
+
+def load_pretrained(transformers, model, dtype, progress=False):
+    """AutoModelForCausalLM.from_pretrained, its progress bars off unless `progress`."""
+    if not progress:
+        transformers.utils.logging.disable_progress_bar()
+    return transformers.AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
 
 
 def random_qwen3(contract, torch):
@@ -125,7 +135,7 @@ def main(argv=None):
         model = random_qwen3(contract, torch)
     else:
         transformers = require("transformers", "dflash_launch.hf_target")
-        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+        model = load_pretrained(transformers, args.model, dtype, args.progress)
     bad = check_model(model, contract)
     if bad:
         print(f"{name}: the target does not match [model]:\n  " + "\n  ".join(bad) +

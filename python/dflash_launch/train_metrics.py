@@ -12,18 +12,26 @@ run's summary, summary.json's `metrics`, and <run_dir>/loss.svg; docs/summary-js
 
 dflash_launch.spool_world.WorldSource does this by itself: `sample["ack"](loss)`.
 
-The keys: `steps`, `first_loss`, `last_loss`, `losses` (the curve: every `loss_stride`-th loss, at most
+The keys: `steps`, `first_loss`, `last_loss`, `first_loss_mean10` and `last_loss_mean10` (the mean of the
+first and of the last 10 losses, from 20 steps on), `losses` (the curve: every `loss_stride`-th loss, at most
 MAX_POINTS of them, so a long run's file stays small), `time_to_first_step_s` (from the process's start, as the
-kernel counts it, to the end of its first step: imports, model load and compile included), `wall_s`.
+kernel counts it, to the end of its first step: imports, model load and compile included), `wall_s`, and
+torch.compile's cache counters when the process compiled (`fxgraph_cache_hit`/`_miss`, `autograd_cache_hit`/`_miss`,
+`dynamo_cache_hit`/`_miss`: what `seed --verify` and the summary's hit/miss columns read). The file is written at
+the first step too, so a warm-up stopped once ready still leaves its counters.
 One writer per process: a script with more to say adds it with update(), which keeps one file."""
 
 import atexit
+import collections
 import json
 import os
+import sys
 import time
 
 #: The most points `losses` keeps: past it every other one goes and the stride doubles.
 MAX_POINTS = 2000
+#: Steps averaged at each end for `first_loss_mean10` / `last_loss_mean10` (a single step's loss is noise).
+MEAN_STEPS = 10
 
 
 def process_age_s():
@@ -48,6 +56,19 @@ def write_json_private(path, data):
     os.replace(tmp, path)
 
 
+def compile_counters():
+    """torch.compile's cache counters of this process ({} if it never imported torch._dynamo; never imports it)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return {}
+    ind, aot, dyn = counters["inductor"], counters["aot_autograd"], counters["dynamo_cache"]
+    return {"fxgraph_cache_hit": int(ind["fxgraph_cache_hit"]), "fxgraph_cache_miss": int(ind["fxgraph_cache_miss"]),
+            "fxgraph_cache_bypass": int(ind["fxgraph_cache_bypass"]),
+            "autograd_cache_hit": int(aot["autograd_cache_hit"]), "autograd_cache_miss": int(aot["autograd_cache_miss"]),
+            "dynamo_cache_hit": int(dyn["dynamo_cache_hit"]), "dynamo_cache_miss": int(dyn["dynamo_cache_miss"])}
+
+
 class TrainingMetrics:
     def __init__(self, path=None, every_s=5.0, **fields):
         """`path` defaults to $DFLASH_METRICS_FILE (none: nothing is written). The file is rewritten at most
@@ -57,6 +78,7 @@ class TrainingMetrics:
         self.data = dict(fields)
         self.steps, self.stride, self.losses = 0, 1, []
         self.first_loss = self.last_loss = None
+        self.first_few, self.last_few, self._losses_seen = [], collections.deque(maxlen=MEAN_STEPS), 0
         self.t0 = time.monotonic() - process_age_s()
         self._last_write = time.monotonic()
         if self.path:
@@ -67,16 +89,23 @@ class TrainingMetrics:
         if self.steps == 0:
             self.data["time_to_first_step_s"] = round(time.monotonic() - self.t0, 3)
         if loss is not None:
-            value = round(float(loss), 5)
+            # detach(): float() of a tensor that requires grad warns (torch >= 2.6), once per process, and
+            # sample["ack"](loss) -- the documented pattern -- passes exactly such a tensor.
+            value = round(float(loss.detach() if hasattr(loss, "detach") else loss), 5)
             if self.first_loss is None:
                 self.first_loss = value
             self.last_loss = value
+            if len(self.first_few) < MEAN_STEPS:
+                self.first_few.append(value)
+            self.last_few.append(value)
+            self._losses_seen += 1
             if self.steps % self.stride == 0:
                 self.losses.append(value)
                 if len(self.losses) > MAX_POINTS:
                     self.losses, self.stride = self.losses[::2], self.stride * 2
         self.steps += 1
-        if time.monotonic() - self._last_write >= self.every_s:
+        # The first step ends the compile: its counters are on disk before anything can stop the process.
+        if self.steps == 1 or time.monotonic() - self._last_write >= self.every_s:
             self.write()
 
     def update(self, **fields):
@@ -84,9 +113,12 @@ class TrainingMetrics:
         self.data.update(fields)
 
     def snapshot(self):
-        out = dict(self.data)
+        out = {**compile_counters(), **self.data}  # the script's own counters (update()) win
         out.update(steps=self.steps, first_loss=self.first_loss, last_loss=self.last_loss, losses=list(self.losses),
                    loss_stride=self.stride, wall_s=round(time.monotonic() - self.t0, 3))
+        if self._losses_seen >= 2 * MEAN_STEPS:  # two windows that do not overlap
+            out.update(first_loss_mean10=round(sum(self.first_few) / MEAN_STEPS, 5),
+                       last_loss_mean10=round(sum(self.last_few) / MEAN_STEPS, 5))
         return out
 
     def write(self):
