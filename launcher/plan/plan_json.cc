@@ -96,7 +96,7 @@ ojson RoleJson(const Plan& plan, size_t i) {
          return d;
        }()},
       {"cpu", r.is_cpu()},
-      {"command", r.command.empty() ? ojson() : ojson(r.command)},
+      {"command", r.command.empty() ? ojson() : ojson(RedactArgv(r.command))},
       {"builtin", r.builtin.empty() ? ojson() : ojson(r.builtin)},
       {"spool", r.ProducesFrames()                             ? ojson("produce")
                 : (r.spool == "consume" || r.builtin == "drafter") ? ojson("consume")
@@ -177,7 +177,7 @@ void ProcessesJson(const Plan& plan, ojson* out) {
     for (const auto& [k, v] : plan.ProcessEnv(w, 0)) env[k] = ShownEnvValue(k, v);
     j["warmups"].push_back({{"name", w.name}, {"role", w.role},
                             {"device", w.on_gpu() ? "cuda:" + w.device : "cpu"},
-                            {"command", w.command}, {"argv", plan.ExecArgv(w)}, {"gate_key", w.gate_key}, {"env", env}});
+                            {"command", RedactArgv(w.command)}, {"argv", RedactArgv(plan.ExecArgv(w))}, {"gate_key", w.gate_key}, {"env", env}});
   }
   for (const ProcessPlan& p : plan.processes) {
     ojson env = ojson::object();
@@ -196,8 +196,8 @@ void ProcessesJson(const Plan& plan, ojson* out) {
                                                    {"compute_mode", g->compute_mode}, {"uuid", g->uuid}})
                                           : ojson();
                                }()},
-                              {"command", p.command},
-                              {"argv", plan.ExecArgv(p)},
+                              {"command", RedactArgv(p.command)},
+                              {"argv", RedactArgv(plan.ExecArgv(p))},
                               {"gate_key", p.gate_key.empty() ? ojson() : ojson(p.gate_key)},
                               {"ready", ReadyModeName(plan.RoleOf(p).ready.mode)},
                               {"env", env}});
