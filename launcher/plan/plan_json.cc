@@ -2,6 +2,8 @@
 // folds into one line.
 #include "launcher/plan/plan_format.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/redact.h"
@@ -11,6 +13,19 @@
 
 namespace dflash {
 namespace {
+
+/// A process's exec argv as check shows it: the launcher's own part (dflash-worker and its flags: --gate-key is
+/// a key of the cache, no secret) as it is, the role's command after it through RedactArgv.
+std::vector<std::string> ShownArgv(std::vector<std::string> argv, const std::vector<std::string>& command) {
+  if (command.empty() || argv.size() < command.size() ||
+      !std::equal(command.begin(), command.end(), argv.end() - static_cast<std::ptrdiff_t>(command.size()))) {
+    for (std::string& a : argv) a = RedactSecretsInText(a);  // no flag rule: the launcher's flags are no secrets
+    return argv;
+  }
+  std::vector<std::string> tail = RedactArgv(command);
+  std::copy(tail.begin(), tail.end(), argv.end() - static_cast<std::ptrdiff_t>(command.size()));
+  return argv;
+}
 
 using ojson = nlohmann::ordered_json;
 
@@ -177,7 +192,7 @@ void ProcessesJson(const Plan& plan, ojson* out) {
     for (const auto& [k, v] : plan.ProcessEnv(w, 0)) env[k] = ShownEnvValue(k, v);
     j["warmups"].push_back({{"name", w.name}, {"role", w.role},
                             {"device", w.on_gpu() ? "cuda:" + w.device : "cpu"},
-                            {"command", RedactArgv(w.command)}, {"argv", RedactArgv(plan.ExecArgv(w))}, {"gate_key", w.gate_key}, {"env", env}});
+                            {"command", RedactArgv(w.command)}, {"argv", ShownArgv(plan.ExecArgv(w), w.command)}, {"gate_key", w.gate_key}, {"env", env}});
   }
   for (const ProcessPlan& p : plan.processes) {
     ojson env = ojson::object();
@@ -197,7 +212,7 @@ void ProcessesJson(const Plan& plan, ojson* out) {
                                           : ojson();
                                }()},
                               {"command", RedactArgv(p.command)},
-                              {"argv", RedactArgv(plan.ExecArgv(p))},
+                              {"argv", ShownArgv(plan.ExecArgv(p), p.command)},
                               {"gate_key", p.gate_key.empty() ? ojson() : ojson(p.gate_key)},
                               {"ready", ReadyModeName(plan.RoleOf(p).ready.mode)},
                               {"env", env}});
