@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -37,6 +39,68 @@ bool ParseProcAddress(const std::string& text, std::string* address, int* port) 
   ::inet_ntop(v6 ? AF_INET6 : AF_INET, bytes, buf, sizeof buf);
   *address = v6 ? "[" + std::string(buf) + "]" : std::string(buf);
   return true;
+}
+
+/// An address as ParseProcAddress writes it, with an IPv4-mapped IPv6 address as its IPv4 one (a dual-stack
+/// server's accepted socket is in tcp6 as ::ffff:127.0.0.1 while our IPv4 client is in tcp).
+std::string Unmapped(const std::string& address) {
+  const std::string mapped = "[::ffff:";
+  if (address.rfind(mapped, 0) == 0 && address.find('.') != std::string::npos)
+    return address.substr(mapped.size(), address.size() - mapped.size() - 1);
+  return address;
+}
+
+/// A sockaddr as ParseProcAddress writes its address part ("127.0.0.1", "[::1]"), unmapped, and its port.
+bool SockaddrText(const sockaddr_storage& ss, std::string* address, int* port) {
+  char buf[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
+    *address = buf;
+    *port = ntohs(a->sin_port);
+    return true;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
+    *address = Unmapped("[" + std::string(buf) + "]");
+    *port = ntohs(a->sin6_port);
+    return true;
+  }
+  return false;
+}
+
+/// One row of /proc/net/tcp{,6}.
+struct TcpRow {
+  std::string local, remote, state;
+  int local_port = 0, remote_port = 0;
+  uid_t uid = 0;
+  ino_t inode = 0;
+};
+
+/// Calls `each(row)` for every row of the table at `path`; stops when it returns true.
+template <typename F>
+void ForEachRow(const std::string& path, F each) {
+  std::string text, err;
+  if (!ReadFile(path, &text, &err)) return;
+  std::istringstream lines(text);
+  std::string line;
+  std::getline(lines, line);  // the header
+  while (std::getline(lines, line)) {
+    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
+    std::istringstream f(line);
+    std::string sl, local, remote, queues, timer, retr;
+    unsigned long uid = 0, timeout = 0, inode = 0;
+    TcpRow r;
+    if (!(f >> sl >> local >> remote >> r.state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+    if (!ParseProcAddress(local, &r.local, &r.local_port) || !ParseProcAddress(remote, &r.remote, &r.remote_port))
+      continue;
+    r.local = Unmapped(r.local);
+    r.remote = Unmapped(r.remote);
+    r.uid = static_cast<uid_t>(uid);
+    r.inode = static_cast<ino_t>(inode);
+    if (each(r)) return;
+  }
 }
 
 void ReadTable(const std::string& path, int port, std::vector<TcpListener>* out) {
@@ -105,6 +169,35 @@ pid_t FindSocketHolder(ino_t inode) {
   for (const ProcStat& s : AllProcesses())
     if (ForEachSocket(s.pid, [&](ino_t i) { return i == inode; })) return s.pid;
   return -1;
+}
+
+PeerProof ProvePeer(int fd, pid_t root, std::string* who) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t l1 = sizeof mine, l2 = sizeof theirs;
+  std::string my_addr, their_addr;
+  int my_port = 0, their_port = 0;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &l1) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &l2) != 0 ||
+      !SockaddrText(mine, &my_addr, &my_port) || !SockaddrText(theirs, &their_addr, &their_port))
+    return PeerProof::kPending;
+  TcpRow far;
+  bool found = false;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    ForEachRow(path, [&](const TcpRow& r) {
+      found = r.local == their_addr && r.local_port == their_port && r.remote == my_addr && r.remote_port == my_port;
+      if (found) far = r;
+      return found;
+    });
+    if (found) break;
+  }
+  if (!found || far.inode == 0) return PeerProof::kPending;
+  for (pid_t p : ProcessTree(root))
+    if (ForEachSocket(p, [&](ino_t i) { return i == far.inode; })) return PeerProof::kOurs;
+  pid_t holder = FindSocketHolder(far.inode);
+  *who = "uid " + std::to_string(far.uid) + " (" + UserNameOf(far.uid) + ")" +
+         (holder > 0 ? ", pid " + std::to_string(holder) + " (" + CommandName(holder) + ")" : "") +
+         ", its socket on " + their_addr + ":" + std::to_string(their_port);
+  return PeerProof::kForeign;
 }
 
 ListenerProof ProveListener(int port, pid_t root, std::string* who, std::string* err) {

@@ -42,4 +42,17 @@ enum class ListenerProof {
 /// /proc/net cannot be read (`err` then says why): nothing is proven.
 ListenerProof ProveListener(int port, pid_t root, std::string* who, std::string* err);
 
+enum class PeerProof {
+  kOurs,     ///< the socket that accepted the connection is held by a process of the tree
+  kForeign,  ///< it is held by a process outside the tree: `who` names it
+  kPending,  ///< not (yet) held by anyone: still in the listener's accept queue, or closed, or not on this host
+};
+
+/// Who is at the other end of the connected TCP socket `fd`? The kernel's socket for the connection's far end
+/// (/proc/net/tcp, tcp6: its local address is our peer, its peer our local address) is proven to be held by
+/// a process of `root`'s tree, or refused naming whoever holds it. A connection is one pair of sockets for its
+/// whole life: once the far one is proven ours, every byte that comes back on `fd` was written by our tree
+/// (an impostor that accepted it first cannot hand it over to us). `who` as ProveListener's.
+PeerProof ProvePeer(int fd, pid_t root, std::string* who);
+
 }  // namespace dflash

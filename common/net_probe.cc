@@ -47,7 +47,7 @@ bool NetProbe::Start(const std::string& host, int port, std::string request, siz
   }
   if (::connect(fd_.get(), reinterpret_cast<sockaddr*>(&ss), len) == 0) {
     connected_ = true;
-    if (request_.empty()) Finish("");
+    if (request_.empty() && !hold_) Finish("");
     return !done_;
   }
   if (errno != EINPROGRESS) {
@@ -59,11 +59,20 @@ bool NetProbe::Start(const std::string& host, int port, std::string request, siz
 
 uint32_t NetProbe::events() const {
   if (done_) return 0;
+  if (held()) return 0;
   return !connected_ || sent_ < request_.size() ? EPOLLOUT : EPOLLIN;
 }
 
 bool NetProbe::OnReady() {
   if (done_) return true;
+  if (held()) {
+    int e = 0;
+    socklen_t l = sizeof e;
+    if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &e, &l) != 0) e = errno;
+    // events() is 0 while held: only a hang-up or an error wakes it, so it ends here either way.
+    Finish(e != 0 ? SocketError(e) : "the connection was closed before the request was sent");
+    return true;
+  }
   if (!connected_) {
     int e = 0;
     socklen_t l = sizeof e;
@@ -74,6 +83,7 @@ bool NetProbe::OnReady() {
       return true;
     }
     connected_ = true;
+    if (hold_) return false;
     if (request_.empty()) {
       Finish("");
       return true;
@@ -118,7 +128,6 @@ bool NetProbe::OnReady() {
 void NetProbe::Finish(const std::string& error) {
   error_ = error;
   done_ = true;
-  fd_.reset();
 }
 
 }  // namespace dflash

@@ -21,8 +21,19 @@ class NetProbe {
   /// ended at once (done() is then true: a bad address, no fd, a refusal).
   bool Start(const std::string& host, int port, std::string request, size_t max_reply);
 
+  /// Before Start: once connected, the request waits until Release() (the caller proves first who accepted
+  /// the connection: common/listener_owner.h ProvePeer). While held, events() is 0 (a reset still wakes).
+  void HoldRequest() { hold_ = true; }
+  /// Connected, and the request held back.
+  bool held() const { return hold_ && connected_ && !done_; }
+  /// Lets the request go: wait for events() again.
+  void Release() { hold_ = false; }
+
   /// The socket to wait on (-1 once done) and the epoll events it waits for.
-  int fd() const { return fd_.get(); }
+  int fd() const { return done_ ? -1 : fd_.get(); }
+  /// The socket itself, open until the probe is destroyed even once done: who is at its other end can still
+  /// be asked (common/listener_owner.h ProvePeer).
+  int socket() const { return fd_.get(); }
   uint32_t events() const;
   /// The socket is ready: one step as far as it goes without blocking.
   /// True once the try is over (done()).
@@ -42,7 +53,7 @@ class NetProbe {
   UniqueFd fd_;
   std::string request_, reply_, error_;
   size_t sent_ = 0, max_reply_ = 0;
-  bool connected_ = false, complete_ = false, done_ = false;
+  bool connected_ = false, complete_ = false, done_ = false, hold_ = false;
 };
 
 }  // namespace dflash

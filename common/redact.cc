@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <cmath>
 
 namespace dflash {
 namespace {
@@ -15,13 +16,17 @@ bool IsSecretWord(std::string_view w) {
   // Whole words only: KEY in MONKEY or KEYBOARD, PASS in BYPASS, PAT in PATH, AUTH in AUTHOR are not secrets.
   // AUTH: REDISCLI_AUTH, HF_AUTH; PAT: GH_PAT (a personal access token); DSN: SENTRY_DSN (its key is the URL's
   // user); WEBHOOK: SLACK_WEBHOOK_URL (its path is the secret); SSHPASS: sshpass's variable.
+  // PW, PWD: MYSQL_PWD, DB_PW (the name PWD alone is the shell's directory: IsSecretEnvName); CRED(S): DB_CREDS.
   for (std::string_view exact : {"KEY", "PASS", "APIKEY", "AUTH", "PAT", "DSN", "WEBHOOK", "WEBHOOKS", "SSHPASS",
-                                 "COOKIE"})
+                                 "COOKIE", "PW", "PWD", "CRED", "CREDS"})
     if (w == exact) return true;
-  // Compounds too (GITHUBTOKEN, DBPASSWORD). No TOKENS or KEYS: MAX_TOKENS, NUM_KEYS are counts.
-  static constexpr std::array<std::string_view, 13> kEndings = {
-      "TOKEN",      "SECRET",      "SECRETS", "PASSWORD",      "PASSWORDS", "PASSWD",    "PASSPHRASE",
-      "CREDENTIAL", "CREDENTIALS", "JWT",     "AUTHORIZATION", "ACCESSKEY", "PRIVATEKEY"};
+  // Compounds too (GITHUBTOKEN, DBPASSWORD, SECRETKEY, SESSIONKEY). No TOKENS or KEYS: MAX_TOKENS, NUM_KEYS are
+  // counts; no bare ...KEY ending: MONKEY, HOTKEY, TURKEY are not secrets, so KEY compounds are listed.
+  static constexpr std::array<std::string_view, 26> kEndings = {
+      "TOKEN",      "SECRET",      "SECRETS",    "PASSWORD",   "PASSWORDS",     "PASSWD",     "PASSPHRASE",
+      "CREDENTIAL", "CREDENTIALS", "JWT",        "AUTHORIZATION", "ACCESSKEY", "PRIVATEKEY", "SECRETKEY",
+      "SESSIONKEY", "SIGNINGKEY",  "MASTERKEY",  "ENCRYPTIONKEY", "AUTHKEY",   "LICENSEKEY", "CLIENTKEY",
+      "SSHKEY",     "DBPASS",      "DBPW",       "DBPWD",         "DBCREDS"};
   for (std::string_view e : kEndings)
     if (EndsWith(w, e)) return true;
   return false;
@@ -89,9 +94,113 @@ std::string RedactWebhookPaths(std::string_view text) {
 
 bool IsAlnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
 
+/// A character of a token word: '/' is not one, so a path or a URL is judged piece by piece ("/***" hides only
+/// the piece that is a key; a base64 key with a '/' is two pieces, each judged alone).
+bool IsTokenChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_-.+=~").find(c) != std::string_view::npos;
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+/// Whether `w` (a run of token characters) is shaped like a well-known credential: GitHub (ghp_, gho_, ghu_,
+/// ghs_, ghr_, github_pat_), GitLab (glpat-), Hugging Face (hf_), OpenAI-style (sk-), Slack (xox?-), npm (npm_),
+/// AWS access key ids (AKIA/ASIA + 16), a JWT (eyJ... with two dots).
+bool IsTokenShaped(std::string_view w) {
+  struct Prefix {
+    std::string_view text;
+    size_t min_rest;
+    bool alnum_rest;  // hf_ + letters: "hf_cache_dir_of_the_models" is a name, not a token
+  };
+  static constexpr Prefix kPrefixes[] = {
+      {"ghp_", 20, true},  {"gho_", 20, true},  {"ghu_", 20, true},  {"ghs_", 20, true},  {"ghr_", 20, true},
+      {"github_pat_", 20, false}, {"glpat-", 16, false}, {"hf_", 20, true}, {"sk-", 20, false},
+      {"xoxb-", 10, false}, {"xoxp-", 10, false}, {"xoxa-", 10, false}, {"xoxr-", 10, false},
+      {"xoxs-", 10, false}, {"xoxe-", 10, false}, {"npm_", 30, true}};
+  for (const Prefix& p : kPrefixes) {
+    if (!StartsWith(w, p.text) || w.size() < p.text.size() + p.min_rest) continue;
+    bool alnum = true;
+    for (char c : w.substr(p.text.size())) alnum = alnum && IsAlnum(c);
+    if (alnum || !p.alnum_rest) return true;
+  }
+  if ((StartsWith(w, "AKIA") || StartsWith(w, "ASIA")) && w.size() >= 20) {
+    bool upper = true;
+    for (char c : w.substr(0, 20)) upper = upper && (std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)));
+    if (upper) return true;
+  }
+  if (StartsWith(w, "eyJ") && w.size() >= 20) {
+    size_t dots = 0;
+    for (char c : w) dots += c == '.';
+    if (dots >= 2) return true;
+  }
+  return false;
+}
+
+/// Whether a piece of a value looks random enough to be a key whatever it is called: 32 characters or more of
+/// [A-Za-z0-9+=_-], letters and digits, few '_' or '-' (names
+/// like LD_LIBRARY_PATH_usr_local_cuda have many), and at least 4.3 bits of entropy a character: a hex hash or
+/// a UUID (16 symbols: 4 bits at most) stays visible, a base62/base64 key (about 4.5 and up) does not.
+bool IsHighEntropy(std::string_view piece) {
+  if (piece.size() < 32) return false;
+  size_t digits = 0, letters = 0, seps = 0;
+  int counts[256] = {};
+  for (char c : piece) {
+    unsigned char u = static_cast<unsigned char>(c);
+    digits += std::isdigit(u) != 0;
+    letters += std::isalpha(u) != 0;
+    seps += c == '_' || c == '-';
+    ++counts[u];
+  }
+  if (digits == 0 || letters == 0 || seps * 10 > piece.size()) return false;
+  double bits = 0, n = static_cast<double>(piece.size());
+  for (int k : counts)
+    if (k) bits -= k / n * std::log2(k / n);
+  return bits >= 4.3;
+}
+
+/// Whether a run of token characters between '/' is a credential: token-shaped, or with a high-entropy piece
+/// between '.' or '~' (a path or a dotted name is cut there; a JWT is token-shaped whole).
+bool IsCredentialWord(std::string_view w) {
+  if (IsTokenShaped(w)) return true;
+  size_t start = 0;
+  for (size_t i = 0; i <= w.size(); ++i)
+    if (i == w.size() || w[i] == '.' || w[i] == '~') {
+      if (IsHighEntropy(w.substr(start, i - start))) return true;
+      start = i + 1;
+    }
+  return false;
+}
+
+/// `text` with every token-shaped or high-entropy run of token characters, and the credential after a
+/// "Bearer " or "Basic " scheme word, replaced by "***".
+std::string RedactTokenValues(std::string_view text) {
+  std::string out;
+  size_t i = 0;
+  bool after_scheme = false;
+  while (i < text.size()) {
+    if (!IsTokenChar(text[i])) {
+      out += text[i++];
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && IsTokenChar(text[j])) ++j;
+    std::string_view w = text.substr(i, j - i);
+    std::string lower;
+    for (char c : w) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    // "***" is what an earlier rule left: not a credential to hide again.
+    if (after_scheme || IsCredentialWord(w)) out += kRedactedUrlPassword;
+    else out.append(w);
+    // "Authorization: Bearer x", "AUTH=Bearer x": whatever follows the scheme word is the credential.
+    after_scheme = (lower == "bearer" || lower == "basic" || EndsWith(lower, "=bearer") || EndsWith(lower, "=basic")) &&
+                   j < text.size() && text[j] == ' ';
+    i = j;
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsSecretEnvName(std::string_view name) {
+  if (name == "PWD" || name == "OLDPWD") return false;  // the shell's working directories, not passwords
   std::string word;
   for (size_t i = 0; i <= name.size(); ++i) {
     const bool end = i == name.size();
@@ -123,6 +232,12 @@ std::string RedactUrlCredentials(std::string_view text) {
       out.append(text.substr(done, start + colon + 1 - done));
       out += kRedactedUrlPassword;
       done = start + at;  // from the '@' on
+    } else if (at != std::string_view::npos && at > 0 && colon != 0) {
+      // A user and no password ("https://TOKEN@host", "https://TOKEN:@host"): the user is the credential.
+      const size_t user_end = colon == std::string_view::npos ? at : colon;
+      out.append(text.substr(done, start - done));
+      out += kRedactedUrlPassword;
+      done = start + user_end;
     }
     sep = start;  // not `end`: "a://h,b://u:p@h2" has the next "://" at the authority's last ':'
   }
@@ -131,12 +246,22 @@ std::string RedactUrlCredentials(std::string_view text) {
 }
 
 std::string RedactSecretsInText(std::string_view text) {
-  return RedactWebhookPaths(RedactSecretParams(RedactUrlCredentials(text)));
+  return RedactTokenValues(RedactWebhookPaths(RedactSecretParams(RedactUrlCredentials(text))));
 }
 
 std::string RedactEnvValue(std::string_view name, std::string_view value) {
   if (!value.empty() && IsSecretEnvName(name)) return kRedacted;
   return RedactSecretsInText(value);
+}
+
+std::vector<std::string> RedactArgv(const std::vector<std::string>& argv) {
+  std::vector<std::string> out;
+  bool next_is_secret = false;
+  for (const std::string& a : argv) {
+    out.push_back(next_is_secret && !a.empty() ? std::string(kRedactedUrlPassword) : RedactSecretsInText(a));
+    next_is_secret = a.size() > 1 && a[0] == '-' && a.find('=') == std::string::npos && IsSecretEnvName(a);
+  }
+  return out;
 }
 
 }  // namespace dflash

@@ -75,10 +75,17 @@ TEST(Redact, UrlPasswordIsHiddenUserAndHostStay) {
 }
 
 TEST(Redact, UrlsWithoutAPasswordStay) {
-  for (const char* v : {"https://host/path", "https://user@host/x", "https://u:@host/x", "redis://10.0.0.5:6379",
+  for (const char* v : {"https://host/path", "redis://10.0.0.5:6379",
                         "https://host:8080/a@b", "https://host/users/@me:x", "git@github.com:o/r.git",
                         "mailto:a@b.c", "user:pass@host", "://", "a://", "x://@", "/usr/bin:/bin", ""})
     EXPECT_EQ(RedactUrlCredentials(v), v) << v;
+}
+
+// Issue #46: a URL's bare user is its credential (https://TOKEN@github.com).
+TEST(Redact, AUrlsUserWithoutAPasswordIsHidden) {
+  EXPECT_EQ(RedactUrlCredentials("https://user@host/x"), "https://***@host/x");
+  EXPECT_EQ(RedactUrlCredentials("https://u:@host/x"), "https://***:@host/x");
+  EXPECT_EQ(RedactUrlCredentials("https://x0tok3nvalue@github.com/o/r.git"), "https://***@github.com/o/r.git");
 }
 
 TEST(Redact, EveryUrlInAValue) {
@@ -101,6 +108,62 @@ TEST(Redact, VeryLongValues) {
   std::string expect;
   for (int i = 0; i < 100000; ++i) expect += "a://u:***@h ";
   EXPECT_EQ(RedactUrlCredentials(many), expect);
+}
+
+// Issue #46 item 3: the names and values `check` still showed.
+TEST(Redact, NamePartsPwCredAndKeyCompounds) {
+  for (const char* n : {"MYSQL_PWD", "DB_PW", "DB_CREDS", "SECRETKEY", "SESSIONKEY", "DJANGO_SECRETKEY",
+                        "APP_SESSIONKEY", "mysqlPwd", "CRED", "JWT_SIGNINGKEY", "DBPASS", "dbpw", "AUTH"})
+    EXPECT_TRUE(IsSecretEnvName(n)) << n;
+  for (const char* n : {"PWD", "OLDPWD", "HOTKEY", "TURKEY", "WHISKEY", "CREDIT_LIMIT", "PWM_CHIP", "KEYBOARD",
+                        "INCREDIBLE", "SECRETARY", "AUTHOR", "PASSES", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS"})
+    EXPECT_FALSE(IsSecretEnvName(n)) << n;
+}
+
+TEST(Redact, TokenShapedValuesUnderInnocentNames) {
+  const std::string gh = "ghp_" + std::string("A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8");
+  EXPECT_EQ(RedactEnvValue("GIT_HELPER", gh), "***");
+  EXPECT_EQ(RedactEnvValue("X", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"), "***");
+  EXPECT_EQ(RedactEnvValue("X", "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH"), "***");
+  EXPECT_EQ(RedactEnvValue("X", "sk-proj-abcdefghij1234567890ABCDEFGHIJ"), "***");
+  EXPECT_EQ(RedactEnvValue("X", "AKIAIOSFODNN7EXAMPLE"), "***");
+  EXPECT_EQ(RedactEnvValue("X", "xoxb-123456789012-abcdefghij"), "***");
+  EXPECT_EQ(RedactEnvValue("X", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"), "***");
+  EXPECT_EQ(RedactEnvValue("HEADER", "Authorization: Bearer abc.def"), "Authorization: Bearer ***");
+  EXPECT_EQ(RedactEnvValue("HEADER", "Bearer x"), "Bearer ***");
+  EXPECT_EQ(RedactEnvValue("CURL_ARGS", "-H token:" + gh + " -v"), "-H token:*** -v");
+  // A token in a URL's user with a password after it: both gone.
+  EXPECT_EQ(RedactEnvValue("REMOTE", "https://" + gh + ":x-oauth-basic@github.com/o/r"),
+            "https://***:***@github.com/o/r");
+}
+
+TEST(Redact, LongHighEntropyValues) {
+  // An Azure storage key (base64 of 64 bytes), an Azure DevOps PAT (52 of base32), a random base62 key.
+  for (const char* v : {"q3+Jf0Zr8WbE2nYcT5kLm9Pv1XsA7dGh4uQo6ViRy0BtCw8NaMz2KeUx5Sj3Hp1Fg9Ld7Qr4Ym6Tb0Wv2Nc8Ze==",
+                        "a7kq2m4xw9zr5tc3hb6nd8pj2vy4lf7gs5ew3uq9ko6ri2ma8xty",
+                        "Zx8Kq2Lm4Nw9Rt5Yc3Hb6Vd8Pj2Fg4Ls7Ge"})
+    EXPECT_EQ(RedactEnvValue("INNOCENT", v), "***") << v;
+}
+
+TEST(Redact, ACommandLinesSecretFlagsAndTokenWords) {
+  EXPECT_EQ(RedactArgv({"python", "train.py", "--hf-token", "abc", "--tokens", "data/t.jsonl", "--api_key=k1",
+                        "--max-tokens", "4096", "hf_abcdefghijklmnopqrstuvwxyzABCD", "-p", "x"}),
+            (std::vector<std::string>{"python", "train.py", "--hf-token", "***", "--tokens", "data/t.jsonl",
+                                      "--api_key=***", "--max-tokens", "4096", "***", "-p", "x"}));
+}
+
+TEST(Redact, OrdinaryValuesStayVisible) {
+  for (const char* v : {"1", "0", "8675309", "3.14", "true", "/usr/local/lib/python3.11/site-packages",
+                        "/home/someone/projects/dflash-launch/build/bin:/usr/bin:/bin",
+                        "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-Coder-32B-Instruct-GPTQ-Int4",
+                        "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+                        "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824",
+                        "123e4567-e89b-12d3-a456-426614174000", "LD_LIBRARY_PATH_usr_local_cuda_12_4_lib64",
+                        "expandable_segments:True,garbage_collection_threshold:0.8", "7.0;7.5;8.0;8.6;9.0+PTX",
+                        "node001,node002,node003", "eth0", "hf_transfer", "sk-learn", "task-0001",
+                        "inductor_compile_threads_per_worker_limit", "http://127.0.0.1:8080/health?ready=1",
+                        "2.13.0+cpu-cxx11-abi-20261201", "bearer", "Basic"})
+    EXPECT_EQ(RedactEnvValue("INNOCENT", v), v) << v;
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/hash.h"
+#include "common/printable.h"
+
 namespace dflash {
 namespace {
 
@@ -156,6 +159,12 @@ bool RedisClient::Connect(std::string* err) {
     Disconnect();
     return false;
   }
+  if (std::string why; !auth_.proof_key.empty() && !ServerProvesKey(&why)) {
+    *err = url_.ToString() + ": not the run's private store, nothing derived from the run's secret was sent to it: " +
+           why;
+    Disconnect();
+    return false;
+  }
   if (!auth_.empty()) {
     // Never through Command(): its error text would carry the argv (the password) nowhere, but keep
     // the password out of every message by construction.
@@ -186,6 +195,32 @@ bool RedisClient::Connect(std::string* err) {
   }
   ++connections_;
   return true;
+}
+
+bool RedisClient::ServerProvesKey(std::string* why) {
+  redisContext* c = impl_->ctx;
+  std::string nonce;
+  if (!RandomSecret(&nonce, why)) return false;
+  // Only the public proof login and a fresh nonce go out: a squatter learns nothing it could use.
+  auto reply_text = [](redisReply* r) {
+    if (r == nullptr) return std::string("the connection was closed");
+    std::string t(r->str ? std::string(r->str, r->len) : "");
+    return t.substr(0, 80);
+  };
+  redisReply* r = SendArgv(c, {"AUTH", kProveUser, kProvePassword});
+  bool ok = r && r->type == REDIS_REPLY_STATUS && std::string_view(r->str, r->len) == "OK";
+  if (!ok) *why = "it does not let the proof user in (" + Printable(reply_text(r)) + ")";
+  if (r) freeReplyObject(r);
+  if (!ok) return false;
+  r = SendArgv(c, {"FCALL_RO", kProveFunction, "0", nonce});
+  ok = r && r->type == REDIS_REPLY_STRING &&
+       ConstantTimeEqual(std::string_view(r->str, r->len), PrivateStoreProofAnswer(auth_.proof_key, nonce));
+  if (!ok)
+    *why = r && r->type == REDIS_REPLY_ERROR ? "it cannot answer the challenge (" + Printable(reply_text(r)) + ")"
+                                             : "its answer to a fresh challenge is wrong: it does not know the run's "
+                                               "secret";
+  if (r) freeReplyObject(r);
+  return ok;
 }
 
 bool RedisClient::Command(const std::vector<std::string>& argv, RedisReply* reply, std::string* err) {

@@ -74,6 +74,8 @@ class RedisClient {
  private:
   struct Impl;
   std::string AuthError(const std::string& what) const;
+  /// On the new connection: the server answers a fresh challenge with auth_.proof_key (a private store).
+  bool ServerProvesKey(std::string* why);
   StoreUrl url_;
   Millis timeout_;
   StoreAuth auth_;

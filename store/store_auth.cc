@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include <cerrno>
 #include <cstdio>
 
@@ -58,6 +60,36 @@ bool WriteSecretFile(const std::string& path, const std::string& secret, std::st
 
 std::string PrivateStoreAuthPassword(const std::string& secret, const std::string& run_id) {
   return HmacSha256Hex(secret, "dflash private store AUTH/1\n" + run_id);
+}
+
+std::string PrivateStoreProofKey(const std::string& secret, const std::string& run_id) {
+  return HmacSha256Hex(secret, "dflash private store PROVE/1\n" + run_id);
+}
+
+namespace {
+std::string Sha1Hex(const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha1(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
+}  // namespace
+
+std::string PrivateStoreProofAnswer(const std::string& proof_key, const std::string& nonce) {
+  return Sha1Hex(proof_key + Sha1Hex(proof_key + nonce));
+}
+
+std::string PrivateStoreProveLibrary(const std::string& proof_key) {
+  // The key is hex (HmacSha256Hex): nothing in it needs quoting in a Lua string.
+  return std::string("#!lua name=dflash\nlocal k = '") + proof_key + "'\n"
+         "redis.register_function{function_name='" + kProveFunction + "', callback=function(keys, args) "
+         "return redis.sha1hex(k .. redis.sha1hex(k .. args[1])) end, flags={'no-writes', 'allow-stale'}}\n";
 }
 
 bool RandomSecret(std::string* secret, std::string* err) {

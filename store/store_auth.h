@@ -20,6 +20,10 @@ struct StoreAuth {
   /// server and nothing reaches it. Node 0 proves here that the private store's listener is its own
   /// redis-server's socket (launcher/cluster/private_store.h), so the password never goes to a squatter.
   std::function<bool(std::string* why)> verify_server;
+  /// Not empty (a private store's clients: PrivateStoreProofKey): before AUTH, the server must answer a fresh
+  /// random challenge with this key (PrivateStoreProofAnswer); one that cannot gets nothing derived from the
+  /// run's secret, only the public proof login and the challenge.
+  std::string proof_key;
   bool empty() const { return password.empty(); }
 };
 
@@ -39,6 +43,20 @@ bool RandomSecret(std::string* secret, std::string* err);
 /// run's processes) may be talking to whoever bound the port first, and hands them only this: no signing key,
 /// and a password no other run accepts.
 std::string PrivateStoreAuthPassword(const std::string& secret, const std::string& run_id);
+
+/// The key a private store proves itself with before any client sends AUTH: HMAC-SHA256 of the run id under
+/// the run's secret, in another domain than the password (knowing one gives nothing of the other).
+std::string PrivateStoreProofKey(const std::string& secret, const std::string& run_id);
+/// The answer to challenge `nonce`: SHA-1(key . SHA-1(key . nonce)) in hex, what the store's Lua function
+/// computes (Redis's Lua has sha1hex and no other hash; nested, a fresh nonce cannot be answered without the key).
+std::string PrivateStoreProofAnswer(const std::string& proof_key, const std::string& nonce);
+/// The Redis 7 function library the private store is loaded with (FUNCTION LOAD): dflash_prove(nonce).
+std::string PrivateStoreProveLibrary(const std::string& proof_key);
+/// The ACL user that may only call it (FCALL_RO), and its password: public, it guards nothing; it exists so
+/// that a client may ask before it has proven anything.
+inline constexpr const char* kProveUser = "dflash-prove";
+inline constexpr const char* kProvePassword = "dflash-prove";
+inline constexpr const char* kProveFunction = "dflash_prove";
 
 /// The environment variables the launcher sets for its processes (the cluster gate reads them):
 /// DFLASH_STORE_SECRET_FILE names a 0600 file with the password, DFLASH_STORE_USER the ACL user.

@@ -1,32 +1,44 @@
 """Another local user's server on a port a run meant for itself (issue #38 items 1 and 2): run as uid 65534
-through setpriv, it binds the port it is told, or every port whose lock file in /tmp/dflash-ports gets a record
-that holds `match` after it started (it watches them, as an attacker would), then records every byte
-sent to it and answers like a Redis server (+OK to anything; or "refuse": WRONGPASS, then it closes) or an HTTP
-server (200 and `body`)."""
+through setpriv, it binds the port it is told, or every port whose lock file gets a record that holds `match`
+after it started, then records every byte sent to it and answers like a Redis server (+OK to anything; or
+"refuse": WRONGPASS, then it closes) or an HTTP server (200 and `body`).
+
+The lock files were in the shared /tmp/dflash-ports, where the attacker read them itself; since issue #46 item 5
+they are in the launcher user's private directory, so the test (root, the launcher's user) watches them and
+tells the impostor the port on its stdin: it plays an attacker who learned the port anyway (a guess, a scan)."""
 import json
 import os
 import shutil
 import subprocess
 import threading
+import time
 
 import pytest
 
 from supervise import EVENT_TIMEOUT, wait_until
 
 NOBODY = 65534
+# Where a launcher of this user keeps its port locks (launcher/plan/port_reservation.h PortLockDir), and the
+# shared directory of the launchers before issue #46.
+LOCK_DIRS = [f"/tmp/dflash-ports-{os.geteuid()}", "/tmp/dflash-ports"]
+
+
+def lock_stamps():
+    out = {}
+    for d in LOCK_DIRS:
+        try:
+            for e in os.scandir(d):
+                st = e.stat(follow_symlinks=False)
+                out[os.path.join(d, e.name)] = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            pass
+    return out
 
 SCRIPT = r"""
 import json, os, select, socket, sys, time
 mode, port, match, body = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 def say(**kw):
     print(json.dumps(kw), flush=True)
-locks = "/tmp/dflash-ports"
-def stamps():
-    try:
-        return {e.name: (e.stat().st_mtime_ns, e.stat().st_size) for e in os.scandir(locks)}
-    except OSError:
-        return {}
-seen = stamps()  # a lock file is kept after its run: a port used before has one already, with an old record
 listeners, conns = [], []
 def listen(p):
     s = socket.socket()
@@ -42,19 +54,16 @@ def listen(p):
 if port:
     listen(port)
 say(watching=True)
+stdin = [sys.stdin.buffer.raw]  # the ports the test tells it, one a line; gone at EOF
 while True:
-    if not port:
-        for name, stamp in stamps().items():
-            if stamp[1] == 0 or seen.get(name) == stamp:
-                continue  # not written yet, or not written since we started looking
-            seen[name] = stamp
-            try:
-                record = open(os.path.join(locks, name)).read()
-            except OSError:
-                continue
-            if match in record:
-                listen(int(name.split(".")[0]))
-    ready, _, _ = select.select(listeners + conns, [], [], 0.02 if not port else 0.5)
+    ready, _, _ = select.select(listeners + conns + stdin, [], [], 0.5)
+    if stdin and stdin[0] in ready:
+        ready.remove(stdin[0])
+        line = stdin[0].readline()
+        if not line:
+            stdin = []
+        elif line.strip():
+            listen(int(line))
     for r in ready:
         if r in listeners:
             c, _ = r.accept()
@@ -90,10 +99,34 @@ class Impostor:
         self.proc = subprocess.Popen(
             ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-c", SCRIPT,
              mode, str(port), match, body],
-            stdout=subprocess.PIPE, text=True, start_new_session=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._stop = threading.Event()
+        if not port:
+            self._watcher = threading.Thread(target=self._watch, args=(match,), daemon=True)
+            self._watcher.start()
         assert wait_until(lambda: self.said("watching") or self.proc.poll() is not None, timeout=EVENT_TIMEOUT)
+
+    def _watch(self, match):
+        """Every lock file written after we started whose record holds `match`: its port to the impostor."""
+        seen = lock_stamps()  # a lock file is kept after its run: a port used before has one, with an old record
+        while not self._stop.is_set():
+            for path, stamp in lock_stamps().items():
+                if stamp[1] == 0 or seen.get(path) == stamp:
+                    continue  # not written yet, or not written since we started looking
+                seen[path] = stamp
+                try:
+                    record = open(path).read()
+                except OSError:
+                    continue
+                if match in record:
+                    try:
+                        self.proc.stdin.write(os.path.basename(path).split(".")[0] + "\n")
+                        self.proc.stdin.flush()
+                    except OSError:
+                        return
+            time.sleep(0.01)
 
     def _read(self):
         for line in self.proc.stdout:
@@ -116,6 +149,7 @@ class Impostor:
         return "".join(self.said("got"))
 
     def stop(self):
+        self._stop.set()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, 9)
         self.proc.wait()

@@ -154,3 +154,64 @@ def test_the_names_and_values_round_one_missed_and_a_probe_urls_token_show_nowhe
         assert s not in shown, f"{s!r} shown"
     got = json.loads(dump.read_text())
     assert all(got[k] == v for k, v in MISSED.items())
+
+
+# Issue #46 item 3: what `check` still showed, 8 of 8 -- names its list missed, and secrets under innocent names
+# that only their values give away.
+GH_TOKEN_VALUE = "ghp_" + "R4nd0mG1tHubT0k3nV4lu3Xy7Zq2Wp9Lm3Kd"
+AZURE_KEY = "q3+Jf0Zr8WbE2nYcT5kLm9Pv1XsA7dGh4uQo6ViRy0BtCw8NaMz2KeUx5Sj3Hp1Fg9Ld7Qr4Ym6Tb0Wv2Nc8Ze=="
+MISSED_46 = {
+    "MYSQL_PWD": "mysqlpwd46", "DB_PW": "dbpw46", "DB_CREDS": "dbcreds46", "SECRETKEY": "secretkey46",
+    "SESSIONKEY": "sessionkey46",
+    "GIT_REMOTE": "https://baretoken46@git.example.com/o/r.git",
+    "EXTRA_HEADER": "Authorization: Bearer bearer46",
+    "HELPER_VALUE": GH_TOKEN_VALUE,
+    "STORAGE_THING": AZURE_KEY,
+}
+# Ordinary values under ordinary names: shown as they are, not hidden by the new rules.
+ORDINARY_46 = {
+    "MODEL": "meta-llama/Llama-3.1-8B-Instruct", "DATA_DIR": "/data/shards/train-00001-of-00042",
+    "STEPS": "1", "LR": "3e-4", "SEED": "8675309", "COMMIT": "da39a3ee5e6b4b0d3255bfef95601890afd80709",
+    "RUN_UUID": "123e4567-e89b-12d3-a456-426614174000", "TORCH_CUDA_ARCH_LIST": "8.0;8.6;9.0+PTX",
+    "HOSTS": "node001,node002", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def test_secrets_by_name_part_and_by_value_show_nowhere_and_ordinary_values_stay(bin_dir, tmp_path):
+    """Before: `check` printed every value of MISSED_46 (and the argv's --hf-token and token-shaped word).
+    Now: hidden in check (text, JSON), the run's output, events, summary.json and every file of the run dir;
+    the ordinary values are shown as they are; the payload still gets every real value."""
+    dump = tmp_path / "env.json"
+    payload = f"import json, os, sys; json.dump([dict(os.environ), sys.argv], open({str(dump)!r}, 'w'))"
+    env_lines = "\n".join(f"        {k} = {json.dumps(v)}" for k, v in {**MISSED_46, **ORDINARY_46}.items())
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "p"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, "-c", {json.dumps(payload)}, "--hf-token", "argvtoken46",
+                   {json.dumps(GH_TOKEN_VALUE)}]
+        [role.env]
+{env_lines}
+        """)
+    secrets = ["mysqlpwd46", "dbpw46", "dbcreds46", "secretkey46", "sessionkey46", "baretoken46", "bearer46",
+               GH_TOKEN_VALUE, AZURE_KEY, "argvtoken46"]
+    checks = ""
+    for args in ([], ["--json"]):
+        c = run([bin_dir / "dflash-launch", "check", config, *args])
+        assert c.returncode == 0, c.stderr
+        checks += c.stdout + c.stderr
+    for k, v in ORDINARY_46.items():
+        assert v in checks, f"{k}={v} hidden by check:\n{checks}"
+    assert "https://***@git.example.com/o/r.git" in checks and "Bearer ***" in checks, checks
+    r = Run(bin_dir, config, run_id="redact46")
+    assert r.wait(timeout=120) == 0, r.out + r.err
+    shown = checks + r.out + r.err
+    files = [p for p in pathlib.Path(r.run_dir).rglob("*") if p.is_file() and not p.is_symlink()]
+    assert {"events.jsonl", "summary.json", "supervisor.log"} <= {p.name for p in files}
+    for p in files:
+        shown += p.read_bytes().decode(errors="replace")
+    for s in secrets:
+        assert s not in shown, f"{s!r} shown"
+    env, argv = json.loads(dump.read_text())
+    assert all(env[k] == v for k, v in MISSED_46.items())
+    assert argv[-3:] == ["--hf-token", "argvtoken46", GH_TOKEN_VALUE]

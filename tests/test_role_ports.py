@@ -7,6 +7,8 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
 from conftest import run
@@ -230,9 +232,9 @@ pathlib.Path(sys.argv[1]).write_bytes(data)
 
 def test_another_users_listener_on_a_reserved_port_never_makes_the_role_ready(bin_dir, tmp_path):
     """Before: another user bound srv's reserved port first, answered the readiness probe, srv was judged ready,
-    the reader read the impostor's data and the run ended 0. Now: an answer counts only once the port's listener
-    is a socket of srv's own process tree; srv is never ready, the reader never starts, and the reason names the
-    squatter (uid, pid): srv's own exit (3: it could not bind) is the run's."""
+    the reader read the impostor's data and the run ended 0. Now: a try counts only if srv's own process tree
+    accepted it (and then holds the port's listener); srv is never ready, the reader never starts, the squatter
+    gets no request, and the reason names it (uid, pid): srv's own exit (3: it could not bind) is the run's."""
     from impostor import Impostor
     (tmp_path / "slow.py").write_text(SLOW_SERVER)
     (tmp_path / "reader.py").write_text(READER)
@@ -261,6 +263,154 @@ def test_another_users_listener_on_a_reserved_port_never_makes_the_role_ready(bi
     assert not got.exists(), f"the reader read {got.read_bytes()!r} from another user's server"
     said = r.stdout + r.stderr
     assert r.returncode == 3 and "cannot bind" in said, said
-    assert "held by uid 65534 (nobody), pid" in said and "not by this process" in said, said
+    # Since issue #46 item 2 the squatter is caught when it accepts, before any request is sent to it.
+    assert "accepted by uid 65534 (nobody), pid" in said and "not by this process" in said, said
+    assert not impostor.said("got"), impostor.said("got")
     events = [json.loads(line) for line in (tmp_path / "runs/rp-sq/events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e.get("process") == "srv:0" and e.get("state") == "RUNNING"], events
+
+
+# ---- a probe answered by whoever accepted it (issue #46 item 2) ----
+
+# srv: after a second, binds its port as soon as it is free and answers every request 503 (never ready), for at
+# most 20 s.
+NEVER_READY = r"""
+import os, socket, time
+port = int(os.environ["DFLASH_PORT_HTTP"])
+time.sleep(1)  # it loads a while first: the window a squatter who learned the port uses
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+end = time.time() + 20
+while True:
+    try:
+        s.bind(("127.0.0.1", port))
+        break
+    except OSError:
+        time.sleep(0.02)  # the squatter holds it for now
+print("bound", flush=True)
+s.listen(8)
+s.settimeout(0.2)
+while time.time() < end:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        continue
+    c.settimeout(2)
+    try:
+        c.recv(65536)
+        c.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+    except OSError:
+        pass
+    c.close()
+"""
+
+# The squatter (another user): binds every port it is told (the run's port locks: its master port and srv's), accepts
+# the first connection, lets the ports go, waits until someone else listens on that port (the real server), then
+# answers the connection it kept: 200.
+HANDOVER = r"""
+import json, select, socket, sys, time
+def say(**kw):
+    print(json.dumps(kw), flush=True)
+stdin = sys.stdin.buffer.raw
+listeners, conn, port = {}, None, None
+while conn is None:
+    ready, _, _ = select.select([stdin, *listeners], [], [], 1)
+    for r in ready:
+        if r is stdin:
+            for p in r.readline().split():
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", int(p)))
+                s.listen(8)
+                listeners[s] = int(p)
+                say(bound=int(p))
+        elif conn is None:
+            conn, _ = r.accept()
+            port = listeners[r]
+for s in listeners:
+    s.close()
+say(accepted=port)
+def listening():
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        if f[1].endswith(":%04X" % port) and f[3] == "0A":
+            return True
+    return False
+while not listening():
+    time.sleep(0.01)
+conn.settimeout(5)
+try:
+    got = conn.recv(65536)
+except OSError:
+    got = b""
+conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 8\r\n\r\nimpostor")
+say(answered=True, got=got.decode("latin-1"))
+conn.close()
+time.sleep(30)
+"""
+
+
+def test_a_probe_accepted_by_a_squatter_that_hands_the_port_over_never_makes_the_role_ready(bin_dir, tmp_path):
+    """Issue #46 item 2. Another user binds srv's reserved port first, accepts the readiness probe, lets the port
+    go, and answers 200 once srv (which only ever answers 503) has bound it. Before: the answer counted, since the
+    listener proven after it was srv's: srv was judged ready and the run ended 0. Now: the socket that accepted
+    the probe is proven before the request is sent, the squatter's fails the try naming it, and srv is never
+    ready (exit 75, ready timeout)."""
+    import impostor as imp
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("needs root and setpriv to act as another user")
+    (tmp_path / "srv.py").write_text(NEVER_READY)
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "srv"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, {json.dumps(str(tmp_path / "srv.py"))}]
+        ports = ["http"]
+        ready = {{ mode = "http", url = "http://127.0.0.1:{{http}}/health", interval = "100ms", probe_timeout = "5s", timeout = "8s" }}
+        """)
+    squatter = subprocess.Popen(["setpriv", f"--reuid={imp.NOBODY}", f"--regid={imp.NOBODY}", "--clear-groups",
+                                 "/usr/bin/python3", "-c", HANDOVER],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    said = []
+    seen = imp.lock_stamps()
+    run_id = f"rp-ho-{uuid.uuid4().hex[:6]}"
+    launcher = subprocess.Popen([bin_dir / "dflash-launch", "run", config, "--run-id", run_id, "--color", "never"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        told = set()
+
+        def tell():  # the run's ports, as their locks appear: the test plays a squatter who learned them
+            while launcher.poll() is None:
+                for path, stamp in imp.lock_stamps().items():
+                    if stamp[1] and seen.get(path) != stamp:
+                        seen[path] = stamp
+                        try:
+                            mine = f"run {run_id}," in open(path).read()
+                        except OSError:
+                            continue
+                        port = int(os.path.basename(path).split(".")[0])
+                        if mine and port not in told:
+                            told.add(port)
+                            squatter.stdin.write(f"{port}\n")
+                            squatter.stdin.flush()
+                time.sleep(0.005)
+        teller = threading.Thread(target=tell, daemon=True)
+        teller.start()
+        out, _ = launcher.communicate(timeout=120)
+        teller.join(timeout=10)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        os.killpg(squatter.pid, 9)
+        said = [json.loads(line) for line in squatter.communicate()[0].splitlines() if line.startswith("{")]
+    summary = json.loads((tmp_path / f"runs/{run_id}/summary.json").read_text())
+    port = summary["processes"][0]["ports"]["http"]
+    assert {"bound": port} in said, (said, out)  # it was first on srv's port
+    assert {"accepted": port} in said, (said, out)  # and the probe reached it
+    events = [json.loads(line) for line in (tmp_path / f"runs/{run_id}/events.jsonl").read_text().splitlines()]
+    ready = [e for e in events if e.get("process") == "srv:0" and e.get("state") == "RUNNING"]
+    assert not ready, (ready, out)
+    assert launcher.returncode == 75, out
+    assert "accepted by uid 65534 (nobody)" in out and "not by this process" in out, out

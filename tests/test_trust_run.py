@@ -1,7 +1,7 @@
 """Trust, second round, for what a run writes and reads (issue #38 items 5 and 6): an attempt log that cannot be
 opened is a loud warning, never a SIGPIPE for the payload; a resumed run's files must be its own; another
-user's bytes in a lock file reach the terminal escaped; another user squatting the default spool dir does not
-block the config's runs."""
+user's symlinks at every port lock (issue #46 item 5) do not stop a run; another user squatting the default
+spool dir does not block the config's runs; the run token is in no argv (issue #46 item 6)."""
 import json
 import os
 import pathlib
@@ -175,39 +175,93 @@ def test_ctl_status_never_shows_or_measures_a_reused_mainpid(bin_dir, tmp_path):
         r.wait(timeout=60)
 
 
+# Another user (nobody) plants a symlink at every <port>.lock of the directories given.
+PLANT = r"""
+import os, sys
+for d in sys.argv[1:]:
+    for port in range(20000, 32767):
+        try:
+            os.symlink("/etc/passwd", f"{d}/{port}.lock")
+        except OSError:
+            pass
+print("planted", flush=True)
+"""
+
+
 @needs_root
-def test_another_users_lock_file_bytes_reach_the_terminal_escaped(bin_dir, tmp_path):
-    """Another user holds the port lock of our master_port with escape sequences in its record. Before: they
-    reached our terminal raw (retitle, clear screen). Now: shown as \\x1b..., with whose file it is; exit 69."""
-    if not os.path.isdir("/tmp/dflash-ports"):  # as the launcher makes it: shared, sticky
-        os.mkdir("/tmp/dflash-ports")
-        os.chmod("/tmp/dflash-ports", 0o1777)
-    holder = as_nobody([sys.executable, "-c", textwrap.dedent("""\
-        import fcntl, os, random, time
-        for port in random.sample(range(20000, 32767), 200):  # a port whose lock file this user can make
-            path = f"/tmp/dflash-ports/{port}.lock"
-            if os.path.exists(path):
-                continue
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.write(fd, b"\\x1b]0;pwned\\x07\\x1b[2Jevil holder\\n")
-            print(port, flush=True)
-            time.sleep(60)
-        """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    port = None
+def test_symlinks_at_every_port_lock_and_a_squatted_lock_dir_do_not_stop_a_run(bin_dir, tmp_path):
+    """Issue #46 item 5. Another user plants a symlink at every <port>.lock of the shared /tmp/dflash-ports, and
+    makes the launcher's per-user /tmp/dflash-ports-<uid> first, full of symlinks too. Before: every run failed
+    before it started (exit 73: "cannot reserve ports: open(...): Too many levels of symbolic links") although
+    every port was free. Now: port locks are only in a directory of the user's own that nobody else can write;
+    the squatted one is skipped with a warning naming its owner, and the run draws its ports and ends 0.
+    In a mount namespace of its own, so other runs on this host never see the planted directories."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) for a private mount namespace")
+    shared, squat, xdg = tmp_path / "shared", tmp_path / "squat", tmp_path / "xdg"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as the old launcher made /tmp/dflash-ports
+    squat.mkdir()
+    os.chown(squat, NOBODY, NOBODY)
+    xdg.mkdir(mode=0o700)
+    config = write_config(tmp_path, '[[role]]\nname = "p"\ncpu = 1\nports = ["http"]\ncommand = ["true"]\n')
+    own = f"/tmp/dflash-ports-{os.geteuid()}"
+    os.makedirs(own, mode=0o700, exist_ok=True)  # a mount point; what the launcher makes anyway
+    os.makedirs("/tmp/dflash-ports", exist_ok=True)
+    script = (f"set -e; mount --bind {shared} /tmp/dflash-ports; mount --bind {squat} {own}; "
+              f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups {sys.executable} -c \"$PLANT\" "
+              f"/tmp/dflash-ports {own}; "
+              f"exec {bin_dir}/dflash-launch run {config} --run-id lk46 --color never")
+    r = run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            env=dict(os.environ, PLANT=PLANT, XDG_RUNTIME_DIR=str(xdg)), timeout=120)
+    said = r.stdout + r.stderr
+    assert "planted" in said, said
+    assert len(os.listdir(shared)) > 12000 and len(os.listdir(squat)) > 12000  # the attack was staged
+    assert r.returncode == 0, said
+    assert f"{own} is nobody's (uid {NOBODY}), not yours" in said, said
+    locks = [n for n in os.listdir(xdg / "dflash-ports") if n.endswith(".lock")]
+    assert locks and (xdg / "dflash-ports").stat().st_mode & 0o777 == 0o700, locks
+    summary = json.loads((tmp_path / "runs/lk46/summary.json").read_text())
+    assert f"{summary['processes'][0]['ports']['http']}.lock" in locks, summary["processes"][0]
+
+
+def test_the_run_token_is_in_no_argv_of_the_guardian(bin_dir, tmp_path):
+    """Issue #46 item 6. Before: `dflash-guardian TOKEN`, readable by every user in /proc/<pid>/cmdline. Now: it
+    gets DFLASH_RUN_TOKEN in its environment (readable by the run's user only), and still kills the run's
+    processes when the launcher is SIGKILLed."""
+    from supervise import proc_table
+    marker = tmp_path / "payload.pid"
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "p"
+        cpu = 1
+        command = ["sh", "-c", "echo $$ > {marker}; exec sleep 300"]
+        """)
+    r = Run(bin_dir, config, run_id="tok46")
     try:
-        port = int(holder.stdout.readline())
-        config = write_config(tmp_path, f'master_port = {port}\n[[role]]\nname = "p"\ncpu = 1\ncommand = ["true"]\n')
-        r = run([bin_dir / "dflash-launch", "run", config, "--run-id", "lk"])
+        assert wait_until(lambda: marker.exists() and marker.read_text().strip())
+        guardians = [pid for pid, (ppid, state, cmd) in proc_table().items()
+                     if ppid == r.pid and "dflash-guardian" in cmd and state != "Z"]
+        assert len(guardians) == 1, proc_table()
+        g = guardians[0]
+        payload = int(marker.read_text())
+        token = dict(e.split(b"=", 1) for e in open(f"/proc/{payload}/environ", "rb").read().split(b"\0") if b"=" in e)
+        token = token[b"DFLASH_RUN_TOKEN"]
+        assert len(token) >= 16, token
+        argv = open(f"/proc/{g}/cmdline", "rb").read()
+        assert token not in argv, argv
+        assert argv.split(b"\0")[:-1] == [str(bin_dir / "dflash-guardian").encode()], argv
+        genv = open(f"/proc/{g}/environ", "rb").read().split(b"\0")
+        assert b"DFLASH_RUN_TOKEN=" + token in genv
+        assert os.stat(f"/proc/{g}/environ").st_mode & 0o077 == 0  # others cannot read it
+        r.signal(9)  # the guardian's job: nothing of the run outlives the launcher
+        r.wait(timeout=60)
+        assert wait_until(lambda: not os.path.exists(f"/proc/{payload}") or
+                          open(f"/proc/{payload}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", timeout=30)
     finally:
-        holder.kill()
-        holder.wait()
-        if port:
-            os.unlink(f"/tmp/dflash-ports/{port}.lock")
-    assert r.returncode == 69, r.stdout + r.stderr
-    assert "\x1b" not in r.stderr and "\x07" not in r.stderr, repr(r.stderr)
-    assert "\\x1b]0;pwned\\x07\\x1b[2Jevil holder" in r.stderr, r.stderr
-    assert "nobody's, uid 65534" in r.stderr, r.stderr
+        if r.proc.poll() is None:
+            r.proc.kill()
+            r.proc.wait()
 
 
 @needs_root

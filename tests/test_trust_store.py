@@ -12,13 +12,14 @@ import pathlib
 import re
 import shutil
 import signal
+import sys
 import time
 
 import pytest
 
 from conftest import run
 from impostor import Impostor
-from redis_server import RedisServer, listening, resp
+from redis_server import RedisServer, listening, ping, resp
 from supervise import EVENT_TIMEOUT, holds_for, wait_until, write_config
 from test_multinode_store import launch_node, started, summary, survivors, waiters
 from test_nodes import finish, start
@@ -175,11 +176,26 @@ def test_a_private_store_that_dies_mid_run_is_not_replaced_by_whoever_binds_its_
     assert "the private store (redis-server pid" in o + e and "the run's store is gone" in o + e, o + e
 
 
+def resp_commands(data):
+    """The commands (lists of str) in a client's RESP bytes, as a Redis server reads them."""
+    out, i = [], 0
+    while i < len(data) and data[i] == "*":
+        j = data.index("\r\n", i)
+        n, i, args = int(data[i + 1:j]), j + 2, []
+        for _ in range(n):
+            j = data.index("\r\n", i)
+            size = int(data[i + 1:j])
+            args.append(data[j + 2:j + 2 + size])
+            i = j + 2 + size + 2
+        out.append(args)
+    return out
+
+
 def test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret(bin_dir, tmp_path):
     """Item 1, the other nodes: node 1 reaches node 0's private store over the network and cannot prove whose
-    listener it is. Before: it sent `AUTH <the run's secret>`, the key that signs shipped kernels, to whoever
-    had bound the port. Now: it sends a password derived from the secret and the run id; the secret never
-    leaves the host, and what was sent opens no other run's store."""
+    listener it is. Before #38: it sent `AUTH <the run's secret>`; before #46: `AUTH <HMAC(secret, run id)>`, which
+    opens the run's live store. Now: it first asks the store to answer a fresh challenge with a key derived from
+    the secret; a squatter that cannot gets only the public proof login and the challenge, no AUTH at all."""
     out = tmp_path / "out"
     out.mkdir()
     secret = "s3cret-of-the-run-" + "x" * 20
@@ -195,10 +211,74 @@ def test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret(bin_dir, 
         rc, o, e = finish(launch_node(bin_dir, config, "ts-rn", 1), timeout=60)
     finally:
         impostor.stop()
-    assert "AUTH" in impostor.received, (rc, o + e, impostor.received[:300])
+    assert impostor.received, (rc, o + e)  # it was reached
     assert secret not in impostor.received, impostor.received[:300]
-    assert private_store_password(secret, "ts-rn") in impostor.received
+    assert private_store_password(secret, "ts-rn") not in impostor.received, impostor.received[:300]
+    auths = [c for c in resp_commands(impostor.received) if c[0].upper() == "AUTH"]
+    assert auths and all(c[1:] == ["dflash-prove", "dflash-prove"] for c in auths), auths
+    assert rc != 0 and "not the run's private store" in e, (rc, o + e)
     assert not list(out.glob("*.started"))
+
+
+def test_a_store_port_squatted_before_node_0_starts_yields_nothing_that_opens_the_live_store(bin_dir, tmp_path):
+    """Issue #46 item 4. Another user binds node 0's store port before node 0 starts and answers +OK to anything:
+    node 1 connects to it. Then the squatter lets the port go, node 0 starts the run's real store, and the squatter
+    tries every AUTH it was sent on the live store. Before: node 1 had sent AUTH HMAC(secret, run id), which
+    opened the live store (read and delete node 0's registration: the run stops). Now: node 1 refuses the
+    squatter (it cannot answer the challenge), and nothing it was sent reads or writes the live store."""
+    out = tmp_path / "out"
+    out.mkdir()
+    secret = "s3cret-46-" + "y" * 24
+    config = write_config(tmp_path, f'store = "private"\nstore_barrier_timeout = "20s"\n'
+                                    f'store_password_file = "{secret_file(tmp_path, secret)}"\n' + waiters(out))
+    plan = run([bin_dir / "dflash-launch", "check", config, "--json", "--run-id", "ts-sq46", "--nnodes", "2",
+                "--node-rank", "1", "--master-addr", "127.0.0.1"])
+    assert plan.returncode == 0, plan.stderr
+    port = int(json.loads(plan.stdout)["run"]["store"]["url"].rsplit(":", 1)[1].split("/")[0])
+    impostor = Impostor("redis", port=port)
+    node1 = node0 = None
+    try:
+        assert wait_until(lambda: impostor.port == port or impostor.proc.poll() is not None, timeout=EVENT_TIMEOUT)
+        node1 = launch_node(bin_dir, config, "ts-sq46", 1)
+        assert wait_until(lambda: "AUTH" in impostor.received.upper() or node1.poll() is not None,
+                          timeout=EVENT_TIMEOUT), "node 1 never reached the squatter"
+        time.sleep(1)  # whatever node 1 sends after its first answer
+        impostor.stop()  # the squatter lets the port go with what it got
+        got = impostor.received
+        node0 = launch_node(bin_dir, config, "ts-sq46", 0)
+        assert wait_until(lambda: listening(port), timeout=EVENT_TIMEOUT), "node 0's store never listened"
+        assert wait_until(lambda: ping(port, password=private_store_password(secret, "ts-sq46")), timeout=EVENT_TIMEOUT)
+        auths = [c[1:] for c in resp_commands(got) if c[0].upper() == "AUTH"]
+        assert auths, got[:300]
+        opened = []
+        for creds in auths:  # the squatter, now a client of the live store, with each AUTH it was sent
+            for cmd in (["KEYS", "*"], ["GET", "x"], ["SET", "x", "1"], ["DEL", "dflash:ts-sq46:node:0"]):
+                reply = as_nobody(sys.executable, "-c", SQUATTER_CLIENT, str(port), json.dumps(creds), json.dumps(cmd))
+                if not reply.stdout.startswith(("-", "ERR")):
+                    opened.append((creds, cmd, reply.stdout))
+        assert not opened, opened
+        assert secret not in got
+    finally:
+        impostor.stop()
+        kill_all([p for p in (node0, node1) if p])
+
+
+# A client of the live store as the squatter: AUTH with what it captured, then one command; prints the reply.
+SQUATTER_CLIENT = r"""
+import json, socket, sys
+port, creds, cmd = int(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+def enc(args):
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in args)
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+f = s.makefile("rb")
+s.sendall(enc(["AUTH", *creds]))
+auth = f.readline().decode(errors="replace").strip()
+if not auth.startswith("+"):
+    print("-" + auth)
+    sys.exit(0)
+s.sendall(enc(cmd))
+print(f.readline().decode(errors="replace").strip())
+"""
 
 
 def test_a_private_store_of_several_nodes_needs_the_runs_password(bin_dir, tmp_path):

@@ -62,6 +62,8 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
     if (ReadSecretFile(o.cluster_secret_file, &secret, &err)) {
       c.auth.password = o.cluster_private_run_id.empty() ? secret
                                                          : PrivateStoreAuthPassword(secret, o.cluster_private_run_id);
+      // A private store proves it knows the secret before AUTH, to the processes as to the launchers (issue #46).
+      if (!o.cluster_private_run_id.empty()) c.auth.proof_key = PrivateStoreProofKey(secret, o.cluster_private_run_id);
       c.sign_key = secret;
     } else {
       warn("gate " + o.gate_key + ": " + err);  // then no key: the cluster gate says why it is not used

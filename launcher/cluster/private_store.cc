@@ -14,6 +14,7 @@
 #include "common/listener_owner.h"
 #include "common/spawn.h"
 #include "store/redis_client.h"
+#include "store/store_auth.h"
 
 namespace dflash {
 
@@ -61,12 +62,16 @@ std::string PrivateStore::ConfigText(const std::string& bind, int port, const st
   std::string c = "port " + std::to_string(port) + "\nbind " + bind +
                   "\nprotected-mode yes\nsave \"\"\nappendonly no\ndaemonize no\nloglevel warning\n"
                   "maxmemory-policy noeviction\ndir " + Quoted(dir) + "\nrequirepass " + Quoted(password) + "\n";
+  // The proof login (store/store_auth.h kProveUser): anyone may use it, and it may only call the read-only
+  // function that proves this store knows the run's secret, so a client learns whom it talks to before AUTH.
+  c += std::string("user ") + kProveUser + " on >" + kProvePassword + " -@all +fcall_ro\n";
   for (const std::string& cmd : DisabledCommands()) c += "rename-command " + cmd + " \"\"\n";
   return c;
 }
 
 bool PrivateStore::Start(const std::string& bind, int port, const std::string& dir, const std::string& password,
-                         const std::vector<std::string>& env, std::string* err, const FileMode& files) {
+                         const std::string& proof_key, const std::vector<std::string>& env, std::string* err,
+                         const FileMode& files) {
   std::string log_path = dir + "/store.log", log_err;
   UniqueFd log(OpenPrivateFile(log_path, O_WRONLY | O_APPEND, files, RunDirUse(), &log_err));
   // The config, password included, goes in on stdin (`redis-server -`): never argv (/proc/*/cmdline is
@@ -133,7 +138,13 @@ bool PrivateStore::Start(const std::string& bind, int port, const std::string& d
         break;
     }
     RedisReply r;
-    if (client.Command({"PING"}, &r, &cerr)) return true;
+    if (client.Command({"PING"}, &r, &cerr)) {
+      // Before any other client may connect (they prove the store first): the function that answers them.
+      if (client.Command({"FUNCTION", "LOAD", "REPLACE", PrivateStoreProveLibrary(proof_key)}, &r, &cerr)) return true;
+      Stop();
+      *err = "the private store's redis-server cannot load its proof function: " + cerr + " (see " + log_path + ")";
+      return false;
+    }
     ::usleep(50 * 1000);
   }
   Stop();

@@ -5,7 +5,9 @@
 // (given on stdin, never argv) and has the commands that could stop it, rewrite
 // its config or write files (CONFIG, SHUTDOWN, DEBUG, SAVE, MODULE, ...) renamed away.
 // Another user can also bind the port first (between our probe and redis-server's
-// bind): the password is sent only to a listener proven to be our child's socket.
+// bind): the password is sent only to a listener proven to be our child's socket,
+// and another node's launcher, which cannot see our sockets, sends it only to a
+// store that answered a fresh challenge with a key derived from the run's secret.
 #pragma once
 
 #include "common/listener_owner.h"
@@ -28,10 +30,13 @@ class PrivateStore {
 
   /// Starts `redis-server` (PATH of `env`) bound to `bind` on `port`, requiring
   /// `password`, its log in `dir`/store.log, and waits (at most 10 s) until it
-  /// answers PING (its log made as `files` says, common/private_files.h). REQUIRES: called from the thread
+  /// answers PING (its log made as `files` says, common/private_files.h), then
+  /// loads the function that proves it knows `proof_key` (store/store_auth.h
+  /// PrivateStoreProveLibrary) before any other client connects. REQUIRES: called from the thread
   /// that lives as long as the store should; `password` not empty. False: `err`.
   bool Start(const std::string& bind, int port, const std::string& dir, const std::string& password,
-             const std::vector<std::string>& env, std::string* err, const FileMode& files = FileMode::Private());
+             const std::string& proof_key, const std::vector<std::string>& env, std::string* err,
+             const FileMode& files = FileMode::Private());
 
   /// The commands renamed away (rename-command X ""): what a holder of the
   /// password still cannot do to the run's store. Exposed for the tests.

@@ -62,7 +62,7 @@ TEST(PrivateStore, AnotherUserGetsNoauthAndThePasswordIsInNoArgv) {
   PrivateStore store;
   std::string err, password = "s3cr3t-" + std::to_string(::getpid());
   int port = test::FreeLoopbackPort();
-  ASSERT_TRUE(store.Start("127.0.0.1", port, dir.path(), password, CurrentEnvironment(), &err)) << err;
+  ASSERT_TRUE(store.Start("127.0.0.1", port, dir.path(), password, "proofkey", CurrentEnvironment(), &err)) << err;
   EXPECT_EQ(Cmdline(store.pid()).find(password), std::string::npos);
   StoreUrl url{"127.0.0.1", port, 0};
   std::string other = AsAnotherUser(url);
@@ -99,6 +99,40 @@ TEST(PrivateStore, AnotherUserGetsNoauthAndThePasswordIsInNoArgv) {
   EXPECT_NE(err.find("the store refused our credentials (WRONGPASS"), std::string::npos) << err;
   EXPECT_NE(err.find("set [run] store_password_file"), std::string::npos) << err;
   EXPECT_EQ(err.find("nope"), std::string::npos) << err;
+}
+
+// Issue #46 item 4: a client that knows the proof key gets in; one with another key (a store that does not know
+// the run's secret, seen from the client's side) is refused before AUTH; the public proof login can do nothing else.
+TEST(PrivateStore, ClientsMakeTheStoreProveItKnowsTheSecretBeforeAuth) {
+  test::TempDir dir("dflash-pstore");
+  PrivateStore store;
+  std::string err, password = "pw-" + std::to_string(::getpid());
+  int port = test::FreeLoopbackPort();
+  ASSERT_TRUE(store.Start("127.0.0.1", port, dir.path(), password, "proofkey", CurrentEnvironment(), &err)) << err;
+  StoreUrl url{"127.0.0.1", port, 0};
+  RedisReply r;
+  StoreAuth good;
+  good.password = password;
+  good.proof_key = "proofkey";
+  RedisClient node1(url, Millis(1000), good);
+  ASSERT_TRUE(node1.Command({"SET", "k", "v"}, &r, &err)) << err;
+  StoreAuth other = good;
+  other.proof_key = "another-runs-key";
+  RedisClient wrong(url, Millis(1000), other);
+  EXPECT_FALSE(wrong.Command({"PING"}, &r, &err));
+  EXPECT_NE(err.find("not the run's private store, nothing derived from the run's secret was sent to it"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("does not know the run's secret"), std::string::npos) << err;
+  StoreAuth prove;
+  prove.user = kProveUser;
+  prove.password = kProvePassword;
+  RedisClient anyone(url, Millis(1000), prove);
+  EXPECT_FALSE(anyone.Command({"GET", "k"}, &r, &err));
+  EXPECT_NE(err.find("NOPERM"), std::string::npos) << err;
+  EXPECT_FALSE(anyone.Command({"FUNCTION", "LIST", "WITHCODE"}, &r, &err));  // the key is in the code
+  EXPECT_NE(err.find("NOPERM"), std::string::npos) << err;
+  ASSERT_TRUE(anyone.Command({"FCALL_RO", kProveFunction, "0", "n1"}, &r, &err)) << err;
+  EXPECT_EQ(r.str, PrivateStoreProofAnswer("proofkey", "n1"));
 }
 
 TEST(PrivateStore, ItsConfigQuotesThePassword) {

@@ -115,7 +115,8 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
       session->private_store = std::make_unique<PrivateStore>();
       // It requires the derived password, never the secret (store/store_auth.h PrivateStoreAuthPassword).
       if (!session->private_store->Start(plan->master_addr, plan->store_port, plan->run_dir,
-                                         PrivateStoreAuthPassword(auth.password, plan->run_id), env, &err,
+                                         PrivateStoreAuthPassword(auth.password, plan->run_id),
+                                         PrivateStoreProofKey(auth.password, plan->run_id), env, &err,
                                          plan->Files())) {
         return Refused(log, exit_code::kInUse, err + "; nothing was started");
       }
@@ -134,7 +135,12 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
   co.barrier_timeout = run.store_barrier_timeout;
   co.outage = run.store_outage;
   co.auth = auth;
-  if (plan->store_private()) co.auth.password = PrivateStoreAuthPassword(auth.password, plan->run_id);
+  if (plan->store_private()) {
+    co.auth.password = PrivateStoreAuthPassword(auth.password, plan->run_id);
+    // Every node's launcher asks node 0's store to prove it knows the secret before it sends that password:
+    // another user who bound the port first gets nothing derived from the secret (docs/multinode.md).
+    co.auth.proof_key = PrivateStoreProofKey(auth.password, plan->run_id);
+  }
   if (PrivateStore* ps = session->private_store.get())
     co.auth.verify_server = [ps](std::string* why) {
       std::string who;

@@ -14,7 +14,9 @@
 namespace dflash {
 
 HolderLockResult TryHolderLock(const std::string& path, const std::string& record, UniqueFd* out,
-                               std::string* holder, unsigned mode) {
+                               std::string* holder, unsigned mode, int* failed_errno) {
+  int ignored = 0;
+  int& failed = failed_errno ? *failed_errno : ignored;
   bool writable = true;
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd && errno == EACCES) {  // another user's lock file: reading is enough to lock it
@@ -22,6 +24,7 @@ HolderLockResult TryHolderLock(const std::string& path, const std::string& recor
     fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   }
   if (!fd) {
+    failed = errno;
     *holder = ErrnoMessage("open(" + path + ")", errno);
     return HolderLockResult::kFailed;
   }
@@ -31,6 +34,7 @@ HolderLockResult TryHolderLock(const std::string& path, const std::string& recor
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     if (errno != EWOULDBLOCK) {
+      failed = errno;
       *holder = ErrnoMessage("flock(" + path + ")", errno);
       return HolderLockResult::kFailed;
     }
@@ -52,6 +56,7 @@ HolderLockResult TryHolderLock(const std::string& path, const std::string& recor
     // Ours now: the previous holder's record (if it died) is replaced, not appended to.
     std::string line = record + "\n";
     if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), line.data(), line.size(), 0) < 0) {
+      failed = errno;
       *holder = ErrnoMessage("write(" + path + ")", errno);
       return HolderLockResult::kFailed;
     }

@@ -23,8 +23,9 @@ enum class HolderLockResult { kAcquired, kHeld, kFailed };
 /// and the kernel drops it even when the launcher is SIGKILLed. On NFS, Linux
 /// emulates flock with a POSIX lock of the whole file, which also works across hosts.
 /// `mode`: of a lock file we create (0644: others may read who holds it).
+/// `failed_errno`: on kFailed, the errno of the call that failed.
 HolderLockResult TryHolderLock(const std::string& path, const std::string& record, UniqueFd* out,
-                               std::string* holder, unsigned mode = 0644);
+                               std::string* holder, unsigned mode = 0644, int* failed_errno = nullptr);
 
 /// "dflash-launch pid 123 on host h, <what>, since 2026-12-01 00:12:03 UTC"
 std::string HolderRecord(const std::string& what);

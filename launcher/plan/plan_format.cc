@@ -184,7 +184,7 @@ std::string RoleText(const Plan& plan, size_t i) {
             (r.RunsOnNode(plan.node_rank) ? "" : " (not this one)");
   }
   o += "  " + Pad(r.name, 10) + Devices(r) + where + ", " +
-       (r.builtin.empty() ? "command: " + Join(r.command) : "builtin " + r.builtin) + "\n";
+       (r.builtin.empty() ? "command: " + Join(RedactArgv(r.command)) : "builtin " + r.builtin) + "\n";
   std::string key;
   for (const ProcessPlan& p : plan.processes)
     if (p.role_index == i) key = p.gate_key;
@@ -198,8 +198,9 @@ std::string RoleText(const Plan& plan, size_t i) {
   if (r.warmup_gated())
     o += "  " + Pad("", 10) + "warm-up  " + r.name + ":warmup compiles first, in a world of one (RANK=0 WORLD_SIZE=1 "
          "ROLE_WORLD_SIZE=1 DFLASH_WARMUP=1, its own MASTER_PORT): " +
-         Join(r.warmup.empty() ? (r.builtin.empty() ? r.command : std::vector<std::string>{"dflash-builtin", r.builtin})
-                               : r.warmup) +
+         Join(RedactArgv(r.warmup.empty() ? (r.builtin.empty() ? r.command
+                                                               : std::vector<std::string>{"dflash-builtin", r.builtin})
+                                          : r.warmup)) +
          "; stopped once ready; " +
          (r.gate_hold() == GateHold::kOne
               ? "its first process waits for it (hold one), the others start at once and wait for that one in "

@@ -2,6 +2,8 @@
 // folds into one line.
 #include "launcher/plan/plan_format.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/redact.h"
@@ -11,6 +13,19 @@
 
 namespace dflash {
 namespace {
+
+/// A process's exec argv as check shows it: the launcher's own part (dflash-worker and its flags: --gate-key is
+/// a key of the cache, no secret) as it is, the role's command after it through RedactArgv.
+std::vector<std::string> ShownArgv(std::vector<std::string> argv, const std::vector<std::string>& command) {
+  if (command.empty() || argv.size() < command.size() ||
+      !std::equal(command.begin(), command.end(), argv.end() - static_cast<std::ptrdiff_t>(command.size()))) {
+    for (std::string& a : argv) a = RedactSecretsInText(a);  // no flag rule: the launcher's flags are no secrets
+    return argv;
+  }
+  std::vector<std::string> tail = RedactArgv(command);
+  std::copy(tail.begin(), tail.end(), argv.end() - static_cast<std::ptrdiff_t>(command.size()));
+  return argv;
+}
 
 using ojson = nlohmann::ordered_json;
 
@@ -96,7 +111,7 @@ ojson RoleJson(const Plan& plan, size_t i) {
          return d;
        }()},
       {"cpu", r.is_cpu()},
-      {"command", r.command.empty() ? ojson() : ojson(r.command)},
+      {"command", r.command.empty() ? ojson() : ojson(RedactArgv(r.command))},
       {"builtin", r.builtin.empty() ? ojson() : ojson(r.builtin)},
       {"spool", r.ProducesFrames()                             ? ojson("produce")
                 : (r.spool == "consume" || r.builtin == "drafter") ? ojson("consume")
@@ -176,7 +191,7 @@ void ProcessesJson(const Plan& plan, ojson* out) {
     for (const auto& [k, v] : plan.ProcessEnv(w, 0)) env[k] = ShownEnvValue(k, v);
     j["warmups"].push_back({{"name", w.name}, {"role", w.role},
                             {"device", w.on_gpu() ? "cuda:" + w.device : "cpu"},
-                            {"command", w.command}, {"argv", plan.ExecArgv(w)}, {"gate_key", w.gate_key}, {"env", env}});
+                            {"command", RedactArgv(w.command)}, {"argv", ShownArgv(plan.ExecArgv(w), w.command)}, {"gate_key", w.gate_key}, {"env", env}});
   }
   for (const ProcessPlan& p : plan.processes) {
     ojson env = ojson::object();
@@ -195,8 +210,8 @@ void ProcessesJson(const Plan& plan, ojson* out) {
                                                    {"compute_mode", g->compute_mode}, {"uuid", g->uuid}})
                                           : ojson();
                                }()},
-                              {"command", p.command},
-                              {"argv", plan.ExecArgv(p)},
+                              {"command", RedactArgv(p.command)},
+                              {"argv", ShownArgv(plan.ExecArgv(p), p.command)},
                               {"gate_key", p.gate_key.empty() ? ojson() : ojson(p.gate_key)},
                               {"ready", ReadyModeName(plan.RoleOf(p).ready.mode)},
                               {"env", env}});

@@ -1,14 +1,17 @@
 #include "launcher/plan/port_reservation.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <random>
 
 #include "common/exit_codes.h"
+#include "common/secure_path.h"
 
 #include "launcher/plan/holder_lock.h"
 
@@ -60,12 +63,28 @@ Probe ProbePort(int port, std::string* why) {
   return v4 != Probe::kBindable ? v4 : TryBindProbe(AF_INET6, port, why);
 }
 
-bool SafeSharedDir(const std::string& dir) {
+/// `dir` as a port lock dir of this user: made 0700 if missing, opened without following a link, and kept only if
+/// it is a directory of ours that nobody else can write (one too open is ours to close: chmod 0700). False: `why`.
+bool OwnPrivateDir(const std::string& dir, std::string* why) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    *why = ErrnoMessage("mkdir(" + dir + ")", errno);
+    return false;
+  }
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
-  if (st.st_uid == ::getuid()) return true;
-  // Someone else's: only usable if nobody can delete or replace our lock files in it.
-  return (st.st_mode & S_ISVTX) != 0 && (st.st_uid == 0 || (st.st_mode & S_IWOTH) != 0);
+  if (!fd || ::fstat(fd.get(), &st) != 0) {
+    *why = ErrnoMessage("open(" + dir + ", O_NOFOLLOW)", errno) + " (a symlink, or not a directory)";
+    return false;
+  }
+  if (st.st_uid != ::geteuid()) {
+    *why = dir + " is " + UserNameOf(st.st_uid) + "'s (uid " + std::to_string(st.st_uid) + "), not yours";
+    return false;
+  }
+  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0) {
+    *why = ErrnoMessage("chmod 0700 " + dir, errno);
+    return false;
+  }
+  return true;
 }
 
 std::string LockPath(const std::string& dir, int port) { return dir + "/" + std::to_string(port) + ".lock"; }
@@ -73,26 +92,29 @@ std::string LockPath(const std::string& dir, int port) { return dir + "/" + std:
 }  // namespace
 
 bool PortLockDir(std::string* dir, std::string* warning, std::string* err) {
-  const std::string shared = "/tmp/dflash-ports";
-  if (::mkdir(shared.c_str(), 01777) == 0) ::chmod(shared.c_str(), 01777);  // past the umask
-  if (SafeSharedDir(shared)) {
-    *dir = shared;
-    return true;
+  // Per user, never shared: a shared directory let any local user read which ports a run was about to use (and
+  // bind them first), or plant a symlink at every <port>.lock so that no run could start. The same path first for
+  // every session of the user (ssh, cron, a batch job), so the user's concurrent runs exclude each other.
+  std::vector<std::string> candidates = {"/tmp/dflash-ports-" + std::to_string(::geteuid())};
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg && xdg[0] == '/')
+    candidates.push_back(std::string(xdg) + "/dflash-ports");
+  if (const char* home = std::getenv("HOME"); home && home[0] == '/')
+    candidates.push_back(std::string(home) + "/.cache/dflash-ports");
+  std::string skipped;
+  for (const std::string& c : candidates) {
+    std::string why;
+    if (c.find("/.cache/") != std::string::npos) ::mkdir(c.substr(0, c.rfind('/')).c_str(), 0700);
+    if (OwnPrivateDir(c, &why)) {
+      *dir = c;
+      if (!skipped.empty())
+        *warning = "port locks go to " + c + " (" + skipped + "): your runs that use another directory do not "
+                   "exclude these ports";
+      return true;
+    }
+    skipped += (skipped.empty() ? "" : "; ") + why;
   }
-  std::string own = shared + "-" + std::to_string(::getuid());
-  if (::mkdir(own.c_str(), 0700) != 0 && errno != EEXIST) {
-    *err = ErrnoMessage("mkdir(" + own + ")", errno);
-    return false;
-  }
-  struct stat st {};
-  if (::lstat(own.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid()) {
-    *err = own + " is not a directory of yours: remove it (port locks live there)";
-    return false;
-  }
-  *dir = own;
-  *warning = shared + " is not a safe shared directory (a symlink, or not sticky): port locks go to " + own +
-             ", so runs of other users on this host are not excluded";
-  return true;
+  *err = "no private directory for port locks: " + skipped;
+  return false;
 }
 
 bool PortBindable(int port, std::string* why) { return ProbePort(port, why) == Probe::kBindable; }
@@ -101,10 +123,13 @@ ReserveResult ReservePort(const std::string& lock_dir, int port, const std::stri
                           std::string* err) {
   UniqueFd fd;
   std::string holder;
-  switch (TryHolderLock(LockPath(lock_dir, port), record, &fd, &holder)) {
+  int failed = 0;
+  switch (TryHolderLock(LockPath(lock_dir, port), record, &fd, &holder, 0600, &failed)) {
     case HolderLockResult::kFailed:
       *err = holder;
-      return ReserveResult::kFailed;
+      // Out of fds or memory: every port would fail alike. Else this port's file (a link, a directory) is bad.
+      return failed == EMFILE || failed == ENFILE || failed == ENOMEM || failed == ENOSPC ? ReserveResult::kFailed
+                                                                                          : ReserveResult::kBadLock;
     case HolderLockResult::kHeld:
       *err = "port " + std::to_string(port) + " is reserved by " + holder;
       return ReserveResult::kInUse;
@@ -130,10 +155,14 @@ ReserveResult ReserveFreePort(const std::string& lock_dir, const std::string& re
                               PortReservations* held, std::string* err) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_int_distribution<int> pick(kAutoLow, kAutoHigh - 1);
-  std::string last;
+  std::string last, bad;
   for (int i = 0; i < kAutoTries; ++i) {
     int candidate = pick(rng);
     ReserveResult r = ReservePort(lock_dir, candidate, record, held, &last);
+    if (r == ReserveResult::kBadLock) {
+      bad = last;  // skipped: another port is drawn, the run is not refused for one file
+      continue;
+    }
     if (r == ReserveResult::kFailed) {
       *err = last;
       return r;
@@ -144,7 +173,7 @@ ReserveResult ReserveFreePort(const std::string& lock_dir, const std::string& re
     }
   }
   *err = "no free port in " + std::to_string(kAutoTries) + " tries in [" + std::to_string(kAutoLow) + ", " +
-         std::to_string(kAutoHigh) + "); last: " + last;
+         std::to_string(kAutoHigh) + "); last: " + last + (bad.empty() ? "" : "; an unusable lock file: " + bad);
   return ReserveResult::kInUse;
 }
 
@@ -212,6 +241,7 @@ Status ReserveRunPorts(Plan* plan, PortReservations* held, std::string* warning)
                                (plan->nnodes > 1 ? " (several nodes: or another run id, from which auto derives it)"
                                                  : "") + "\n");
     case ReserveResult::kFailed:
+    case ReserveResult::kBadLock:
       break;
   }
   return Status::Error(exit_code::kCannotCreate,

@@ -21,10 +21,11 @@
 
 namespace dflash {
 
-/// The per-host directory of port locks: /tmp/dflash-ports, shared by every
-/// user (sticky, 01777). If it exists but is not a safe shared directory (not
-/// sticky and not ours, a symlink), a private /tmp/dflash-ports-<uid> is used
-/// and `warning` says that runs of other users are then not excluded.
+/// This user's directory of port locks, one only this user can write or read:
+/// /tmp/dflash-ports-<uid> (0700), or if that is not ours (another user made it
+/// first, a symlink) $XDG_RUNTIME_DIR/dflash-ports, then ~/.cache/dflash-ports
+/// (`warning` then says which was skipped and why). Other users' runs are not
+/// excluded by locks: the bind probe still refuses a port they hold.
 bool PortLockDir(std::string* dir, std::string* warning, std::string* err);
 
 /// Whether `port` can be bound on every IPv4 and IPv6 address with
@@ -36,7 +37,8 @@ struct PortReservations {
   std::vector<UniqueFd> locks;
 };
 
-enum class ReserveResult { kReserved, kInUse, kFailed };
+/// kBadLock: the port's lock file cannot be used (a symlink, a directory): ReserveFreePort draws another port.
+enum class ReserveResult { kReserved, kInUse, kFailed, kBadLock };
 
 /// Reserves one given port: kInUse with `err` naming the holder (another
 /// dflash-launch's record, or the bind error) if it is taken.

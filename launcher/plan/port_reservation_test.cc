@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +185,36 @@ TEST(HolderLock, RefusesASymlinkAndKeepsTheHoldersRecord) {
   // The refused one did not overwrite the record.
   fd.reset();
   EXPECT_EQ(TryHolderLock(dir + "/run.lock", "next", &again, &holder), HolderLockResult::kAcquired);
+}
+
+TEST(PortReservation, ABadLockFileIsSkippedAndAnotherPortDrawn) {
+  // A symlink or a directory at <port>.lock (issue #46 item 5): that port is skipped, never the whole run refused.
+  test::TempDir tmp("port-reservation-test");
+  std::string dir = tmp.path(), err;
+  for (int p = 20000; p < 32767; p += 2) {
+    if (p % 4 == 0) std::filesystem::create_symlink("/etc/passwd", dir + "/" + std::to_string(p) + ".lock");
+    else std::filesystem::create_directory(dir + "/" + std::to_string(p) + ".lock");
+  }
+  PortReservations held;
+  for (int i = 0; i < 20; ++i) {
+    int port = 0;
+    ASSERT_EQ(ReserveFreePort(dir, "r", &port, &held, &err), ReserveResult::kReserved) << err;
+    EXPECT_EQ(port % 2, 1) << port;
+  }
+  // Asked for by number, a bad lock file says what is wrong with it.
+  EXPECT_EQ(ReservePort(dir, 20000, "r", &held, &err), ReserveResult::kBadLock);
+  EXPECT_NE(err.find("20000.lock"), std::string::npos) << err;
+}
+
+TEST(PortReservation, TheLockDirIsThisUsersOwnAndPrivate) {
+  std::string dir, warning, err;
+  ASSERT_TRUE(PortLockDir(&dir, &warning, &err)) << err;
+  struct stat st {};
+  ASSERT_EQ(::lstat(dir.c_str(), &st), 0) << dir;
+  EXPECT_TRUE(S_ISDIR(st.st_mode)) << dir;
+  EXPECT_EQ(st.st_uid, ::geteuid()) << dir;
+  EXPECT_EQ(st.st_mode & 077, 0u) << dir;
+  EXPECT_NE(dir, "/tmp/dflash-ports");
 }
 
 }  // namespace

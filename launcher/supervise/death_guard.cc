@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "common/proc_info.h"
+#include "common/run_sweep.h"
 #include "common/spawn.h"
 
 namespace dflash {
@@ -52,8 +53,10 @@ bool RunGuard::SpawnGuardian(std::string* err) {
   UniqueFd log(OpenPrivateFile(options_.log_path, O_WRONLY | O_APPEND, options_.log_mode, RunDirUse(), &log_err));
   // Without its log (a link or a full disk where it would be) it still guards: its stderr goes to /dev/null.
   SpawnOptions so;
-  so.argv = {options_.bin_dir + "/dflash-guardian", options_.token};
+  // The token through its environment, not argv: /proc/<pid>/cmdline is readable by every user, environ only by us.
+  so.argv = {options_.bin_dir + "/dflash-guardian"};
   so.env = options_.env;
+  SetEnvVar(&so.env, kRunTokenVar, options_.token);
   so.stdin_fd = rd.get();
   so.stdout_fd = kDevNullFd;
   so.stderr_fd = log ? log.get() : kDevNullFd;

@@ -4,7 +4,10 @@
 // stdin the read end of a pipe only the supervisor holds: EOF means the
 // supervisor is gone. docs/design.md ("Nothing outlives the run") says why.
 //
-//   dflash-guardian TOKEN      stdin: "cgroup DIR\n", "session SID\n", "since TICKS\n", "done\n"
+//   DFLASH_RUN_TOKEN=TOKEN dflash-guardian      stdin: "cgroup DIR\n", "session SID\n", "since TICKS\n", "done\n"
+//
+// The token comes in the environment, never argv: /proc/<pid>/cmdline is readable by every user, environ only by
+// the owner.
 //
 // On EOF it kills the run's cgroup (if any) and every process of this uid whose
 // environment carries DFLASH_RUN_TOKEN=TOKEN or that is in one of the sessions,
@@ -25,8 +28,10 @@
 
 int main(int argc, char** argv) {
   using namespace dflash;
-  if (argc != 2 || argv[1][0] == '\0') {
-    std::fprintf(stderr, "usage: dflash-guardian TOKEN < pipe-from-the-supervisor\n");
+  const char* token = std::getenv(kRunTokenVar);
+  if (argc != 1 || token == nullptr || token[0] == '\0') {
+    (void)argv;
+    std::fprintf(stderr, "usage: DFLASH_RUN_TOKEN=TOKEN dflash-guardian < pipe-from-the-supervisor\n");
     return 64;
   }
   // Terminal and pipe signals are not ours to die of (own session anyway).
@@ -34,7 +39,7 @@ int main(int argc, char** argv) {
   ::signal(SIGINT, SIG_IGN);
   ::signal(SIGPIPE, SIG_IGN);
   SweepTarget target;
-  target.token = argv[1];
+  target.token = token;
   target.not_before = ProcessStartTime(::getpid());
   target.spare.push_back(::getpid());
   std::string cgroup;

@@ -99,7 +99,7 @@ TEST(NetProbe, RefusedPortEndsTheTryWithItsReason) {
   ASSERT_TRUE(p.done());
   EXPECT_FALSE(p.connected());
   EXPECT_EQ(p.error(), "connection refused");
-  EXPECT_LT(p.fd(), 0) << "its socket is closed once done";
+  EXPECT_LT(p.fd(), 0) << "nothing to wait on once done";
 }
 
 TEST(NetProbe, TcpConnectIsTheAnswer) {
@@ -195,6 +195,46 @@ TEST(NetProbe, AServerThatAcceptsAndNeverAnswersLeavesTheTryOpenForItsDeadline) 
   bool answered = true;
   EXPECT_EQ(Judge(spec, p, &answered), "the server closed the connection without answering");
   EXPECT_FALSE(answered);
+}
+
+// Issue #46 item 2: the request waits until the caller has proven who accepted the connection.
+TEST(NetProbe, AHeldRequestIsSentOnlyOnceReleased) {
+  Listener l;
+  ASSERT_TRUE(l.Open());
+  std::atomic<bool> got_early{false};
+  std::thread t([&] {
+    int c = ::accept(l.fd.get(), nullptr, nullptr);
+    if (c < 0) return;
+    pollfd pfd{c, POLLIN, 0};
+    got_early = ::poll(&pfd, 1, 300) > 0;  // nothing may come while the request is held
+    std::string req;
+    char buf[512];
+    while (req.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::read(c, buf, sizeof buf);
+      if (n <= 0) break;
+      req.append(buf, static_cast<size_t>(n));
+    }
+    Send(c, "HTTP/1.1 200 OK\r\n\r\n");
+    ::close(c);
+  });
+  ProbeSpec spec = Http(l.port);
+  NetProbe p;
+  p.HoldRequest();
+  p.Start(spec.host, spec.port, spec.Request(), kMaxStatusLine);
+  Drive(&p, std::chrono::milliseconds(200));
+  EXPECT_TRUE(p.connected());
+  EXPECT_TRUE(p.held());
+  EXPECT_FALSE(p.done());
+  EXPECT_EQ(p.events(), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  p.Release();
+  Drive(&p, std::chrono::seconds(5));
+  t.join();
+  EXPECT_FALSE(got_early);
+  ASSERT_TRUE(p.done());
+  bool answered = false;
+  Judge(spec, p, &answered);
+  EXPECT_TRUE(answered) << p.error() << p.reply();
 }
 
 TEST(NetProbe, Ipv6Loopback) {

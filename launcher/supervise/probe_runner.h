@@ -31,6 +31,7 @@ class ProbeRunner {
     uint64_t seq = 0;  ///< the core's try number, handed back
     bool answered = false;
     std::string detail;  ///< "HTTP 200", "connection refused", "no answer within 1s"
+    bool foreign = false;  ///< another's process accepted the try or holds the port: `detail` names it
   };
 
   /// Tries are added to `epoll_fd` with data.u64 = tag_base | try id.
@@ -38,11 +39,16 @@ class ProbeRunner {
   ~ProbeRunner();
 
   /// Starts a try of `spec` (which must outlive it) for process `index`. With an
-  /// `owner` (the process, a session leader), an answer counts only once the
-  /// port's listener is proven to be a socket of `owner`'s tree
-  /// (common/listener_owner.h): a port reserved for the process (ReservedFor)
-  /// is reserved against other runs only, and another user who binds it first
-  /// must not make the process ready. `owner` <= 0: not checked.
+  /// `owner` (the process, a session leader), a try counts only if it was
+  /// answered by `owner`'s tree (common/listener_owner.h): an http try sends its
+  /// request only once the socket that accepted the connection is proven to be
+  /// the tree's (ProvePeer; one accepted by anyone else fails the try at once),
+  /// a tcp try fails if another's process accepted it, and either counts only
+  /// if the port's listener is the tree's after the answer (ProveListener). A
+  /// port reserved for the process (ReservedFor) is reserved against the user's
+  /// other runs only: another user who binds it first, accepts, and hands the
+  /// port over before answering must not make the process ready. `owner` <= 0:
+  /// not checked.
   void Start(size_t index, uint64_t seq, const ProbeSpec& spec, SteadyTime now, pid_t owner = -1);
   /// epoll said try `id` is ready.
   void OnReady(uint32_t id);
@@ -62,11 +68,19 @@ class ProbeRunner {
     const ProbeSpec* spec = nullptr;
     SteadyTime deadline{};
     uint32_t events = 0;  ///< what epoll waits for now
+    SteadyTime recheck = SteadyTime::max();  ///< held: when to look again for who accepted it
     NetProbe probe;
   };
-  void Finish(uint32_t id, const std::string& timeout_detail = "");
+  void Finish(uint32_t id, const std::string& timeout_detail = "", bool foreign = false);
+  /// Sets epoll to what the try's probe waits for now.
+  void Rearm(uint32_t id, Try& t);
+  /// A held try: who accepted its connection? The tree: the request goes. Another: the try fails. Nobody yet:
+  /// again at `now` + kRecheck.
+  void CheckPeer(uint32_t id, SteadyTime now);
+  /// A connect-only try: was it accepted by another's process? (Still queued, or the tree's: no.)
+  static bool AcceptedByAnother(const Try& t, std::string* detail);
   /// The try answered: is the named port's listener the owner's? False: `detail` says whose it is.
-  static bool ProveOwnPort(const Try& t, std::string* detail);
+  static bool ProveOwnPort(const Try& t, std::string* detail, bool* foreign);
 
   int epoll_;
   uint64_t tag_base_;
