@@ -24,6 +24,7 @@ LAYERS = [
     ("launcher/plan", 4.1),       # the plan: processes, environments, ports, gate keys
     ("launcher/control", 4.2),    # the control socket, the registry of live runs
     ("launcher/console", 4.3),    # logs and the live view
+    ("launcher/metrics", 4.35),   # Prometheus metrics of a live run
     ("launcher/supervise", 4.4),  # the supervisor's core and shell, kill-on-death, summary.json
     ("launcher/cluster", 4.4),    # multi-node: the node coordinator, peers, the private store
     ("launcher/commands", 4.5),   # the CLI
