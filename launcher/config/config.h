@@ -207,6 +207,8 @@ struct RunSpec {
   int nnodes = 0;                  // 0: not written (flags, the scheduler's env, else 1)
   std::vector<int> forward_signals;
   bool share_gpus = false;  // several processes may use one GPU (docs/config.md)
+  /// Where the live run serves Prometheus metrics ("IP:PORT", launcher/config/metrics_address.h); "": off.
+  std::string metrics = "127.0.0.1:0";
   /// The coordination store of a multi-node run (docs/multinode.md): "" none (static
   /// mode), "private" (node 0 starts a redis-server for the run), or redis://host:port[/db].
   std::string store;
