@@ -83,6 +83,12 @@ class TrainingMetrics:
         """Adds keys of the caller's own (they never replace steps, losses or the time to the first step)."""
         self.data.update(fields)
 
+    def checkpoint(self, when=None):
+        """A checkpoint was saved (now, or at `when`, seconds since the epoch): the run's metrics show its age
+        (dflash_training_checkpoint_age_seconds, docs/metrics.md). Written at once: a checkpoint is rare."""
+        self.data["last_checkpoint_unix"] = round(time.time() if when is None else float(when), 3)
+        self.write()
+
     def snapshot(self):
         out = dict(self.data)
         out.update(steps=self.steps, first_loss=self.first_loss, last_loss=self.last_loss, losses=list(self.losses),
