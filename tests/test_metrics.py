@@ -308,3 +308,38 @@ def test_training_and_spool_metrics_of_a_live_run(bin_dir, tmp_path):
     finally:
         r.signal(signal.SIGTERM)
         r.wait(timeout=120)
+
+
+def test_a_restart_unit_counts_the_failure_once_and_its_peer_as_unit(bin_dir, tmp_path):
+    # Two processes, one restart unit (scope = "role"): exactly one fails once (mkdir is the atomic pick), the
+    # other is stopped and started with it. The failure counts as "exit" for the one, "unit" for the other.
+    once = tmp_path / "failed-once"
+    body = f"""\
+        [[role]]
+        name = "pair"
+        cpu = 2
+        command = ["sh", "-c", {json.dumps(f'if mkdir "{once}" 2>/dev/null; then sleep 0.5; exit 3; fi; exec sleep 300')}]
+        restart = {{ policy = "on-failure", scope = "role", max = 3, backoff = "100ms..100ms" }}
+        stop = {{ grace = "5s" }}
+        """
+    r = Run(bin_dir, write_config(tmp_path, body), run_id="unit")
+    try:
+        def text():
+            out = ctl(bin_dir, r.run_dir, "metrics")
+            return out.stdout if out.returncode == 0 else ""
+
+        def counts():
+            found = re.findall(r'dflash_restarts_total\{process="(pair:\d)",reason="(\w+)",role="pair"\} (\d+)', text())
+            return {(p, why): int(n) for p, why, n in found if n != "0"}
+
+        def both_up_again():
+            t = text()
+            return all(f'dflash_process_attempt{{process="pair:{i}",role="pair"}} 1\n' in t and
+                       f'dflash_process_up{{process="pair:{i}",role="pair"}} 1\n' in t for i in (0, 1))
+        assert wait_until(both_up_again, timeout=EVENT_TIMEOUT), text()
+        got = counts()
+        assert sorted(got.values()) == [1, 1] and sorted(why for _, why in got) == ["exit", "unit"], got
+        assert len({p for p, _ in got}) == 2, got
+    finally:
+        r.signal(signal.SIGTERM)
+        r.wait(timeout=120)
