@@ -343,3 +343,40 @@ def test_a_restart_unit_counts_the_failure_once_and_its_peer_as_unit(bin_dir, tm
     finally:
         r.signal(signal.SIGTERM)
         r.wait(timeout=120)
+
+
+def test_each_node_launcher_serves_its_own(bin_dir, tmp_path):
+    # Static mode, two node launchers on this host: each serves its own processes on its own port.
+    cfg = write_config(tmp_path, """\
+        [[role]]
+        name = "w"
+        cpu = 2
+        command = ["sleep", "300"]
+        stop = { grace = "5s" }
+        """)
+    nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "mn", "--nnodes", "2",
+                               "--node-rank", str(n), "--master-addr", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+             for n in (0, 1)]
+    try:
+        urls = [tmp_path / f"runs/mn/node_{n}/metrics.url" for n in (0, 1)]
+        assert wait_until(lambda: all(u.exists() for u in urls), timeout=EVENT_TIMEOUT), [p.poll() for p in nodes]
+        served = [http_get(u.read_text().strip()) for u in urls]
+        assert urls[0].read_text() != urls[1].read_text()
+        for n, text in enumerate(served):
+            assert f'dflash_run_info{{node="{n}",run="mn"}} 1' in text, text
+            mine, theirs = (["w:0", "w:1"], ["w:2", "w:3"]) if n == 0 else (["w:2", "w:3"], ["w:0", "w:1"])
+            for name in mine:
+                assert f'dflash_process_up{{process="{name}",role="w"}}' in text, text
+            for name in theirs:
+                assert f'process="{name}"' not in text, text
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in nodes:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()

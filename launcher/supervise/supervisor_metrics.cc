@@ -35,6 +35,8 @@ void Supervisor::Impl::StartMetrics() {
     Warn(err + " (set [run] metrics to a free address, or metrics = false)");
     return;
   }
+  // Every process's series are there (NOT_STARTED) before anyone is told the URL.
+  RefreshMetrics(true);
   // The supervisor's log only: the console stays for what needs a reader (the URL is in metrics.url and ctl).
   if (log_) log_->info("metrics on " + metrics_->url());
   if (!WritePrivateFileAtomic(plan_.run_dir + "/metrics.url", metrics_->url() + "\n", plan_.Files(), RunDirUse(),
