@@ -126,6 +126,22 @@ class Prometheus:
         self.log.close()
 
 
+def known_metrics():
+    """The metric names launcher/metrics/run_metrics.cc registers."""
+    names = set(re.findall(r'[GC]\(r, "(dflash_\w+)"', (ROOT / "launcher/metrics/run_metrics.cc").read_text()))
+    assert len(names) >= 20, names
+    return names
+
+
+def test_every_metric_is_documented_and_the_rules_use_only_those():
+    doc = (ROOT / "docs/metrics.md").read_text()
+    for name in known_metrics():
+        assert f"`{name}" in doc, f"{name} is not in docs/metrics.md"
+    rules = (EXAMPLES / "alerts.yml").read_text()
+    used = set(re.findall(r"\bdflash_\w+", rules))
+    assert used and used <= known_metrics(), used - known_metrics()
+
+
 def promtool_check_metrics(text):
     r = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     return r.returncode, r.stdout + r.stderr
@@ -191,6 +207,18 @@ def test_prometheus_sees_the_restart_of_a_live_run(bin_dir, tmp_path):
             ["DflashRestartStorm", "DflashRoleStalled", "DflashSpoolStaysFull"], rules
         assert wait_until(lambda: all(x.get("health") == "ok" for g in prom.api("rules")["data"]["groups"]
                                       for x in g["rules"]), timeout=EVENT_TIMEOUT), prom.api("rules")
+
+        # Every query of the shipped dashboard is PromQL this Prometheus evaluates, over metrics the launcher
+        # registers (a family shows in the text only once it has a series: the registry's source is the list).
+        served = known_metrics()
+        dashboard = json.loads((EXAMPLES / "grafana-dashboard.json").read_text())
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+        assert len(exprs) >= 15, exprs
+        for expr in exprs:
+            used = set(re.findall(r"\bdflash_\w+", expr))
+            assert used and used <= served, (expr, used - served)
+            r_ = prom.api("query", query=expr.replace("$instance", ".*").replace("$role", ".*"))
+            assert r_["status"] == "success", (expr, r_)
 
         fd_files = sorted(tmp_path.glob("fds-*"))
         assert {f.name for f in fd_files} >= {"fds-flaky.0", "fds-flaky.1", "fds-steady.0"}, fd_files
