@@ -139,11 +139,14 @@ RunMetrics::RunMetrics()
 
 RunMetrics::~RunMetrics() = default;
 
+bool RunMetrics::Available() { return true; }
+
 bool RunMetrics::Serve(const std::string& address, std::string* err) {
   try {
-    // One worker thread: a scrape is one small GET; the text is built from the registry under its locks.
-    exposer_ = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", address, "num_threads", "1"});
+    // Two worker threads: a scrape is one small GET, but a client that connects and says nothing holds a worker
+    // until it is dropped (10 s): the other one still answers Prometheus.
+    exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", "2", "request_timeout_ms", "10000"});
   } catch (const std::exception& e) {
     *err = "cannot serve metrics on " + address + ": " + e.what();
     return false;

@@ -28,6 +28,9 @@ class RunMetrics {
   RunMetrics(const RunMetrics&) = delete;
   RunMetrics& operator=(const RunMetrics&) = delete;
 
+  /// False in a build without prometheus-cpp (the wheel's portable build: run_metrics_off.cc).
+  static bool Available();
+
   /// Serves GET /metrics on `address` (metrics_address.h) from threads of the exposer's own; false with
   /// `err` if it cannot bind. REQUIRES: the caller's signals are blocked (its threads inherit the mask).
   /// The listening socket is close-on-exec (civetweb sets FD_CLOEXEC; tests/test_metrics.py checks a

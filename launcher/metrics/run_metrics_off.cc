@@ -12,6 +12,8 @@ namespace dflash {
 struct RunMetrics::Families {};
 struct RunMetrics::ProcessSeries {};
 
+bool RunMetrics::Available() { return false; }
+
 RunMetrics::RunMetrics() = default;
 RunMetrics::~RunMetrics() = default;
 

@@ -161,6 +161,19 @@ TEST(RunMetrics, ServesOnLoopbackWithACloseOnExecSocket) {
   ::closedir(d);
   EXPECT_GE(sockets, 1);
 
+  // A client that connects and says nothing does not hold the scrapes up: another GET is answered while it still
+  // holds its connection.
+  int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(silent, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_NE(HttpGet(port).find("200 OK"), std::string::npos);
+  char byte;
+  EXPECT_EQ(::recv(silent, &byte, 1, MSG_DONTWAIT), -1) << "the silent client was dropped before the scrape";
+  ::close(silent);
+
   // The port is taken now: a second exposer on it is refused with the address in words.
   RunMetrics second;
   std::string taken = "127.0.0.1:" + std::to_string(port);

@@ -30,6 +30,11 @@ void Supervisor::Impl::StartMetrics() {
   const std::string& address = plan_.config.run.metrics;
   if (address.empty()) return;  // [run] metrics = false: `ctl metrics` still answers
   std::string err;
+  if (!RunMetrics::Available()) {  // the wheel's build: said once in the log, not on every run's console
+    metrics_->Serve(address, &err);
+    if (log_) log_->info(err);
+    return;
+  }
   if (!metrics_->Serve(address, &err)) {
     // The run goes on without them: metrics are for watching it, never a reason to stop training.
     Warn(err + " (set [run] metrics to a free address, or metrics = false)");
