@@ -408,3 +408,37 @@ def test_each_node_launcher_serves_its_own(bin_dir, tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+
+def test_cpu_and_memory_are_the_payloads_under_a_worker(bin_dir, tmp_path):
+    # ready = "log" needs dflash-worker between the supervisor and the payload: the payload's MAINPID= is what is
+    # measured (80 MB it holds and a busy second of CPU), not the small worker's.
+    hog = "import sys, time\nb = b'x' * (80 << 20)\nt = time.process_time()\n" \
+          "while time.process_time() - t < 1.0: pass\nprint('ready', flush=True)\ntime.sleep(300)\n"
+    body = f"""\
+        [[role]]
+        name = "hog"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, "-c", {json.dumps(hog)}]
+        ready = {{ mode = "log", pattern = "^ready" }}
+        stop = {{ grace = "5s" }}
+        """
+    r = Run(bin_dir, write_config(tmp_path, body), run_id="hog")
+    try:
+        labels = 'process="hog:0",role="hog"'
+
+        def values():
+            out = ctl(bin_dir, r.run_dir, "metrics")
+            if out.returncode != 0 or f"dflash_process_up{{{labels}}} 1\n" not in out.stdout:
+                return None
+            grab = lambda name: float(re.search(r"%s\{%s\} (\S+)" % (name, labels), out.stdout).group(1))
+            return grab("dflash_process_resident_memory_bytes"), grab("dflash_process_cpu_seconds_total")
+        assert wait_until(lambda: values() is not None, timeout=EVENT_TIMEOUT), r.proc.poll()
+        st = json.loads(ctl(bin_dir, r.run_dir, "status", "--json").stdout)
+        assert st["processes"][0]["payload_pid"] > 0 and st["processes"][0]["payload_pid"] != st["processes"][0]["pid"]
+        rss, cpu = values()
+        assert rss > 80e6, rss
+        assert cpu >= 0.9, cpu  # /proc counts whole clock ticks
+    finally:
+        r.signal(signal.SIGTERM)
+        r.wait(timeout=120)

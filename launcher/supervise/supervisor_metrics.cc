@@ -23,6 +23,15 @@ const char* RestartReason(const AttemptRecord& a) {
   return "exit";
 }
 
+/// Whether `payload` (a MAINPID= claim, checked when it was made) is still in the tree of `pid`: first the cheap
+/// look (its parent or its session is `pid`, the usual payload of a worker), the scan of /proc only otherwise.
+bool StillPayloadOf(pid_t payload, pid_t pid) {
+  ProcStat st;
+  if (!ReadProcStat(payload, &st)) return false;
+  if (st.ppid == pid || st.sid == pid) return true;
+  return InProcessTree(payload, pid);
+}
+
 }  // namespace
 
 void Supervisor::Impl::StartMetrics() {
@@ -77,7 +86,7 @@ void Supervisor::Impl::RefreshMetrics(bool force) {
     e.attempt = std::max(0, p.attempt);
     // The payload under dflash-worker is what uses the CPU; a pid it claimed counts only while it is still in
     // the tree of the process we started (pids are reused).
-    e.pid = p.alive() && p.payload_pid > 0 && InProcessTree(p.payload_pid, p.pid) ? p.payload_pid : p.pid;
+    e.pid = p.alive() && p.payload_pid > 0 && StillPayloadOf(p.payload_pid, p.pid) ? p.payload_pid : p.pid;
     e.uptime_s = p.alive() ? std::chrono::duration<double>(now - p.started).count() : 0;
     for (const char* r : kRestartReasons) e.restarts[r] = 0;
     for (const AttemptRecord& a : p.attempts) {
