@@ -8,6 +8,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
 #include "launcher/metrics/proc_sample.h"
@@ -271,11 +272,17 @@ void RunMetrics::UpdateProcess(const ProcessSnapshot& p, double unix_now) {
 
 void RunMetrics::UpdateSpool(const RunSnapshot& s) {
   if (s.spool_dir.empty()) return;
-  SpoolCounts c = CountSpool(s.spool_dir);
+  const bool with_done = s.uptime_s >= next_done_at_;
+  auto t0 = std::chrono::steady_clock::now();
+  SpoolCounts c = CountSpool(s.spool_dir, with_done);
   if (!c.present) return;
   for (auto [state, n] : {std::pair{"pending", c.pending}, {"ready", c.ready}, {"claimed", c.claimed},
-                          {"done", c.done}, {"rejected", c.rejected}})
+                          {"rejected", c.rejected}})
     f_->spool_frames.Add({{"state", state}}).Set(static_cast<double>(n));
+  if (!with_done) return;  // done and frames/s keep their last values
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  next_done_at_ = s.uptime_s + 100 * took;
+  f_->spool_frames.Add({{"state", "done"}}).Set(static_cast<double>(c.done));
   if (last_done_ >= 0 && s.uptime_s > last_done_at_ && c.done >= last_done_)
     f_->spool_rate.Add({}).Set(static_cast<double>(c.done - last_done_) / (s.uptime_s - last_done_at_));
   else

@@ -58,9 +58,11 @@ class RunMetrics {
   struct Families;
   std::unique_ptr<Families> f_;
   std::map<std::string, std::unique_ptr<ProcessSeries>> procs_;
-  // The spool's acknowledged frames at the last update, for frames/s.
+  // The spool's acknowledged frames at the last listing of done/, for frames/s; done/ is listed again no sooner
+  // than 100 times what its last listing took (at most 1% of the loop's time, however many frames it holds).
   int64_t last_done_ = -1;
   double last_done_at_ = 0;
+  double next_done_at_ = 0;
 };
 
 }  // namespace dflash

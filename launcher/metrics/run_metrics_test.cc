@@ -219,6 +219,22 @@ TEST(SpoolCount, CountsFramesByTheDirectoryTheyAreIn) {
   EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"ready\"} 2")) << t;
   EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"done\"} 3")) << t;
   EXPECT_TRUE(Has(t, "dflash_spool_frames_per_second 1")) << t;  // 2 frames in 2 s
+
+  // done/ is listed again only after 100 times what its last listing took: right after one, the count stays; a
+  // while later (1000 s here) it is listed again. The other states are counted every time.
+  s.uptime_s = 1000;
+  m.Update(s);
+  touch("done/t0-0000000004.safetensors");
+  touch("ready/t0-0000000005.safetensors");
+  s.uptime_s = 1000.000001;
+  m.Update(s);
+  t = m.Text();
+  EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"done\"} 3")) << t;
+  EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"ready\"} 3")) << t;
+  s.uptime_s = 2000;
+  m.Update(s);
+  EXPECT_TRUE(Has(m.Text(), "dflash_spool_frames{state=\"done\"} 4")) << m.Text();
+  EXPECT_EQ(CountSpool(root.string(), false).done, 0);
   fs::remove_all(root);
   EXPECT_FALSE(CountSpool(root.string()).present);
 }

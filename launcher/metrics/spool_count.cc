@@ -34,7 +34,7 @@ int64_t Count(const std::string& dir, bool frames_only, bool subdirs = false) {
 
 }  // namespace
 
-SpoolCounts CountSpool(const std::string& root) {
+SpoolCounts CountSpool(const std::string& root, bool with_done) {
   SpoolCounts c;
   struct stat st;
   if (root.empty() || ::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return c;
@@ -42,7 +42,7 @@ SpoolCounts CountSpool(const std::string& root) {
   c.pending = Count(root + "/tmp", false);
   c.ready = Count(root + "/ready", true);
   c.claimed = Count(root + "/claimed", true, true);
-  c.done = Count(root + "/done", true);
+  if (with_done) c.done = Count(root + "/done", true);
   c.rejected = Count(root + "/rejected", true);
   return c;
 }

@@ -18,6 +18,8 @@ struct SpoolCounts {
 
 /// Counts the frames under `root` (a missing directory counts 0). Frame files are the names that end in
 /// ".safetensors"; tmp/ counts every entry, since a frame there has a temporary name.
-SpoolCounts CountSpool(const std::string& root);
+/// Without `with_done`, done/ is not listed (done stays 0): it only grows (a long run keeps every acknowledged
+/// frame there, 100k names take tens of ms to list), so the caller lists it less often.
+SpoolCounts CountSpool(const std::string& root, bool with_done = true);
 
 }  // namespace dflash
