@@ -40,7 +40,7 @@ class RunMetrics {
   const std::string& url() const { return url_; }
 
   /// Every value from `s`, plus what it reads itself: /proc of each process (CPU, RSS) and the spool's
-  /// directories. Loop thread only; the values a scrape sees change between two of its series at most.
+  /// directories. Loop thread only. A scrape during an update may see some of its values and not yet others.
   void Update(const RunSnapshot& s);
 
   /// The text exposition (format 0.0.4) of everything registered: what GET /metrics answers.

@@ -15,7 +15,8 @@ dflash_launch.spool_world.WorldSource does this by itself: `sample["ack"](loss)`
 The keys: `steps`, `first_loss`, `last_loss`, `losses` (the curve: every `loss_stride`-th loss, at most
 MAX_POINTS of them, so a long run's file stays small), `time_to_first_step_s` (from the process's start, as the
 kernel counts it, to the end of its first step: imports, model load and compile included), `wall_s`.
-One writer per process: a script with more to say adds it with update(), which keeps one file."""
+`checkpoint()` after a checkpoint is saved adds `last_checkpoint_unix`: the live run's metrics show its age
+(docs/metrics.md). One writer per process: a script with more to say adds it with update(), which keeps one file."""
 
 import atexit
 import json
