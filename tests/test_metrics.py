@@ -382,17 +382,17 @@ def test_each_node_launcher_serves_its_own(bin_dir, tmp_path):
         command = ["sleep", "300"]
         stop = { grace = "5s" }
         """)
-    nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "mn", "--nnodes", "2",
+    nodes = [subprocess.Popen([str(bin_dir / "dflash-launch"), "run", str(cfg), "--run-id", "metrics-nodes", "--nnodes", "2",
                                "--node-rank", str(n), "--master-addr", "127.0.0.1"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
              for n in (0, 1)]
     try:
-        urls = [tmp_path / f"runs/mn/node_{n}/metrics.url" for n in (0, 1)]
+        urls = [tmp_path / f"runs/metrics-nodes/node_{n}/metrics.url" for n in (0, 1)]
         assert wait_until(lambda: all(u.exists() for u in urls), timeout=EVENT_TIMEOUT), [p.poll() for p in nodes]
         served = [http_get(u.read_text().strip()) for u in urls]
         assert urls[0].read_text() != urls[1].read_text()
         for n, text in enumerate(served):
-            assert f'dflash_run_info{{node="{n}",run="mn"}} 1' in text, text
+            assert f'dflash_run_info{{node="{n}",run="metrics-nodes"}} 1' in text, text
             mine, theirs = (["w:0", "w:1"], ["w:2", "w:3"]) if n == 0 else (["w:2", "w:3"], ["w:0", "w:1"])
             for name in mine:
                 assert f'dflash_process_up{{process="{name}",role="w"}}' in text, text
