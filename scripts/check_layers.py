@@ -27,6 +27,7 @@ LAYERS = [
     ("launcher/core", 4.25),      # the supervisor's pure core: decisions, actions, the verdict (no fd)
     ("launcher/console", 4.3),    # logs and the live view
     ("launcher/report", 4.3),     # the run's report: summary.json, the tables, the loss plot
+    ("launcher/metrics", 4.35),   # Prometheus metrics of a live run
     ("launcher/supervise", 4.4),  # the supervisor's epoll shell, kill-on-death
     ("launcher/cluster", 4.4),    # multi-node: the node coordinator, peers, the private store
     ("launcher/commands", 4.5),   # the CLI

@@ -282,6 +282,17 @@ int RunCtl(const CtlOptions& o) {
     return 0;
   }
 
+  if (o.action == "metrics") {
+    ControlRequest mreq;
+    mreq.verb = ControlVerb::kMetrics;
+    ControlReply reply;
+    if (int rc = Call(fd.get(), mreq, o.timeout_ms, &reply); rc != 0) return rc;
+    auto text = reply.body.find("text");
+    if (text == reply.body.end() || !text->is_string()) return Fail(exit_code::kFailure, "the run sent no metrics text");
+    std::fputs(text->get<std::string>().c_str(), stdout);
+    return 0;
+  }
+
   ControlRequest req;
   if (!ParseControlVerb(o.action, &req.verb)) return Fail(exit_code::kUsage, "unknown action " + o.action);
   req.target = o.target;

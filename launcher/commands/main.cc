@@ -130,7 +130,7 @@ void AddCacheCommand(CLI::App* app, CommandLine* cl) {
 // Live control (docs/control.md): `ctl [RUN] VERB ...` talks to the run's control socket.
 void AddCtlCommand(CLI::App* app, CommandLine* cl) {
   CtlOptions& ctl = cl->ctl;
-  CLI::App* ctl_cmd = app->add_subcommand("ctl", "Ask or steer a live run: status, restart, stop, start, signal, logs.");
+  CLI::App* ctl_cmd = app->add_subcommand("ctl", "Ask or steer a live run: status, restart, stop, start, signal, logs, metrics.");
   ctl_cmd->add_option("run", ctl.run, "RUN_ID or RUN_DIR (default: your only live run on this host)");
   ctl_cmd->require_subcommand(1);
   CLI::App* ctl_status = ctl_cmd->add_subcommand("status", "One line per process: state, pid, GPU, gate, STATUS=, restarts");
@@ -151,6 +151,8 @@ void AddCtlCommand(CLI::App* app, CommandLine* cl) {
   ctl_logs->add_flag("-f,--follow", ctl.follow, "Keep printing until the run ends (or Ctrl-C)");
   ctl_logs->add_option("target", ctl.target, "role, role:rank or all")->required();
   ctl_verbs.push_back(ctl_logs);
+  ctl_verbs.push_back(ctl_cmd->add_subcommand(
+      "metrics", "Print the run's Prometheus metrics: the text its metrics URL serves (docs/metrics.md)"));
   cl->ctl_cmd = ctl_cmd;
   cl->ctl_verbs = std::move(ctl_verbs);
 }

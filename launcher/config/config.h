@@ -203,6 +203,8 @@ struct RunSpec {
   std::vector<int> forward_signals;
   bool share_gpus = false;  // several processes may use one GPU (docs/config.md)
   bool console_dedup = true; // a line several processes of a role say, printed once (docs/logs.md)
+  /// Where the live run serves Prometheus metrics ("IP:PORT", launcher/config/metrics_address.h); "": off.
+  std::string metrics = "127.0.0.1:0";
   /// The coordination store of a multi-node run (docs/multinode.md): "" none (static
   /// mode), "private" (node 0 starts a redis-server for the run), or redis://host:port[/db].
   std::string store;

@@ -8,6 +8,7 @@
 #include "common/duration.h"
 #include "common/signal_names.h"
 #include "launcher/config/config_internal.h"
+#include "launcher/config/metrics_address.h"
 #include "store/redis_client.h"
 
 namespace dflash {
@@ -95,6 +96,31 @@ void ReadStore(TableReader& r, const std::string& base_dir, RunSpec* run) {
             "\"" + run->store_user + "\"", "e.g. store_user = \"dflash\"");
 }
 
+/// metrics: an address, or false (off). true is the default address; both spellings in one key.
+void ReadMetrics(TableReader& r, RunSpec* run) {
+  const toml::node* n = r.Get("metrics");
+  run->metrics = kDefaultMetricsAddress;
+  if (!n) return;
+  const std::string hint = "e.g. metrics = \"127.0.0.1:9400\" (port 0: a free one), or metrics = false";
+  if (n->is_boolean()) {
+    if (!n->as_boolean()->get()) run->metrics.clear();
+    return;
+  }
+  if (!n->is_string()) {
+    std::string port = n->is_integer() ? std::to_string(n->as_integer()->get()) : "9400";
+    r.Error("metrics", r.ValuePos("metrics"), "wrong type", DescribeType(*FindKey("run", "metrics")),
+            DescribeNode(*n), "an address in quotes, with its IP: metrics = \"127.0.0.1:" + port + "\", or false");
+    return;
+  }
+  std::string why;
+  if (!ValidMetricsAddress(n->as_string()->get(), &why)) {
+    r.Error("metrics", r.ValuePos("metrics"), "not an address", "\"IP:PORT\" (IPv6: \"[::1]:PORT\")",
+            DescribeNode(*n), why + "; " + hint);
+    return;
+  }
+  run->metrics = n->as_string()->get();
+}
+
 }  // namespace
 
 void ReadRun(const toml::table* t, const std::string& file, const std::string& base_dir, RunSpec* run,
@@ -131,6 +157,7 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   r.SignalArray("forward_signals", &run->forward_signals);
   r.Bool("share_gpus", &run->share_gpus);
   r.Bool("console_dedup", &run->console_dedup);
+  ReadMetrics(r, run);
   ReadStore(r, base_dir, run);
   if (const toml::node* n = t ? t->get("forward_signals") : nullptr; n && n->is_array()) {
     for (const toml::node& e : *n->as_array()) {

@@ -102,6 +102,12 @@ std::vector<SectionSpec> MakeSchema() {
             "does). Their lines reach the console up to 1 s late; the log files keep every byte. "
             "`run --no-dedup` turns it off for one run.",
             "false"},
+           {"metrics", K::kAddress, "127.0.0.1:0",
+            "Where the live run serves its Prometheus metrics (GET /metrics, docs/metrics.md): \"IP:PORT\" "
+            "(IPv6 in brackets); port 0 takes a free one. The URL is in `ctl status --json` and "
+            "<run_dir>/metrics.url; `ctl metrics` prints the same text. Loopback by default: a Prometheus on "
+            "another host needs the node's address (e.g. \"0.0.0.0:9400\"). false: not served.",
+            "\"0.0.0.0:9400\""},
        }},
       {"model", "The shape contract, checked before anything starts. The drafter input is "
                 "[batch, seq_len, len(tapped_layers) * hidden]: taps concatenated on the feature axis.",
@@ -378,6 +384,7 @@ std::string DescribeType(const KeySpec& k) {
       return s;
     }
     case KeyType::kPort: return "a port number (1-65535) or \"auto\"";
+    case KeyType::kAddress: return "an address \"IP:PORT\" (port 0: a free one) or false";
     case KeyType::kBackoff: return "\"MIN..MAX\" durations like \"5s..2m\"";
     case KeyType::kGate: return "true, false, or a table like " + std::string(k.example);
     case KeyType::kReady: return "a mode string or a table like { mode = \"log\", pattern = \"...\" }";

@@ -11,7 +11,7 @@ namespace dflash {
 
 enum class KeyType {
   kString, kInt, kBool, kIntArray, kStringArray, kEnvTable, kDuration, kSignal, kSignalArray,
-  kPath, kEnum, kBackoff, kGate, kReady, kRestart, kStop, kPort, kLiveness,
+  kPath, kEnum, kBackoff, kGate, kReady, kRestart, kStop, kPort, kLiveness, kAddress,
 };
 
 struct KeySpec {

@@ -17,7 +17,8 @@ nlohmann::json ToJson(const RunStatus& s) {
   nlohmann::json procs = nlohmann::json::array();
   for (const auto& p : s.processes) procs.push_back(ToJson(p));
   return {{"run_id", s.run_id},     {"run_dir", s.run_dir},   {"supervisor_pid", s.supervisor_pid},
-          {"uptime_s", s.uptime_s}, {"stopping", s.stopping}, {"processes", procs}};
+          {"uptime_s", s.uptime_s}, {"stopping", s.stopping}, {"processes", procs},
+          {"metrics_url", s.metrics_url}};
 }
 
 namespace {
@@ -50,6 +51,8 @@ bool FromJson(const nlohmann::json& j, RunStatus* out, std::string* err) {
       !Take(j, "supervisor_pid", &s.supervisor_pid, err) || !Take(j, "uptime_s", &s.uptime_s, err) ||
       !Take(j, "stopping", &s.stopping, err))
     return false;
+  // Optional: a run of an earlier version has none.
+  if (auto url = j.find("metrics_url"); url != j.end() && url->is_string()) s.metrics_url = url->get<std::string>();
   auto procs = j.find("processes");
   if (procs == j.end() || !procs->is_array()) {
     *err = "missing \"processes\"";

@@ -41,6 +41,8 @@ struct RunStatus {
   double uptime_s = 0;
   bool stopping = false;
   std::vector<ProcessStatus> processes;
+  /// Where it serves Prometheus metrics ("http://127.0.0.1:PORT/metrics"), "" if it does not (docs/metrics.md).
+  std::string metrics_url;
 };
 
 nlohmann::json ToJson(const ProcessStatus& p);
@@ -48,12 +50,15 @@ nlohmann::json ToJson(const RunStatus& s);
 /// False with `err` naming the key when `j` is not a status this version wrote.
 bool FromJson(const nlohmann::json& j, RunStatus* out, std::string* err);
 
-enum class ControlVerb { kStatus, kRestart, kStop, kStart, kSignal };
+/// kMetrics: the Prometheus text of the run (docs/metrics.md), in the reply's body "text"; no target.
+enum class ControlVerb { kStatus, kRestart, kStop, kStart, kSignal, kMetrics };
 /// The verbs as `ctl` and the wire spell them (contract/enum_names.h).
 inline constexpr EnumName<ControlVerb> kControlVerbNames[] = {
     {ControlVerb::kStatus, "status"}, {ControlVerb::kRestart, "restart"}, {ControlVerb::kStop, "stop"},
-    {ControlVerb::kStart, "start"},   {ControlVerb::kSignal, "signal"},
+    {ControlVerb::kStart, "start"},   {ControlVerb::kSignal, "signal"}, {ControlVerb::kMetrics, "metrics"},
 };
+/// Verbs that name no target.
+inline bool VerbTakesTarget(ControlVerb v) { return v != ControlVerb::kStatus && v != ControlVerb::kMetrics; }
 const char* ControlVerbName(ControlVerb v);
 bool ParseControlVerb(const std::string& text, ControlVerb* out);
 

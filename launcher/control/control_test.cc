@@ -51,6 +51,7 @@ TEST(ControlStatus, RoundTripsThroughJsonAndRejectsAStrangerShape) {
   p.held = true;
   p.rss_bytes = 1 << 20;
   s.processes.push_back(p);
+  s.metrics_url = "http://127.0.0.1:9400/metrics";
   RunStatus back;
   std::string err;
   ASSERT_TRUE(FromJson(ToJson(s), &back, &err)) << err;
@@ -65,9 +66,28 @@ TEST(ControlStatus, RoundTripsThroughJsonAndRejectsAStrangerShape) {
   EXPECT_EQ(err, "\"supervisor_pid\" has the wrong type");
 }
 
+// `ctl metrics` names no target; a status of a run from before metrics (no metrics_url) still reads.
+TEST(ControlWire, MetricsTakesNoTargetAndAnOlderStatusReads) {
+  ControlRequest r;
+  r.verb = ControlVerb::kMetrics;
+  EXPECT_EQ(EncodeRequest(r), "{\"verb\":\"metrics\"}\n");
+  std::string err;
+  ASSERT_TRUE(DecodeRequest(R"({"verb":"metrics"})", &r, &err)) << err;
+  EXPECT_EQ(r.verb, ControlVerb::kMetrics);
+  RunStatus s;
+  s.run_id = "r";
+  s.metrics_url = "http://x";
+  nlohmann::json j = ToJson(s);
+  EXPECT_EQ(j["metrics_url"], "http://x");
+  j.erase("metrics_url");
+  RunStatus back;
+  ASSERT_TRUE(FromJson(j, &back, &err)) << err;
+  EXPECT_EQ(back.metrics_url, "");
+}
+
 TEST(ControlVerbs, NamesParseBack) {
   for (ControlVerb v : {ControlVerb::kStatus, ControlVerb::kRestart, ControlVerb::kStop, ControlVerb::kStart,
-                        ControlVerb::kSignal}) {
+                        ControlVerb::kSignal, ControlVerb::kMetrics}) {
     ControlVerb back;
     ASSERT_TRUE(ParseControlVerb(ControlVerbName(v), &back));
     EXPECT_EQ(back, v);

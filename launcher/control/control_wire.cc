@@ -30,7 +30,7 @@ nlohmann::json ParseRefusingDuplicates(const std::string& line, std::string* dup
 
 std::string EncodeRequest(const ControlRequest& r) {
   nlohmann::json j = {{"verb", ControlVerbName(r.verb)}};
-  if (r.verb != ControlVerb::kStatus) j["target"] = r.target;
+  if (VerbTakesTarget(r.verb)) j["target"] = r.target;
   if (r.verb == ControlVerb::kSignal) j["signal"] = r.signal;
   return j.dump() + "\n";
 }
@@ -58,10 +58,10 @@ bool DecodeRequest(const std::string& line, ControlRequest* out, std::string* er
   }
   if (!ParseControlVerb(verb->get<std::string>(), &r.verb)) {
     *err = "bad request: unknown verb \"" + verb->get<std::string>() +
-           "\"; verbs: status, restart, stop, start, signal";
+           "\"; verbs: status, restart, stop, start, signal, metrics";
     return false;
   }
-  if (r.verb != ControlVerb::kStatus) {
+  if (VerbTakesTarget(r.verb)) {
     auto target = j.find("target");
     if (target == j.end() || !target->is_string() || target->get<std::string>().empty()) {
       *err = std::string("bad request: ") + ControlVerbName(r.verb) + " needs a \"target\" (role, role:rank or all)";

@@ -46,6 +46,7 @@ struct AttemptRecord {
   bool start_failed = false;  ///< could not be started (pipes, fork, exec: 126/127)
   bool ready_timeout = false; ///< not ready within ready.timeout (the run exits 75)
   bool hung = false;          ///< killed by its watchdog
+  bool with_unit = false;     ///< stopped and restarted because another process of its restart unit failed
   double ready_s = 0;         ///< spawn to ready (0: never ready)
   GateFacts gate;             ///< what its worker reported of the compile gate (summary.json "gate")
 };

@@ -136,6 +136,8 @@ class ProcessUnit {
   void SetReason(const std::string& why) { p_.reason = why; }
   /// The current attempt's outcome (and reason, if given).
   void SetOutcome(AttemptOutcome o);
+  /// Its current attempt ended because its restart unit restarted (dflash_restarts_total's reason "unit").
+  void MarkWithUnit() { p_.current().with_unit = true; }
 
   // --- a start ------------------------------------------------------------------------------------------
   /// A new attempt: its record, STARTING and kSpawn. `after_warmup`: it takes no gate of its own and starts on

@@ -90,7 +90,7 @@ TEST(SupervisorCore, EveryStateAndVerbHasOneNameThatReadsBack) {
                                  AttemptOutcome::kFailed, AttemptOutcome::kFatal, AttemptOutcome::kHung,
                                  AttemptOutcome::kCollateral});
   ExpectOneNameEachAndRoundTrip(kControlVerbNames, {ControlVerb::kStatus, ControlVerb::kRestart, ControlVerb::kStop,
-                                                    ControlVerb::kStart, ControlVerb::kSignal});
+                                                    ControlVerb::kStart, ControlVerb::kSignal, ControlVerb::kMetrics});
   EXPECT_STREQ(ProcStateName(ProcState::kRunning), "RUNNING");
   ControlVerb v{};
   EXPECT_TRUE(ParseControlVerb("restart", &v));

@@ -31,6 +31,7 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
   }
   if (u.intent() == EndIntent::kRestart && !stopping()) {  // stopped because its unit restarts
     u.SetOutcome(u.view().manual ? AttemptOutcome::kRestartedByCtl : AttemptOutcome::kRestarted);
+    if (!u.view().manual) u.MarkWithUnit();
     u.Enter(ProcState::kBackoff, "stopped for a restart; " + how);
     rounds_.MaybeStopped();
     return;

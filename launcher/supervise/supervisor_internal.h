@@ -8,6 +8,7 @@
 //   supervisor_reap.cc     reaping, the end of a process, its leftovers and the orphan sweeps
 //   supervisor_reports.cc  the notify socket (reports, MAINPID claims) and what the shell reports: events.jsonl,
 //                          the live status, systemd
+//   supervisor_metrics.cc  the Prometheus metrics: served from the start, filled from the loop (docs/metrics.md)
 #pragma once
 
 #include <spdlog/logger.h>
@@ -30,6 +31,7 @@
 #include "launcher/console/console.h"
 #include "launcher/console/log_router.h"
 #include "launcher/control/control.h"
+#include "launcher/metrics/run_metrics.h"
 #include "launcher/plan/plan.h"
 #include "launcher/supervise/death_guard.h"
 #include "launcher/supervise/pid_claim.h"
@@ -48,13 +50,23 @@ struct Supervisor::Impl : public ControlHandler {
 
   /// How often, at least, the console's live status is refreshed.
   static constexpr Millis kStatusPeriod{1000};
+  /// How often the metrics registry is filled while it is served (a scrape sees values at most this old).
+  static constexpr Millis kMetricsPeriod{2000};
 
   // supervisor.cc
   Impl(const Plan& plan, SupervisorOptions options, Console* console, std::shared_ptr<spdlog::logger> log);
 
   // ControlHandler: the core answers; what it decided is carried out at once.
-  RunStatus Status() override { return core_.Status(); }
+  RunStatus Status() override {
+    RunStatus st = core_.Status();
+    if (metrics_) st.metrics_url = metrics_->url();
+    return st;
+  }
   ControlReply Apply(const ControlRequest& request) override {
+    if (request.verb == ControlVerb::kMetrics) {  // `ctl metrics`: fresh values, the text a scrape gets
+      RefreshMetrics(true);
+      return {true, "", {{"text", metrics_ ? metrics_->Text() : std::string()}}};
+    }
     ControlReply r = core_.Apply(request);
     Drain();
     return r;
@@ -108,6 +120,12 @@ struct Supervisor::Impl : public ControlHandler {
   void TellSystemd(const std::string& message);
   void WriteEvent(nlohmann::json event);
   void PublishStatus(bool force);
+  // supervisor_metrics.cc
+  void StartMetrics();
+  void StopMetrics();
+  /// Fills the registry from the core, at most once a kMetricsPeriod unless `force` (`ctl metrics`).
+  void RefreshMetrics(bool force);
+
   void Info(const std::string& text) {
     if (log_) log_->info(text);
     if (console_) console_->Supervisor("[dflash] " + text);
@@ -139,6 +157,8 @@ struct Supervisor::Impl : public ControlHandler {
   bool failure_told_ = false;   // on_failure was called
   bool status_dirty_ = true;
   SteadyTime last_status_{};
+  std::unique_ptr<RunMetrics> metrics_;  // after the core: its exposer's threads stop first
+  SteadyTime last_metrics_{};
   SteadyTime t0_ = std::chrono::steady_clock::now();
 };
 

@@ -73,6 +73,8 @@ bool Supervisor::Impl::SetUp() {
     if (log_) log_->info(n);
     if (n.rfind("cannot", 0) == 0) Warn(n);
   }
+  // After the signals are blocked (its threads inherit the mask), before the first child.
+  StartMetrics();
   return true;
 }
 
@@ -104,6 +106,7 @@ void Supervisor::Impl::Loop() {
     // per exit); while the whole run stops, once at the end.
     if (sweep_pending_ && !core_.stopping()) SweepOrphans(false);
     PublishStatus(false);
+    RefreshMetrics(false);
   }
 }
 
@@ -119,6 +122,7 @@ int Supervisor::Impl::Finish() {
   }
   TellSystemd("STOPPING=1");
   PublishStatus(true);
+  StopMetrics();
   return core_.ExitCode();
 }
 
@@ -186,6 +190,7 @@ int Supervisor::Impl::NextTimeoutMs(SteadyTime now, SteadyTime* asked) const {
   // The live view is refreshed at least once a second while someone shows it.
   if (console_) next = std::min(next, last_status_ + kStatusPeriod);
   next = std::min(next, probes_->NextDeadline());
+  if (metrics_ && !metrics_->url().empty()) next = std::min(next, last_metrics_ + kMetricsPeriod);
   *asked = next;
   if (next == SteadyTime::max()) return -1;
   if (next <= now) return 0;

@@ -19,7 +19,8 @@ kernel counts it, to the end of its first step: imports, model load and compile 
 torch.compile's cache counters when the process compiled (`fxgraph_cache_hit`/`_miss`, `autograd_cache_hit`/`_miss`,
 `dynamo_cache_hit`/`_miss`: what `seed --verify` and the summary's hit/miss columns read). The file is written at
 the first step too, so a warm-up stopped once ready still leaves its counters.
-One writer per process: a script with more to say adds it with update(), which keeps one file."""
+`checkpoint()` after a checkpoint is saved adds `last_checkpoint_unix`: the live run's metrics show its age
+(docs/metrics.md). One writer per process: a script with more to say adds it with update(), which keeps one file."""
 
 import atexit
 import collections
@@ -111,6 +112,12 @@ class TrainingMetrics:
     def update(self, **fields):
         """Adds keys of the caller's own (they never replace steps, losses or the time to the first step)."""
         self.data.update(fields)
+
+    def checkpoint(self, when=None):
+        """A checkpoint was saved (now, or at `when`, seconds since the epoch): the run's metrics show its age
+        (dflash_training_checkpoint_age_seconds, docs/metrics.md). Written at once: a checkpoint is rare."""
+        self.data["last_checkpoint_unix"] = round(time.time() if when is None else float(when), 3)
+        self.write()
 
     def snapshot(self):
         out = {**compile_counters(), **self.data}  # the script's own counters (update()) win

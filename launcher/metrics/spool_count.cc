@@ -1,0 +1,50 @@
+#include "launcher/metrics/spool_count.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <string_view>
+
+namespace dflash {
+namespace {
+
+bool IsFrame(std::string_view name) {
+  constexpr std::string_view kSuffix = ".safetensors";
+  return name.size() > kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix;
+}
+
+/// Entries of `dir` (not . and ..): every one when `frames_only` is false, else only frame files;
+/// with `subdirs`, the counts of its subdirectories instead (claimed/<consumer>/).
+int64_t Count(const std::string& dir, bool frames_only, bool subdirs = false) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  int64_t n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    if (subdirs) {
+      if (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN) n += Count(dir + "/" + e->d_name, true);
+      continue;
+    }
+    if (!frames_only || IsFrame(e->d_name)) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+}  // namespace
+
+SpoolCounts CountSpool(const std::string& root, bool with_done) {
+  SpoolCounts c;
+  struct stat st;
+  if (root.empty() || ::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return c;
+  c.present = true;
+  c.pending = Count(root + "/tmp", false);
+  c.ready = Count(root + "/ready", true);
+  c.claimed = Count(root + "/claimed", true, true);
+  if (with_done) c.done = Count(root + "/done", true);
+  c.rejected = Count(root + "/rejected", true);
+  return c;
+}
+
+}  // namespace dflash

@@ -1,0 +1,25 @@
+// How many hidden-state frames are in each state of a spool (worker/builtin/spool.h has the layout):
+// every state of a frame is the directory it is in, so counting names is the whole reading.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dflash {
+
+struct SpoolCounts {
+  bool present = false;  ///< the spool's root exists
+  int64_t pending = 0;   ///< tmp/: being written by a producer
+  int64_t ready = 0;     ///< ready/: published, not claimed yet
+  int64_t claimed = 0;   ///< claimed/<consumer>/: held by a consumer, not acknowledged yet
+  int64_t done = 0;      ///< done/: acknowledged after the training step
+  int64_t rejected = 0;  ///< rejected/: violated the contract
+};
+
+/// Counts the frames under `root` (a missing directory counts 0). Frame files are the names that end in
+/// ".safetensors"; tmp/ counts every entry, since a frame there has a temporary name.
+/// Without `with_done`, done/ is not listed (done stays 0): it only grows (a long run keeps every acknowledged
+/// frame there, 100k names take tens of ms to list), so the caller lists it less often.
+SpoolCounts CountSpool(const std::string& root, bool with_done = true);
+
+}  // namespace dflash
