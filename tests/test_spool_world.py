@@ -31,9 +31,10 @@ def fill(root, frames, bad_seq=None):
     p.finish()
 
 
-def run_world(tmp_path, kind, tail="pad", frames=10, bad_seq=None, timeout_s=60, extra_env=None):
+def run_world(tmp_path, kind, tail="pad", frames=10, bad_seq=None, timeout_s=60, extra_env=None, fill=None):
+    """`fill(root, frames)`: stages the spool (default: the module's fill with `bad_seq`)."""
     root = tmp_path / "spool"
-    fill(root, frames, bad_seq)
+    (fill or (lambda r, n: globals()["fill"](r, n, bad_seq)))(root, frames)
     port = free_port()
     env = dict(ENV, **SMALL_ENV, DFLASH_SPOOL_PRODUCERS="1", OMP_NUM_THREADS="1", **(extra_env or {}))
     env.pop("DFLASH_METRICS_FILE", None)
