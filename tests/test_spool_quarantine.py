@@ -233,6 +233,7 @@ n = src.next_sample()               # a claim sweeps: kept still maps frame 0
 size_with_view = os.path.getsize(done)
 del kept
 n["ack"]()                          # the next sweep: frame 0 has no view left
+src.release()                       # (its truncate runs on the source's thread: wait for it)
 print(size_after_ack, size_with_view, os.path.getsize(done), want == again)
 """
     r = subprocess.run([sys.executable, "-c", script], env=dict(ENV, **SMALL_ENV), capture_output=True, text=True,

@@ -15,7 +15,9 @@ reference to the mmap object, whose buffer they do not keep exported.
 import math
 import mmap
 import os
+import queue
 import sys
+import threading
 
 from dflash_launch.spool_format import header_layout
 
@@ -92,10 +94,17 @@ def _truncate(path):
 
 class Released:
     """Acknowledged frames whose bytes go once no view maps them: drop(frame, path) now if it is unmapped, else
-    at the first sweep() after its last view died (the source sweeps at every claim and acknowledgement)."""
+    at the first sweep() after its last view died (the source sweeps at every claim and acknowledgement).
+
+    Freeing a 100 MB tmpfs file's pages takes about as long as a memcpy of it; a thread of this object's own
+    does the truncates, so a consumer's next claim and its step do not wait for them (the syscall leaves the
+    GIL). flush() waits for it."""
 
     def __init__(self, torch=None):
         self.torch, self.waiting = torch, []
+        self._queue, self._thread = queue.SimpleQueue(), None
+        self._pending = 0
+        self._done = threading.Condition()
 
     def drop(self, frame, path):
         self.waiting.append((frame, path))
@@ -109,6 +118,31 @@ class Released:
                 continue
             if frame is not None:
                 frame.release(self.torch)
-            _truncate(path)
+            self._truncate_later(path)
         self.waiting = still
         return len(still)
+
+    def flush(self):
+        """Waits until every truncate handed to the thread is done."""
+        with self._done:
+            self._done.wait_for(lambda: self._pending == 0)
+
+    def _truncate_later(self, path):
+        with self._done:
+            self._pending += 1
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._truncates, name="spool-release", daemon=True)
+            self._thread.start()
+        self._queue.put(path)
+
+    def _truncates(self):
+        while True:
+            path = self._queue.get()
+            try:
+                _truncate(path)
+            except OSError:
+                pass  # the record (the name) is what counts; a byte count left over is only RAM until the end
+            finally:
+                with self._done:
+                    self._pending -= 1
+                    self._done.notify_all()

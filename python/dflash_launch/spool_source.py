@@ -180,8 +180,11 @@ class SpoolSource:
 
     def release(self):
         """Drops the bytes of the acknowledged frames no tensor maps any more (truncated: the name in done/ is
-        the record); how many still wait for their last view. Every claim and acknowledgement calls it."""
-        return self._released.sweep()
+        the record) and waits until they are gone; how many still wait for their last view. Every claim and
+        acknowledgement does the same without the wait (a thread of the source's truncates)."""
+        still = self._released.sweep()
+        self._released.flush()
+        return still
 
     def write_manifest_if_final(self):
         """Whoever acknowledges the last frame writes the manifest (every
@@ -212,9 +215,10 @@ class SpoolSource:
             if self._synth is None:
                 self._synth = self._synthetic(torch)
             return next(self._synth)
-        self.release()
+        self._released.sweep()
         c = self._next()
         if c is None:
+            self._released.flush()
             self.write_manifest_if_final()
             return None
         try:
