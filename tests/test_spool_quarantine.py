@@ -292,3 +292,70 @@ def test_pin_on_a_machine_without_cuda_delivers_pageable_views(tmp_path):
     s["ack"]()
     del s
     assert src.release() == 0
+
+
+# --- under the launcher: a world of 2 ranks, a producer that publishes garbage ------
+
+GARBAGE_TARGET = r"""
+import os, torch
+from dflash_launch import contract_from_env
+from dflash_launch.spool import SpoolProducer, frame_file
+p = SpoolProducer.from_env(contract_from_env())
+for seq in range(3):
+    p.publish(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32)))
+name = frame_file(p.name, p.next_seq)  # then a frame whose header is a JSON list, renamed in like any other
+tmp = os.path.join(p.paths.tmp, name + ".tmp")
+open(tmp, "wb").write((8).to_bytes(8, "little") + b"[1, 2] " + bytes(64))
+os.rename(tmp, os.path.join(p.paths.ready, name))
+p.next_seq += 1
+for seq in range(3):
+    p.publish(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32)))
+p.finish()
+"""
+
+WORLD_DRAFTER = r"""
+import torch
+from dflash_launch import contract_from_env, init_process_group
+from dflash_launch.spool_world import WorldSource
+init_process_group("gloo")
+for s in WorldSource.from_env(contract_from_env()):
+    s["hidden"].float().sum()
+"""
+
+
+def test_a_world_role_meets_an_unreadable_frame_exits_65_and_is_not_restarted(launch, tmp_path):
+    """#46.1 under dflash-launch: before, the drafter world restarted on the same frame until its budget was
+    gone. Now the rank that claims it quarantines it and exits 65, its peer stops with 65 in the same round
+    naming the producer and the frame, and the world is not restarted."""
+    from supervise import write_config
+    (tmp_path / "target.py").write_text(GARBAGE_TARGET)
+    (tmp_path / "drafter.py").write_text(WORLD_DRAFTER)
+    from test_spool import SMALL
+    cfg = write_config(tmp_path, f'spool_dir = "{tmp_path}/spool"\n' + SMALL + f"""
+[[role]]
+name = "target"
+cpu = 1
+spool = "produce"
+command = ["python", "{tmp_path}/target.py"]
+
+[[role]]
+name = "drafter"
+cpu = 2
+spool = "consume"
+world = "role"
+command = ["python", "{tmp_path}/drafter.py"]
+restart = {{ policy = "on-failure", scope = "role", max = 3, backoff = "100ms..100ms" }}
+""")
+    r = launch(cfg, env=ENV)
+    assert r.wait(timeout=300) == 65, r.out[-3000:] + r.err
+    s = r.summary()
+    procs = {p["name"]: p for p in s["processes"]}
+    assert procs["drafter:0"]["restarts"] == 0 and procs["drafter:1"]["restarts"] == 0, procs
+    bad = "target:0-0000000003.safetensors"
+    errs = {n: (tmp_path / procs[n]["log"]["stderr"]).read_text() for n in ("drafter:0", "drafter:1")}
+    culprit = [n for n, e in errs.items() if f"frame {bad} from producer target:0 does not match [model]" in e]
+    assert len(culprit) == 1, errs
+    peer = ({"drafter:0", "drafter:1"} - set(culprit)).pop()
+    assert f"frame {bad} from producer target:0 (not a frame the contract can read)" in errs[peer], errs[peer]
+    assert "the header is a list, not a JSON object" in errs[culprit[0]]
+    assert all(e.count("Traceback") == 1 for e in errs.values())  # one attempt each
