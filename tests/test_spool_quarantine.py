@@ -305,7 +305,7 @@ for seq in range(3):
     p.publish(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32)))
 name = frame_file(p.name, p.next_seq)  # then a frame whose header is a JSON list, renamed in like any other
 tmp = os.path.join(p.paths.tmp, name + ".tmp")
-open(tmp, "wb").write((8).to_bytes(8, "little") + b"[1, 2] " + bytes(64))
+open(tmp, "wb").write((8).to_bytes(8, "little") + b"[1, 2]  " + bytes(64))
 os.rename(tmp, os.path.join(p.paths.ready, name))
 p.next_seq += 1
 for seq in range(3):
