@@ -359,3 +359,12 @@ restart = {{ policy = "on-failure", scope = "role", max = 3, backoff = "100ms..1
     assert f"frame {bad} from producer target:0 (not a frame the contract can read)" in errs[peer], errs[peer]
     assert "the header is a list, not a JSON object" in errs[culprit[0]]
     assert all(e.count("Traceback") == 1 for e in errs.values())  # one attempt each
+
+
+def test_the_gpu_checks_pinned_spool_runs_on_cpu(tmp_path):
+    """gpu-check's (f) on this CPU machine: the same code path, views pageable, ok; on CUDA it must pin."""
+    from dflash_launch import spool_pin_check
+    c = spool_pin_check.gpu_check("cpu", tmp_path)
+    assert c["ok"] and c["equal"] and not c["pinned"] and c["device"] == "cpu", c
+    assert "(f) pinned  ok" in spool_pin_check.summary_line(c)
+    assert not (tmp_path / "pinned-spool").exists()
