@@ -127,19 +127,16 @@ def spool_bytes(paths):
         pass
     total = 0
     for d in dirs:
-        for f in _listdir(d):
-            try:
-                total += os.stat(os.path.join(d, f), follow_symlinks=False).st_blocks * 512
-            except FileNotFoundError:
-                pass
+        try:
+            with os.scandir(d) as entries:
+                for e in entries:
+                    try:
+                        total += e.stat(follow_symlinks=False).st_blocks * 512
+                    except FileNotFoundError:
+                        pass  # claimed or acknowledged meanwhile
+        except FileNotFoundError:
+            pass
     return total
-
-
-def _listdir(d):
-    try:
-        return os.listdir(d)
-    except FileNotFoundError:
-        return []
 
 
 @contextlib.contextmanager
