@@ -39,6 +39,9 @@ def check_cpu_report(report, stdout, summary_text, package, steps):
         assert s[k] is True, (k, s)
     assert "x.reshape(1, 2000, 25600)" in s["stacked_message"]
 
+    f = c["pinned_spool"]  # (f): the pinned-view path of the spool, on CPU: pageable views, equal values
+    assert f["ok"] and f["equal"] and f["pinned"] is False and f["device"] == "cpu", f
+
     u = c["ungated"]  # (d)
     assert u["ok"] and u["exit_code"] == 0 and u["gated"] is False and len(u["compile_s"]) == 3
     for p in u["processes"]:
@@ -46,4 +49,5 @@ def check_cpu_report(report, stdout, summary_text, package, steps):
 
     assert summary_text.startswith("dflash gpu-check (cpu): PASS")
     assert "(b) cross   -" in summary_text and "no GPU" in summary_text
+    assert "(f) pinned  ok" in summary_text
     assert summary_text in stdout

@@ -246,7 +246,8 @@ def test_python_source_takes_back_its_claims_and_acks_once(tmp_path):
     p.publish_weights(torch.randn(64, 32), torch.randn(64, 32))
     for _ in range(3):
         p.publish(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32)))
-    first = iter(SpoolSource(root, "d:0", CONTRACT, producers=1))
+    src1 = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    first = iter(src1)
     s0 = next(first)
     s0["ack"]()
     next(first)  # claimed, never acknowledged: this attempt "dies"
@@ -261,6 +262,12 @@ def test_python_source_takes_back_its_claims_and_acks_once(tmp_path):
     m, final = manifest(root, 1)
     assert final and m["exactly_once"] and m["producers"]["t:0"]["consumed"] == 3
     assert sorted(parse_frame_file(f)[1] for f in os.listdir(root / "done")) == [0, 1, 2]
+    # A frame's bytes go after its ack and its last view: s0 still maps frame 0, x (the last sample) frame 2.
+    sizes = {parse_frame_file(f)[1]: os.path.getsize(root / "done" / f) for f in os.listdir(root / "done")}
+    assert sizes[1] == 0 and sizes[0] > 0 and sizes[2] > 0, sizes
+    assert x["hidden"].shape == (1, 32, 96) and again.release() == 1 and src1.release() == 1
+    del x, s0
+    assert again.release() == 0 and src1.release() == 0
     assert all(os.path.getsize(root / "done" / f) == 0 for f in os.listdir(root / "done"))
     w = again.shared_weights()
     assert w["embed.weight"].shape == (64, 32)

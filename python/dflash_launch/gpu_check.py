@@ -34,7 +34,7 @@ import sysconfig
 import time
 
 import dflash_launch
-from dflash_launch import HiddenStateContractError, check_hidden_states, pipeline_twin
+from dflash_launch import HiddenStateContractError, check_hidden_states, pipeline_twin, spool_pin_check
 from dflash_launch._extras import require
 
 FORMAT = "dflash-gpu-check/1"
@@ -393,6 +393,8 @@ def summary_text(report):
     if u:
         lines.append(f"  (d) ungated {'ok  ' if u['ok'] else 'FAIL'} compile s {u['compile_s']} "
                      f"(gated: {g['compile_s'] if g else None})")
+    if c.get("pinned_spool"):
+        lines.append(spool_pin_check.summary_line(c["pinned_spool"]))
     if c.get("pipeline"):
         lines.append(pipeline_twin.summary_line(c["pipeline"]))
     pf = c.get("preflight")
@@ -475,6 +477,7 @@ def main(argv=None):
     checks["gated"] = drafter_run(mode, launcher, out, "gated", True, n_gpus, args.steps, timeouts)
     checks["cross_gpu"] = cross_gpu(mode, n_gpus, checks["gated"])
     checks["shape_contract"] = shape_contract(mode, launcher, out)
+    checks["pinned_spool"] = spool_pin_check.gpu_check(mode, out)
     checks["ungated"] = drafter_run(mode, launcher, out, "ungated", False, n_gpus, args.steps, timeouts)
     if args.pipeline:
         checks["pipeline"] = pipeline_twin.gpu_check(args.pipeline, mode, n_gpus, launcher, out, timeouts["run"])

@@ -150,16 +150,71 @@ def check_frame(contract, metadata, tensors, frame):
              "publish the token ids of each sample with its hidden states, as int64 [batch, seq_len]")
 
 
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+_MAX_HEADER = 100 << 20  # worker/builtin/safetensors.cc's kMaxHeader
+
+
+def _kind(x):
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null"}.get(type(x), type(x).__name__)
+
+
+def header_layout(data):
+    """(metadata, {name: (dtype, shape, begin, end)}) of safetensors bytes (bytes or
+    a mapping; begin/end are absolute offsets), checked as strictly as the C++
+    reader (worker/builtin/safetensors.cc ParseHeader): ValueError saying what is
+    wrong for anything else (truncated data, a header that is not an object, a
+    __metadata__ that is not an object of strings, holes, unknown dtypes)."""
+    size = len(data)
+    if size < 8:
+        raise ValueError(f"not a safetensors file: {size} bytes, shorter than the 8-byte header length")
+    (n,) = struct.unpack_from("<Q", data, 0)
+    if n > _MAX_HEADER or 8 + n > size:
+        raise ValueError(f"not a safetensors file: header length {n} does not fit in {size} bytes")
+    try:
+        header = json.loads(bytes(data[8:8 + n]))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"not a safetensors file: the header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"not a safetensors file: the header is {_kind(header)}, not a JSON object")
+    meta = header.pop("__metadata__", None)
+    meta = {} if meta is None else meta
+    if not isinstance(meta, dict):
+        raise ValueError(f"__metadata__ is {_kind(meta)}, not an object")
+    for k, v in meta.items():
+        if not isinstance(v, str):
+            raise ValueError(f"__metadata__.{k} is {_kind(v)}, not a string")
+    start, data_size, tensors = 8 + n, size - 8 - n, {}
+    for name, e in header.items():
+        if not isinstance(e, dict):
+            raise ValueError(f"tensor {name}: its entry is {_kind(e)}, not an object")
+        dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
+            raise ValueError(f"tensor {name}: dtype {dtype!r} is not one of {', '.join(_ITEMSIZE)}")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"tensor {name}: shape {shape!r} is not a list of sizes")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int and o >= 0 for o in offs)):
+            raise ValueError(f"tensor {name}: data_offsets {offs!r} are not two byte offsets")
+        want = _ITEMSIZE[dtype]
+        for d in shape:
+            want *= d
+        if offs[1] < offs[0] or offs[1] - offs[0] != want or offs[1] > data_size:
+            raise ValueError(f"tensor {name}: data_offsets {offs} do not hold dtype x shape = {want} bytes inside "
+                             f"{data_size} (a truncated frame?)")
+        tensors[name] = (dtype, shape, start + offs[0], start + offs[1])
+    at = start
+    for name, (_, _, begin, end) in sorted(tensors.items(), key=lambda kv: kv[1][2]):
+        if begin != at:
+            raise ValueError(f"tensor {name}: the data section has a hole or an overlap at byte {at - start}")
+        at = end
+    if at != size:
+        raise ValueError(f"the data section holds {data_size} bytes, the tensors {at - start}")
+    return meta, tensors
+
+
 def parse_header(data):
-    """(metadata, {name: (dtype, shape)}) of safetensors bytes."""
-    if len(data) < 8:
-        raise ValueError("not a safetensors file: shorter than 8 bytes")
-    (n,) = struct.unpack("<Q", data[:8])
-    if 8 + n > len(data):
-        raise ValueError(f"not a safetensors file: header length {n} does not fit in {len(data)} bytes")
-    header = json.loads(bytes(data[8:8 + n]))
-    meta = header.pop("__metadata__", {}) or {}
-    return meta, {k: (v["dtype"], v["shape"]) for k, v in header.items()}
+    """(metadata, {name: (dtype, shape)}) of safetensors bytes (header_layout's checks)."""
+    meta, layout = header_layout(data)
+    return meta, {k: (v[0], v[1]) for k, v in layout.items()}
 
 
 def frame_bytes(hidden, tokens, metadata):

@@ -3,28 +3,34 @@ the shared weights) for the drafters."""
 
 import json
 import os
-import time
 
 from dflash_launch._extras import require
 from dflash_launch.spool_dirs import Paths, _atomic_write, _create_private, _frames, _manifest_path, \
     _rename_noreplace, write_manifest_if_final
 from dflash_launch.spool_format import (WEIGHTS_FORMAT, FrameContractError, SpoolError, _exit_on_contract_error,
-                                        _st_dtype, check_frame, frame_bytes, frame_file, frame_metadata,
+                                        _st_dtype, check_frame, frame_file, frame_metadata,
                                         parse_frame_file)
 from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _warmup_spent
+from dflash_launch.spool_write import default_max_bytes, reserve_room, write_frame
 
 
 class SpoolProducer:
     """Publishes frames for the drafters (a Python target). Resumes after its
     highest sequence number in the spool and removes its half-written temp
-    files; waits while ready/ holds `max_ready` frames. In a warm-up it checks
-    and discards what it publishes."""
+    files; waits while ready/ holds `max_ready` frames or the spool's frames hold
+    `max_bytes` (spool_write.reserve_room). A frame is written once, from the
+    tensors' memory, into pages allocated first: a filesystem that cannot hold
+    it raises SpoolFull with nothing published. In a warm-up it checks and
+    discards what it publishes."""
 
     def __init__(self, root, name, contract, max_ready=16, producers=None, manifest_path=None, warmup=None,
-                 warmup_frames=WARMUP_FRAMES):
+                 warmup_frames=WARMUP_FRAMES, max_bytes=None):
         """`producers` (default $DFLASH_SPOOL_PRODUCERS) and `manifest_path`
-        (default $DFLASH_RUN_DIR/spool.json): for the manifest at finish()."""
+        (default $DFLASH_RUN_DIR/spool.json): for the manifest at finish().
+        `max_bytes`: the byte budget (default spool_write.default_max_bytes:
+        $DFLASH_SPOOL_MAX_BYTES, else half the filesystem's free space)."""
         self.paths, self.name, self.contract, self.max_ready = Paths(root), name, contract, max(1, int(max_ready))
+        self.max_bytes, self._staging = max_bytes, {}
         self.producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0) if producers is None else producers
         self.manifest_path = manifest_path or _manifest_path(self.paths.root)
         self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
@@ -34,6 +40,8 @@ class SpoolProducer:
             self.next_seq, self.finished = 0, False
             return  # a warm-up publishes nothing: the drafters' frames come from the real targets
         self.paths.create()
+        if self.max_bytes is None:
+            self.max_bytes = default_max_bytes(self.paths.root)
         for f in os.listdir(self.paths.tmp):
             pf = parse_frame_file(f[:-4]) if f.endswith(".tmp") else None
             if (pf and pf[0] == name) or f.endswith(f"@{name}.tmp"):
@@ -87,17 +95,28 @@ class SpoolProducer:
                 _warmup_spent(self.name, self.discarded, "frames published (and discarded)")
             self.discarded += 1
             return seq
-        delay = 1e-4
-        while len(_frames(self.paths.ready)) >= self.max_ready:
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
         f = frame_file(self.name, seq)
         tmp = os.path.join(self.paths.tmp, f + ".tmp")
-        with _create_private(tmp) as out:
-            out.write(frame_bytes(hidden, tokens, meta))
+        # tokens (int64) first: with the header padded to 8, every tensor's view is aligned.
+        tensors = {"tokens": self._host("tokens", tokens), "hidden": self._host("hidden", hidden)}
+        write_frame(tmp, tensors, meta,
+                    reserve=lambda size: reserve_room(self.paths, size, self.max_bytes, self.max_ready))
         _rename_noreplace(tmp, os.path.join(self.paths.ready, f))
         self.next_seq = seq + 1
         return seq
+
+    def _host(self, key, t):
+        """`t` contiguous in host memory; a GPU tensor lands in a pinned staging buffer kept for the next frame
+        (an asynchronous-capable D2H copy, no pageable bounce)."""
+        t = t.detach()
+        if t.device.type == "cpu":
+            return t.contiguous()
+        torch = require("torch", "publishing GPU tensors")
+        buf = self._staging.get(key)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            buf = self._staging[key] = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        buf.copy_(t)
+        return buf
 
     def publish_weights(self, embed, lm_head):
         """Publishes the target's embedding and LM head ([vocab, hidden] each) for

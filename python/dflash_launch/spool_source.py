@@ -9,14 +9,15 @@ from dflash_launch.spool_dirs import (Paths, _atomic_write, _frames, _manifest_p
                                       private_makedirs, write_manifest_if_final)
 from dflash_launch.spool_format import (FrameContractError, SpoolError, _exit_on_contract_error, check_frame,
                                         parse_frame_file, parse_header)
+from dflash_launch.spool_mapped import MappedFrame, Released
 from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _synthetic_frame, _warmup_spent
 
 
 class _Claimed:
-    __slots__ = ("file", "path", "producer", "seq", "taken_back")
+    __slots__ = ("file", "path", "producer", "seq", "taken_back", "mapped")
 
     def __init__(self, file, path, taken_back):
-        self.file, self.path, self.taken_back = file, path, taken_back
+        self.file, self.path, self.taken_back, self.mapped = file, path, taken_back, None
         self.producer, self.seq = parse_frame_file(file)
 
 
@@ -25,15 +26,25 @@ class SpoolSource:
     "frame", "taken_back", "ack"} per frame; call sample["ack"]() after the
     step. It first takes back what an earlier attempt of this consumer (same
     name) claimed and never acknowledged; it ends when every producer has
-    finished and nothing is left to claim. A frame that violates the contract
-    goes to rejected/ and raises FrameContractError (exit 65 in the drafter)."""
+    finished and nothing is left to claim. A frame that violates the contract,
+    or cannot be read as the contract says (any parse error), is quarantined in
+    rejected/ with its reason and raises FrameContractError (exit 65).
+
+    A sample's "hidden" and "tokens" are views of the frame's mapped pages
+    (dflash_launch.spool_mapped: no copy; an in-place write copies the page for
+    this process, never the spool's bytes). They stay valid for as long as the
+    trainer keeps them: the frame's bytes are dropped only after its ack and its
+    last view. pin=True page-locks each mapping for CUDA (a non-blocking H2D
+    copy of a view; nothing where CUDA is absent)."""
 
     def __init__(self, root, name, contract, producers=0, manifest_path=None, warmup=None,
-                 warmup_frames=WARMUP_FRAMES):
+                 warmup_frames=WARMUP_FRAMES, pin=False):
         """`producers`: how many producers will mark their end; `manifest_path`:
         default $DFLASH_RUN_DIR/spool.json (the spool dir is deleted after the
         run). `warmup` (default: DFLASH_WARMUP=1): synthetic frames only."""
         self.paths, self.name, self.contract, self.producers = Paths(root), name, contract, int(producers)
+        self.pin, self.pinned = bool(pin), 0
+        self._released = Released(require("torch", "reading spool frames as tensors") if pin else None)
         self.manifest_path = manifest_path or _manifest_path(self.paths.root)
         self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
         self.taken_back = self.acked = self.synthetic = 0
@@ -87,8 +98,13 @@ class SpoolSource:
             delay = min(delay * 2, 0.05)
         with open(self.paths.weights, "rb") as f:
             data = f.read()
-        meta, _ = parse_header(data)
-        w = load(data)
+        try:
+            meta, _ = parse_header(data)
+            w = load(data)
+        except Exception as e:  # noqa: BLE001 -- whatever fails to read them, they are the producer's fault: 65
+            raise FrameContractError("weights.safetensors", "(unknown)", "the shared weights cannot be read",
+                                     "a safetensors file of embed.weight and lm_head.weight", f"{type(e).__name__}: {e}",
+                                     "publish them with SpoolProducer.publish_weights or the builtin target") from None
         vocab, hidden = self.contract["vocab"], self.contract["hidden"]
         for k in ("embed.weight", "lm_head.weight"):
             got = list(w[k].shape) if k in w else None
@@ -141,9 +157,14 @@ class SpoolSource:
             delay = min(delay * 2, 0.01)
 
     def reject(self, claimed, reason):
+        """Quarantines a claimed frame: rejected/<frame> and its reason beside it; never delivered again (a
+        restart takes back claimed/ only, a producer resumes past it, the manifest lists it)."""
         dst = os.path.join(self.paths.rejected, claimed.file)
         _atomic_write(dst + ".reason", reason + "\n")
         os.rename(claimed.path, dst)
+        if claimed.mapped is not None and not claimed.mapped.in_use():
+            claimed.mapped.release()
+        claimed.mapped = None
 
     def ack(self, claimed):
         dst = os.path.join(self.paths.done, claimed.file)
@@ -152,9 +173,18 @@ class SpoolSource:
         except FileExistsError:
             raise SpoolError(f"frame {claimed.file} was acknowledged before (done/ has it): producer "
                              f"{claimed.producer} published sequence number {claimed.seq} twice") from None
-        os.truncate(dst, 0)  # the name is the record; the bytes can go
+        self._released.drop(claimed.mapped, dst)  # the name is the record; the bytes go with the last view
+        claimed.mapped = None
         self.acked += 1
         self.write_manifest_if_final()
+
+    def release(self):
+        """Drops the bytes of the acknowledged frames no tensor maps any more (truncated: the name in done/ is
+        the record) and waits until they are gone; how many still wait for their last view. Every claim and
+        acknowledgement does the same without the wait (a thread of the source's truncates)."""
+        still = self._released.sweep()
+        self._released.flush()
+        return still
 
     def write_manifest_if_final(self):
         """Whoever acknowledges the last frame writes the manifest (every
@@ -185,35 +215,48 @@ class SpoolSource:
             if self._synth is None:
                 self._synth = self._synthetic(torch)
             return next(self._synth)
-        load = require("safetensors.torch", "reading spool frames as tensors").load
+        self._released.sweep()
         c = self._next()
         if c is None:
+            self._released.flush()
             self.write_manifest_if_final()
             return None
-        with open(c.path, "rb") as f:
-            data = f.read()
         try:
-            try:
-                meta, tensors = parse_header(data)
-            except (ValueError, KeyError) as e:
-                raise FrameContractError(c.file, c.producer, "not a safetensors frame", "a safetensors file",
-                                         str(e), "publish with SpoolProducer or the builtin target") from None
-            # The contract, before any compute.
-            check_frame(self.contract, meta, tensors, c.file)
-            t = load(data)
-            tokens, hidden = t["tokens"], t["hidden"]
-            bad = (tokens < 0) | (tokens >= self.contract["vocab"])
-            if bool(bad.any()):
-                i = int(bad.flatten().nonzero()[0])
-                raise FrameContractError(c.file, meta.get("producer") or "(unnamed)", "token id out of range",
-                                         f"ids in [0, {self.contract['vocab']})",
-                                         f"id {int(tokens.flatten()[i])} at position {i}",
-                                         "publish ids of the target's vocabulary, or set [model] vocab")
+            hidden, tokens = self._read(torch, c)
         except FrameContractError as e:
             self.reject(c, str(e))
             raise
+        except OSError:
+            raise  # the spool's files, not the frame: a restartable failure
+        except Exception as e:  # noqa: BLE001 -- any other failure to read it is the frame's: quarantined, 65
+            err = FrameContractError(c.file, c.producer, "not a frame the contract can read",
+                                     "a safetensors file of \"hidden\" and \"tokens\" with a metadata object",
+                                     f"{type(e).__name__}: {e}",
+                                     "publish with dflash_launch.spool.SpoolProducer or the builtin target; the frame "
+                                     f"is quarantined in {self.paths.rejected}")
+            self.reject(c, str(err))
+            raise err from None
         return {"hidden": hidden, "tokens": tokens.to(torch.long), "seq": c.seq, "producer": c.producer,
                 "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
+
+    def _read(self, torch, c):
+        """(hidden, tokens) of claimed frame `c`: views of its mapping, checked against [model] before any
+        compute (the header, then every token id, read in the mapping)."""
+        c.mapped = m = MappedFrame(c.path)
+        meta = m.meta
+        # The contract, before any compute.
+        check_frame(self.contract, meta, {k: (v[0], v[1]) for k, v in m.layout.items()}, c.file)
+        tokens, hidden = m.tensor(torch, "tokens"), m.tensor(torch, "hidden")
+        bad = (tokens < 0) | (tokens >= self.contract["vocab"])
+        if bool(bad.any()):
+            i = int(bad.flatten().nonzero()[0])
+            raise FrameContractError(c.file, meta.get("producer") or "(unnamed)", "token id out of range",
+                                     f"ids in [0, {self.contract['vocab']})",
+                                     f"id {int(tokens.flatten()[i])} at position {i}",
+                                     "publish ids of the target's vocabulary, or set [model] vocab")
+        if self.pin and m.pin(torch):
+            self.pinned += 1
+        return hidden, tokens
 
     def __iter__(self):
         return iter(self.next_sample, None)

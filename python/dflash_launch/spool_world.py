@@ -13,9 +13,10 @@ all_gather of a flag per rank, over gloo) on what each of them holds:
   twice; with tail="drop" (drop_last=True) the holders acknowledge their frames without a step, counted in
   stats()["frames_dropped"] and said on stderr, so no frame is trained on twice and at most world-1 are not
   trained on. Either way that round is the last.
-- a rank's frame violates [model]: it goes to rejected/ and that rank raises FrameContractError (exit 65); the
-  others raise WorldFrameRejected (a FrameContractError: exit 65 too, never restarted) instead of waiting in a
-  collective for a rank that is gone. The frames they hold stay claimed: a restarted world takes them back.
+- a rank's frame violates [model] or cannot be read as it says (any parse error): it is quarantined in
+  rejected/ with its reason and that rank raises FrameContractError (exit 65); the others raise WorldFrameRejected
+  (a FrameContractError: exit 65 too, never restarted), naming the frame and its producer, instead of waiting in
+  a collective for a rank that is gone. The frames they hold stay claimed: a restarted world takes them back.
 - a rank's spool fails otherwise (an OSError, a SpoolError): that rank raises it, and the others raise
   WorldSpoolFailed (exit 1, restarted by policy) instead of waiting for it in the agreement.
 
@@ -61,14 +62,19 @@ class WorldSpoolFailed(SpoolError):
 class WorldFrameRejected(FrameContractError):
     """A peer's frame violated [model]: this rank stops with it (exit 65) rather than wait for it."""
 
-    def __init__(self, name, rank, bad_ranks):
-        self.frame, self.producer, self.what = None, None, "a peer's frame was rejected"
+    def __init__(self, name, rank, bad_ranks, frames=None):
+        """`frames`: {rank: (frame, producer, what)} of the bad ranks, as they said in the agreement."""
+        frames = frames or {}
+        first = frames.get(bad_ranks[0], (None, None, None))
+        self.frame, self.producer, self.what = first[0], first[1], "a peer's frame was rejected"
         self.expected = self.found = self.fix = ""
         who = ", ".join(str(r) for r in bad_ranks)
+        named = "; ".join(f"rank {r}: frame {frames[r][0]} from producer {frames[r][1]} ({frames[r][2]})"
+                          for r in bad_ranks if r in frames)
         super(FrameContractError, self).__init__(
-            f"{name} (rank {rank}) stops: the frame of rank {who} violated [model] and was rejected (its stderr "
-            f"says why); a world cannot step without one of its ranks. The frames this rank holds stay claimed: "
-            f"a restart takes them back")
+            f"{name} (rank {rank}) stops: the frame of rank {who} violated [model] and was quarantined in "
+            f"rejected/ ({named or 'its stderr says why'}); a world cannot step without one of its ranks. The "
+            f"frames this rank holds stay claimed: a restart takes them back")
 
 
 def _group_for(dist, group):
@@ -152,6 +158,16 @@ class WorldSource:
     def _peer(self, rank):
         return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
 
+    def _bad_frames(self, error):
+        """{rank: (frame, producer, what)} of the ranks whose frame was rejected this round (a collective every
+        rank joins once a flag said _BAD), so each peer's verdict names the frame and its producer."""
+        mine = None
+        if isinstance(error, FrameContractError):
+            mine = (error.frame, error.producer, error.what)
+        every = [None] * self.world
+        self.dist.all_gather_object(every, mine, group=self.group)
+        return {r: x for r, x in enumerate(every) if x is not None}
+
     def _pad(self, sample, flags):
         """The tail, pad: each rank without a frame gets a copy of one a holder has (holders in turn)."""
         torch, dist = self.torch, self.dist
@@ -203,11 +219,12 @@ class WorldSource:
         if error is not None:
             flag = _BAD if isinstance(error, FrameContractError) else _FAIL
         flags = self._gather(flag)
+        bad = [r for r, f in enumerate(flags) if f == _BAD]
+        frames = self._bad_frames(error) if bad else {}
         if error is not None:
             raise error
-        bad = [r for r, f in enumerate(flags) if f == _BAD]
         if bad:
-            raise WorldFrameRejected(self.name, self.rank, bad)
+            raise WorldFrameRejected(self.name, self.rank, bad, frames)
         failed = [r for r, f in enumerate(flags) if f == _FAIL]
         if failed:
             raise WorldSpoolFailed(self.name, self.rank, failed)
