@@ -70,7 +70,7 @@ bool SockaddrText(const sockaddr_storage& ss, std::string* address, int* port) {
   return false;
 }
 
-/// One row of /proc/net/tcp{,6}.
+/// One row of /proc/net/tcp{,6}: addresses as ParseProcAddress writes them (an IPv4-mapped one not unmapped).
 struct TcpRow {
   std::string local, remote, state;
   int local_port = 0, remote_port = 0;
@@ -95,8 +95,6 @@ void ForEachRow(const std::string& path, F each) {
     if (!(f >> sl >> local >> remote >> r.state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
     if (!ParseProcAddress(local, &r.local, &r.local_port) || !ParseProcAddress(remote, &r.remote, &r.remote_port))
       continue;
-    r.local = Unmapped(r.local);
-    r.remote = Unmapped(r.remote);
     r.uid = static_cast<uid_t>(uid);
     r.inode = static_cast<ino_t>(inode);
     if (each(r)) return;
@@ -104,26 +102,11 @@ void ForEachRow(const std::string& path, F each) {
 }
 
 void ReadTable(const std::string& path, int port, std::vector<TcpListener>* out) {
-  std::string text, err;
-  if (!ReadFile(path, &text, &err)) return;
-  std::istringstream lines(text);
-  std::string line;
-  std::getline(lines, line);  // the header
-  while (std::getline(lines, line)) {
-    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
-    std::istringstream f(line);
-    std::string sl, local, remote, state, queues, timer, retr;
-    unsigned long uid = 0, timeout = 0, inode = 0;
-    if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
-    if (state != kListen) continue;
-    TcpListener l;
-    int p = 0;
-    if (!ParseProcAddress(local, &l.address, &p) || p != port) continue;
-    l.address += ":" + std::to_string(port);
-    l.uid = static_cast<uid_t>(uid);
-    l.inode = static_cast<ino_t>(inode);
-    out->push_back(std::move(l));
-  }
+  ForEachRow(path, [&](const TcpRow& r) {
+    if (r.state == kListen && r.local_port == port)
+      out->push_back(TcpListener{r.local + ":" + std::to_string(port), r.uid, r.inode});
+    return false;
+  });
 }
 
 /// Calls `each(inode)` for every socket among `pid`'s fds; stops when it returns true.
@@ -184,7 +167,8 @@ PeerProof ProvePeer(int fd, pid_t root, std::string* who) {
   bool found = false;
   for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
     ForEachRow(path, [&](const TcpRow& r) {
-      found = r.local == their_addr && r.local_port == their_port && r.remote == my_addr && r.remote_port == my_port;
+      found = Unmapped(r.local) == their_addr && r.local_port == their_port && Unmapped(r.remote) == my_addr &&
+              r.remote_port == my_port;
       if (found) far = r;
       return found;
     });
