@@ -7,7 +7,7 @@ import time
 
 from dflash_launch._extras import require
 from dflash_launch.spool_dirs import Paths, _atomic_write, _create_private, _frames, _manifest_path, \
-    _rename_noreplace, write_manifest_if_final
+    _rename_noreplace, pending_frames, write_manifest_if_final
 from dflash_launch.spool_format import (WEIGHTS_FORMAT, FrameContractError, SpoolError, _exit_on_contract_error,
                                         _st_dtype, check_frame, frame_bytes, frame_file, frame_metadata,
                                         parse_frame_file)
@@ -17,7 +17,7 @@ from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _warmup_spent
 class SpoolProducer:
     """Publishes frames for the drafters (a Python target). Resumes after its
     highest sequence number in the spool and removes its half-written temp
-    files; waits while ready/ holds `max_ready` frames. In a warm-up it checks
+    files; waits while ready/ holds `max_ready` frames of its own. In a warm-up it checks
     and discards what it publishes."""
 
     def __init__(self, root, name, contract, max_ready=16, producers=None, manifest_path=None, warmup=None,
@@ -39,8 +39,10 @@ class SpoolProducer:
             if (pf and pf[0] == name) or f.endswith(f"@{name}.tmp"):
                 os.unlink(os.path.join(self.paths.tmp, f))
         dirs = [self.paths.ready] + [self.paths.claimed_by(c) for c in os.listdir(self.paths.claimed)]
+        pending = [f for c in os.listdir(self.paths.pending) for _, f, _ in pending_frames(self.paths.root, c)]
         dirs += [self.paths.done, self.paths.rejected]
         seqs = [s for d in dirs for p, s in map(parse_frame_file, _frames(d)) if p == name]
+        seqs += [s for p, s in map(parse_frame_file, pending) if p == name]  # acknowledged, awaiting a checkpoint
         self.next_seq = max(seqs, default=-1) + 1
         self.finished = os.path.exists(os.path.join(self.paths.producers, f"{name}.done"))
 
@@ -88,7 +90,9 @@ class SpoolProducer:
             self.discarded += 1
             return seq
         delay = 1e-4
-        while len(_frames(self.paths.ready)) >= self.max_ready:
+        # Its own frames only: a consumer in a fixed order (WorldSource) waits for this producer's next frame
+        # while another's fill ready/, so a shared bound could stop the one producer it waits for.
+        while sum(f.startswith(self.name + "-") for f in _frames(self.paths.ready)) >= self.max_ready:
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
         f = frame_file(self.name, seq)
