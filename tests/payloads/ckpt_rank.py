@@ -84,7 +84,7 @@ for step, sample in enumerate(source, start):
         die(f"mid-step {step}")
     opt.step()
     opt.zero_grad()
-    sample["ack"](loss)
+    sample["ack"](loss.detach())
     seen.append([step, sample["frame"], bool(sample.get("padded"))])
     ckpt.step(step)
     if os.environ.get("CKPT_TRACE") and rank == 0:
