@@ -103,6 +103,8 @@ def test_a_kill_at_any_moment_ends_with_the_weights_of_a_run_never_killed(launch
     s = r.summary()
     drafters = [p for p in s["processes"] if p["role"] == "drafter"]
     assert [p["restarts"] for p in drafters] == [1, 1, 1], [p["restarts"] for p in drafters]
+    assert s["checkpoints"]["drafter"] == {"path": str(r.run_dir / "checkpoints" / "drafter" / "step-0000000010"),
+                                           "step": 10}, s["checkpoints"]
     got = weights(tmp_path / "final.pt")
     assert got.keys() == uninterrupted.keys()
     for k in got:
@@ -148,3 +150,27 @@ def test_sigterm_writes_a_checkpoint_the_next_run_resumes_from(launch, tmp_path)
     text2 = logs(r2)
     assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text2)) == {str(stopped_at)}, text2[-3000:]
     assert_committed_exactly_once(r2)
+
+
+def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_path):
+    """The shipped drafter (--ddp --source spool) checkpoints by itself under dflash-launch: a rank killed -9 from
+    outside after its world's first checkpoint, the world resumes from it, and every frame is committed once."""
+    from supervise import wait_until
+    from test_spool import payload_of
+    cfg = config(tmp_path)
+    text = cfg.read_text().replace(
+        f'command = ["python", "{PAYLOADS / "ckpt_rank.py"}"]',
+        'command = ["python", "-m", "dflash_launch.reference_drafter", "--ddp", "--source", "spool", "--no-compile",\n'
+        '           "--steps", "100000", "--checkpoint-every", "3"]\nenv = { DFLASH_PACE_MS = "150" }')
+    text = re.sub(r'(?m)^env = \{ CKPT_KILL.*\n', "", text)
+    cfg.write_text(text)
+    r = launch(cfg, env=ENV)
+    ckpts = r.run_dir / "checkpoints" / "drafter"
+    assert wait_until(lambda: ckpts.is_dir() and any(n.startswith("step-") for n in os.listdir(ckpts)),
+                      timeout=180), r.out[-3000:]
+    victim = payload_of(r, "drafter:1", marker="reference_drafter")
+    os.kill(victim, signal.SIGKILL)
+    assert r.wait(timeout=400) == 0, r.out[-4000:] + r.err[-2000:]
+    resumed = {int(x) for x in re.findall(r"drafter:\d: resumed from step (\d+)", logs(r))}
+    assert len(resumed) == 1 and resumed.pop() >= 3, logs(r)[-3000:]
+    assert_committed_exactly_once(r)

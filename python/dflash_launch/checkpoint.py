@@ -209,7 +209,8 @@ class Checkpoint:
         self._last_save_t = time.monotonic()
         took = time.monotonic() - t0
         self.say(f"{self._who()}: resumed from step {self.resumed_from} ({path}, {took:.2f}s)")
-        self._report(resumed_from_step=self.resumed_from, restore_s=round(took, 3))
+        self._report(resumed_from_step=self.resumed_from, restore_s=round(took, 3),
+                     checkpoint={"path": path, "step": self.resumed_from})
         return self.resumed_from
 
     def _positions(self, path):
