@@ -174,3 +174,32 @@ def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_p
     resumed = {int(x) for x in re.findall(r"drafter:\d: resumed from step (\d+)", logs(r))}
     assert len(resumed) == 1 and resumed.pop() >= 3, logs(r)[-3000:]
     assert_committed_exactly_once(r)
+
+
+def test_a_stop_signal_away_from_the_loop_ends_the_process_as_before(tmp_path):
+    """SIGTERM while the process waits elsewhere (here: asleep, as one waiting for frames): no step() comes, so
+    after stop_wait_s it ends by the signal as it would have without a Checkpoint, no checkpoint written."""
+    import subprocess
+    import sys
+    code = ("import time, torch\nfrom dflash_launch import Checkpoint\n"
+            "m = torch.nn.Linear(2, 2)\n"
+            f"c = Checkpoint(m, None, every_steps=5, dir={str(tmp_path / 'ck')!r}, stop_wait_s=0.5)\n"
+            "c.restore(); print('ready', flush=True); time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGTERM and time.monotonic() - t0 < 30, (p.returncode, err)
+    assert "no step within 0.5s; stopping without a checkpoint" in err, err
+    assert not [n for n in os.listdir(tmp_path / "ck") if n.startswith("step-")]
+
+
+def test_no_checkpoint_dir_is_a_clear_error(monkeypatch):
+    from dflash_launch import Checkpoint
+    monkeypatch.delenv("DFLASH_CHECKPOINT_DIR", raising=False)
+    with pytest.raises(ValueError, match="DFLASH_CHECKPOINT_DIR"):
+        Checkpoint(torch.nn.Linear(2, 2), None, every_steps=1)
+    with pytest.raises(ValueError, match="every="):
+        Checkpoint(torch.nn.Linear(2, 2), None, every="soon", dir="/nonexistent")

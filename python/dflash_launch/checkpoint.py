@@ -96,11 +96,13 @@ def _set_rng_state(torch, state):
 
 class Checkpoint:
     def __init__(self, model, optimizer=None, every_steps=None, every=None, dir=None, keep=3, source=None,
-                 async_save=True, stop_signals=(signal.SIGTERM,), metrics=None, say=None, env=None):
+                 async_save=True, stop_signals=(signal.SIGTERM,), stop_wait_s=5.0, metrics=None, say=None, env=None):
         """`model` (a module, DDP or FSDP2) and `optimizer` (one, a list, or None); a checkpoint every
         `every_steps` steps and/or every `every` ("10m"); `keep` the last ones; `source`: the spool source whose
         frames commit with the checkpoints. Every rank of a world constructs it at the same point (it makes a
-        gloo group for the background writes and one for its agreements when the world's backend is not gloo)."""
+        gloo group for the background writes and one for its agreements when the world's backend is not gloo).
+        `stop_wait_s`: how long a stop signal waits for the next step() before it ends the process as it would
+        have without a Checkpoint (a process blocked elsewhere, e.g. waiting for frames, loses nothing then)."""
         env = os.environ if env is None else env
         self.torch = require("torch", "dflash_launch.Checkpoint")
         self.dist = require("torch.distributed", "dflash_launch.Checkpoint")
@@ -148,6 +150,8 @@ class Checkpoint:
         self._stop = None
         self._old_handlers = {}
         self._stop_signals = tuple(stop_signals or ())
+        self._stop_wait_s = float(stop_wait_s)
+        self._stop_timer = None
 
     # Where ----------------------------------------------------------------------------------------------------
 
@@ -240,6 +244,8 @@ class Checkpoint:
             t = self.torch.tensor([int(due), int(timed), int(stop)], dtype=self.torch.int64)
             self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.agree_group)
             due, timed, stop = (bool(v) for v in t.tolist())
+        if stop and self._stop_timer is not None:
+            self._stop_timer.cancel()  # this step takes it: the checkpoint, then the signal
         if due or timed or stop:
             self.save(wait=stop)
         if stop:
@@ -260,9 +266,7 @@ class Checkpoint:
                 return  # nothing new since that checkpoint
             name += f".{_key(os.path.basename(self.last[1]))[1] + 1}"  # the tail's frames after it (tail="drop")
         tmp, final = os.path.join(self.dir, ".tmp-" + name), os.path.join(self.dir, name)
-        if self.rank == 0:
-            private_makedirs(self.dir)
-        os.makedirs(tmp, mode=0o700, exist_ok=True)
+        private_makedirs(tmp)  # every rank: 0700 from the checkpoint dir down, whoever makes it first
         source_state = self.source.state_dict() if self.source is not None else None
         extra = {"step": step, "rank": self.rank, "world": self.world, "rng": _rng_state(torch),
                  "consumer": getattr(self.source, "name", None), "source": source_state}
@@ -351,7 +355,23 @@ class Checkpoint:
         self._old_handlers = {}
 
     def _on_signal(self, signum, frame):
+        if self._stop is not None:
+            return
         self._stop = signum  # taken at the next step(): every rank agrees, checkpoints, then ends by it
+        import threading
+        self._stop_timer = threading.Timer(self._stop_wait_s, self._die_by, args=(signum,))
+        self._stop_timer.daemon = True
+        self._stop_timer.start()
+
+    def _die_by(self, sig):
+        """No step() came in time (the process waits elsewhere): end by the signal, as without a Checkpoint."""
+        self.say(f"{self._who()}: {signal.Signals(sig).name}: no step within {self._stop_wait_s:g}s; stopping "
+                 f"without a checkpoint (the last one stands)")
+        # From this thread signal.signal() is refused (main thread only) and the main thread may sit in C code:
+        # the kernel's disposition goes back to the default through libc itself, then the signal is raised.
+        import ctypes
+        ctypes.CDLL(None).signal(int(sig), ctypes.c_void_p(0))  # SIG_DFL
+        os.kill(os.getpid(), sig)
 
     def _end_by_signal(self):
         sig = self._stop
