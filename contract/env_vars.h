@@ -41,6 +41,8 @@ inline constexpr char kAttempt[] = "DFLASH_ATTEMPT";
 inline constexpr char kMetricsFile[] = "DFLASH_METRICS_FILE";
 inline constexpr char kSpoolDir[] = "DFLASH_SPOOL_DIR";
 inline constexpr char kSpoolProducers[] = "DFLASH_SPOOL_PRODUCERS";
+// <[run] checkpoint_dir>/<role>: where dflash_launch.Checkpoint (and the builtin drafter) keep checkpoints.
+inline constexpr char kCheckpointDir[] = "DFLASH_CHECKPOINT_DIR";
 inline constexpr char kNodeRank[] = "DFLASH_NODE_RANK";
 inline constexpr char kNnodes[] = "DFLASH_NNODES";
 inline constexpr char kStore[] = "DFLASH_STORE";
@@ -116,6 +118,7 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kProcess, VarKind::kOwned},            {kAttempt, VarKind::kOwned},
     {kMetricsFile, VarKind::kOwned},        {kSpoolDir, VarKind::kOwned},
     {kSpoolProducers, VarKind::kOwned},     {kNodeRank, VarKind::kOwned},
+    {kCheckpointDir, VarKind::kOwned},
     {kNnodes, VarKind::kOwned},             {kStore, VarKind::kOwned},
     {kRunToken, VarKind::kOwned},           {kGateKey, VarKind::kOwned},
     {kStoreSecretFile, VarKind::kOwned},    {kStoreUser, VarKind::kOwned},

@@ -4,6 +4,10 @@ steps (the last round of fewer frames than ranks is padded: docs/builtin.md, "A 
 acknowledges each frame once its step has run. `sample["ack"](loss)` records the loss for the run's summary
 (the training table and runs/<run_id>/loss.svg); without it the next frame acknowledges the last.
 
+It checkpoints: dflash_launch.Checkpoint every 5 steps in $DFLASH_CHECKPOINT_DIR (<run dir>/checkpoints/drafter),
+each checkpoint committing the frames it trained on; a world restarted after a failure resumes from the last one
+and is dealt the frames after it again, in the same order (docs/checkpoints.md).
+
 The model is a stand-in for yours: fc over the concatenated taps, an RMSNorm, the target's LM head (shared,
 frozen), next-token cross-entropy. torch.compile'd behind the compile gate: a warm-up compiles it in a world of
 one (the source gives it synthetic frames of [model]), then the three ranks start on its cache."""
@@ -12,7 +16,7 @@ import os
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dflash_launch import contract_from_env, init_process_group, notify_ready
+from dflash_launch import Checkpoint, contract_from_env, init_process_group, notify_ready
 from dflash_launch.spool_world import WorldSource
 
 contract = contract_from_env()
@@ -40,12 +44,15 @@ model = DDP(Drafter(contract, source.shared_weights()["lm_head.weight"]).to(devi
             device_ids=[0] if cuda else None)
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=float(os.environ.get("LR", "1e-2")))
 step = torch.compile(model)
-for i, sample in enumerate(source):
+ckpt = Checkpoint(model, opt, every_steps=5, source=source)  # a warm-up neither restores nor saves
+start = ckpt.restore()                                        # 0, or the step of the last checkpoint
+for i, sample in enumerate(source, start):
     loss = step(sample["hidden"].to(device), sample["tokens"].to(device))
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     sample["ack"](loss)
-    if i == 0:
+    ckpt.step(i)
+    if i == start:
         notify_ready()  # compiled: the gate publishes the cache (a warm-up ends here)
 torch.distributed.destroy_process_group()

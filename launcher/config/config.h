@@ -189,6 +189,7 @@ struct RunSpec {
   std::string cache_dir;   // absolute; TORCHINDUCTOR_CACHE_DIR and the gate live here
   std::string log_dir;     // absolute
   std::string spool_dir;   // absolute; hidden-state frames between target and drafters
+  std::string checkpoint_dir;  // absolute, or "" for the default <run_dir>/checkpoints (a role's: /<role>)
   bool spool_dir_given = false;  // written in the file (else the default, /dev/shm/dflash-<uid>-<name>)
   /// Why the default spool dir was not taken (another user made it first) and which one is used: a warning.
   std::string spool_dir_note;

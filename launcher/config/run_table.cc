@@ -149,6 +149,17 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   run->log_dir = ResolvePath(log, base_dir);
   run->spool_dir = ResolvePath(spool, base_dir);
   run->spool_dir_given = r.Has("spool_dir");
+  if (r.Has("checkpoint_dir")) {
+    std::string ckpt;
+    r.String("checkpoint_dir", &ckpt);
+    if (ckpt.empty())
+      r.Error("checkpoint_dir", r.ValuePos("checkpoint_dir"), "empty path", "a directory path", "\"\"",
+              "remove the key to take the default (<run_dir>/checkpoints)");
+    else
+      run->checkpoint_dir = ResolvePath(ckpt, base_dir);
+  } else {
+    r.Get("checkpoint_dir");
+  }
   if (r.Has("log_group")) r.String("log_group", &run->log_group); else r.Get("log_group");
   r.String("master_addr", &run->master_addr);
   run->master_addr_given = r.Has("master_addr");

@@ -41,6 +41,11 @@ std::vector<SectionSpec> MakeSchema() {
             "Hidden-state frames from target to drafters (builtin roles). If another user made the default first, "
             "an unguessable <default>-<random> is used instead, with a warning.",
             "\"/dev/shm/dflash-spool\""},
+           {"checkpoint_dir", K::kPath, "<run_dir>/checkpoints",
+            "Checkpoints of the training processes (dflash_launch.Checkpoint, docs/checkpoints.md): each role's in "
+            "<checkpoint_dir>/<role> (DFLASH_CHECKPOINT_DIR). A restarted process resumes from its role's last "
+            "one, and so does a run continued with --resume. Past one node it must be storage every node shares.",
+            "\"/shared/ckpt/qwen36-27b-dflash\""},
            {"master_addr", K::kString, "127.0.0.1",
             "MASTER_ADDR for torch.distributed: the host of rank 0 (node 0). `--master-addr` and the "
             "scheduler's (Slurm, Kubernetes) come first when this key is not written.",

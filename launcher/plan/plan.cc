@@ -303,6 +303,10 @@ std::string Plan::SpoolDir() const {
   return config.run.spool_dir + "/" + run_id + (nnodes > 1 ? "/node_" + std::to_string(node_rank) : "");
 }
 
+std::string Plan::CheckpointDir(const ProcessPlan& p) const {
+  return (config.run.checkpoint_dir.empty() ? run_dir + "/checkpoints" : config.run.checkpoint_dir) + "/" + p.role;
+}
+
 int Plan::SpoolProducers() const {
   int n = 0;  // the spool is node-local: only this node's targets feed it
   for (const ProcessPlan& p : processes)

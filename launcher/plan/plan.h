@@ -151,6 +151,8 @@ struct Plan {
   EnvList ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* spawn = nullptr) const;
   /// Hidden-state frames of this run: <run.spool_dir>/<run_id> (DFLASH_SPOOL_DIR).
   std::string SpoolDir() const;
+  /// Checkpoints of `p`'s role: <run.checkpoint_dir, default <run_dir>/checkpoints>/<role> (DFLASH_CHECKPOINT_DIR).
+  std::string CheckpointDir(const ProcessPlan& p) const;
   /// Processes that publish frames there: those of roles with spool = "produce" or a builtin
   /// target, warm-ups not counted (they publish nothing) (DFLASH_SPOOL_PRODUCERS).
   int SpoolProducers() const;

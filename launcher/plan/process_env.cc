@@ -77,6 +77,7 @@ void AddRunFilesAndPorts(const Plan& plan, const ProcessPlan& p, int attempt, En
                           {env::kMetricsFile, plan.AttemptPath(p, attempt, "metrics.json")},
                           {env::kSpoolDir, plan.SpoolDir()},
                           {env::kSpoolProducers, std::to_string(plan.SpoolProducers())},
+                          {env::kCheckpointDir, plan.CheckpointDir(p)},
                           {env::kNodeRank, std::to_string(plan.node_rank)},
                           {env::kNnodes, std::to_string(plan.nnodes)},
                       });

@@ -147,6 +147,19 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
   for (const ProcessSummary& p : s.processes) j["processes"].push_back(entry(p));
   j["warmups"] = ojson::array();
   for (const ProcessSummary& p : s.warmups) j["warmups"].push_back(entry(p));
+  // Each role's last committed checkpoint, as its processes reported it (dflash_launch.Checkpoint writes
+  // "checkpoint": {"path", "step"} into its metrics at each commit and restore; docs/checkpoints.md).
+  j["checkpoints"] = ojson::object();
+  for (const ProcessSummary& p : s.processes) {
+    const nlohmann::json* c = p.metrics.is_object() && p.metrics.contains("checkpoint") ? &p.metrics["checkpoint"]
+                                                                                          : nullptr;
+    if (!c || !c->is_object() || !c->contains("path") || !(*c)["path"].is_string() || !c->contains("step") ||
+        !(*c)["step"].is_number_integer())
+      continue;
+    int64_t step = (*c)["step"].get<int64_t>();
+    if (!j["checkpoints"].contains(p.role) || j["checkpoints"][p.role]["step"].get<int64_t>() < step)
+      j["checkpoints"][p.role] = {{"path", (*c)["path"].get<std::string>()}, {"step", step}};
+  }
   return j;
 }
 

@@ -16,6 +16,14 @@ import socket
 
 from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (MissingExtraError: for callers)
 
+
+def __getattr__(name):
+    """dflash_launch.Checkpoint (dflash_launch/checkpoint.py), imported when first used."""
+    if name == "Checkpoint":
+        from dflash_launch.checkpoint import Checkpoint
+        return Checkpoint
+    raise AttributeError(f"module 'dflash_launch' has no attribute {name!r}")
+
 __version__ = "0.1.0"
 
 __all__ = [

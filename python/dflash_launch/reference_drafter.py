@@ -13,7 +13,10 @@ picks one explicitly. Loss: cross-entropy on k >= 1, weighted exp(-(k-1)/gamma).
 
 Run by dflash-launch, it reads the shape contract from DFLASH_* variables,
 says ready (notify) after its first compiled step, and writes its Inductor cache
-counters and compile times to $DFLASH_METRICS_FILE.
+counters and compile times to $DFLASH_METRICS_FILE. Under dflash-launch it
+checkpoints (dflash_launch.Checkpoint in $DFLASH_CHECKPOINT_DIR, every
+--checkpoint-every steps) and a restarted process resumes from its last
+checkpoint, the spool's frames committed with it (docs/checkpoints.md).
 """
 
 import argparse
@@ -199,6 +202,12 @@ class SyntheticSource:
         self.c, self.dtype = contract, dtype
         self.g = torch.Generator().manual_seed(1000 + rank)
 
+    def skip(self, n):
+        """Past the first `n` samples (a resumed run goes on with the ones it had not trained on)."""
+        it = iter(self)
+        for _ in range(n):
+            next(it)
+
     def __iter__(self):
         c = self.c
         b, s, width = c["hidden_shape"]
@@ -281,6 +290,9 @@ def parse_args(argv):
                    help="sleep per step while holding the frame (tests: a slow step, as dflash-builtin drafter's)")
     p.add_argument("--tail", choices=["pad", "drop"], default=os.environ.get("DFLASH_TAIL", "pad"),
                    help="--ddp: the last round of frames, fewer than the ranks (dflash_launch.spool_world)")
+    p.add_argument("--checkpoint-every", type=int, default=int(os.environ.get("DFLASH_CHECKPOINT_EVERY", "50")),
+                   help="a checkpoint every N steps in $DFLASH_CHECKPOINT_DIR (dflash-launch sets it), and one at "
+                        "the end and on SIGTERM; a restart resumes from the last (0: none; docs/checkpoints.md)")
     return p.parse_args(argv)
 
 
@@ -341,6 +353,14 @@ def main(argv=None):
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     if not args.no_compile:
         step_loss = torch.compile(step_loss)
+    ckpt, start = None, 0
+    if args.checkpoint_every > 0 and os.environ.get("DFLASH_CHECKPOINT_DIR") and not warmup:
+        from dflash_launch.checkpoint import Checkpoint
+        ckpt = Checkpoint(ddp if args.ddp else model, opt, every_steps=args.checkpoint_every,
+                          source=source if args.source == "spool" else None, metrics=metrics)
+        start = ckpt.restore()
+        if args.source != "spool" and start:
+            source.skip(start)
 
     n_taps, hidden = len(contract["tapped_layers"]), contract["hidden"]
     losses = []
@@ -350,7 +370,7 @@ def main(argv=None):
         metrics.update(device_name=torch.cuda.get_device_name(0),
                        device_uuid=str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
     it = iter(source)
-    for step in range(steps):
+    for step in range(start, steps):
         try:
             sample = next(it, None)
         except HiddenStateContractError as e:  # a spool frame that violates [model]: rejected, never consumed
@@ -369,7 +389,9 @@ def main(argv=None):
         if args.pace_ms > 0:
             time.sleep(args.pace_ms / 1000)
         (sample["ack"] if "ack" in sample else metrics.step)(losses[-1])  # the step, its loss, the frame's ack
-        if step == 0:
+        if ckpt is not None:
+            ckpt.step(step)
+        if step == start:
             first_step(metrics, t_start, cpu_start, t0, cpu_t0)
             print(f"{name}: first step {losses[0]:.4f}, compiled in {metrics.data['compile_wall_s']:.1f}s "
                   f"({metrics.data['gate_role'] or 'ungated'}; fxgraph hits {metrics.data['fxgraph_cache_hit']} "
@@ -377,6 +399,8 @@ def main(argv=None):
         elif step % 10 == 0:
             notify_status(f"step {step} loss {losses[-1]:.4f}")
             print(f"{name}: step {step} loss {losses[-1]:.4f}", flush=True)
+    if ckpt is not None:
+        ckpt.finish()  # the steps since the last checkpoint, and their frames (a no-op if the source's end did it)
     metrics.update(**cache_counters())
     metrics.update(samples=len(losses) * contract["batch"], source=args.source, run_s=round(time.perf_counter() - t_start, 3))
     if hasattr(source, "stats"):

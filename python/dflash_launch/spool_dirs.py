@@ -1,6 +1,7 @@
 """The spool's directories: their layout (Paths), made private the way the
 builtin roles make them, the renames that publish, claim and acknowledge a
-frame, and the manifest (spool.json) of what the spool held at its end."""
+frame, the commit of acknowledged frames with a checkpoint (pending/ -> done/),
+and the manifest (spool.json) of what the spool held at its end."""
 
 import ctypes
 import errno
@@ -8,7 +9,7 @@ import json
 import os
 import stat
 
-from dflash_launch.spool_format import SpoolError, parse_frame_file
+from dflash_launch.spool_format import SpoolError, frame_file, parse_frame_file
 
 def _rename_noreplace(src, dst):
     """rename(2) with RENAME_NOREPLACE (glibc renameat2); link+unlink where unsupported."""
@@ -103,16 +104,20 @@ def _create_private(path):
 class Paths:
     def __init__(self, root):
         self.root = str(root)
-        for d in ("tmp", "ready", "claimed", "done", "rejected", "producers"):
+        for d in ("tmp", "ready", "claimed", "pending", "done", "rejected", "producers"):
             setattr(self, d, os.path.join(self.root, d))
         self.weights = os.path.join(self.root, "weights.safetensors")
 
     def claimed_by(self, consumer):
         return os.path.join(self.claimed, consumer)
 
+    def pending_of(self, consumer):
+        """Acknowledged by `consumer`, not yet committed: <position:010d>.<frame> (docs/checkpoints.md)."""
+        return os.path.join(self.pending, consumer)
+
     def create(self):
         private_makedirs(self.root)
-        for d in (self.tmp, self.ready, self.claimed, self.done, self.rejected, self.producers):
+        for d in (self.tmp, self.ready, self.claimed, self.pending, self.done, self.rejected, self.producers):
             private_makedirs(d)
 
 
@@ -130,6 +135,91 @@ def _atomic_write(path, text):
     os.replace(tmp, path)
 
 
+def pending_name(position, frame):
+    """A pending frame's name: the consumer's position (its sample count when it took the frame) first, so the
+    names sort in the order the frames were stepped on."""
+    return f"{int(position):010d}.{frame}"
+
+
+def parse_pending(name):
+    """(position, frame) of a pending/<consumer>/ name, or None."""
+    pos, dot, frame = name.partition(".")
+    if not dot or len(pos) != 10 or not pos.isdigit() or not parse_frame_file(frame):
+        return None
+    return int(pos), frame
+
+
+def pending_frames(root, consumer):
+    """[(position, frame, path)] of `consumer`'s pending frames, in position order."""
+    d = Paths(root).pending_of(consumer)
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return []
+    out = [(pp[0], pp[1], os.path.join(d, n)) for n in names for pp in [parse_pending(n)] if pp]
+    return sorted(out)
+
+
+def _pending_count(p):
+    try:
+        return sum(len(os.listdir(os.path.join(p.pending, c))) for c in os.listdir(p.pending))
+    except FileNotFoundError:
+        return 0
+
+
+def commit_pending(root, positions, checkpoint):
+    """The commit of a checkpoint on the spool: every frame a consumer acknowledged before its position in the
+    checkpoint (`positions`: {consumer: position}) moves pending/ -> done/, its record naming `checkpoint`.
+    Idempotent (a restore repeats it for the checkpoint it restores: a kill between the checkpoint's rename and
+    these renames loses nothing). Returns how many frames it committed. A frame done/ already has was committed
+    twice: an error (SpoolError), never silently."""
+    p = Paths(root)
+    record = json.dumps({"checkpoint": str(checkpoint)}).encode() + b"\n"
+    n = 0
+    for consumer, position in sorted(positions.items()):
+        for pos, frame, path in pending_frames(root, consumer):
+            if pos >= position:
+                break
+            # The bytes can go (the checkpoint holds what they taught); the record stays: which checkpoint.
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.write(fd, record)
+            finally:
+                os.close(fd)
+            try:
+                _rename_noreplace(path, os.path.join(p.done, frame))
+            except FileExistsError:
+                raise SpoolError(f"frame {frame} was committed before (done/ has it) and again by {checkpoint}: "
+                                 f"it entered the model twice; the checkpoint dir and the spool disagree") from None
+            n += 1
+    return n
+
+
+def _committed_by(done_dir, frames):
+    """{frame: checkpoint or None}: the record a commit wrote in each done/ frame (empty: acknowledged without a
+    checkpoint)."""
+    out = {}
+    for f in frames:
+        try:
+            with open(os.path.join(done_dir, f), "rb") as fh:
+                data = fh.read(4096)
+            out[f] = json.loads(data)["checkpoint"] if data else None
+        except (OSError, ValueError, KeyError, TypeError):
+            out[f] = None
+    return out
+
+
+def _runs(seqs, by):
+    """[[first_seq, last_seq, checkpoint]]: consecutive sequence numbers committed by the same checkpoint."""
+    runs = []
+    for s in seqs:
+        if runs and runs[-1][1] == s - 1 and runs[-1][2] == by[s]:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s, by[s]])
+    return runs
+
+
 def manifest(root, producers):
     """(manifest dict, final): what the spool holds, as C++ spool::Manifest
     reports it. Final when every one of `producers` finished and nothing is
@@ -144,11 +234,13 @@ def manifest(root, producers):
                 published[f[:-5]] = -1
     ready = _frames(p.ready)
     claimed = sum(len(_frames(p.claimed_by(c))) for c in (os.listdir(p.claimed) if os.path.isdir(p.claimed) else []))
-    done = {}
-    for f in _frames(p.done):
+    done, done_files = {}, _frames(p.done)
+    for f in done_files:
         prod, seq = parse_frame_file(f)
         done.setdefault(prod, set()).add(seq)
         published.setdefault(prod, -1)
+    by_file = _committed_by(p.done, done_files)
+    pending = _pending_count(p)
     rejected = sorted(_frames(p.rejected))
     per, tot_pub, tot_done, miss_tot, unexp_tot = {}, 0, 0, 0, 0
     for prod in sorted(published):
@@ -158,16 +250,22 @@ def manifest(root, producers):
         per[prod] = {"published": n if n >= 0 else None, "consumed": len(seqs),
                      "first_seq": min(seqs) if seqs else None, "last_seq": max(seqs) if seqs else None,
                      "missing": len(missing), "missing_seqs": missing[:20],
-                     "unexpected": len(unexpected), "unexpected_seqs": unexpected[:20]}
+                     "unexpected": len(unexpected), "unexpected_seqs": unexpected[:20],
+                     "committed_by": _runs(sorted(seqs), {s: by_file.get(frame_file(prod, s)) for s in seqs})}
         tot_pub += max(0, n)
         tot_done += len(seqs)
         miss_tot += len(missing)
         unexp_tot += len(unexpected)
     finished = sum(1 for n in published.values() if n >= 0)
-    final = producers > 0 and finished >= producers and not ready and claimed == 0
+    final = producers > 0 and finished >= producers and not ready and claimed == 0 and pending == 0
+    checkpoints = {}
+    for ck in by_file.values():
+        if ck is not None:
+            checkpoints[ck] = checkpoints.get(ck, 0) + 1
     return {"format": "dflash-spool/1", "final": final, "producers_expected": producers,
             "producers_finished": finished, "frames_published": tot_pub, "frames_consumed": tot_done,
-            "ready": len(ready), "claimed": claimed, "rejected": rejected,
+            "ready": len(ready), "claimed": claimed, "pending": pending, "rejected": rejected,
+            "committed_by_checkpoint": checkpoints,
             "exactly_once": final and tot_pub == tot_done and miss_tot == 0 and unexp_tot == 0 and not rejected,
             "producers": per}, final
 
@@ -181,7 +279,7 @@ def write_manifest_if_final(root, producers, path):
         finished = sum(f.endswith(".done") for f in os.listdir(p.producers))
     except FileNotFoundError:
         return False
-    if producers <= 0 or finished < producers or _frames(p.ready):
+    if producers <= 0 or finished < producers or _frames(p.ready) or _pending_count(p):
         return False
     m, final = manifest(root, producers)
     if final:

@@ -6,7 +6,7 @@ import os
 
 from dflash_launch._extras import require
 from dflash_launch.spool_dirs import Paths, _atomic_write, _create_private, _frames, _manifest_path, \
-    _rename_noreplace, write_manifest_if_final
+    _rename_noreplace, pending_frames, write_manifest_if_final
 from dflash_launch.spool_format import (WEIGHTS_FORMAT, FrameContractError, SpoolError, _exit_on_contract_error,
                                         _st_dtype, check_frame, frame_file, frame_metadata,
                                         parse_frame_file)
@@ -17,11 +17,13 @@ from dflash_launch.spool_write import default_max_bytes, reserve_room, write_fra
 class SpoolProducer:
     """Publishes frames for the drafters (a Python target). Resumes after its
     highest sequence number in the spool and removes its half-written temp
-    files; waits while ready/ holds `max_ready` frames or the spool's frames hold
-    `max_bytes` (spool_write.reserve_room). A frame is written once, from the
-    tensors' memory, into pages allocated first: a filesystem that cannot hold
-    it raises SpoolFull with nothing published. In a warm-up it checks and
-    discards what it publishes."""
+    files; waits while ready/ holds `max_ready` frames of its own or its frames
+    hold its share of `max_bytes` (max_bytes / producers: spool_write.reserve_room;
+    its own, so that a consumer in a fixed order never waits for a producer that
+    the others' frames stopped). A frame is written once, from the tensors'
+    memory, into pages allocated first: a filesystem that cannot hold it raises
+    SpoolFull with nothing published. In a warm-up it checks and discards what
+    it publishes."""
 
     def __init__(self, root, name, contract, max_ready=16, producers=None, manifest_path=None, warmup=None,
                  warmup_frames=WARMUP_FRAMES, max_bytes=None):
@@ -47,8 +49,10 @@ class SpoolProducer:
             if (pf and pf[0] == name) or f.endswith(f"@{name}.tmp"):
                 os.unlink(os.path.join(self.paths.tmp, f))
         dirs = [self.paths.ready] + [self.paths.claimed_by(c) for c in os.listdir(self.paths.claimed)]
+        pending = [f for c in os.listdir(self.paths.pending) for _, f, _ in pending_frames(self.paths.root, c)]
         dirs += [self.paths.done, self.paths.rejected]
         seqs = [s for d in dirs for p, s in map(parse_frame_file, _frames(d)) if p == name]
+        seqs += [s for p, s in map(parse_frame_file, pending) if p == name]  # acknowledged, awaiting a checkpoint
         self.next_seq = max(seqs, default=-1) + 1
         self.finished = os.path.exists(os.path.join(self.paths.producers, f"{name}.done"))
 
@@ -100,7 +104,8 @@ class SpoolProducer:
         # tokens (int64) first: with the header padded to 8, every tensor's view is aligned.
         tensors = {"tokens": self._host("tokens", tokens), "hidden": self._host("hidden", hidden)}
         write_frame(tmp, tensors, meta,
-                    reserve=lambda size: reserve_room(self.paths, size, self.max_bytes, self.max_ready))
+                    reserve=lambda size: reserve_room(self.paths, size, self.max_bytes // max(1, self.producers),
+                                                      self.max_ready, owner=self.name))
         _rename_noreplace(tmp, os.path.join(self.paths.ready, f))
         self.next_seq = seq + 1
         return seq

@@ -6,19 +6,21 @@ import time
 
 from dflash_launch._extras import require
 from dflash_launch.spool_dirs import (Paths, _atomic_write, _frames, _manifest_path, _rename_noreplace,
-                                      private_makedirs, write_manifest_if_final)
+                                      commit_pending, pending_frames, pending_name, private_makedirs,
+                                      write_manifest_if_final)
 from dflash_launch.spool_format import (FrameContractError, SpoolError, _exit_on_contract_error, check_frame,
-                                        parse_frame_file, parse_header)
+                                        frame_file, parse_frame_file, parse_header)
 from dflash_launch.spool_mapped import MappedFrame, Released
 from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _synthetic_frame, _warmup_spent
 
 
 class _Claimed:
-    __slots__ = ("file", "path", "producer", "seq", "taken_back", "mapped")
+    __slots__ = ("file", "path", "producer", "seq", "taken_back", "mapped", "position")
 
     def __init__(self, file, path, taken_back):
         self.file, self.path, self.taken_back, self.mapped = file, path, taken_back, None
         self.producer, self.seq = parse_frame_file(file)
+        self.position = None
 
 
 class SpoolSource:
@@ -33,9 +35,18 @@ class SpoolSource:
     A sample's "hidden" and "tokens" are views of the frame's mapped pages
     (dflash_launch.spool_mapped: no copy; an in-place write copies the page for
     this process, never the spool's bytes). They stay valid for as long as the
-    trainer keeps them: the frame's bytes are dropped only after its ack and its
-    last view. pin=True page-locks each mapping for CUDA (a non-blocking H2D
-    copy of a view; nothing where CUDA is absent)."""
+    trainer keeps them: the frame's bytes are dropped only after it is done
+    (acknowledged, or with a checkpoint committed) and its last view is gone.
+    pin=True page-locks each mapping for CUDA (a non-blocking H2D copy of a
+    view; nothing where CUDA is absent).
+
+    With a checkpoint (dflash_launch.Checkpoint(..., source=...) calls
+    hold_for_checkpoint()) an acknowledged frame stays pending
+    (pending/<name>/) until a checkpoint that covers it commits
+    (commit()); restore(position) delivers the pending frames after that
+    position again, in their order. With `order` (a SpoolOrder: WorldSource
+    sets one) it takes the frames that order names instead of the first it
+    can claim."""
 
     def __init__(self, root, name, contract, producers=0, manifest_path=None, warmup=None,
                  warmup_frames=WARMUP_FRAMES, pin=False):
@@ -49,6 +60,12 @@ class SpoolSource:
         self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
         self.taken_back = self.acked = self.synthetic = 0
         self.waited_s = 0.0
+        self.position = 0            # samples handed out: what a checkpoint records and restore() goes back to
+        self.hold = False            # acknowledged frames wait in pending/ for a checkpoint (hold_for_checkpoint)
+        self.order = None            # a SpoolOrder: frames in a fixed order (WorldSource)
+        self.committed = 0
+        self._replay = {}            # frame -> its pending path, to deliver again after a restore
+        self._held = {}              # frame -> its mapping, acknowledged into pending/: the bytes stay until done/
         self.manifest_written = False
         self._take_back, self._synth = [], None
         _exit_on_contract_error()
@@ -116,7 +133,8 @@ class SpoolSource:
         return {k: w[k] for k in ("embed.weight", "lm_head.weight")}
 
     def stats(self):
-        return {"taken_back": self.taken_back, "frames_acked": self.acked, "spool_wait_s": round(self.waited_s, 3),
+        return {"taken_back": self.taken_back, "frames_acked": self.acked, "frames_committed": self.committed,
+                "spool_wait_s": round(self.waited_s + (self.order.waited_s if self.order else 0.0), 3),
                 "manifest_written": self.manifest_written, "warmup": self.warmup, "synthetic_frames": self.synthetic}
 
     # The protocol ------------------------------------------------------------
@@ -130,10 +148,12 @@ class SpoolSource:
             return False
 
     def _next(self):
+        if self.order is not None:
+            return self._next_in_order()
         if self._take_back:
             self.taken_back += 1
             f = self._take_back.pop(0)
-            return _Claimed(f, os.path.join(self.mine, f), True)
+            return _Claimed(f, self._replay.pop(f, None) or os.path.join(self.mine, f), True)
         t0, delay, waited = time.monotonic(), 1e-4, False
         while True:
             cands = sorted((parse_frame_file(f)[::-1], f) for f in _frames(self.paths.ready))
@@ -156,6 +176,110 @@ class SpoolSource:
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
 
+    def _next_in_order(self):
+        """The frame the order names next, wherever it is: pending here (delivered again after a restore),
+        claimed here (taken back), ready (claimed now), held under another consumer's name (taken over)."""
+        while True:
+            entry = self.order.next()
+            if entry is None:
+                return None
+            c = self._find(frame_file(*entry))
+            if c is not None:
+                return c
+
+    def _find(self, f):
+        """`f`, claimed by this consumer; None if an earlier attempt acknowledged it without a checkpoint."""
+        if f in self._replay:
+            self.taken_back += 1
+            return _Claimed(f, self._replay.pop(f), True)
+        mine = os.path.join(self.mine, f)
+        t0, delay = time.monotonic(), 1e-4
+        while True:
+            if os.path.exists(mine):
+                self.taken_back += 1
+                return _Claimed(f, mine, True)
+            try:
+                os.rename(os.path.join(self.paths.ready, f), mine)
+                return _Claimed(f, mine, False)
+            except FileNotFoundError:
+                pass
+            for other in self._held_elsewhere(f):
+                try:
+                    os.rename(other, mine)
+                except FileNotFoundError:
+                    continue
+                self.taken_back += 1
+                return _Claimed(f, mine, True)
+            if os.path.exists(os.path.join(self.paths.done, f)):
+                if self.hold:
+                    raise SpoolError(f"{self.name}: frame {f} is next in the order at position {self.position} but "
+                                     f"done/ has it (a checkpoint committed it): the restored checkpoint and the "
+                                     f"spool disagree (was the checkpoint dir changed, or a newer checkpoint "
+                                     f"deleted?)")
+                return None  # no checkpoint: acknowledged by an earlier attempt (at least once, as before)
+            if os.path.exists(os.path.join(self.paths.rejected, f)):
+                raise SpoolError(f"{self.name}: frame {f} is next in the order but was rejected (rejected/{f}.reason)")
+            if time.monotonic() - t0 > 60:
+                raise SpoolError(f"{self.name}: frame {f} is next in the order but is nowhere in the spool")
+            time.sleep(delay)  # moving between directories as we looked: look again
+            delay = min(delay * 2, 0.01)
+
+    def _held_elsewhere(self, f):
+        out = []
+        for parent in (self.paths.claimed, self.paths.pending):
+            for c in os.listdir(parent):
+                if c == self.name:
+                    continue
+                if parent == self.paths.claimed:
+                    out.append(os.path.join(parent, c, f))
+                else:
+                    out += [path for _, frame, path in pending_frames(self.paths.root, c) if frame == f]
+        return out
+
+    # Commits with a checkpoint -------------------------------------------------
+
+    def hold_for_checkpoint(self):
+        """From now on an acknowledged frame waits in pending/<name>/ for the checkpoint that covers it."""
+        if not self.warmup:
+            self.hold = True
+            private_makedirs(self.paths.pending_of(self.name))
+
+    def state_dict(self):
+        return {"position": self.position}
+
+    def restore(self, state, positions=None, checkpoint=None):
+        """Back to the position a checkpoint recorded (`state`: state_dict(); None: the start). With `checkpoint`
+        (the restored one's path) the pending frames before the positions it recorded (`positions`: {consumer:
+        position}, default this consumer's) are committed first -- the kill may have come between its rename and
+        its commit; this consumer's pending frames after its position are delivered again first, in order."""
+        position = int(state["position"]) if state else 0
+        if self.warmup:
+            return
+        if checkpoint is not None:
+            self.committed += commit_pending(self.paths.root, positions or {self.name: position}, checkpoint)
+        replay = [(pos, f, path) for pos, f, path in pending_frames(self.paths.root, self.name) if pos >= position]
+        self._replay = {f: path for _, f, path in replay}
+        if self.order is None:
+            claimed = [f for f in self._take_back if f not in self._replay]
+            self._take_back = [f for _, f, _ in replay] + claimed
+        self.position = position
+
+    @staticmethod
+    def position_of(state):
+        return int(state["position"])
+
+    def commit(self, positions, checkpoint):
+        """The checkpoint at `checkpoint` committed, having recorded `positions` ({consumer: position}): the frames
+        acknowledged before them are done (their record names it); then the manifest, if that made the spool
+        final."""
+        if self.warmup:
+            return 0
+        n = commit_pending(self.paths.root, positions, checkpoint)
+        self.committed += n
+        self._drop_committed()
+        self.write_manifest_if_final()
+        return n
+
     def reject(self, claimed, reason):
         """Quarantines a claimed frame: rejected/<frame> and its reason beside it; never delivered again (a
         restart takes back claimed/ only, a producer resumes past it, the manifest lists it)."""
@@ -167,6 +291,13 @@ class SpoolSource:
         claimed.mapped = None
 
     def ack(self, claimed):
+        if self.hold:  # its checkpoint commits it (commit()); until then a restart delivers it again
+            os.replace(claimed.path, os.path.join(self.paths.pending_of(self.name),
+                                                  pending_name(claimed.position, claimed.file)))
+            self._held[claimed.file] = claimed.mapped  # its bytes are kept for a replay until it is done
+            claimed.mapped = None
+            self.acked += 1
+            return
         dst = os.path.join(self.paths.done, claimed.file)
         try:
             _rename_noreplace(claimed.path, dst)
@@ -178,10 +309,17 @@ class SpoolSource:
         self.acked += 1
         self.write_manifest_if_final()
 
+    def _drop_committed(self):
+        """The frames this consumer held in pending/ that a checkpoint has committed (done/ has them, whichever
+        rank moved them): their bytes go with their last view, as an acknowledged frame's do."""
+        for f in [f for f in self._held if os.path.exists(os.path.join(self.paths.done, f))]:
+            self._released.drop(self._held.pop(f), os.path.join(self.paths.done, f))
+
     def release(self):
         """Drops the bytes of the acknowledged frames no tensor maps any more (truncated: the name in done/ is
         the record) and waits until they are gone; how many still wait for their last view. Every claim and
         acknowledgement does the same without the wait (a thread of the source's truncates)."""
+        self._drop_committed()
         still = self._released.sweep()
         self._released.flush()
         return still
@@ -215,6 +353,7 @@ class SpoolSource:
             if self._synth is None:
                 self._synth = self._synthetic(torch)
             return next(self._synth)
+        self._drop_committed()
         self._released.sweep()
         c = self._next()
         if c is None:
@@ -236,6 +375,8 @@ class SpoolSource:
                                      f"is quarantined in {self.paths.rejected}")
             self.reject(c, str(err))
             raise err from None
+        c.position = self.position
+        self.position += 1
         return {"hidden": hidden, "tokens": tokens.to(torch.long), "seq": c.seq, "producer": c.producer,
                 "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
 

@@ -20,6 +20,15 @@ all_gather of a flag per rank, over gloo) on what each of them holds:
 - a rank's spool fails otherwise (an OSError, a SpoolError): that rank raises it, and the others raise
   WorldSpoolFailed (exit 1, restarted by policy) instead of waiting for it in the agreement.
 
+Which frame goes to which rank (order="fixed", the default in a world of more than one): the spool's frames in
+one order fixed by their producers' names and sequence numbers (dflash_launch.spool_order), round k taking entries
+kW .. kW+W-1, rank r the (kW+r)-th. So a restarted world replays exactly what the killed one would have stepped on,
+and with a dflash_launch.Checkpoint (which holds every acknowledged frame until the checkpoint covering its step
+commits) a run killed at any moment ends with the weights of a run never killed (docs/checkpoints.md). The cost: a
+slow producer paces the world (its frames are due in turn); order="arrival" deals whatever each rank claims first,
+as before, for a world that must not wait. The fixed order deals the whole spool to this world: a run with two
+consuming worlds on one spool gives them order="arrival".
+
 Acknowledging: asking for the next frame acknowledges the last one (its step has run), and so does the end of the
 loop; `sample["ack"](loss)` does it at once and records the loss for the run summary (TrainingMetrics in
 $DFLASH_METRICS_FILE: steps, loss first -> last, time to the first step, the spool's frames). A rank that dies
@@ -44,9 +53,11 @@ import sys
 
 from dflash_launch._extras import require
 from dflash_launch.spool import FrameContractError, SpoolError, SpoolSource
+from dflash_launch.spool_order import SpoolOrder
 from dflash_launch.train_metrics import TrainingMetrics
 
 TAILS = ("pad", "drop")
+ORDERS = ("fixed", "arrival")
 _HAVE, _END, _BAD, _FAIL = 1, 0, -1, -2
 
 
@@ -88,11 +99,14 @@ def _group_for(dist, group):
 
 
 class WorldSource:
-    def __init__(self, source, tail="pad", group=None, metrics=None, say=None):
+    def __init__(self, source, tail="pad", group=None, metrics=None, say=None, order="fixed"):
         """`source`: this process's SpoolSource. `tail`: "pad" or "drop" (above). `group`: a gloo-capable group
-        to agree on (default: the world). `metrics`: a TrainingMetrics (default: one on $DFLASH_METRICS_FILE)."""
+        to agree on (default: the world). `metrics`: a TrainingMetrics (default: one on $DFLASH_METRICS_FILE).
+        `order`: "fixed" or "arrival" (above; a world of one always takes frames as they arrive)."""
         if tail not in TAILS:
             raise ValueError(f"tail must be one of {TAILS}, not {tail!r}")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
         self.source, self.tail = source, tail
         self.torch = require("torch", "dflash_launch.spool_world")
         self.dist = require("torch.distributed", "dflash_launch.spool_world")
@@ -104,11 +118,21 @@ class WorldSource:
             self.group = _group_for(self.dist, group)
             self.rank, self.world = self.dist.get_rank(self.group), self.dist.get_world_size(self.group)
         self._pending = None  # the last sample handed out, until it is acknowledged
+        self.fixed = order == "fixed" and self.world > 1
+        self.on_end = []      # called once when the loop ends (a Checkpoint's last save)
+        self._ended = False
+        self._set_order(0)
+
+    def _set_order(self, start_round):
+        if self.fixed:
+            self.source.order = SpoolOrder(self.source.paths.root, self.source.producers, self.rank, self.world,
+                                           start_round)
 
     @classmethod
-    def from_env(cls, contract, name=None, tail="pad", group=None, metrics=None, env=None, **kwargs):
+    def from_env(cls, contract, name=None, tail="pad", group=None, metrics=None, env=None, order="fixed", **kwargs):
         """SpoolSource.from_env(contract, name, env, **kwargs) for this rank, in the world."""
-        return cls(SpoolSource.from_env(contract, name, env=env, **kwargs), tail=tail, group=group, metrics=metrics)
+        return cls(SpoolSource.from_env(contract, name, env=env, **kwargs), tail=tail, group=group, metrics=metrics,
+                   order=order)
 
     @property
     def name(self):
@@ -119,7 +143,42 @@ class WorldSource:
 
     def stats(self):
         return dict(self.source.stats(), world=self.world, rounds=self.rounds, frames_padded=self.padded,
-                    frames_dropped=self.dropped, tail=self.tail)
+                    frames_dropped=self.dropped, tail=self.tail, order="fixed" if self.fixed else "arrival")
+
+    # With a checkpoint (dflash_launch.Checkpoint) -------------------------------
+
+    def consumer_names(self):
+        """Every rank's consumer name, in rank order (a collective in a world): whose pending frames rank 0
+        commits."""
+        if self.world == 1:
+            return [self.name]
+        names = [None] * self.world
+        self.dist.all_gather_object(names, self.name, group=self.group)
+        return names
+
+    def hold_for_checkpoint(self):
+        self.source.hold_for_checkpoint()
+
+    def ack_pending(self):
+        """Acknowledges the sample of the step that just ran (a checkpoint covers it: it must be pending)."""
+        self._ack_pending()
+
+    def state_dict(self):
+        return {"rounds": self.rounds, "source": self.source.state_dict()}
+
+    def restore(self, state, positions=None, checkpoint=None):
+        """Back to the round a checkpoint recorded (None: the start); see SpoolSource.restore."""
+        self.rounds = int(state["rounds"]) if state else 0
+        self.source.restore(state["source"] if state else None, positions, checkpoint)
+        self._set_order(self.rounds)
+
+    @staticmethod
+    def position_of(state):
+        return int(state["source"]["position"])
+
+    def commit(self, positions, checkpoint):
+        """A checkpoint committed: see SpoolSource.commit."""
+        return self.source.commit(positions, checkpoint)
 
     # Acknowledging ------------------------------------------------------------
 
@@ -240,6 +299,10 @@ class WorldSource:
         return self._wrap(self._pad(sample, flags))
 
     def _finish(self):
+        if not self._ended:
+            self._ended = True
+            for hook in self.on_end:
+                hook()
         self.metrics.update(**self.stats())
         self.metrics.write()
         return None

@@ -115,9 +115,9 @@ def default_max_bytes(root, env=None):
     return max(1, int(shutil.disk_usage(root).free * DEFAULT_SHARE))
 
 
-def spool_bytes(paths):
-    """The bytes the spool's frames hold against the budget: ready/, every claimed/<consumer>/ and tmp/ (frames
-    being written, their pages allocated). Not done/: an acknowledged frame's bytes go once its last view dies,
+def spool_bytes(paths, owner=None):
+    """The bytes the spool's frames hold against the budget (`owner`'s frames only, when given): ready/, every
+    claimed/<consumer>/ and tmp/ (frames being written, their pages allocated). Not done/: an acknowledged frame's bytes go once its last view dies,
     and a consumer's loop still holds its last sample while it waits for the next, so counting them would let a
     budget of one frame stop producers and consumers alike; at most one such frame per consumer lingers."""
     dirs = [paths.ready, paths.tmp]
@@ -130,6 +130,8 @@ def spool_bytes(paths):
         try:
             with os.scandir(d) as entries:
                 for e in entries:
+                    if owner is not None and not e.name.startswith(owner + "-"):
+                        continue
                     try:
                         total += e.stat(follow_symlinks=False).st_blocks * 512
                     except FileNotFoundError:
@@ -140,11 +142,13 @@ def spool_bytes(paths):
 
 
 @contextlib.contextmanager
-def reserve_room(paths, size, max_bytes, max_ready, say=None):
+def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
     """Waits until the spool holds few enough bytes that `size` more stay within `max_bytes` and fewer than
     `max_ready` frames are ready, then holds the spool's budget lock (flock on <spool>/budget.lock) while the
-    caller allocates the frame's pages, so producers together never pass the budget. A frame larger than the
-    whole budget would wait forever: SpoolError at once."""
+    caller allocates the frame's pages, so producers together never pass the budget. With `owner` (a producer's
+    name) only its own frames count, against its share of the budget: a consumer in a fixed order
+    (WorldSource) may wait for one producer's next frame while the others' fill ready/, and a shared bound would
+    stop the very producer it waits for. A frame larger than the budget would wait forever: SpoolError at once."""
     if size > max_bytes:
         raise SpoolError(f"a frame of {size} bytes can never fit the spool's byte budget of {max_bytes} bytes; "
                          f"fix: raise [run] spool_max_bytes (dflash-launch check says what one frame needs)")
@@ -153,9 +157,9 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None):
     try:
         delay, t0, said = 1e-4, time.monotonic(), False
         while True:
-            if len(_frames(paths.ready)) < max_ready:
+            if len([f for f in _frames(paths.ready) if owner is None or f.startswith(owner + "-")]) < max_ready:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                held = spool_bytes(paths)
+                held = spool_bytes(paths, owner)
                 if held + size <= max_bytes:
                     break
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -164,7 +168,7 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None):
             if say and not said and time.monotonic() - t0 > 60:
                 said = True
                 say(f"waiting for room in the spool for a frame of {size} bytes: budget {max_bytes} bytes, held "
-                    f"{held if held is not None else spool_bytes(paths)}, {len(_frames(paths.ready))} frames ready")
+                    f"{held if held is not None else spool_bytes(paths, owner)}, {len(_frames(paths.ready))} frames ready")
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
         yield

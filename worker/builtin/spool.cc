@@ -117,6 +117,23 @@ bool ListFrames(const std::string& dir, std::vector<std::string>* files, std::st
   return true;
 }
 
+bool ListPendingFrames(const SpoolPaths& paths, std::vector<std::string>* files, std::string* err) {
+  files->clear();
+  std::vector<std::string> consumers, names;
+  if (!ListDir(paths.Pending(), &consumers, err, true)) return false;
+  std::string p;
+  int64_t s;
+  for (const std::string& c : consumers) {
+    if (!ListDir(paths.Pending() + "/" + c, &names, err)) return false;
+    for (const std::string& n : names) {
+      size_t dot = n.find('.');
+      if (dot == 10 && ParseFrameFile(std::string_view(n).substr(dot + 1), &p, &s))
+        files->push_back(n.substr(dot + 1));
+    }
+  }
+  return true;
+}
+
 void Backoff::Sleep() {
   std::this_thread::sleep_for(std::chrono::microseconds(us_));
   us_ = std::min(max_us_, us_ * 2);
@@ -147,11 +164,12 @@ bool SpoolProducer::Open(std::string* err) {
   std::vector<std::string> consumers;
   if (!ListDir(paths_.Claimed(), &consumers, err, true)) return false;
   for (const std::string& c : consumers) dirs.push_back(paths_.ClaimedBy(c));
+  dirs.push_back(paths_.Pending());  // acknowledged, awaiting a checkpoint (ListPendingFrames)
   dirs.push_back(paths_.Done());
   dirs.push_back(paths_.Rejected());
   int64_t max_seq = -1;
   for (const std::string& d : dirs) {
-    if (!ListFrames(d, &names, err)) return false;
+    if (!(d == paths_.Pending() ? ListPendingFrames(paths_, &names, err) : ListFrames(d, &names, err))) return false;
     for (const std::string& f : names) {
       std::string p;
       int64_t s;
@@ -169,7 +187,12 @@ bool SpoolProducer::WaitForRoom(std::string* err) {
   bool waited = false;
   while (true) {
     if (!ListFrames(paths_.Ready(), &ready, err)) return false;
-    if (static_cast<int>(ready.size()) < max_ready_) break;
+    // Its own frames only: a consumer in a fixed order (WorldSource) waits for this producer's next frame
+    // while another's fill ready/, so a shared bound could stop the one producer it waits for.
+    const std::string mine = name_ + "-";
+    if (std::count_if(ready.begin(), ready.end(), [&](const std::string& f) { return f.rfind(mine, 0) == 0; }) <
+        max_ready_)
+      break;
     waited = true;
     backoff.Sleep();
   }
@@ -388,6 +411,8 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
     if (!ListFrames(paths.ClaimedBy(c), &names, err)) return false;
     claimed += static_cast<int64_t>(names.size());
   }
+  std::vector<std::string> pending;
+  if (!ListPendingFrames(paths, &pending, err)) return false;
   std::map<std::string, std::set<int64_t>> done;
   if (!ListFrames(paths.Done(), &names, err)) return false;
   for (const std::string& f : names) {
@@ -426,7 +451,7 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
   }
   int64_t finished = 0;
   for (const auto& [p, n] : published) finished += n >= 0;
-  *final = producers > 0 && finished >= producers && ready.empty() && claimed == 0;
+  *final = producers > 0 && finished >= producers && ready.empty() && claimed == 0 && pending.empty();
   nlohmann::ordered_json rej = nlohmann::ordered_json::array();
   for (const std::string& f : rejected) rej.push_back(f);
   *out = {{"format", "dflash-spool/1"},
@@ -437,6 +462,7 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
           {"frames_consumed", total_done},
           {"ready", ready.size()},
           {"claimed", claimed},
+          {"pending", pending.size()},
           {"rejected", rej},
           {"exactly_once", *final && total_pub == total_done && missing_total == 0 && unexpected_total == 0 &&
                                rejected.empty()},

@@ -37,6 +37,9 @@ struct SpoolPaths {
   std::string Ready() const { return root + "/ready"; }
   std::string Claimed() const { return root + "/claimed"; }
   std::string ClaimedBy(const std::string& consumer) const { return Claimed() + "/" + consumer; }
+  /// Acknowledged by a consumer that checkpoints, awaiting the checkpoint that covers it
+  /// (dflash_launch.Checkpoint, docs/checkpoints.md): pending/<consumer>/<position:010d>.<frame>.
+  std::string Pending() const { return root + "/pending"; }
   std::string Done() const { return root + "/done"; }
   std::string Rejected() const { return root + "/rejected"; }
   std::string Producers() const { return root + "/producers"; }
@@ -47,6 +50,9 @@ struct SpoolPaths {
 
 /// The names of the frame files in `dir` (other entries are ignored).
 bool ListFrames(const std::string& dir, std::vector<std::string>* files, std::string* err);
+
+/// The frames under pending/<every consumer>/, their "<position>." prefix taken off.
+bool ListPendingFrames(const SpoolPaths& paths, std::vector<std::string>* files, std::string* err);
 
 /// Sleeps 100 µs, doubling up to `max_us`, until Reset(): a poll that costs
 /// nothing when frames flow and little when they do not.

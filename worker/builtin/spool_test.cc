@@ -229,6 +229,47 @@ TEST(Spool, ARestartedProducerResumesAfterItsLastFrameAndCleansItsTmp) {
   EXPECT_FALSE(again.finished());
 }
 
+TEST(Spool, PendingFramesCountForAResumingProducerAndKeepTheManifestOpen) {
+  // A checkpointing consumer (dflash_launch.Checkpoint) acknowledges into pending/<consumer>/<pos>.<frame>:
+  // a restarted producer resumes after those too (never publishes their numbers again), and the spool is not
+  // final until the checkpoint commits them to done/.
+  TempDir d;
+  std::string err;
+  std::vector<float> v = {1};
+  {
+    SpoolProducer p(d.path(), "t:0", 8);
+    ASSERT_TRUE(p.Open(&err));
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err));
+    ASSERT_TRUE(p.Finish(&err));
+  }
+  fs::create_directories(d.path() + "/pending/d:0");
+  for (int i = 0; i < 3; ++i)
+    fs::rename(d.path() + "/ready/" + FrameFile("t:0", i),
+               d.path() + "/pending/d:0/000000000" + std::to_string(i) + "." + FrameFile("t:0", i));
+  SpoolProducer again(d.path(), "t:0", 8);
+  ASSERT_TRUE(again.Open(&err)) << err;
+  EXPECT_EQ(again.next_seq(), 3);
+  nlohmann::ordered_json m;
+  bool final = true;
+  ASSERT_TRUE(Manifest(d.path(), 1, &m, &final, &err)) << err;
+  EXPECT_FALSE(final);
+  EXPECT_EQ(m["pending"], 3);
+}
+
+TEST(Spool, BackpressureCountsOnlyTheProducersOwnFrames) {
+  // Another producer's frames in ready/ never hold this one: a consumer in a fixed order may be waiting for it.
+  TempDir d;
+  std::string err;
+  std::vector<float> v = {1};
+  SpoolProducer fast(d.path(), "t:0", 2), slow(d.path(), "t:1", 2);
+  ASSERT_TRUE(fast.Open(&err) && slow.Open(&err)) << err;
+  ASSERT_TRUE(fast.Publish({}, OneTensor(v), nullptr, &err));
+  ASSERT_TRUE(fast.Publish({}, OneTensor(v), nullptr, &err));
+  auto mine = std::async(std::launch::async, [&] { return slow.Publish({}, OneTensor(v), nullptr, &err); });
+  ASSERT_EQ(mine.wait_for(test::kEventTimeout), std::future_status::ready) << "held by another producer's frames";
+  EXPECT_TRUE(mine.get()) << err;
+}
+
 TEST(Spool, BackpressureHoldsTheProducerAtMaxReady) {
   TempDir d;
   std::string err;

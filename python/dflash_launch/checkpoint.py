@@ -1,0 +1,393 @@
+"""Resume, not restart: checkpoints of a training loop, committed together with the spool frames they trained on.
+
+    from dflash_launch import Checkpoint
+    ckpt = Checkpoint(model, opt, every_steps=50, source=source)   # on every rank, at the same point
+    start = ckpt.restore()                                         # the step to go on from (0: none yet)
+    for step, sample in enumerate(source, start):
+        loss = ...; loss.backward(); opt.step(); opt.zero_grad()
+        sample["ack"](loss)
+        ckpt.step(step)                                            # after each step: saves when one is due
+
+Built on torch.distributed.checkpoint: get_state_dict/set_state_dict (a plain module, DDP, FSDP2) and
+dcp.async_save, so a step waits only for the copy of the state, not for the disk. A checkpoint is written to
+<dir>/.tmp-step-N/ and becomes <dir>/step-N/ by one rename on rank 0 once every rank's part is written (DCP's save
+ends with its coordinator gathering every rank's write): a kill at any moment leaves either the whole checkpoint or
+none, and the previous one stands. The last `keep` are kept. Each rank's RNG states (torch, CUDA, Python's random,
+NumPy's) and its source's position go in a small per-rank file of the same directory.
+
+With `source` (a WorldSource or SpoolSource) an acknowledged frame waits in the spool's pending/ until the
+checkpoint covering its step commits, then moves to done/ with that checkpoint's path as its record; restore()
+delivers the frames after the checkpoint again, in the same order to the same ranks (WorldSource's fixed order).
+So every frame enters the final model exactly once, and on CPU a run killed -9 at any moment ends with the weights
+of a run never killed. When the source ends, a last checkpoint commits what is left.
+
+SIGTERM (the supervisor's stop, `ctl stop`, a forwarded preemption) is taken at the next step(): every rank agrees
+on it, a checkpoint is written and committed, then the process ends by the same signal. A process that does not
+reach its next step within stop.grace is killed as before: the previous checkpoint stands.
+
+The directory: `dir`, else $DFLASH_CHECKPOINT_DIR (dflash-launch: <[run] checkpoint_dir>/<role>), and for a
+process outside a torch.distributed world its own subdirectory (DFLASH_PROCESS). A warm-up (DFLASH_WARMUP=1)
+neither restores nor saves. docs/checkpoints.md.
+"""
+
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import time
+
+from dflash_launch._extras import require
+from dflash_launch.spool_dirs import private_makedirs
+
+_NAME = re.compile(r"^step-(\d{10})(?:\.(\d+))?$")
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_interval(text):
+    """Seconds of "500ms", "30s", "10m", "1h" (a number alone: seconds)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"every={text!r}: expected a positive interval such as \"30s\", \"10m\" or \"1h\"")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def _key(name):
+    m = _NAME.match(name)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def committed(directory):
+    """[(step, path)] of the committed checkpoints in `directory`, oldest first."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        k = _key(n)
+        if k is not None and os.path.exists(os.path.join(directory, n, ".metadata")):
+            out.append((k, os.path.join(directory, n)))
+    return [(k[0], path) for k, path in sorted(out)]
+
+
+def _rng_state(torch):
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), int(pos), int(has_gauss), float(cached))
+    return state
+
+
+def _set_rng_state(torch, state):
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np = sys.modules.get("numpy")
+    if "numpy" in state and np is not None:
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+
+
+class Checkpoint:
+    def __init__(self, model, optimizer=None, every_steps=None, every=None, dir=None, keep=3, source=None,
+                 async_save=True, stop_signals=(signal.SIGTERM,), stop_wait_s=5.0, metrics=None, say=None, env=None):
+        """`model` (a module, DDP or FSDP2) and `optimizer` (one, a list, or None); a checkpoint every
+        `every_steps` steps and/or every `every` ("10m"); `keep` the last ones; `source`: the spool source whose
+        frames commit with the checkpoints. Every rank of a world constructs it at the same point (it makes a
+        gloo group for the background writes and one for its agreements when the world's backend is not gloo).
+        `stop_wait_s`: how long a stop signal waits for the next step() before it ends the process as it would
+        have without a Checkpoint (a process blocked elsewhere, e.g. waiting for frames, loses nothing then)."""
+        env = os.environ if env is None else env
+        self.torch = require("torch", "dflash_launch.Checkpoint")
+        self.dist = require("torch.distributed", "dflash_launch.Checkpoint")
+        self.dcp = require("torch.distributed.checkpoint", "dflash_launch.Checkpoint")
+        if every_steps is not None and int(every_steps) <= 0:
+            raise ValueError(f"every_steps={every_steps!r}: expected a positive number of steps")
+        self.model, self.source, self.keep, self.async_save = model, source, max(1, int(keep)), bool(async_save)
+        self.optimizers = [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) \
+            else [optimizer]
+        self.every_steps = int(every_steps) if every_steps else None
+        self.every_s = parse_interval(every) if every is not None else None
+        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.metrics = metrics if metrics is not None else getattr(source, "metrics", None)
+        self.warmup = env.get("DFLASH_WARMUP") == "1"
+        self.process = env.get("DFLASH_PROCESS", "")
+        self.in_world = self.dist.is_available() and self.dist.is_initialized() and not self.warmup
+        self.rank = self.dist.get_rank() if self.in_world else 0
+        self.world = self.dist.get_world_size() if self.in_world else 1
+        base = dir or env.get("DFLASH_CHECKPOINT_DIR")
+        if not base and not self.warmup:
+            raise ValueError("Checkpoint: no directory: pass dir=..., or run under dflash-launch, which sets "
+                             "DFLASH_CHECKPOINT_DIR (<[run] checkpoint_dir>/<role>)")
+        self.dir = os.path.abspath(str(base)) if base else None
+        if self.dir and not self.in_world and self.process and not dir:
+            self.dir = os.path.join(self.dir, self.process)  # a role's processes outside a world: one each
+        self.agree_group = self.save_group = None
+        if self.in_world:
+            # The background writes run collectives of their own: on a group of their own, never interleaved
+            # with the loop's (the step's all-reduce, the agreements below).
+            self.save_group = self.dist.new_group(backend="gloo")
+            self.agree_group = None if "gloo" in str(self.dist.get_backend()) else self.dist.new_group(backend="gloo")
+        self.consumers = source.consumer_names() if source is not None and hasattr(source, "consumer_names") \
+            else ([source.name] if source is not None else [])
+        if source is not None:
+            source.hold_for_checkpoint()
+            if hasattr(source, "on_end"):
+                source.on_end.append(self.finish)
+        self.done_steps = 0
+        self.resumed_from = None
+        self.last = None              # (step, path) of the last committed checkpoint
+        self.saved = 0
+        self.save_blocked_s = 0.0     # what the steps waited for saves (the copy; the disk too when not async)
+        self._inflight = None
+        self._last_save_t = time.monotonic()
+        self._stop = None
+        self._old_handlers = {}
+        self._stop_signals = tuple(stop_signals or ())
+        self._stop_wait_s = float(stop_wait_s)
+        self._stop_timer = None
+
+    # Where ----------------------------------------------------------------------------------------------------
+
+    def _rank_file(self, path, rank):
+        return os.path.join(path, f"rank-{rank:05d}.pt")
+
+    def _broadcast(self, obj):
+        if not self.in_world:
+            return obj
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=0, group=self.agree_group)
+        return box[0]
+
+    # Restore ---------------------------------------------------------------------------------------------------
+
+    def restore(self):
+        """Loads the last committed checkpoint (model, optimizer, RNG states, the source's position) and returns
+        the step to go on from; 0 when there is none. Rank 0 removes what a killed save left half-written."""
+        self._install_signals()
+        if self.warmup:
+            return 0
+        torch = self.torch
+        choice = None
+        if self.rank == 0:
+            private_makedirs(self.dir)
+            for n in os.listdir(self.dir):
+                if n.startswith(".tmp-"):
+                    shutil.rmtree(os.path.join(self.dir, n), ignore_errors=True)  # a kill mid-write
+            ok = [(s, p) for s, p in committed(self.dir)
+                  if all(os.path.exists(self._rank_file(p, r)) for r in range(self.world))]
+            found = committed(self.dir)
+            choice = ok[-1] if ok else None
+            if found and not ok:
+                choice = (None, f"Checkpoint: {found[-1][1]} was written by a world of another size (it lacks rank "
+                                f"files for {self.world} ranks); restore it with that many ranks, or use another "
+                                f"checkpoint dir")
+        choice = self._broadcast(choice)
+        if choice is not None and choice[0] is None:
+            raise RuntimeError(choice[1])  # on every rank: none waits for another in a collective
+        if choice is None:
+            if self.source is not None:
+                self.source.restore(None)
+            self.say(f"{self._who()}: no checkpoint in {self.dir}: starting at step 0")
+            return 0
+        step, path = choice
+        t0 = time.monotonic()
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        msd, osd = get_state_dict(self.model, self.optimizers)
+        state = {"model": msd, "optim": osd}
+        self.dcp.load(state, checkpoint_id=path, process_group=self.save_group)
+        set_state_dict(self.model, self.optimizers, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        extra = torch.load(self._rank_file(path, self.rank), weights_only=True)
+        _set_rng_state(torch, extra["rng"])
+        if self.source is not None:
+            positions = self._positions(path) if self.rank == 0 else None
+            self.source.restore(extra.get("source"), positions, path if self.rank == 0 else None)
+        self.done_steps = self.resumed_from = int(extra["step"])
+        self.last = (self.resumed_from, path)
+        self._last_save_t = time.monotonic()
+        took = time.monotonic() - t0
+        self.say(f"{self._who()}: resumed from step {self.resumed_from} ({path}, {took:.2f}s)")
+        self._report(resumed_from_step=self.resumed_from, restore_s=round(took, 3),
+                     checkpoint={"path": path, "step": self.resumed_from})
+        return self.resumed_from
+
+    def _positions(self, path):
+        """{consumer: position}: every rank's source position as the checkpoint at `path` recorded it."""
+        out = {}
+        for r in range(self.world):
+            extra = self.torch.load(self._rank_file(path, r), weights_only=True)
+            if extra.get("consumer") is not None:
+                out[extra["consumer"]] = self.source.position_of(extra["source"])
+        return out
+
+    # Save ------------------------------------------------------------------------------------------------------
+
+    def step(self, step):
+        """After step `step` (0-based) ran: saves a checkpoint when one is due (every_steps, every), or when a
+        stop signal came (then writes it, waits for it, and ends the process by that signal)."""
+        self.done_steps = int(step) + 1
+        if self.warmup:
+            return
+        if self.source is not None and hasattr(self.source, "ack_pending"):
+            self.source.ack_pending()  # the step's frame is covered by a checkpoint from here on
+        self._poll()
+        due = bool(self.every_steps and self.done_steps % self.every_steps == 0)
+        timed = self.every_s is not None and time.monotonic() - self._last_save_t >= self.every_s
+        stop = self._stop is not None
+        if self.in_world:  # every rank decides the same: the clocks and the signals' arrival differ
+            t = self.torch.tensor([int(due), int(timed), int(stop)], dtype=self.torch.int64)
+            self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.agree_group)
+            due, timed, stop = (bool(v) for v in t.tolist())
+        if stop and self._stop_timer is not None:
+            self._stop_timer.cancel()  # this step takes it: the checkpoint, then the signal
+        if due or timed or stop:
+            self.save(wait=stop)
+        if stop:
+            self._end_by_signal()
+
+    def save(self, wait=False):
+        """A checkpoint of the steps done so far (every rank at once). Async unless `wait` or async_save=False:
+        it commits at a later step(), or at the next save, finish() or restore's end."""
+        if self.warmup:
+            return
+        torch, dcp = self.torch, self.dcp
+        t0 = time.monotonic()
+        self._wait_inflight()
+        step = self.done_steps
+        name = f"step-{step:010d}"
+        if self.last is not None and self.last[0] == step:
+            if not self._source_moved():
+                return  # nothing new since that checkpoint
+            name += f".{_key(os.path.basename(self.last[1]))[1] + 1}"  # the tail's frames after it (tail="drop")
+        tmp, final = os.path.join(self.dir, ".tmp-" + name), os.path.join(self.dir, name)
+        private_makedirs(tmp)  # every rank: 0700 from the checkpoint dir down, whoever makes it first
+        source_state = self.source.state_dict() if self.source is not None else None
+        extra = {"step": step, "rank": self.rank, "world": self.world, "rng": _rng_state(torch),
+                 "consumer": getattr(self.source, "name", None), "source": source_state}
+        torch.save(extra, self._rank_file(tmp, self.rank))
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        msd, osd = get_state_dict(self.model, self.optimizers)
+        state = {"model": msd, "optim": osd}
+        if self.async_save and not wait:
+            future = dcp.async_save(state, checkpoint_id=tmp, process_group=self.save_group)
+            future = getattr(future, "upload_completion", future)
+        else:
+            dcp.save(state, checkpoint_id=tmp, process_group=self.save_group)
+            future = None
+        self._inflight = (step, tmp, final, source_state, future)
+        self._last_save_t = time.monotonic()
+        if future is None:
+            self._commit()
+        self.save_blocked_s += time.monotonic() - t0
+
+    def _source_moved(self):
+        state = self.source.state_dict() if self.source is not None else None
+        if state is None:
+            return False
+        try:
+            before = self.torch.load(self._rank_file(self.last[1], self.rank), weights_only=True)["source"]
+        except (OSError, KeyError, RuntimeError):
+            return True
+        moved = int(self.source.position_of(state) != self.source.position_of(before))
+        if self.in_world:
+            t = self.torch.tensor([moved], dtype=self.torch.int64)
+            self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.agree_group)
+            moved = int(t.item())
+        return bool(moved)
+
+    def _poll(self):
+        if self._inflight is not None and self._inflight[4] is not None and self._inflight[4].done():
+            self._commit()
+
+    def _wait_inflight(self):
+        if self._inflight is not None:
+            self._commit()
+
+    def _commit(self):
+        """The save in flight finished on this rank: rank 0 (whose save ended after every rank's part was
+        written) renames it into place, commits the frames it covers and drops the oldest beyond `keep`."""
+        step, tmp, final, _, future = self._inflight
+        self._inflight = None
+        if future is not None:
+            future.result()  # a failed write raises here
+        self.saved += 1
+        self.last = (step, final)
+        self._report(checkpoint={"path": final, "step": step}, checkpoints_written=self.saved,
+                     checkpoint_blocked_s=round(self.save_blocked_s, 3))
+        if self.rank != 0:
+            return
+        os.rename(tmp, final)
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)  # the rename is the commit: on disk before the frames are
+        finally:
+            os.close(fd)
+        if self.source is not None:
+            self.source.commit(self._positions(final), final)
+        for _, old in committed(self.dir)[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def finish(self):
+        """A last checkpoint of every step done (the source calls it when it ends), waited for and committed."""
+        if self.warmup:
+            return
+        self.save(wait=True)
+        self._uninstall_signals()
+
+    # Stop signals ----------------------------------------------------------------------------------------------
+
+    def _install_signals(self):
+        import threading
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in self._stop_signals:
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _uninstall_signals(self):
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers = {}
+
+    def _on_signal(self, signum, frame):
+        if self._stop is not None:
+            return
+        self._stop = signum  # taken at the next step(): every rank agrees, checkpoints, then ends by it
+        import threading
+        self._stop_timer = threading.Timer(self._stop_wait_s, self._die_by, args=(signum,))
+        self._stop_timer.daemon = True
+        self._stop_timer.start()
+
+    def _die_by(self, sig):
+        """No step() came in time (the process waits elsewhere): end by the signal, as without a Checkpoint."""
+        self.say(f"{self._who()}: {signal.Signals(sig).name}: no step within {self._stop_wait_s:g}s; stopping "
+                 f"without a checkpoint (the last one stands)")
+        # From this thread signal.signal() is refused (main thread only) and the main thread may sit in C code:
+        # the kernel's disposition goes back to the default through libc itself, then the signal is raised.
+        import ctypes
+        ctypes.CDLL(None).signal(int(sig), ctypes.c_void_p(0))  # SIG_DFL
+        os.kill(os.getpid(), sig)
+
+    def _end_by_signal(self):
+        sig = self._stop
+        self.say(f"{self._who()}: {signal.Signals(sig).name}: checkpoint at step {self.done_steps} committed "
+                 f"({self.last[1] if self.last else '-'}); stopping")
+        if self.metrics is not None:
+            self.metrics.write()
+        self._uninstall_signals()
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+
+    # Reporting -------------------------------------------------------------------------------------------------
+
+    def _who(self):
+        return self.process or f"rank {self.rank}"
+
+    def _report(self, **fields):
+        if self.metrics is not None:
+            self.metrics.update(**fields)

@@ -1,0 +1,205 @@
+"""Resume, not restart (issue #45): a DDP world of 3 gloo ranks trains on 2 producers' frames through the spool with
+dflash_launch.Checkpoint, under dflash-launch. A rank killed -9 mid-step, mid-checkpoint-write, or just after a
+checkpoint's commit: the run still exits 0, its final weights are bitwise those of the run never killed, every frame
+is committed exactly once (the manifest names the checkpoint of each), and a kill during a write leaves the
+previous checkpoint to resume from. FSDP2 resumes the same way; SIGTERM writes a checkpoint the next run resumes
+from. The payloads: tests/payloads/ckpt_rank.py (the rank, and where it kills itself), ckpt_producer.py."""
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT
+from test_spool import ENV, SMALL
+
+PAYLOADS = ROOT / "tests" / "payloads"
+FRAMES = 15  # per producer: 30 frames, 10 rounds of 3; checkpoints at steps 3, 6, 9 and 10 (the end)
+
+
+def config(tmp_path, kill="", wrap="ddp", extra="", drafter_env=""):
+    (tmp_path / "cache").mkdir(mode=0o700, exist_ok=True)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f"""[run]
+name = "t"
+cache_dir = "cache"
+log_dir = "runs"
+spool_dir = "{tmp_path}/spool"
+{extra}
+{SMALL}
+[[role]]
+name = "target"
+cpu = 2
+spool = "produce"
+command = ["python", "{PAYLOADS / 'ckpt_producer.py'}"]
+env = {{ CKPT_FRAMES = "{FRAMES}" }}
+world = "none"
+
+[[role]]
+name = "drafter"
+cpu = 3
+spool = "consume"
+command = ["python", "{PAYLOADS / 'ckpt_rank.py'}"]
+env = {{ CKPT_KILL = "{kill}", CKPT_WRAP = "{wrap}", CKPT_OUT = "{tmp_path}/final.pt", OMP_NUM_THREADS = "1"{drafter_env} }}
+world = "role"
+restart = {{ policy = "on-failure", scope = "role", max = 2, backoff = "200ms..200ms" }}
+""")
+    return cfg
+
+
+def weights(path):
+    return torch.load(path, weights_only=True)
+
+
+def run_to_end(launch, tmp_path, **kw):
+    r = launch(config(tmp_path, **kw), env=ENV)
+    assert r.wait(timeout=400) == 0, r.out[-4000:] + r.err[-2000:]
+    return r
+
+
+def logs(r):
+    return r.out + "".join(p.read_text(errors="replace") for p in r.run_dir.rglob("*.log"))
+
+
+def assert_committed_exactly_once(r):
+    m = json.loads((r.run_dir / "spool.json").read_text())
+    assert m["final"] and m["exactly_once"] and m["frames_consumed"] == 2 * FRAMES and m["pending"] == 0, m
+    # Every frame's record names the checkpoint that committed it; together they count each frame once.
+    assert sum(m["committed_by_checkpoint"].values()) == 2 * FRAMES, m["committed_by_checkpoint"]
+    for prod in m["producers"].values():
+        runs = prod["committed_by"]
+        assert all(ck and "/drafter/step-" in ck for _, _, ck in runs), runs
+        assert sum(last - first + 1 for first, last, _ in runs) == FRAMES, runs
+    return m
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, bin_dir):
+    """The run never killed: its final weights, what the killed runs must end with bit for bit."""
+    from supervise import Run
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    r = Run(bin_dir, config(tmp), env=ENV)
+    try:
+        assert r.wait(timeout=400) == 0, r.out[-4000:] + r.err[-2000:]
+    finally:
+        r.kill()
+    assert_committed_exactly_once(r)
+    return weights(tmp / "final.pt")
+
+
+@pytest.mark.parametrize("kill, resumed_from", [
+    ("1:step:4", None),     # mid-step (step 3's checkpoint may still be in flight: either is right)
+    ("2:write:6", 3),       # mid-write of step 6's: the previous one (3) is what the world resumes from
+    ("0:commit:3", 3),      # checkpoint 3 renamed into place, its frames not yet moved: restore commits them
+], ids=["mid-step", "mid-checkpoint-write", "just-after-commit"])
+def test_a_kill_at_any_moment_ends_with_the_weights_of_a_run_never_killed(launch, tmp_path, uninterrupted, kill,
+                                                                          resumed_from):
+    r = run_to_end(launch, tmp_path, kill=kill)
+    text = logs(r)
+    assert "ckpt_rank " + kill.split(":")[0] + ": SIGKILL" in text, text[-3000:]
+    s = r.summary()
+    drafters = [p for p in s["processes"] if p["role"] == "drafter"]
+    assert [p["restarts"] for p in drafters] == [1, 1, 1], [p["restarts"] for p in drafters]
+    assert s["checkpoints"]["drafter"] == {"path": str(r.run_dir / "checkpoints" / "drafter" / "step-0000000010"),
+                                           "step": 10}, s["checkpoints"]
+    got = weights(tmp_path / "final.pt")
+    assert got.keys() == uninterrupted.keys()
+    for k in got:
+        assert torch.equal(got[k], uninterrupted[k]), (k, (got[k] - uninterrupted[k]).abs().max())
+    assert_committed_exactly_once(r)
+    resumed = {int(x) for x in re.findall(r"drafter:\d: resumed from step (\d+)", text)}
+    if resumed_from is not None:
+        assert resumed == {resumed_from}, text[-3000:]
+    # The killed world's half-written checkpoint is gone; the last `keep` (3) remain, the final one among them.
+    ckpts = sorted(os.listdir(r.run_dir / "checkpoints" / "drafter"))
+    assert ckpts == ["step-0000000006", "step-0000000009", "step-0000000010"], ckpts
+
+
+def test_fsdp2_on_three_cpu_ranks_resumes(launch, tmp_path):
+    """FSDP2 (fully_shard, DTensor shards) through the same Checkpoint: a rank killed mid-step, the world resumes
+    from the last checkpoint (each rank loads its own shard), and every frame is committed once."""
+    r = run_to_end(launch, tmp_path, kill="1:step:7", wrap="fsdp2", drafter_env=', CKPT_ASYNC = "0"')
+    text = logs(r)
+    assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text)) == {"6"}, text[-3000:]
+    assert_committed_exactly_once(r)
+
+
+def test_sigterm_writes_a_checkpoint_the_next_run_resumes_from(launch, tmp_path):
+    """`ctl stop`'s SIGTERM mid-run: every rank agrees on it at its next step, the world writes and commits a
+    checkpoint, and ends; the run continued (--resume: same run dir, same spool) resumes from that step and ends
+    with every frame committed once."""
+    from supervise import wait_until
+    extra = f'checkpoint_dir = "{tmp_path}/ckpt"'
+    cfg = config(tmp_path, extra=extra, drafter_env=', CKPT_SLEEP_MS = "300", CKPT_EVERY = "1000"')
+    r = launch(cfg, env=ENV, run_id="stopped")
+    assert wait_until(lambda: len(list((tmp_path / "spool" / "stopped" / "pending").glob("*/*"))) >= 6,
+                      timeout=120), r.out[-3000:]
+    os.kill(r.pid, signal.SIGTERM)
+    assert r.wait(timeout=120) != 0
+    text = logs(r)
+    m = set(re.findall(r"(drafter:\d): SIGTERM: checkpoint at step (\d+) committed", text))
+    assert len(m) == 3 and len({step for _, step in m}) == 1, text[-3000:]  # every rank, at the same step
+    stopped_at = int(m.pop()[1])
+    assert 2 <= stopped_at < 10 and os.path.isdir(tmp_path / "ckpt" / "drafter" / f"step-{stopped_at:010d}")
+    assert (tmp_path / "spool" / "stopped" / "done").is_dir()  # kept for --resume: the checkpoint names its frames
+    r2 = launch(cfg, env=ENV, run_id="stopped", args=["--resume"])
+    assert r2.wait(timeout=400) == 0, r2.out[-4000:] + r2.err[-2000:]
+    text2 = logs(r2)
+    assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text2)) == {str(stopped_at)}, text2[-3000:]
+    assert_committed_exactly_once(r2)
+
+
+def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_path):
+    """The shipped drafter (--ddp --source spool) checkpoints by itself under dflash-launch: a rank killed -9 from
+    outside after its world's first checkpoint, the world resumes from it, and every frame is committed once."""
+    from supervise import wait_until
+    from test_spool import payload_of
+    cfg = config(tmp_path)
+    text = cfg.read_text().replace(
+        f'command = ["python", "{PAYLOADS / "ckpt_rank.py"}"]',
+        'command = ["python", "-m", "dflash_launch.reference_drafter", "--ddp", "--source", "spool", "--no-compile",\n'
+        '           "--steps", "100000", "--checkpoint-every", "3"]\nenv = { DFLASH_PACE_MS = "150" }')
+    text = re.sub(r'(?m)^env = \{ CKPT_KILL.*\n', "", text)
+    cfg.write_text(text)
+    r = launch(cfg, env=ENV)
+    ckpts = r.run_dir / "checkpoints" / "drafter"
+    assert wait_until(lambda: ckpts.is_dir() and any(n.startswith("step-") for n in os.listdir(ckpts)),
+                      timeout=180), r.out[-3000:]
+    victim = payload_of(r, "drafter:1", marker="reference_drafter")
+    os.kill(victim, signal.SIGKILL)
+    assert r.wait(timeout=400) == 0, r.out[-4000:] + r.err[-2000:]
+    resumed = {int(x) for x in re.findall(r"drafter:\d: resumed from step (\d+)", logs(r))}
+    assert len(resumed) == 1 and resumed.pop() >= 3, logs(r)[-3000:]
+    assert_committed_exactly_once(r)
+
+
+def test_a_stop_signal_away_from_the_loop_ends_the_process_as_before(tmp_path):
+    """SIGTERM while the process waits elsewhere (here: asleep, as one waiting for frames): no step() comes, so
+    after stop_wait_s it ends by the signal as it would have without a Checkpoint, no checkpoint written."""
+    import subprocess
+    import sys
+    code = ("import time, torch\nfrom dflash_launch import Checkpoint\n"
+            "m = torch.nn.Linear(2, 2)\n"
+            f"c = Checkpoint(m, None, every_steps=5, dir={str(tmp_path / 'ck')!r}, stop_wait_s=0.5)\n"
+            "c.restore(); print('ready', flush=True); time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGTERM and time.monotonic() - t0 < 30, (p.returncode, err)
+    assert "no step within 0.5s; stopping without a checkpoint" in err, err
+    assert not [n for n in os.listdir(tmp_path / "ck") if n.startswith("step-")]
+
+
+def test_no_checkpoint_dir_is_a_clear_error(monkeypatch):
+    from dflash_launch import Checkpoint
+    monkeypatch.delenv("DFLASH_CHECKPOINT_DIR", raising=False)
+    with pytest.raises(ValueError, match="DFLASH_CHECKPOINT_DIR"):
+        Checkpoint(torch.nn.Linear(2, 2), None, every_steps=1)
+    with pytest.raises(ValueError, match="every="):
+        Checkpoint(torch.nn.Linear(2, 2), None, every="soon", dir="/nonexistent")
