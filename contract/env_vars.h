@@ -43,6 +43,7 @@ inline constexpr char kSpoolDir[] = "DFLASH_SPOOL_DIR";
 inline constexpr char kSpoolProducers[] = "DFLASH_SPOOL_PRODUCERS";
 // <[run] checkpoint_dir>/<role>: where dflash_launch.Checkpoint (and the builtin drafter) keep checkpoints.
 inline constexpr char kCheckpointDir[] = "DFLASH_CHECKPOINT_DIR";
+inline constexpr char kSpoolMaxBytes[] = "DFLASH_SPOOL_MAX_BYTES";  // [run] spool_max_bytes, when written
 inline constexpr char kNodeRank[] = "DFLASH_NODE_RANK";
 inline constexpr char kNnodes[] = "DFLASH_NNODES";
 inline constexpr char kStore[] = "DFLASH_STORE";
@@ -117,8 +118,8 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kRunId, VarKind::kOwned},              {kRunDir, VarKind::kOwned},
     {kProcess, VarKind::kOwned},            {kAttempt, VarKind::kOwned},
     {kMetricsFile, VarKind::kOwned},        {kSpoolDir, VarKind::kOwned},
-    {kSpoolProducers, VarKind::kOwned},     {kNodeRank, VarKind::kOwned},
-    {kCheckpointDir, VarKind::kOwned},
+    {kSpoolProducers, VarKind::kOwned},     {kSpoolMaxBytes, VarKind::kOwned},
+    {kNodeRank, VarKind::kOwned},           {kCheckpointDir, VarKind::kOwned},
     {kNnodes, VarKind::kOwned},             {kStore, VarKind::kOwned},
     {kRunToken, VarKind::kOwned},           {kGateKey, VarKind::kOwned},
     {kStoreSecretFile, VarKind::kOwned},    {kStoreUser, VarKind::kOwned},

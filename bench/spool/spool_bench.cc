@@ -3,7 +3,14 @@
 // filesystem (write a file, read it back) measured in the same run.
 //
 //   spool_bench [--dir /dev/shm] [--mb 1] [--frames 2000] [--producers 1] [--consumers 1]
-//               [--max-ready 16] [--repeat 3]
+//               [--max-ready 16] [--repeat 3] [--consumer read|mmap]
+//   spool_bench --consumer-only [--dir /dev/shm] [--mb 102.4] [--frames 20] [--repeat 3]
+//
+// The consumer maps each frame (safetensors::File::Map, as the builtin
+// drafter does) and touches every byte; `--consumer read` reads it into a
+// buffer instead (the drafter before issue #49). `--consumer-only`: one
+// consumer's time per frame of an already published file -- Map and touch,
+// Read -- against a memcpy of the frame's bytes, in the same run.
 //
 // One JSON object per line on stdout (docs/benchmarks.md reads them).
 #include <fcntl.h>
@@ -32,7 +39,28 @@ struct Args {
   std::string dir = "/dev/shm";
   double mb = 1;
   int frames = 2000, producers = 1, consumers = 1, max_ready = 16, repeat = 3;
+  bool read = false, consumer_only = false;
 };
+
+/// What a drafter does with a frame's bytes at the least: reads each of them once.
+uint64_t Touch(const uint8_t* p, size_t n) {
+  uint64_t sum = 0, w = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::memcpy(&w, p + i, 8);
+    sum += w;
+  }
+  for (; i < n; ++i) sum += p[i];
+  return sum;
+}
+
+/// Consumes one frame file the way `a` says: mapped (views) or read (a copy), every byte touched.
+bool Consume(const Args& a, const std::string& path, uint64_t* sum, std::string* err) {
+  dflash::safetensors::File file;
+  if (!(a.read ? file.Read(path, err) : file.Map(path, err))) return false;
+  *sum += Touch(file.buffer().get(), file.size());
+  return true;
+}
 
 /// The frame a producer publishes: "hidden" F32 of ~mb MiB and "tokens" I64, like a real frame.
 struct Frame {
@@ -113,8 +141,8 @@ double Spool(const Args& a, const Frame& f) {
         bool end = false;
         if (!con.Next(&fr, &end, &err)) Fail(err);
         if (end) break;
-        dflash::safetensors::File file;  // the consumer reads every byte, as a drafter does
-        if (!file.Read(fr.path, &err) || !con.Ack(fr, &err)) Fail(err);
+        uint64_t sum = 0;  // every byte read, as a drafter does; the mapping gone before Ack truncates
+        if (!Consume(a, fr.path, &sum, &err) || !con.Ack(fr, &err)) Fail(err);
       }
       _exit(0);
     }
@@ -135,13 +163,60 @@ double Spool(const Args& a, const Frame& f) {
   return s;
 }
 
+/// Per-frame seconds (medians over `frames`) of one consumer: Map + touch, Read + touch, and a memcpy of
+/// the frame's bytes between two warm buffers.
+void ConsumerOnly(const Args& a, const Frame& f) {
+  std::string path = a.dir + "/spool_bench_frame." + std::to_string(::getpid()), err;
+  if (!dflash::safetensors::WriteFile(path, {}, f.refs, &err)) Fail(err);
+  const size_t n = f.FileBytes();
+  std::vector<uint8_t> src(n, 1), dst(n, 0);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  uint64_t sink = 0;
+  for (int r = 0; r < a.repeat; ++r) {
+    std::vector<double> mapped, read, copy;
+    for (int i = 0; i < a.frames; ++i) {  // interleaved: each sees the same load
+      Args m = a, rd = a;
+      m.read = false;
+      rd.read = true;
+      auto t0 = Clock::now();
+      if (!Consume(m, path, &sink, &err)) Fail(err);
+      mapped.push_back(Since(t0));
+      t0 = Clock::now();
+      if (!Consume(rd, path, &sink, &err)) Fail(err);
+      read.push_back(Since(t0));
+      t0 = Clock::now();
+      std::memcpy(dst.data(), src.data(), n);
+      sink += dst[i % n];
+      copy.push_back(Since(t0));
+    }
+    double mm = median(mapped), rr = median(read), cc = median(copy);
+    std::printf("{\"frame_bytes\": %zu, \"frames\": %d, \"map_touch_ms\": %.2f, \"read_touch_ms\": %.2f, "
+                "\"memcpy_ms\": %.2f, \"map_vs_memcpy\": %.2f, \"read_vs_memcpy\": %.2f, \"sink\": %llu}\n",
+                n, a.frames, mm * 1e3, rr * 1e3, cc * 1e3, mm / cc, rr / cc,
+                static_cast<unsigned long long>(sink % 10));
+    std::fflush(stdout);
+  }
+  ::unlink(path.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--consumer-only") {
+      a.consumer_only = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) Fail("option " + k + " needs a value");
+    std::string v = argv[i + 1];
     if (k == "--dir") a.dir = v;
+    else if (k == "--consumer" && (v == "read" || v == "mmap")) a.read = v == "read";
     else if (k == "--mb") a.mb = std::atof(v.c_str());
     else if (k == "--frames") a.frames = std::atoi(v.c_str());
     else if (k == "--producers") a.producers = std::atoi(v.c_str());
@@ -151,6 +226,10 @@ int main(int argc, char** argv) {
     else Fail("unknown option " + k);
   }
   Frame f(a.mb);
+  if (a.consumer_only) {
+    ConsumerOnly(a, f);
+    return 0;
+  }
   const double bytes = static_cast<double>(f.FileBytes());
   for (int r = 0; r < a.repeat; ++r) {
     // Interleaved, so both see the same machine (2 shared cores: the load moves).
@@ -159,9 +238,9 @@ int main(int argc, char** argv) {
     double copy_gbs = bytes * a.frames / copy_s / 1e9, spool_gbs = bytes * a.frames / spool_s / 1e9;
     std::printf(
         "{\"frame_bytes\": %.0f, \"frames\": %d, \"producers\": %d, \"consumers\": %d, \"max_ready\": %d, "
-        "\"copy_s\": %.4f, \"copy_GBps\": %.3f, \"spool_s\": %.4f, \"spool_frames_per_s\": %.1f, "
+        "\"consumer\": \"%s\", \"copy_s\": %.4f, \"copy_GBps\": %.3f, \"spool_s\": %.4f, \"spool_frames_per_s\": %.1f, "
         "\"spool_GBps\": %.3f, \"ratio\": %.3f}\n",
-        bytes, a.frames, a.producers, a.consumers, a.max_ready, copy_s, copy_gbs, spool_s, a.frames / spool_s,
+        bytes, a.frames, a.producers, a.consumers, a.max_ready, a.read ? "read" : "mmap", copy_s, copy_gbs, spool_s, a.frames / spool_s,
         spool_gbs, spool_gbs / copy_gbs);
     std::fflush(stdout);
   }

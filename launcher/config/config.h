@@ -193,6 +193,9 @@ struct RunSpec {
   bool spool_dir_given = false;  // written in the file (else the default, /dev/shm/dflash-<uid>-<name>)
   /// Why the default spool dir was not taken (another user made it first) and which one is used: a warning.
   std::string spool_dir_note;
+  SourcePos spool_dir_pos;        // the value, or [run] when not written
+  int64_t spool_max_bytes = 0;    // 0: not written (producers take half the spool filesystem's free space)
+  SourcePos spool_max_bytes_pos;  // the value, or [run] when not written
   /// The group that may read the run's logs ("": nobody else; dirs 0700, files 0600).
   std::string log_group;
   gid_t log_gid = static_cast<gid_t>(-1);  // log_group's id, once validated

@@ -14,6 +14,7 @@
 
 #include "common/fd.h"
 #include "launcher/config/schema.h"
+#include "launcher/config/spool_budget.h"
 
 namespace dflash {
 namespace {
@@ -350,6 +351,64 @@ TEST(RestartConfig, ScopeProcessInOneTorchWorldIsWarnedAbout) {
                        "restart = { policy = \"on-failure\" }\n"
                        "[[role]]\nname = \"d\"\ncpu = 1\ncommand = [\"x\"]\nworld = \"run\"\n", &c, &e)) << e;
   EXPECT_EQ(ConfigWarnings(c).size(), 1u);
+}
+
+TEST(SpoolBudget, ReadPassedOnAndWarnedAboutWhenItCannotHoldAFrame) {
+  RunConfig c;
+  std::string e;
+  // One frame: 1 x 128 x 5 taps x 64 x bf16 = 81920, tokens 1 x 128 x 8 = 1024, the header bound 4096.
+  const std::string model = "[model]\ntarget_layers = 8\nhidden = 64\ntapped_layers = [1, 2, 3, 4, 5]\n"
+                            "seq_len = 128\n";
+  const std::string roles = "[[role]]\nname = \"t\"\ncpu = 1\ncommand = [\"x\"]\nspool = \"produce\"\n";
+  ASSERT_TRUE(LoadText("[run]\nspool_max_bytes = 8_000_000\n" + model + roles, &c, &e)) << e;
+  EXPECT_EQ(c.run.spool_max_bytes, 8'000'000);
+  EXPECT_EQ(SpoolFrameBytes(c.model), 81920 + 1024 + 4096);
+  std::vector<ConfigError> w;
+  AddSpoolBudgetWarnings(c, int64_t{1} << 40, &w);
+  EXPECT_TRUE(w.empty());
+  // A budget below one frame: where it is written, what one frame needs.
+  ASSERT_TRUE(LoadText("[run]\nspool_max_bytes = 50000\n" + model + roles, &c, &e)) << e;
+  AddSpoolBudgetWarnings(c, int64_t{1} << 40, &w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].key, "run.spool_max_bytes");
+  EXPECT_EQ(w[0].pos.ToString(), "/x/n.toml:2:19");
+  EXPECT_NE(w[0].expected.find("at least 87040"), std::string::npos) << w[0].Format();
+  EXPECT_NE(w[0].hint.find("spool_max_bytes = 348160"), std::string::npos) << w[0].Format();
+  // No budget written: the default is half the free space; 100 KB free cannot give one frame of 87 KB.
+  ASSERT_TRUE(LoadText(model + roles, &c, &e)) << e;
+  EXPECT_EQ(c.run.spool_max_bytes, 0);
+  w.clear();
+  AddSpoolBudgetWarnings(c, 100'000, &w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].message.find("default budget is half of it"), std::string::npos) << w[0].Format();
+  EXPECT_NE(w[0].hint.find("--shm-size"), std::string::npos);
+  EXPECT_EQ(w[0].pos.file, "/x/n.toml");
+  w.clear();
+  AddSpoolBudgetWarnings(c, 200'000, &w);
+  EXPECT_TRUE(w.empty());
+  // A spool_dir written: the warning points there.
+  ASSERT_TRUE(LoadText("[run]\nspool_dir = \"/dev/shm/s\"\nspool_max_bytes = 90000\n" + model + roles, &c, &e)) << e;
+  AddSpoolBudgetWarnings(c, 50'000, &w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].key, "run.spool_dir");
+  EXPECT_EQ(w[0].pos.ToString(), "/x/n.toml:2:13");
+  // Nobody produces frames, or no [model]: nothing to hold.
+  ASSERT_TRUE(LoadText("[run]\nspool_max_bytes = 5\n" + model + "[[role]]\nname = \"t\"\ncpu = 1\ncommand = [\"x\"]\n",
+                       &c, &e)) << e;
+  w.clear();
+  AddSpoolBudgetWarnings(c, 5, &w);
+  EXPECT_TRUE(w.empty());
+  // Not a positive number of bytes: a config error at the value.
+  for (const char* bad : {"0", "-1", "\"8GB\"", "1.5e9"}) {
+    EXPECT_FALSE(LoadText("[run]\nspool_max_bytes = " + std::string(bad) + "\n" + model + roles, &c, &e)) << bad;
+    EXPECT_NE(e.find("2:19: error: run.spool_max_bytes"), std::string::npos) << e;
+  }
+}
+
+TEST(SpoolBudget, FreeBytesOfADirThatDoesNotExistYetAreItsParents) {
+  EXPECT_GT(SpoolFreeBytes("/dev/shm/dflash-no-such-dir/a/b"), 0);
+  EXPECT_GT(SpoolFreeBytes("/"), 0);
+  EXPECT_EQ(SpoolFreeBytes(""), -1);  // nothing to look at (spool_dir is always absolute)
 }
 
 TEST(Schema, DocsCarryTheGeneratedReference) {

@@ -16,6 +16,7 @@
 #include "common/secure_path.h"
 #include "launcher/config/config_internal.h"
 #include "launcher/config/role_order.h"
+#include "launcher/config/spool_budget.h"
 #include "launcher/config/spool_default.h"
 #include "launcher/config/spool_check.h"
 
@@ -391,6 +392,7 @@ const char* RestartScopeName(RestartScope s) { return NameIn(kRestartScopeNames,
 std::vector<ConfigError> ConfigWarnings(const RunConfig& config) {
   std::vector<ConfigError> out;
   AddSpoolDirWarning(config, &out);
+  AddSpoolBudgetWarnings(config, SpoolFreeBytes(config.run.spool_dir), &out);
   int run_world = 0;
   for (const RoleSpec& r : config.roles)
     if (r.world == TorchWorld::kRun) run_world += r.process_count() * std::max<int>(1, r.nodes.size());

@@ -121,6 +121,22 @@ void ReadMetrics(TableReader& r, RunSpec* run) {
   run->metrics = n->as_string()->get();
 }
 
+void ReadSpoolMaxBytes(TableReader& r, RunSpec* run) {
+  run->spool_max_bytes_pos = r.ValuePos("spool_max_bytes");
+  if (!r.Has("spool_max_bytes")) {
+    r.Get("spool_max_bytes");
+    return;
+  }
+  int64_t v = 0;
+  if (!r.Int64("spool_max_bytes", &v)) return;
+  if (v <= 0) {
+    r.Error("spool_max_bytes", r.ValuePos("spool_max_bytes"), "out of range", "a positive number of bytes",
+            std::to_string(v), "e.g. spool_max_bytes = 8_000_000_000 (remove the key for half the free space)");
+    return;
+  }
+  run->spool_max_bytes = v;
+}
+
 }  // namespace
 
 void ReadRun(const toml::table* t, const std::string& file, const std::string& base_dir, RunSpec* run,
@@ -160,6 +176,8 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   } else {
     r.Get("checkpoint_dir");
   }
+  run->spool_dir_pos = r.ValuePos("spool_dir");
+  ReadSpoolMaxBytes(r, run);
   if (r.Has("log_group")) r.String("log_group", &run->log_group); else r.Get("log_group");
   r.String("master_addr", &run->master_addr);
   run->master_addr_given = r.Has("master_addr");

@@ -46,6 +46,12 @@ std::vector<SectionSpec> MakeSchema() {
             "<checkpoint_dir>/<role> (DFLASH_CHECKPOINT_DIR). A restarted process resumes from its role's last "
             "one, and so does a run continued with --resume. Past one node it must be storage every node shares.",
             "\"/shared/ckpt/qwen36-27b-dflash\""},
+           {"spool_max_bytes", K::kInt, "<half the spool filesystem's free space>",
+            "The spool's byte budget: a producer waits while the frames ready, claimed and being written on its "
+            "node would pass it (DFLASH_SPOOL_MAX_BYTES; the builtin target and dflash_launch.spool_producer "
+            "honour it). `check` warns when it, or the spool filesystem's free space, cannot hold one frame of "
+            "[model]: batch x seq_len x taps x hidden x dtype bytes, the tokens (batch x seq_len x 8) and a header.",
+            "8_000_000_000"},
            {"master_addr", K::kString, "127.0.0.1",
             "MASTER_ADDR for torch.distributed: the host of rank 0 (node 0). `--master-addr` and the "
             "scheduler's (Slurm, Kubernetes) come first when this key is not written.",

@@ -81,6 +81,7 @@ void AddRunFilesAndPorts(const Plan& plan, const ProcessPlan& p, int attempt, En
                           {env::kNodeRank, std::to_string(plan.node_rank)},
                           {env::kNnodes, std::to_string(plan.nnodes)},
                       });
+  if (run.spool_max_bytes > 0) e->emplace_back(env::kSpoolMaxBytes, std::to_string(run.spool_max_bytes));
   // Named ports: its own, and those of every role's processes here, so a peer finds them (docs/config.md "Ports").
   const RoleSpec& role = plan.RoleOf(p);
   for (size_t i = 0; i < role.ports.size() && i < p.ports.size(); ++i)

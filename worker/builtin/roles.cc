@@ -166,6 +166,8 @@ class DrafterRun {
   int TrainOn(const spool::ClaimedFrame& f);
   /// The contract, before any compute: metadata, names, dtypes, shapes, ids. False: `violation` says why.
   bool ReadCheckedFrame(const spool::ClaimedFrame& f, safetensors::File* file, std::string* violation);
+  /// Drops the frame's views and its mapping before Ack truncates the file; false if a view outlives them.
+  bool ReleaseFrame(const spool::ClaimedFrame& f, safetensors::File* file, at::Tensor* hidden, at::Tensor* tokens);
   /// READY after the first step (its loss, in the metrics too); a STATUS every 50 steps.
   void Report(const spool::ClaimedFrame& f, double dt);
   /// The metrics so far, into m_.
@@ -257,6 +259,7 @@ int DrafterRun::TrainOn(const spool::ClaimedFrame& f) {
   double dt = Since(t0);
   step_s_ += dt;
   if (o_.pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o_.pace_ms));
+  if (!ReleaseFrame(f, &file, &hidden, &tokens)) return exit_code::kFailure;
   if (!consumer_.Ack(f, &err)) {
     Complain(r_.name, err);
     return exit_code::kFailure;
@@ -270,7 +273,7 @@ int DrafterRun::TrainOn(const spool::ClaimedFrame& f) {
 
 bool DrafterRun::ReadCheckedFrame(const spool::ClaimedFrame& f, safetensors::File* file, std::string* violation) {
   std::string err;
-  bool ok = file->Read(f.path, &err);
+  bool ok = file->Map(f.path, &err);  // views of the file's pages, copy-on-write: no read() copy
   if (!ok) *violation = "frame " + f.file + " from producer " + f.producer + " cannot be read: " + err;
   else if (CheckFrame(r_.m.frame, file->header(), f.file, violation)) {
     const safetensors::TensorEntry& t = *file->header().Find("tokens");
@@ -280,6 +283,20 @@ bool DrafterRun::ReadCheckedFrame(const spool::ClaimedFrame& f, safetensors::Fil
     ok = false;
   }
   return ok;
+}
+
+bool DrafterRun::ReleaseFrame(const spool::ClaimedFrame& f, safetensors::File* file, at::Tensor* hidden,
+                              at::Tensor* tokens) {
+  // Ack truncates the file: a page of a mapping still alive would be SIGBUS when touched. So every view goes
+  // first, and the mapping with the last one; a view kept anywhere (autograd) is a bug said here, not a crash later.
+  std::weak_ptr<uint8_t> mapping = file->buffer();
+  *hidden = at::Tensor();
+  *tokens = at::Tensor();
+  *file = safetensors::File();
+  if (mapping.expired()) return true;
+  Complain(r_.name, "frame " + f.file + " is still mapped after its step (a tensor kept a view of it): not "
+           "acknowledging it, so its bytes are never truncated under a live view");
+  return false;
 }
 
 void DrafterRun::Report(const spool::ClaimedFrame& f, double dt) {
@@ -385,7 +402,7 @@ int CheckFrameFile(const BuiltinOptions& o) {
   std::string err, violation;
   if (!Setup(o, "check-frame", &r)) return exit_code::kUsage;
   safetensors::File f;
-  if (!f.Read(o.frame, &err)) {
+  if (!f.Map(o.frame, &err)) {
     Complain("check-frame", err);
     return exit_code::kFailure;
   }
@@ -404,7 +421,7 @@ int Loss(const BuiltinOptions& o) {
   if (!Setup(o, "loss", &r)) return exit_code::kUsage;
   Drafter d(r.m);
   safetensors::File w, f;
-  if (!w.Read(o.weights, &err) || !d.Load(w, {}, &err) || !f.Read(o.frame, &err)) {
+  if (!w.Read(o.weights, &err) || !d.Load(w, {}, &err) || !f.Map(o.frame, &err)) {
     Complain("loss", err);
     return exit_code::kFailure;
   }

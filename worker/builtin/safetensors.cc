@@ -1,6 +1,7 @@
 #include "worker/builtin/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -198,15 +199,38 @@ bool WriteFd(int fd, const Metadata& metadata, const std::vector<TensorRef>& ten
   return true;
 }
 
+bool EncodedSize(const Metadata& metadata, const std::vector<TensorRef>& tensors, uint64_t* size, std::string* err) {
+  std::string head;
+  if (!EncodeHeader(metadata, tensors, &head, err)) return false;
+  *size = head.size();
+  for (const TensorRef& t : tensors) *size += t.nbytes;
+  return true;
+}
+
 bool WriteFile(const std::string& path, const Metadata& metadata, const std::vector<TensorRef>& tensors,
-               std::string* err, bool exclusive) {
+               std::string* err, bool exclusive, int* err_no) {
+  if (err_no) *err_no = 0;
+  uint64_t size = 0;
+  if (!EncodedSize(metadata, tensors, &size, err)) return false;
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0600));
   if (!fd) {
+    if (err_no) *err_no = errno;
     *err = ErrnoMessage("open(" + path + ")", errno);
     return false;
   }
+  // Every page claimed before the first byte: a full tmpfs fails here, not
+  // after half a frame. Filesystems without fallocate just write.
+  int e = size ? ::posix_fallocate(fd.get(), 0, static_cast<off_t>(size)) : 0;
+  if (e && e != EOPNOTSUPP && e != EINVAL) {
+    if (err_no) *err_no = e;
+    *err = path + ": " + ErrnoMessage("posix_fallocate(" + std::to_string(size) + " bytes)", e);
+    ::unlink(path.c_str());
+    return false;
+  }
   if (!WriteFd(fd.get(), metadata, tensors, err)) {
+    if (err_no) *err_no = errno;
     *err = path + ": " + *err;
+    ::unlink(path.c_str());
     return false;
   }
   return true;
@@ -246,6 +270,41 @@ bool File::Read(const std::string& path, std::string* err) {
     return false;
   }
   Header h;
+  if (!ParseHeader(std::string_view(reinterpret_cast<const char*>(buf.get()), size), size, &h, err)) {
+    *err = path + ": " + *err;
+    return false;
+  }
+  buf_ = std::move(buf);
+  size_ = size;
+  header_ = std::move(h);
+  return true;
+}
+
+bool File::Map(const std::string& path, std::string* err) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    *err = ErrnoMessage("open(" + path + ")", errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    *err = ErrnoMessage("fstat(" + path + ")", errno);
+    return false;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  Header h;
+  if (size < 8) {  // nothing to map (mmap of 0 bytes is EINVAL): the header check says what is wrong
+    ParseHeader(std::string_view(), size, &h, err);
+    *err = path + ": " + *err;
+    return false;
+  }
+  // PROT_WRITE on a read-only fd is allowed for MAP_PRIVATE: writes copy the page, the file never changes.
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
+  if (p == MAP_FAILED) {
+    *err = ErrnoMessage("mmap(" + path + ")", errno);
+    return false;
+  }
+  std::shared_ptr<uint8_t> buf(static_cast<uint8_t*>(p), [size](uint8_t* q) { ::munmap(q, size); });
   if (!ParseHeader(std::string_view(reinterpret_cast<const char*>(buf.get()), size), size, &h, err)) {
     *err = path + ": " + *err;
     return false;

@@ -59,15 +59,28 @@ bool ParseHeader(std::string_view prefix, uint64_t file_size, Header* out, std::
 /// Writes header + tensors to an open fd with one writev per batch of buffers.
 bool WriteFd(int fd, const Metadata& metadata, const std::vector<TensorRef>& tensors, std::string* err);
 
-/// Creates (O_EXCL) and writes `path`. Not atomic: callers publish by rename.
+/// Creates (O_EXCL) and writes `path`, its pages allocated first
+/// (posix_fallocate: a filesystem that cannot hold it fails before a byte is
+/// written). Not atomic: callers publish by rename. `*err_no`: the errno of a
+/// failure (ENOSPC: the filesystem is full); a failed file is removed.
 bool WriteFile(const std::string& path, const Metadata& metadata, const std::vector<TensorRef>& tensors,
-               std::string* err, bool exclusive = true);
+               std::string* err, bool exclusive = true, int* err_no = nullptr);
 
-/// A whole file read into one 64-byte-aligned buffer, its header parsed.
-/// The data of tensor t is Data(t): stays valid as long as the File does.
+/// The bytes of the file WriteFd would write: header + tensors.
+bool EncodedSize(const Metadata& metadata, const std::vector<TensorRef>& tensors, uint64_t* size, std::string* err);
+
+/// A whole file, its header parsed: read into one 64-byte-aligned buffer
+/// (Read), or mapped copy-on-write (Map). The data of tensor t is Data(t):
+/// valid as long as the File or a holder of buffer() lives.
 class File {
  public:
   bool Read(const std::string& path, std::string* err);
+  /// mmap(MAP_PRIVATE, PROT_READ | PROT_WRITE) of the whole file: no copy,
+  /// pages come from the page cache as they are touched, and a write to a
+  /// view copies that page without touching the file. The mapping goes when
+  /// the last holder of buffer() does; the file must not shrink before that
+  /// (a touched page past its end is SIGBUS): drop every view, then truncate.
+  bool Map(const std::string& path, std::string* err);
   const Header& header() const { return header_; }
   const uint8_t* Data(const TensorEntry& t) const { return buf_.get() + header_.data_offset + t.begin; }
   size_t size() const { return size_; }

@@ -2,10 +2,13 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -141,11 +144,37 @@ void Backoff::Sleep() {
 
 // ---------------------------------------------------------------------------
 
-SpoolProducer::SpoolProducer(std::string root, std::string name, int max_ready)
-    : paths_{std::move(root)}, name_(std::move(name)), max_ready_(std::max(1, max_ready)) {}
+bool SpoolBytes(const SpoolPaths& paths, int64_t* bytes, std::string* err, const std::string& owner) {
+  std::vector<std::string> dirs = {paths.Ready(), paths.Tmp()}, names;
+  if (!ListDir(paths.Claimed(), &names, err, true)) return false;
+  for (const std::string& c : names) dirs.push_back(paths.ClaimedBy(c));
+  *bytes = 0;
+  for (const std::string& d : dirs) {
+    std::string ignored;
+    if (!ListDir(d, &names, &ignored)) continue;  // a consumer's dir removed meanwhile
+    for (const std::string& n : names) {
+      if (!owner.empty() && n.rfind(owner + "-", 0) != 0) continue;
+      struct stat st {};
+      if (::lstat((d + "/" + n).c_str(), &st) == 0) *bytes += static_cast<int64_t>(st.st_blocks) * 512;
+    }  // else claimed or acknowledged meanwhile
+  }
+  return true;
+}
+
+SpoolProducer::SpoolProducer(std::string root, std::string name, int max_ready, int64_t max_bytes)
+    : paths_{std::move(root)}, name_(std::move(name)), max_ready_(std::max(1, max_ready)),
+      max_bytes_(std::max<int64_t>(0, max_bytes)) {}
 
 bool SpoolProducer::Open(std::string* err) {
   if (!paths_.Create(err)) return false;
+  if (max_bytes_ == 0) {
+    struct statvfs st {};
+    if (::statvfs(paths_.root.c_str(), &st) != 0) {
+      *err = ErrnoMessage("statvfs(" + paths_.root + ")", errno);
+      return false;
+    }
+    max_bytes_ = std::max<int64_t>(1, static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize) / 2);
+  }
   std::vector<std::string> names;
   if (!ListDir(paths_.Tmp(), &names, err)) return false;
   for (const std::string& n : names) {
@@ -180,19 +209,47 @@ bool SpoolProducer::Open(std::string* err) {
   return true;
 }
 
-bool SpoolProducer::WaitForRoom(std::string* err) {
+bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* err) {
+  // Each producer keeps to its share of the budget (DFLASH_SPOOL_PRODUCERS, what dflash-launch sets; the Python
+  // producer divides alike), so the producers together stay within it.
+  int producers = 1;
+  if (const char* v = std::getenv("DFLASH_SPOOL_PRODUCERS")) producers = std::max(1, std::atoi(v));
+  const int64_t share = max_bytes_ / producers;
+  if (static_cast<int64_t>(size) > share) {
+    *err = "a frame of " + std::to_string(size) + " bytes can never fit this producer's share of the spool's byte "
+           "budget (" + std::to_string(max_bytes_) + " bytes over " + std::to_string(producers) + " producers); fix: "
+           "raise [run] spool_max_bytes (dflash-launch check says what one frame needs)";
+    return false;
+  }
+  const std::string lock_path = paths_.root + "/budget.lock";
+  *lock = UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!*lock) {
+    *err = ErrnoMessage("open(" + lock_path + ")", errno);
+    return false;
+  }
   Backoff backoff(20'000);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> ready;
   bool waited = false;
   while (true) {
     if (!ListFrames(paths_.Ready(), &ready, err)) return false;
-    // Its own frames only: a consumer in a fixed order (WorldSource) waits for this producer's next frame
-    // while another's fill ready/, so a shared bound could stop the one producer it waits for.
+    // Its own frames and bytes only, against its share of the budget: a consumer in a fixed order (WorldSource)
+    // waits for this producer's next frame while the others' fill ready/, so a shared bound could stop the one
+    // producer it waits for.
     const std::string mine = name_ + "-";
     if (std::count_if(ready.begin(), ready.end(), [&](const std::string& f) { return f.rfind(mine, 0) == 0; }) <
-        max_ready_)
-      break;
+        max_ready_) {
+      // The lock spans the count and the allocation: a producer's own frames never pass its share.
+      while (::flock(lock->get(), LOCK_EX) != 0)
+        if (errno != EINTR) {
+          *err = ErrnoMessage("flock(" + lock_path + ")", errno);
+          return false;
+        }
+      int64_t held = 0;
+      if (!SpoolBytes(paths_, &held, err, name_)) return false;
+      if (held + static_cast<int64_t>(size) <= share) break;
+      ::flock(lock->get(), LOCK_UN);
+    }
     waited = true;
     backoff.Sleep();
   }
@@ -202,13 +259,26 @@ bool SpoolProducer::WaitForRoom(std::string* err) {
 
 bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<safetensors::TensorRef>& tensors,
                             int64_t* seq, std::string* err) {
-  if (!WaitForRoom(err)) return false;
   const int64_t s = next_seq_;
   const std::string file = FrameFile(name_, s);
   const std::string tmp = paths_.Tmp() + "/" + file + ".tmp";
   metadata["producer"] = name_;
   metadata["seq"] = std::to_string(s);
-  if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false)) return false;
+  uint64_t size = 0;
+  if (!safetensors::EncodedSize(metadata, tensors, &size, err)) return false;
+  {
+    UniqueFd budget;  // held until the frame's pages are allocated and written
+    if (!WaitForRoom(size, &budget, err)) return false;
+    int e = 0;
+    if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false, &e)) {
+      if (e == ENOSPC)
+        *err = "the spool's filesystem cannot hold a frame of " + std::to_string(size) + " bytes (" + *err +
+               "): nothing was published and no frame is lost; fix: give the spool room (a larger /dev/shm: docker "
+               "--shm-size, or [run] spool_dir on a larger tmpfs) or a smaller [run] spool_max_bytes so producers "
+               "wait for the drafters before the filesystem fills";
+      return false;
+    }
+  }
   // No fsync: the spool lives in RAM (/dev/shm) and only has to survive the
   // death of a process, which rename-after-write already covers.
   if (int e = RenameNoReplace(tmp, paths_.Ready() + "/" + file)) {

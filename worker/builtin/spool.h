@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/fd.h"
 #include "worker/builtin/safetensors.h"
 
 namespace dflash::spool {
@@ -48,6 +49,12 @@ struct SpoolPaths {
   bool Create(std::string* err) const;
 };
 
+/// The bytes the spool's frames hold against the byte budget (allocated
+/// blocks): ready/, tmp/ and every claimed/<consumer>/; not done/ (acknowledged
+/// frames are truncated). dflash_launch.spool_write.spool_bytes counts the same. `owner`: that producer's
+/// frames only.
+bool SpoolBytes(const SpoolPaths& paths, int64_t* bytes, std::string* err, const std::string& owner = "");
+
 /// The names of the frame files in `dir` (other entries are ignored).
 bool ListFrames(const std::string& dir, std::vector<std::string>* files, std::string* err);
 
@@ -69,7 +76,10 @@ class Backoff {
 class SpoolProducer {
  public:
   /// `max_ready`: Publish waits while ready/ holds this many unconsumed frames.
-  SpoolProducer(std::string root, std::string name, int max_ready);
+  /// `max_bytes`: and while the spool's frames (SpoolBytes) and the new one
+  /// would pass this byte budget; 0: half the spool filesystem's free space
+  /// at Open (dflash_launch.spool_write.default_max_bytes, the same rule).
+  SpoolProducer(std::string root, std::string name, int max_ready, int64_t max_bytes = 0);
 
   /// Creates the layout, removes this producer's leftovers in tmp/ (a frame
   /// half-written when it died), and resumes after the highest sequence number
@@ -81,8 +91,12 @@ class SpoolProducer {
 
   /// Writes the frame to tmp/, then renames it into ready/ under the next
   /// sequence number (RENAME_NOREPLACE: a clash is an error, never an
-  /// overwrite). First waits while ready/ holds max_ready frames; the wait is
-  /// added to waited_s(). `metadata` gets "producer" and "seq".
+  /// overwrite). First waits while ready/ holds max_ready frames or the byte
+  /// budget has no room for this one (then writes it holding the spool's
+  /// budget.lock, as the Python producer does, so producers together stay
+  /// within it); the wait is added to waited_s(). A frame larger than the
+  /// whole budget, or a filesystem that cannot hold it (ENOSPC), is an error
+  /// with nothing published and nothing lost. `metadata` gets "producer" and "seq".
   bool Publish(safetensors::Metadata metadata, const std::vector<safetensors::TensorRef>& tensors, int64_t* seq,
                std::string* err);
   double waited_s() const { return waited_s_; }
@@ -96,11 +110,13 @@ class SpoolProducer {
                      const std::vector<safetensors::TensorRef>& tensors, bool* won, std::string* err);
 
  private:
-  bool WaitForRoom(std::string* err);
+  /// Returns holding <root>/budget.lock (flock, in `lock`) once `size` more bytes fit.
+  bool WaitForRoom(uint64_t size, UniqueFd* lock, std::string* err);
 
   SpoolPaths paths_;
   std::string name_;
   int max_ready_;
+  int64_t max_bytes_;
   int64_t next_seq_ = 0;
   int removed_tmp_ = 0;
   bool finished_ = false;

@@ -307,6 +307,103 @@ TEST(Spool, BackpressureHoldsTheProducerAtMaxReady) {
   EXPECT_EQ(WEXITSTATUS(st), 0);
 }
 
+// The byte budget (issue #49): ready/ and claimed/ frames count, acknowledged ones do not.
+TEST(Spool, ByteBudgetHoldsAProducerUntilAFrameIsAcknowledged) {
+  TempDir d;
+  std::string err;
+  std::vector<float> v(16384, 1.0f);  // 64 KiB a frame
+  uint64_t frame = 0;
+  ASSERT_TRUE(safetensors::EncodedSize({{"producer", "t:0"}, {"seq", "0"}}, OneTensor(v), &frame, &err));
+  SpoolProducer p(d.path(), "t:0", /*max_ready=*/100, /*max_bytes=*/static_cast<int64_t>(frame * 5 / 2) + 8192);
+  ASSERT_TRUE(p.Open(&err));
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err)) << err;
+  ASSERT_TRUE(p.Publish({}, OneTensor(v), nullptr, &err)) << err;
+  int64_t held = 0;
+  ASSERT_TRUE(SpoolBytes(SpoolPaths{d.path()}, &held, &err));
+  EXPECT_GE(held, static_cast<int64_t>(2 * frame));
+  // A consumer that claims one frame at once (still held: claimed bytes count) and acknowledges it when told.
+  int g[2];
+  ASSERT_EQ(::pipe2(g, O_CLOEXEC), 0);
+  UniqueFd go_r(g[0]), go_w(g[1]);
+  pid_t child = ::fork();
+  if (child == 0) {
+    go_w.reset();
+    SpoolConsumer c(d.path(), "d:0", 1);
+    std::string e;
+    ClaimedFrame f;
+    bool end;
+    if (!c.Open(&e) || !c.Next(&f, &end, &e)) _exit(2);
+    char byte;
+    while (::read(go_r.get(), &byte, 1) < 0 && errno == EINTR) {
+    }
+    _exit(c.Ack(f, &e) ? 0 : 1);
+  }
+  go_r.reset();
+  ASSERT_TRUE(test::WaitUntil([&] {
+    std::error_code ec;
+    return fs::directory_iterator(d.path() + "/claimed/d:0", ec) != fs::directory_iterator();
+  }));
+  auto third = std::async(std::launch::async, [&] { return p.Publish({}, OneTensor(v), nullptr, &err); });
+  EXPECT_EQ(third.wait_for(100ms), std::future_status::timeout) << "Publish did not wait at the byte budget";
+  EXPECT_EQ(std::distance(fs::directory_iterator(d.path() + "/ready"), fs::directory_iterator()), 1);
+  go_w.reset();  // acknowledged: its bytes go, the producer goes on
+  ASSERT_EQ(third.wait_for(test::kEventTimeout), std::future_status::ready) << "Publish still held";
+  EXPECT_TRUE(third.get()) << err;
+  int st = 0;
+  ::waitpid(child, &st, 0);
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  EXPECT_GT(p.waited_s(), 0);
+}
+
+TEST(Spool, AFrameLargerThanTheWholeBudgetIsAnErrorAtOnceNotAWait) {
+  TempDir d;
+  std::string err;
+  std::vector<float> v(4096, 1.0f);
+  SpoolProducer p(d.path(), "t:0", 8, /*max_bytes=*/1000);
+  ASSERT_TRUE(p.Open(&err));
+  EXPECT_FALSE(p.Publish({}, OneTensor(v), nullptr, &err));
+  EXPECT_NE(err.find("can never fit the spool's byte budget of 1000 bytes"), std::string::npos) << err;
+  EXPECT_NE(err.find("spool_max_bytes"), std::string::npos) << err;
+  EXPECT_TRUE(fs::is_empty(d.path() + "/ready"));
+  EXPECT_TRUE(fs::is_empty(d.path() + "/tmp"));
+  EXPECT_EQ(p.next_seq(), 0);
+}
+
+// The drafter's reader: a MAP_PRIVATE mapping, views of the file's pages.
+TEST(SpoolFrames, AMappedFrameIsCopyOnWriteAndOutlivesItsFileObject) {
+  TempDir d;
+  std::string err;
+  std::vector<float> v = {1, 2, 3, 4};
+  const std::string path = d.path() + "/f.safetensors";
+  ASSERT_TRUE(safetensors::WriteFile(path, {{"k", "v"}}, OneTensor(v), &err)) << err;
+  std::shared_ptr<uint8_t> keep;
+  float* x = nullptr;
+  {
+    safetensors::File f;
+    ASSERT_TRUE(f.Map(path, &err)) << err;
+    EXPECT_EQ(f.header().metadata.at("k"), "v");
+    x = const_cast<float*>(reinterpret_cast<const float*>(f.Data(*f.header().Find("x"))));
+    EXPECT_EQ(x[2], 3.0f);
+    keep = f.buffer();
+  }
+  x[2] = 42.0f;  // the view lives on with its holder, and is writable
+  EXPECT_EQ(x[2], 42.0f);
+  safetensors::File again;
+  ASSERT_TRUE(again.Read(path, &err)) << err;
+  EXPECT_EQ(reinterpret_cast<const float*>(again.Data(*again.header().Find("x")))[2], 3.0f)
+      << "a write to a view reached the spool's file";
+  keep.reset();
+  // What cannot be read says why, as Read does: empty, a header that does not fit.
+  std::ofstream(d.path() + "/empty.safetensors").close();
+  safetensors::File bad;
+  EXPECT_FALSE(bad.Map(d.path() + "/empty.safetensors", &err));
+  EXPECT_NE(err.find("not a safetensors file: 0 bytes"), std::string::npos) << err;
+  std::ofstream(d.path() + "/short.safetensors") << std::string("\xff\xff\0\0\0\0\0\0{}", 10);
+  EXPECT_FALSE(bad.Map(d.path() + "/short.safetensors", &err));
+  EXPECT_NE(err.find("does not fit"), std::string::npos) << err;
+  EXPECT_FALSE(bad.Map(d.path() + "/missing.safetensors", &err));
+}
+
 TEST(Spool, SharedFileFirstPublisherWins) {
   TempDir d;
   std::string err;

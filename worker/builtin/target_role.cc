@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -61,7 +62,20 @@ int RunTarget(const BuiltinOptions& o) {
   if (!SpoolRoot(r, &root)) return exit_code::kUsage;
   const FrameContract& fc = r.m.frame;
   auto t_start = Clock::now();
-  spool::SpoolProducer producer(root, r.name, o.spool_max);
+  // The byte budget: [run] spool_max_bytes through the launcher, else half the spool's free space (spool.h).
+  int64_t max_bytes = 0;
+  if (std::string b = Env(env::kSpoolMaxBytes); !b.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(b.c_str(), &end, 10);
+    if (errno || *end || v <= 0) {
+      Complain(r.name, std::string(env::kSpoolMaxBytes) + "=" + b + " is not a positive byte count ([run] "
+               "spool_max_bytes)");
+      return exit_code::kUsage;
+    }
+    max_bytes = v;
+  }
+  spool::SpoolProducer producer(root, r.name, o.spool_max, max_bytes);
   if (!producer.Open(&err)) {
     Complain(r.name, err);
     return exit_code::kFailure;
