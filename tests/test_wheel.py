@@ -45,8 +45,8 @@ def test_wheel_is_manylinux_small_and_complete():
     # configs/ and examples/ as package data: every file the checkout tracks there, and nothing else of them
     tracked = run(["git", "-C", ROOT, "ls-files", "configs", "examples"]).stdout.split()
     assert "examples/ddp-spool/drafter.py" in tracked and "configs/demo.toml" in tracked, tracked
-    shipped = {n[len("dflash_launch/"):] for n in names if n.startswith(("dflash_launch/configs/",
-                                                                         "dflash_launch/examples/"))}
+    shipped = {n[len("dflash_launch/"):] for n in names
+               if n.startswith(("dflash_launch/configs/", "dflash_launch/examples/")) and not n.endswith("/")}
     assert shipped == set(tracked)
 
 
