@@ -73,18 +73,21 @@ bench: build
 fuzz: setup
 	scripts/fuzz
 
-# The pip wheel (docs/wheel.md): dflash-launch, dflash-worker, dflash-cachelock and the dflash_launch package,
-# built by scikit-build-core from this CMake project (no LibTorch, no gtest), repaired by auditwheel -> dist/.
-# No index is needed: the build tools come from .venv (scripts/setup --wheel), build isolation is off.
+# The pip wheel (docs/wheel.md): dflash-launch, dflash-worker, dflash-cachelock and the dflash_launch package with
+# configs/ and examples/, built by scikit-build-core from this CMake project (no LibTorch, no gtest), repaired by
+# auditwheel -> dist/. It needs only the build dependencies (scripts/setup --wheel-only: the C++ libraries from apt,
+# the build tools in .venv-wheel; no torch, no test tools). No index at build time: build isolation is off.
+# --version's "tested with torch" names the torch of .venv (the one `make test` ran with), "unknown" without one.
+WHEEL_VENV := .venv-wheel
 wheel:
-	@scripts/setup --wheel
+	@scripts/setup --wheel-only
 	@rm -rf $(BUILD)-wheel/raw dist/dflash_launch-*.whl
 	@commit=$$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty); \
-	torch=$$($(PY) -c 'import torch;print(torch.__version__)'); \
-	$(VENV)/bin/pip wheel --no-build-isolation --no-deps --no-index -q -w $(BUILD)-wheel/raw . \
-	  -C cmake.define.DFLASH_GIT_COMMIT=$$commit -C cmake.define.DFLASH_TESTED_TORCH=$$torch \
+	torch=$$($(PY) -c 'import torch;print(torch.__version__)' 2>/dev/null || true); \
+	$(WHEEL_VENV)/bin/pip wheel --no-build-isolation --no-deps --no-index -q -w $(BUILD)-wheel/raw . \
+	  -C cmake.define.DFLASH_GIT_COMMIT=$$commit -C cmake.define.DFLASH_TESTED_TORCH=$${torch:-unknown} \
 	  $(if $(CCACHE),-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE))
-	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair --plat auto -w dist $(BUILD)-wheel/raw/dflash_launch-*.whl
+	@PATH="$(CURDIR)/$(WHEEL_VENV)/bin:$$PATH" $(WHEEL_VENV)/bin/auditwheel repair --plat auto -w dist $(BUILD)-wheel/raw/dflash_launch-*.whl
 	@ls -l dist/dflash_launch-*.whl
 
 # Install the wheel into a fresh venv with --no-index and run from the installed copy only (tests/test_wheel.py,

@@ -27,7 +27,7 @@ def test_wheel_is_manylinux_small_and_complete():
     name = os.path.basename(WHEEL)
     assert re.fullmatch(r"dflash_launch-0\.1\.0-py3-none-manylinux_2_\d+_x86_64\.whl", name), name
     assert os.path.getsize(WHEEL) < 30 * 2**20
-    r = run([os.path.join(os.path.dirname(sys.executable), "auditwheel"), "show", WHEEL])
+    r = run([ROOT / ".venv-wheel" / "bin" / "auditwheel", "show", WHEEL])  # make wheel's tools (scripts/setup)
     assert r.returncode == 0, r.stderr
     tag = re.search(r"manylinux_2_\d+_x86_64", name).group(0)
     assert f'"{tag}"' in " ".join(r.stdout.split()), r.stdout  # auditwheel agrees with the tag
@@ -42,6 +42,12 @@ def test_wheel_is_manylinux_small_and_complete():
     for module in ("__init__", "_bin", "gpu_check", "reference_drafter", "spool", "demo_report"):
         assert f"dflash_launch/{module}.py" in names
     assert not any("dflash-builtin" in n for n in names)  # a source build only (docs/wheel.md)
+    # configs/ and examples/ as package data: every file the checkout tracks there, and nothing else of them
+    tracked = run(["git", "-C", ROOT, "ls-files", "configs", "examples"]).stdout.split()
+    assert "examples/ddp-spool/drafter.py" in tracked and "configs/demo.toml" in tracked, tracked
+    shipped = {n[len("dflash_launch/"):] for n in names
+               if n.startswith(("dflash_launch/configs/", "dflash_launch/examples/")) and not n.endswith("/")}
+    assert shipped == set(tracked)
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +159,57 @@ ready = {{ mode = "notify", timeout = "2m" }}
     assert not os.path.exists(os.path.join(venv["site"], "dflash_launch_hook.pth"))
     plan = json.loads(run([venv["dir"] / "bin" / "dflash-launch", "check", "--json", config], env=venv["env"]).stdout)
     assert "precompile" not in plan["roles"][0]["gate"], plan["roles"][0]["gate"]
+
+
+def test_installed_init_writes_a_starter_outside_the_checkout(venv, tmp_path):
+    """`dflash-launch init NAME` from the installed copy, in a directory that is not the checkout: the starter comes
+    from the wheel's own examples/, `check` accepts it without a warning (no dflash-builtin needed), and a second
+    init overwrites nothing."""
+    launch = str(venv["dir"] / "bin" / "dflash-launch")
+    r = run([launch, "init", "starter"], env=venv["env"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    installed = os.path.join(venv["site"], "dflash_launch", "examples", "ddp-spool", "drafter.py")
+    assert (tmp_path / "starter" / "drafter.py").read_bytes() == open(installed, "rb").read()
+    text = (tmp_path / "starter" / "run.toml").read_text()
+    assert 'name = "starter"' in text and "dflash_launch.hf_target" in text and "builtin" not in text.split("[run]")[1]
+    r = run([launch, "check", "starter/run.toml"], env=venv["env"], cwd=tmp_path)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stdout + r.stderr
+    assert f"cache    {tmp_path}/starter/cache" in r.stdout
+    (tmp_path / "starter" / "run.toml").write_text("# edited\n")
+    r = run([launch, "init", "starter"], env=venv["env"], cwd=tmp_path)
+    assert r.returncode == 1 and "exists; nothing was written" in r.stderr, r.stderr
+    assert (tmp_path / "starter" / "run.toml").read_text() == "# edited\n"
+
+
+def test_installed_starter_runs_outside_the_checkout(venv, tmp_path):
+    """The starter of `dflash-launch init` (examples/ddp-spool with a Python target) runs from the installed copy,
+    outside the checkout: 2 hf_target processes publish, 3 DDP ranks of drafter.py train behind the gate. torch and
+    transformers are the user's own in the venv (docs/wheel.md); here, offline, the test venv reaches the test
+    interpreter's (CPU torch) through a .pth line, after its own site-packages, so dflash_launch is the wheel's."""
+    import torch
+    import transformers
+    deps = {os.path.dirname(os.path.dirname(m.__file__)) for m in (torch, transformers)}
+    pth = os.path.join(venv["site"], "zz_user_torch.pth")
+    with open(pth, "w") as f:
+        f.write("\n".join(sorted(deps)) + "\n")
+    try:
+        r = run([venv["python"], "-c", "import dflash_launch, torch; print(dflash_launch.__file__)"], env=venv["env"])
+        assert r.returncode == 0 and r.stdout.startswith(venv["site"]), r.stdout + r.stderr
+        launch = str(venv["dir"] / "bin" / "dflash-launch")
+        assert run([launch, "init", "s"], env=venv["env"], cwd=tmp_path).returncode == 0
+        r = run([launch, "run", "s/run.toml", "--run-id", "w", "--color", "never"], env=venv["env"], cwd=tmp_path,
+                timeout=900)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+        summary = json.loads((tmp_path / "s" / "runs" / "w" / "summary.json").read_text())
+        procs = {p["name"]: p for p in summary["processes"]}
+        assert sorted(procs) == ["drafter:0", "drafter:1", "drafter:2", "target:0", "target:1"], sorted(procs)
+        assert {p["exit_code"] for p in procs.values()} == {0}, procs
+        assert sum(procs[f"target:{i}"]["metrics"]["frames"] for i in range(2)) == 50
+        # 50 frames over 3 ranks: 17 steps each, one padded; the ranks reused the warm-up's kernels
+        assert sorted(procs[f"drafter:{i}"]["metrics"]["frames_acked"] for i in range(3)) == [16, 17, 17]
+        assert {procs[f"drafter:{i}"]["gate"]["role"] for i in range(3)} == {"reuse"}
+    finally:
+        os.unlink(pth)
 
 
 def test_gpu_check_bundle_runs_from_the_wheel_in_cpu_mode(tmp_path):
