@@ -216,9 +216,12 @@ bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* err)
   if (const char* v = std::getenv("DFLASH_SPOOL_PRODUCERS")) producers = std::max(1, std::atoi(v));
   const int64_t share = max_bytes_ / producers;
   if (static_cast<int64_t>(size) > share) {
-    *err = "a frame of " + std::to_string(size) + " bytes can never fit this producer's share of the spool's byte "
-           "budget (" + std::to_string(max_bytes_) + " bytes over " + std::to_string(producers) + " producers); fix: "
-           "raise [run] spool_max_bytes (dflash-launch check says what one frame needs)";
+    *err = "a frame of " + std::to_string(size) + " bytes can never fit the spool's byte budget of " +
+           std::to_string(share) + " bytes" +
+           (producers > 1 ? " (this producer's share: " + std::to_string(max_bytes_) + " over " +
+                                std::to_string(producers) + " producers)"
+                          : std::string()) +
+           "; fix: raise [run] spool_max_bytes (dflash-launch check says what one frame needs)";
     return false;
   }
   const std::string lock_path = paths_.root + "/budget.lock";
