@@ -180,17 +180,27 @@ def commit_pending(root, positions, checkpoint):
         for pos, frame, path in pending_frames(root, consumer):
             if pos >= position:
                 break
-            # The bytes can go (the checkpoint holds what they taught); the record stays: which checkpoint.
-            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # done/<frame> becomes a new file holding the record (which checkpoint); the pending file is unlinked,
+            # never truncated: a consumer may still map it (its last sample's views), and the kernel frees its pages
+            # with the last mapping. The bytes are not needed any more: the checkpoint holds what they taught.
+            tmp = os.path.join(p.tmp, f"{frame}.commit.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 os.write(fd, record)
             finally:
                 os.close(fd)
             try:
-                _rename_noreplace(path, os.path.join(p.done, frame))
+                _rename_noreplace(tmp, os.path.join(p.done, frame))
             except FileExistsError:
-                raise SpoolError(f"frame {frame} was committed before (done/ has it) and again by {checkpoint}: "
-                                 f"it entered the model twice; the checkpoint dir and the spool disagree") from None
+                os.unlink(tmp)
+                if _committed_by(p.done, [frame])[frame] != str(checkpoint):
+                    raise SpoolError(f"frame {frame} was committed before (done/ has it) and again by {checkpoint}: "
+                                     f"it entered the model twice; the checkpoint dir and the spool disagree") from None
+                # This commit, repeated (a kill between the record's rename and the unlink): finish it.
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
             n += 1
     return n
 

@@ -118,7 +118,8 @@ class Released:
                 continue
             if frame is not None:
                 frame.release(self.torch)
-            self._truncate_later(path)
+            if path is not None:  # None: only the mapping goes (a pending frame keeps its bytes for a replay)
+                self._truncate_later(path)
         self.waiting = still
         return len(still)
 

@@ -65,7 +65,6 @@ class SpoolSource:
         self.order = None            # a SpoolOrder: frames in a fixed order (WorldSource)
         self.committed = 0
         self._replay = {}            # frame -> its pending path, to deliver again after a restore
-        self._held = {}              # frame -> its mapping, acknowledged into pending/: the bytes stay until done/
         self.manifest_written = False
         self._take_back, self._synth = [], None
         _exit_on_contract_error()
@@ -276,7 +275,6 @@ class SpoolSource:
             return 0
         n = commit_pending(self.paths.root, positions, checkpoint)
         self.committed += n
-        self._drop_committed()
         self.write_manifest_if_final()
         return n
 
@@ -294,7 +292,8 @@ class SpoolSource:
         if self.hold:  # its checkpoint commits it (commit()); until then a restart delivers it again
             os.replace(claimed.path, os.path.join(self.paths.pending_of(self.name),
                                                   pending_name(claimed.position, claimed.file)))
-            self._held[claimed.file] = claimed.mapped  # its bytes are kept for a replay until it is done
+            # Its bytes stay for a replay; its mapping goes with its last view (the commit unlinks the file).
+            self._released.drop(claimed.mapped, None)
             claimed.mapped = None
             self.acked += 1
             return
@@ -309,17 +308,10 @@ class SpoolSource:
         self.acked += 1
         self.write_manifest_if_final()
 
-    def _drop_committed(self):
-        """The frames this consumer held in pending/ that a checkpoint has committed (done/ has them, whichever
-        rank moved them): their bytes go with their last view, as an acknowledged frame's do."""
-        for f in [f for f in self._held if os.path.exists(os.path.join(self.paths.done, f))]:
-            self._released.drop(self._held.pop(f), os.path.join(self.paths.done, f))
-
     def release(self):
         """Drops the bytes of the acknowledged frames no tensor maps any more (truncated: the name in done/ is
         the record) and waits until they are gone; how many still wait for their last view. Every claim and
         acknowledgement does the same without the wait (a thread of the source's truncates)."""
-        self._drop_committed()
         still = self._released.sweep()
         self._released.flush()
         return still
@@ -353,7 +345,6 @@ class SpoolSource:
             if self._synth is None:
                 self._synth = self._synthetic(torch)
             return next(self._synth)
-        self._drop_committed()
         self._released.sweep()
         c = self._next()
         if c is None:
