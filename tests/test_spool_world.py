@@ -208,8 +208,13 @@ world = "role"
 restart = {{ policy = "on-failure", scope = "role", max = 2, backoff = "200ms..200ms" }}
 """)
     r = launch(cfg, env=ENV)
-    done = tmp_path / "spool" / "r" / "done"
-    assert wait_until(lambda: done.exists() and len(os.listdir(done)) >= 20), "no progress"
+    spool = tmp_path / "spool" / "r"
+
+    def acknowledged():  # done/, and pending/<rank>/: acknowledged, waiting for a checkpoint (issue #45)
+        pending = spool / "pending"
+        held = sum(len(os.listdir(pending / c)) for c in os.listdir(pending)) if pending.exists() else 0
+        return (len(os.listdir(spool / "done")) if (spool / "done").exists() else 0) + held
+    assert wait_until(lambda: acknowledged() >= 20), "no progress"
     victim = payload_of(r, "drafter:1", marker="reference_drafter")
     assert victim, r.run_dir
     os.kill(victim, 9)
