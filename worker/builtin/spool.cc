@@ -18,6 +18,7 @@
 
 #include "common/fd.h"
 #include "common/private_files.h"
+#include "worker/builtin/spool_commit.h"
 
 namespace dflash::spool {
 namespace {
@@ -28,9 +29,47 @@ double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// rename(2) that never replaces: a frame name seen twice is a bug to report,
-/// not a file to overwrite. tmpfs and every local fs we care about support
-/// RENAME_NOREPLACE; elsewhere link+unlink gives the same answer.
+}  // namespace
+
+bool MakeDir(const std::string& dir, std::string* err) {
+  PathUse use;
+  use.what = "spool dir";
+  use.harm = "they could replace the hidden-state frames and the shared weights";
+  return MakePrivateDir(dir, FileMode::Private(), use, nullptr, err);
+}
+
+namespace {
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+/// [[first_seq, last_seq, checkpoint or null], ...]: `producer`'s consecutive sequence numbers committed by the
+/// same checkpoint (dflash_launch.spool_dirs._runs).
+nlohmann::ordered_json CommittedRuns(const std::string& producer, const std::set<int64_t>& seqs,
+                                     const std::map<std::pair<std::string, int64_t>, std::string>& by) {
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  auto ck = [&](int64_t s) {
+    auto it = by.find({producer, s});
+    return it == by.end() ? nlohmann::ordered_json() : nlohmann::ordered_json(it->second);
+  };
+  for (int64_t s : seqs) {
+    nlohmann::ordered_json c = ck(s);
+    if (!runs.empty() && runs.back()[1].get<int64_t>() == s - 1 && runs.back()[2] == c) runs.back()[1] = s;
+    else runs.push_back({s, s, c});
+  }
+  return runs;
+}
+
+struct Candidate {
+  int64_t seq;
+  std::string producer, file;
+  bool operator<(const Candidate& o) const { return seq != o.seq ? seq < o.seq : producer < o.producer; }
+};
+
+}  // namespace
+
 int RenameNoReplace(const std::string& from, const std::string& to) {
   if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
   if (errno != EINVAL && errno != ENOSYS) return errno;
@@ -39,7 +78,7 @@ int RenameNoReplace(const std::string& from, const std::string& to) {
   return 0;
 }
 
-bool ListDir(const std::string& dir, std::vector<std::string>* names, std::string* err, bool dirs_only = false) {
+bool ListDir(const std::string& dir, std::vector<std::string>* names, std::string* err, bool dirs_only) {
   names->clear();
   DIR* d = ::opendir(dir.c_str());
   if (!d) {
@@ -56,29 +95,6 @@ bool ListDir(const std::string& dir, std::vector<std::string>* names, std::strin
   ::closedir(d);
   return true;
 }
-
-/// mkdir -p, 0700, the safe way (common/private_files.h): a spool dir that is a
-/// link, another user's, or writable by others is refused, not joined; the
-/// drafters would train on whatever frames and weights its owner puts there.
-bool MakeDir(const std::string& dir, std::string* err) {
-  PathUse use;
-  use.what = "spool dir";
-  use.harm = "they could replace the hidden-state frames and the shared weights";
-  return MakePrivateDir(dir, FileMode::Private(), use, nullptr, err);
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-struct Candidate {
-  int64_t seq;
-  std::string producer, file;
-  bool operator<(const Candidate& o) const { return seq != o.seq ? seq < o.seq : producer < o.producer; }
-};
-
-}  // namespace
 
 std::string FrameFile(const std::string& producer, int64_t seq) {
   char num[32];
@@ -104,7 +120,7 @@ bool ParseFrameFile(std::string_view file, std::string* producer, int64_t* seq) 
 bool SpoolPaths::Create(std::string* err) const {
   // mkdir -p of the root: its parent (/dev/shm/dflash-<uid>-<name>) may not exist yet.
   if (!MakeDir(root, err)) return false;
-  for (const std::string& d : {Tmp(), Ready(), Claimed(), Done(), Rejected(), Producers()})
+  for (const std::string& d : {Tmp(), Ready(), Claimed(), Pending(), Done(), Rejected(), Producers()})
     if (!MakeDir(d, err)) return false;
   return true;
 }
@@ -360,7 +376,9 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err) {
     ClaimedFrame f;
     f.file = take_back_.front();
     take_back_.erase(take_back_.begin());
-    f.path = mine + "/" + f.file;
+    auto replay = replay_.find(f.file);
+    f.path = replay != replay_.end() ? replay->second : mine + "/" + f.file;
+    if (replay != replay_.end()) replay_.erase(replay);
     ParseFrameFile(f.file, &f.producer, &f.seq);
     f.taken_back = true;
     ++taken_back_;
@@ -412,6 +430,17 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err) {
 }
 
 bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
+  if (hold_) {
+    // Replaces (as Python's os.replace): a frame delivered again after a restore goes back under its new position.
+    const std::string to = paths_.PendingOf(name_) + "/" + PendingName(position_, frame.file);
+    if (::rename(frame.path.c_str(), to.c_str()) != 0) {
+      *err = ErrnoMessage("rename(" + frame.path + ", " + to + ")", errno);
+      return false;
+    }
+    ++position_;
+    ++acked_;
+    return true;
+  }
   const std::string to = paths_.Done() + "/" + frame.file;
   if (int e = RenameNoReplace(frame.path, to)) {
     *err = e == EEXIST ? "frame " + frame.file + " was acknowledged before (done/ has it): producer " +
@@ -420,7 +449,42 @@ bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
     return false;
   }
   ::truncate(to.c_str(), 0);  // the name is the record; the bytes can go
+  ++position_;
   ++acked_;
+  return true;
+}
+
+bool SpoolConsumer::HoldForCheckpoint(std::string* err) {
+  hold_ = true;
+  return MakeDir(paths_.PendingOf(name_), err);
+}
+
+bool SpoolConsumer::Restore(int64_t position, const std::string& checkpoint, std::string* err) {
+  if (!checkpoint.empty()) {
+    int n = 0;
+    if (!CommitPending(paths_, {{name_, position}}, checkpoint, &n, err)) return false;
+    committed_ += n;
+  }
+  std::vector<PendingFrame> pending;
+  if (!PendingFramesOf(paths_, name_, &pending, err)) return false;
+  std::vector<std::string> order;
+  replay_.clear();
+  for (const PendingFrame& p : pending)
+    if (p.position >= position) {
+      order.push_back(p.frame);
+      replay_[p.frame] = p.path;
+    }
+  for (std::string& f : take_back_)
+    if (!replay_.count(f)) order.push_back(std::move(f));
+  take_back_ = std::move(order);
+  position_ = position;
+  return true;
+}
+
+bool SpoolConsumer::Commit(int64_t position, const std::string& checkpoint, int* committed, std::string* err) {
+  *committed = 0;
+  if (!CommitPending(paths_, {{name_, position}}, checkpoint, committed, err)) return false;
+  committed_ += *committed;
   return true;
 }
 
@@ -452,6 +516,8 @@ bool WriteManifestIfFinal(const std::string& root, int producers, const std::str
   if (finished < producers) return true;
   if (!ListFrames(paths.Ready(), &names, err)) return false;
   if (!names.empty()) return true;
+  if (!ListPendingFrames(paths, &names, err)) return false;
+  if (!names.empty()) return true;  // a checkpoint commits them first
   nlohmann::ordered_json j;
   bool final = false;
   if (!Manifest(root, producers, &j, &final, err)) return false;
@@ -487,13 +553,22 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
   std::vector<std::string> pending;
   if (!ListPendingFrames(paths, &pending, err)) return false;
   std::map<std::string, std::set<int64_t>> done;
+  // Which checkpoint committed each frame (its done/ record; "" for none: acknowledged without a checkpoint).
+  std::map<std::pair<std::string, int64_t>, std::string> by;
+  std::map<std::string, int64_t> by_checkpoint;
   if (!ListFrames(paths.Done(), &names, err)) return false;
   for (const std::string& f : names) {
-    std::string p;
+    std::string p, ck;
     int64_t s;
+    bool has = false;
     ParseFrameFile(f, &p, &s);
     done[p].insert(s);
     published.emplace(p, -1);  // frames from a producer that has not finished
+    CommittedBy(paths.Done() + "/" + f, &ck, &has);
+    if (has) {
+      ++by_checkpoint[ck];
+      by[{p, s}] = ck;
+    }
   }
   if (!ListFrames(paths.Rejected(), &rejected, err)) return false;
 
@@ -516,7 +591,8 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
               {"missing", n_missing},
               {"missing_seqs", missing},
               {"unexpected", n_unexpected},
-              {"unexpected_seqs", unexpected}};
+              {"unexpected_seqs", unexpected},
+              {"committed_by", CommittedRuns(p, seqs, by)}};
     total_pub += std::max<int64_t>(0, n);
     total_done += static_cast<int64_t>(seqs.size());
     missing_total += n_missing;
@@ -537,6 +613,7 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
           {"claimed", claimed},
           {"pending", pending.size()},
           {"rejected", rej},
+          {"committed_by_checkpoint", by_checkpoint},
           {"exactly_once", *final && total_pub == total_done && missing_total == 0 && unexpected_total == 0 &&
                                rejected.empty()},
           {"producers", per}};

@@ -8,13 +8,16 @@
 //   <root>/tmp/                      a producer writes a frame here first
 //   <root>/ready/<p>-<seq>.safetensors   published (rename from tmp/, never replaces)
 //   <root>/claimed/<consumer>/...    claimed by exactly one consumer (rename from ready/)
-//   <root>/done/...                  acknowledged after the training step (truncated to 0 bytes)
+//   <root>/pending/<consumer>/<pos>.<f>  acknowledged by a checkpointing consumer, awaiting its checkpoint
+//   <root>/done/...                  acknowledged after the training step (truncated to 0 bytes), or
+//                                    committed with a checkpoint (holding {"checkpoint": "<path>"})
 //   <root>/rejected/... (+ .reason)  violated the contract; never acknowledged
 //   <root>/producers/<p>.done        a producer's end: {"frames": n}
 //   <root>/weights.safetensors       the target's embedding and LM head (first publisher wins)
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +44,7 @@ struct SpoolPaths {
   /// Acknowledged by a consumer that checkpoints, awaiting the checkpoint that covers it
   /// (dflash_launch.Checkpoint, docs/checkpoints.md): pending/<consumer>/<position:010d>.<frame>.
   std::string Pending() const { return root + "/pending"; }
+  std::string PendingOf(const std::string& consumer) const { return Pending() + "/" + consumer; }
   std::string Done() const { return root + "/done"; }
   std::string Rejected() const { return root + "/rejected"; }
   std::string Producers() const { return root + "/producers"; }
@@ -54,6 +58,18 @@ struct SpoolPaths {
 /// frames are truncated). dflash_launch.spool_write.spool_bytes counts the same. `owner`: that producer's
 /// frames only.
 bool SpoolBytes(const SpoolPaths& paths, int64_t* bytes, std::string* err, const std::string& owner = "");
+
+/// rename(2) that never replaces: 0, or the errno (EEXIST: `to` is there). A frame name seen twice is a bug to
+/// report, not a file to overwrite. tmpfs and every local fs we care about support RENAME_NOREPLACE; elsewhere
+/// link+unlink gives the same answer.
+int RenameNoReplace(const std::string& from, const std::string& to);
+
+/// The entries of `dir` (none if it does not exist); `dirs_only`: its subdirectories.
+bool ListDir(const std::string& dir, std::vector<std::string>* names, std::string* err, bool dirs_only = false);
+
+/// mkdir -p, 0700, the safe way (common/private_files.h): a spool dir that is a link, another user's, or writable
+/// by others is refused, not joined; the drafters would train on whatever frames and weights its owner puts there.
+bool MakeDir(const std::string& dir, std::string* err);
 
 /// The names of the frame files in `dir` (other entries are ignored).
 bool ListFrames(const std::string& dir, std::vector<std::string>* files, std::string* err);
@@ -129,7 +145,7 @@ struct ClaimedFrame {
   std::string path;
   std::string producer;
   int64_t seq = -1;
-  bool taken_back = false;  // claimed by an earlier attempt of this consumer
+  bool taken_back = false;  // claimed by an earlier attempt of this consumer, or delivered again after a restore
 };
 
 class SpoolConsumer {
@@ -149,8 +165,23 @@ class SpoolConsumer {
   bool Next(ClaimedFrame* frame, bool* end, std::string* err);
 
   /// After the step: into done/ (RENAME_NOREPLACE: acknowledging a frame twice
-  /// is an error), then truncated to free the memory.
+  /// is an error), then truncated to free the memory. Holding for a checkpoint:
+  /// into pending/<consumer>/<position>.<frame>, bytes kept, until Commit.
+  /// Either way position() moves on by one.
   bool Ack(const ClaimedFrame& frame, std::string* err);
+
+  /// From now on Ack leaves frames pending (pending/<consumer>/) for the checkpoint that covers them
+  /// (dflash_launch.spool_source.SpoolSource.hold_for_checkpoint; docs/checkpoints.md).
+  bool HoldForCheckpoint(std::string* err);
+
+  /// Back to `position`, as a restored checkpoint recorded it (0: none). With `checkpoint` (its path) the frames
+  /// pending before `position` are committed first (a kill may have come between its rename and its commit); the
+  /// frames pending at or after it are delivered again by Next, first and in their order.
+  bool Restore(int64_t position, const std::string& checkpoint, std::string* err);
+
+  /// The checkpoint at `checkpoint` committed, having recorded `position`: this consumer's frames pending before
+  /// it move to done/ with its record (spool::CommitPending). `*committed`: how many.
+  bool Commit(int64_t position, const std::string& checkpoint, int* committed, std::string* err);
 
   /// Into rejected/, with <file>.reason; never acknowledged.
   bool Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err);
@@ -160,8 +191,13 @@ class SpoolConsumer {
 
   int taken_back() const { return taken_back_; }
   int acked() const { return acked_; }
+  /// Frames handed to training and acknowledged so far, counted from the restored checkpoint's position: what a
+  /// checkpoint records.
+  int64_t position() const { return position_; }
+  int committed() const { return committed_; }
   double waited_s() const { return waited_s_; }
   const SpoolPaths& paths() const { return paths_; }
+  const std::string& name() const { return name_; }
 
  private:
   bool ProducersDone(bool* all, std::string* err);
@@ -170,7 +206,10 @@ class SpoolConsumer {
   std::string name_;
   int producers_;
   std::vector<std::string> take_back_;
-  int taken_back_ = 0, acked_ = 0;
+  std::map<std::string, std::string> replay_;  // frame -> its pending path, delivered again after Restore
+  bool hold_ = false;
+  int64_t position_ = 0;
+  int taken_back_ = 0, acked_ = 0, committed_ = 0;
   double waited_s_ = 0;
 };
 

@@ -1,0 +1,115 @@
+// CheckpointDir against the real kernel: the commit is one rename, a process SIGKILLed mid-write leaves the
+// previous checkpoint usable and its leftovers are removed, the last K stay.
+#include "worker/builtin/checkpoint_dir.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <gtest/gtest.h>
+
+#include "common/fd.h"
+#include "testing/temp_dir.h"
+
+namespace dflash::builtin {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+using Steps = std::vector<std::pair<int64_t, std::string>>;
+
+auto WriteStep(int64_t step) {
+  return [step](const std::string& tmp, std::string* err) {
+    return WriteFileAtomic(tmp + "/state", std::to_string(step), err, 0600);
+  };
+}
+
+TEST(CheckpointDir, SavesCommitsAndKeepsTheLastK) {
+  TempDir d;
+  std::string err, path;
+  CheckpointDir c(d.path() + "/ck/drafter:0", 2, "state");
+  int removed = -1;
+  ASSERT_TRUE(c.Open(&removed, &err)) << err;
+  EXPECT_EQ(removed, 0);
+  EXPECT_EQ(fs::status(d.path() + "/ck/drafter:0").permissions() & fs::perms::all, fs::perms::owner_all);
+  for (int64_t s : {3, 6, 9}) {
+    ASSERT_TRUE(c.Save(s, WriteStep(s), &path, &err)) << err;
+    EXPECT_EQ(path, d.path() + "/ck/drafter:0/" + CheckpointDir::StepName(s));
+    ASSERT_TRUE(c.Prune(&err)) << err;
+  }
+  Steps all;
+  ASSERT_TRUE(c.Committed(&all, &err)) << err;
+  EXPECT_EQ(all, (Steps{{6, d.path() + "/ck/drafter:0/step-0000000006"}, {9, d.path() + "/ck/drafter:0/step-0000000009"}}));
+  // A committed checkpoint is never replaced.
+  EXPECT_FALSE(c.Save(9, WriteStep(9), &path, &err));
+  EXPECT_NE(err.find("exists already"), std::string::npos) << err;
+  // A failed write leaves nothing behind, and nothing committed.
+  auto fail = [](const std::string&, std::string* e) {
+    *e = "disk full";
+    return false;
+  };
+  EXPECT_FALSE(c.Save(12, fail, &path, &err));
+  EXPECT_FALSE(fs::exists(d.path() + "/ck/drafter:0/.tmp-step-0000000012"));
+}
+
+TEST(CheckpointDir, AStepDirWithoutItsFileIsNotACheckpoint) {
+  TempDir d;
+  std::string err;
+  fs::create_directories(d.path() + "/step-0000000004");
+  fs::create_directories(d.path() + "/step-x");
+  CheckpointDir c(d.path(), 3, "state");
+  Steps all;
+  ASSERT_TRUE(c.Committed(&all, &err)) << err;
+  EXPECT_TRUE(all.empty());
+}
+
+TEST(CheckpointDir, AProcessKilledMidWriteLeavesThePreviousCheckpointUsable) {
+  TempDir d;
+  std::string err, path;
+  const std::string dir = d.path() + "/ck";
+  {
+    CheckpointDir c(dir, 3, "state");
+    int removed = 0;
+    ASSERT_TRUE(c.Open(&removed, &err) && c.Save(3, WriteStep(3), &path, &err)) << err;
+  }
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    CheckpointDir c(dir, 3, "state");
+    std::string e, p;
+    auto half = [](const std::string& tmp, std::string* e2) {
+      return WriteFileAtomic(tmp + "/state", "half", e2, 0600);
+    };
+    c.Save(6, half, &p, &e, [&] {
+      (void)!::write(ready[1], "x", 1);
+      ::pause();  // killed here: written, not committed
+    });
+    ::_exit(3);
+  }
+  char x;
+  ASSERT_EQ(::read(ready[0], &x, 1), 1);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  ASSERT_TRUE(fs::exists(dir + "/.tmp-step-0000000006/state"));
+  CheckpointDir c(dir, 3, "state");
+  int removed = 0;
+  ASSERT_TRUE(c.Open(&removed, &err)) << err;
+  EXPECT_EQ(removed, 1);
+  EXPECT_FALSE(fs::exists(dir + "/.tmp-step-0000000006"));
+  Steps all;
+  ASSERT_TRUE(c.Committed(&all, &err)) << err;
+  ASSERT_EQ(all, (Steps{{3, dir + "/step-0000000003"}}));
+  std::string text;
+  ASSERT_TRUE(ReadFile(all.back().second + "/state", &text, &err)) << err;
+  EXPECT_EQ(text, "3");
+}
+
+}  // namespace
+}  // namespace dflash::builtin

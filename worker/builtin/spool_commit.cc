@@ -1,0 +1,121 @@
+#include "worker/builtin/spool_commit.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "common/fd.h"
+
+namespace dflash::spool {
+
+std::string PendingName(int64_t position, const std::string& frame) {
+  char num[32];
+  std::snprintf(num, sizeof num, "%010lld", static_cast<long long>(position));
+  return std::string(num) + "." + frame;
+}
+
+bool ParsePendingName(std::string_view name, int64_t* position, std::string* frame) {
+  size_t dot = name.find('.');
+  if (dot != 10) return false;
+  int64_t v = 0;
+  for (char c : name.substr(0, dot)) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  std::string producer;
+  int64_t seq;
+  if (!ParseFrameFile(name.substr(dot + 1), &producer, &seq)) return false;
+  *position = v;
+  *frame = std::string(name.substr(dot + 1));
+  return true;
+}
+
+bool PendingFramesOf(const SpoolPaths& paths, const std::string& consumer, std::vector<PendingFrame>* out,
+                     std::string* err) {
+  out->clear();
+  std::vector<std::string> names;
+  const std::string dir = paths.PendingOf(consumer);
+  if (!ListDir(dir, &names, err)) return false;
+  for (const std::string& n : names) {
+    PendingFrame p;
+    if (ParsePendingName(n, &p.position, &p.frame)) {
+      p.path = dir + "/" + n;
+      out->push_back(std::move(p));
+    }
+  }
+  std::sort(out->begin(), out->end(), [](const PendingFrame& a, const PendingFrame& b) {
+    return a.position != b.position ? a.position < b.position : a.frame < b.frame;
+  });
+  return true;
+}
+
+std::string CommitRecord(const std::string& checkpoint) {
+  // json.dumps({"checkpoint": path}): ", " / ": " separators, non-ASCII as \uXXXX (ensure_ascii).
+  return "{\"checkpoint\": " + nlohmann::json(checkpoint).dump(-1, ' ', /*ensure_ascii=*/true) + "}\n";
+}
+
+void CommittedBy(const std::string& done_file, std::string* checkpoint, bool* has) {
+  *has = false;
+  UniqueFd fd(::open(done_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return;
+  char buf[4096];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n <= 0) return;
+  nlohmann::json j = nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, false);
+  if (j.is_object() && j.contains("checkpoint") && j["checkpoint"].is_string()) {
+    *checkpoint = j["checkpoint"].get<std::string>();
+    *has = true;
+  }
+}
+
+bool CommitPending(const SpoolPaths& paths, const std::map<std::string, int64_t>& positions,
+                   const std::string& checkpoint, int* committed, std::string* err) {
+  *committed = 0;
+  const std::string record = CommitRecord(checkpoint);
+  std::vector<PendingFrame> pending;
+  for (const auto& [consumer, position] : positions) {
+    if (!PendingFramesOf(paths, consumer, &pending, err)) return false;
+    for (const PendingFrame& p : pending) {
+      if (p.position >= position) break;
+      const std::string tmp = paths.Tmp() + "/" + p.frame + ".commit.tmp";
+      const std::string done = paths.Done() + "/" + p.frame;
+      {
+        UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+        if (!fd) {
+          *err = ErrnoMessage("open(" + tmp + ")", errno);
+          return false;
+        }
+        if (!WriteAll(fd.get(), record, err)) return false;
+      }
+      if (int e = RenameNoReplace(tmp, done)) {
+        ::unlink(tmp.c_str());
+        if (e != EEXIST) {
+          *err = ErrnoMessage("rename(" + tmp + ", " + done + ")", e);
+          return false;
+        }
+        std::string by;
+        bool has = false;
+        CommittedBy(done, &by, &has);
+        if (!has || by != checkpoint) {
+          *err = "frame " + p.frame + " was committed before (done/ has it) and again by " + checkpoint +
+                 ": it entered the model twice; the checkpoint dir and the spool disagree";
+          return false;
+        }
+        // This commit, repeated (a kill between the record's rename and the unlink): finish it.
+      }
+      if (::unlink(p.path.c_str()) != 0 && errno != ENOENT) {
+        *err = ErrnoMessage("unlink(" + p.path + ")", errno);
+        return false;
+      }
+      ++*committed;
+    }
+  }
+  return true;
+}
+
+}  // namespace dflash::spool
