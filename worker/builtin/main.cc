@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
   o.lr = EnvNumber<double>("DFLASH_LR", o.lr);
   o.pace_ms = EnvNumber<int64_t>("DFLASH_PACE_MS", o.pace_ms);
   o.threads = EnvNumber<int>("DFLASH_TORCH_THREADS", o.threads);
+  o.checkpoint_every = EnvNumber<int64_t>("DFLASH_CHECKPOINT_EVERY", o.checkpoint_every);
+  o.checkpoint_keep = EnvNumber<int>("DFLASH_CHECKPOINT_KEEP", o.checkpoint_keep);
+  o.checkpoint_pause_ms = EnvNumber<int64_t>("DFLASH_CHECKPOINT_PAUSE_MS", o.checkpoint_pause_ms);
 
   CLI::App app{"The builtin LibTorch roles of dflash-launch (target, drafter) and their tools. The [model] "
                "contract comes from the DFLASH_* environment that dflash-launch sets."};
@@ -57,6 +60,14 @@ int main(int argc, char** argv) {
   drafter->add_option("--lr", o.lr, "AdamW learning rate (DFLASH_LR)")->capture_default_str();
   drafter->add_option("--pace-ms", o.pace_ms, "sleep this long per step, holding the frame (DFLASH_PACE_MS)")
       ->capture_default_str();
+  drafter->add_option("--checkpoint-every", o.checkpoint_every,
+                      "a checkpoint every N steps in $DFLASH_CHECKPOINT_DIR/<process> (dflash-launch sets it) and one "
+                      "at the end; a restart resumes from the last; 0: none (DFLASH_CHECKPOINT_EVERY)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  drafter->add_option("--checkpoint-keep", o.checkpoint_keep, "keep the last K checkpoints (DFLASH_CHECKPOINT_KEEP)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   auto* export_target = app.add_subcommand("export-target", "write the target's seeded weights (safetensors)");
   export_target->add_option("--out", o.out, "output file")->required();
   auto* init_drafter = app.add_subcommand("init-drafter", "write the drafter's seeded initial weights (safetensors)");

@@ -203,6 +203,7 @@ Drafter::Drafter(const ModelEnv& m) : m_(m) {
       // The embedding and LM head are the target's, frozen (DFlash shares them).
       if (name != "embed.weight" && name != "lm_head.weight") {
         t.set_requires_grad(true);
+        trainable_names_.push_back(name);
         trainable_.push_back(t);
         exp_avg_.push_back(at::zeros_like(t));
         exp_avg_sq_.push_back(at::zeros_like(t));
@@ -279,6 +280,34 @@ bool Drafter::Load(const safetensors::File& f, const std::vector<std::string>& o
     }
     t.copy_(TensorOf(f, *e));
   }
+  return true;
+}
+
+Params Drafter::OptimizerState() const {
+  Params out;
+  for (size_t i = 0; i < trainable_.size(); ++i) {
+    out.emplace_back("optim.exp_avg." + trainable_names_[i], exp_avg_[i]);
+    out.emplace_back("optim.exp_avg_sq." + trainable_names_[i], exp_avg_sq_[i]);
+  }
+  return out;
+}
+
+bool Drafter::LoadCheckpoint(const safetensors::File& f, int64_t step, std::string* err) {
+  Params all = params_, state = OptimizerState();
+  all.insert(all.end(), state.begin(), state.end());
+  // Exactly the drafter's dtypes and shapes: a converted tensor would resume a different run.
+  for (const auto& [name, t] : all) {
+    const safetensors::TensorEntry* e = f.header().Find(name);
+    if (!e || e->shape != t.sizes().vec() || e->dtype != DTypeName(t)) {
+      *err = e ? name + " is " + e->dtype + " " + ShapeString(e->shape) + ", the drafter's is " + DTypeName(t) + " " +
+                     ShapeString(t.sizes().vec())
+               : "no tensor " + name;
+      return false;
+    }
+  }
+  at::NoGradGuard no_grad;
+  for (auto& [name, t] : all) t.copy_(TensorOf(f, *f.header().Find(name)));  // in place: the live tensors
+  step_ = step;
   return true;
 }
 

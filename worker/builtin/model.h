@@ -88,9 +88,18 @@ class Drafter {
 
   const Params& params() const { return params_; }
 
+  /// AdamW's state, for a checkpoint: "optim.exp_avg.<name>" and "optim.exp_avg_sq.<name>" of each trainable
+  /// parameter, the live tensors (contiguous, CPU).
+  Params OptimizerState() const;
+  /// AdamW's step count (its bias corrections).
+  int64_t optimizer_step() const { return step_; }
+  /// Every parameter and OptimizerState() from a checkpoint written of them; AdamW's step count `step`.
+  bool LoadCheckpoint(const safetensors::File& f, int64_t step, std::string* err);
+
  private:
   ModelEnv m_;
   Params params_;
+  std::vector<std::string> trainable_names_;
   std::vector<at::Tensor> trainable_, exp_avg_, exp_avg_sq_;
   int64_t step_ = 0;
   at::Tensor cos_, sin_, mask_, weights_;

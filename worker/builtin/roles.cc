@@ -12,12 +12,14 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <optional>
 #include <thread>
 
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/notify.h"
 #include "contract/env_vars.h"
+#include "worker/builtin/drafter_checkpoint.h"
 #include "worker/builtin/frame_contract.h"
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles_internal.h"
@@ -142,10 +144,13 @@ int WarmUpDrafter(const BuiltinOptions& o, const Role& r) {
 }
 
 /// One drafter on the spool: waits for the target's shared weights, then trains on each frame it claims,
-/// checked against the contract first, until the spool ends or `steps` are done; its metrics as it goes.
+/// checked against the contract first, until the spool ends or `steps` are done; its metrics as it goes. With
+/// checkpoints (`checkpoint_dir` not empty) it first resumes from the last one, and its acknowledged frames
+/// commit with each.
 class DrafterRun {
  public:
-  DrafterRun(const BuiltinOptions& o, const Role& r, const std::string& root, int producers)
+  DrafterRun(const BuiltinOptions& o, const Role& r, const std::string& root, int producers,
+             const std::string& checkpoint_dir)
       : o_(o),
         r_(r),
         root_(root),
@@ -153,6 +158,9 @@ class DrafterRun {
         drafter_(r.m),
         paths_{root},
         consumer_(root, r.name, producers) {
+    if (!checkpoint_dir.empty())
+      checkpoints_.emplace(checkpoint_dir,
+                           CheckpointOptions{o.checkpoint_every, o.checkpoint_keep, o.checkpoint_pause_ms});
     m_ = {{"process", r.name}, {"role", "drafter"}, {"impl", "builtin"}, {"torch_version", DFLASH_LIBTORCH_VERSION},
           {"source", "spool"}};
   }
@@ -172,6 +180,10 @@ class DrafterRun {
   void Report(const spool::ClaimedFrame& f, double dt);
   /// The metrics so far, into m_.
   void Fill();
+  /// Resumes from the last checkpoint (if any). False: said why.
+  bool Restore();
+  /// A checkpoint of the steps done, if any since the last; its frames committed. False: said why.
+  bool Checkpoint();
 
   const BuiltinOptions& o_;
   const Role& r_;
@@ -180,6 +192,8 @@ class DrafterRun {
   Drafter drafter_;
   spool::SpoolPaths paths_;
   spool::SpoolConsumer consumer_;
+  std::optional<DrafterCheckpoints> checkpoints_;
+  int64_t resumed_from_ = 0;  // the step the restored checkpoint recorded (0: none)
   std::vector<double> losses_;
   double step_s_ = 0, first_step_s_ = 0;
   bool manifest_ = false;
@@ -193,7 +207,9 @@ int DrafterRun::Run() {
     Complain(r_.name, err);
     return exit_code::kFailure;
   }
-  while (o_.steps <= 0 || static_cast<int64_t>(losses_.size()) < o_.steps) {
+  if (checkpoints_ && !Restore()) return exit_code::kFailure;
+  // `steps` counts across attempts: a resumed run ends where the uninterrupted one would.
+  while (o_.steps <= 0 || resumed_from_ + static_cast<int64_t>(losses_.size()) < o_.steps) {
     spool::ClaimedFrame f;
     bool end = false;
     if (!consumer_.Next(&f, &end, &err)) {
@@ -202,7 +218,10 @@ int DrafterRun::Run() {
     }
     if (end) break;
     if (int code = TrainOn(f); code != exit_code::kOk) return code;
+    if (checkpoints_ && checkpoints_->Due(resumed_from_ + static_cast<int64_t>(losses_.size())) && !Checkpoint())
+      return exit_code::kFailure;
   }
+  if (checkpoints_ && !Checkpoint()) return exit_code::kFailure;  // the last steps and their frames
   if (!manifest_ && !consumer_.WriteManifestIfFinal(ManifestPath(root_), &manifest_, &err)) Complain(r_.name, err);
   Fill();
   WriteMetrics(r_.name, m_);
@@ -211,6 +230,47 @@ int DrafterRun::Run() {
     Say(r_.name, "%zu steps, loss %.4f -> %.4f (%.1f ms/step; %d taken back)", losses_.size(), losses_.front(),
         losses_.back(), 1000 * step_s_ / losses_.size(), consumer_.taken_back());
   return exit_code::kOk;
+}
+
+bool DrafterRun::Restore() {
+  std::string err, path;
+  auto t0 = Clock::now();
+  if (!checkpoints_->Restore(&drafter_, &consumer_, &resumed_from_, &path, &err)) {
+    Complain(r_.name, "cannot resume: " + err);
+    return false;
+  }
+  if (path.empty()) {
+    Say(r_.name, "no checkpoint in %s: starting at step 0", checkpoints_->dir().c_str());
+    return true;
+  }
+  const double took = Since(t0);
+  Say(r_.name, "resumed from step %lld (%s, %.2fs)", static_cast<long long>(resumed_from_), path.c_str(), took);
+  // As dflash_launch.Checkpoint reports it: the run summary's "checkpoints" and "resumed from" read these.
+  m_["resumed_from_step"] = resumed_from_;
+  m_["restore_s"] = Round(took, 3);
+  m_["checkpoint"] = {{"path", path}, {"step", resumed_from_}};
+  Fill();
+  WriteMetrics(r_.name, m_);
+  return true;
+}
+
+bool DrafterRun::Checkpoint() {
+  const int64_t step = resumed_from_ + static_cast<int64_t>(losses_.size());
+  if (step == 0 || step <= checkpoints_->last_step()) return true;  // nothing new since the last one
+  std::string err, path;
+  int committed = 0;
+  if (!checkpoints_->Save(drafter_, &consumer_, step, &path, &committed, &err)) {
+    Complain(r_.name, "checkpoint at step " + std::to_string(step) + ": " + err);
+    return false;
+  }
+  m_["checkpoint"] = {{"path", path}, {"step", step}};
+  m_["checkpoints_written"] = checkpoints_->written();
+  m_["checkpoint_blocked_s"] = Round(checkpoints_->blocked_s(), 3);
+  // The commit may have made the spool final: whoever commits the last frames writes the manifest.
+  if (!manifest_ && !consumer_.WriteManifestIfFinal(ManifestPath(root_), &manifest_, &err)) Complain(r_.name, err);
+  Fill();
+  WriteMetrics(r_.name, m_);
+  return true;
 }
 
 int DrafterRun::LoadSharedWeights() {
@@ -329,6 +389,7 @@ void DrafterRun::Fill() {
   m_["losses"] = losses_;
   m_["taken_back"] = consumer_.taken_back();
   m_["frames_acked"] = consumer_.acked();
+  if (checkpoints_) m_["frames_committed"] = consumer_.committed();
   m_["spool_wait_s"] = Round(consumer_.waited_s(), 3);
   m_["step_s"] = Round(losses_.empty() ? 0 : step_s_ / losses_.size(), 5);
   m_["first_step_s"] = Round(first_step_s_, 3);
@@ -347,7 +408,24 @@ int RunDrafter(const BuiltinOptions& o) {
   if (InWarmup()) return WarmUpDrafter(o, r);
   if (!SpoolRoot(r, &root)) return exit_code::kUsage;
   const int producers = std::atoi(Env(env::kSpoolProducers, "0").c_str());
-  return DrafterRun(o, r, root, producers).Run();
+  std::string checkpoint_dir;
+  if (o.checkpoint_every < 0 || o.checkpoint_keep < 1) {
+    Complain(r.name, "DFLASH_CHECKPOINT_EVERY must be 0 (none) or a number of steps, DFLASH_CHECKPOINT_KEEP at "
+                     "least 1 (got " + std::to_string(o.checkpoint_every) + " and " +
+                     std::to_string(o.checkpoint_keep) + ")");
+    return exit_code::kUsage;
+  }
+  if (o.checkpoint_every > 0) {
+    checkpoint_dir = Env(env::kCheckpointDir);
+    if (checkpoint_dir.empty()) {
+      Complain(r.name, "checkpoints every " + std::to_string(o.checkpoint_every) + " steps need a directory: " +
+                           env::kCheckpointDir + " is not set (dflash-launch sets it to <[run] checkpoint_dir>/<role>)");
+      return exit_code::kUsage;
+    }
+    // Each process of the role has its own (as dflash_launch.Checkpoint outside a torch.distributed world).
+    checkpoint_dir += "/" + r.name;
+  }
+  return DrafterRun(o, r, root, producers, checkpoint_dir).Run();
 }
 
 // ---------------------------------------------------------------------------

@@ -18,6 +18,10 @@ struct BuiltinOptions {
   double lr = 3e-3;        // AdamW learning rate (DFLASH_LR), as the Python reference
   int64_t pace_ms = 0;     // sleep per step while holding the frame (tests: a slow step) (DFLASH_PACE_MS)
   int threads = 1;         // at::set_num_threads (DFLASH_TORCH_THREADS): 8 processes share few cores
+  // drafter checkpoints in $DFLASH_CHECKPOINT_DIR/<process> (docs/checkpoints.md)
+  int64_t checkpoint_every = 0;  // every N steps and at the end; 0: none, frames straight to done/ (DFLASH_CHECKPOINT_EVERY)
+  int checkpoint_keep = 3;       // the last K committed stay (DFLASH_CHECKPOINT_KEEP)
+  int64_t checkpoint_pause_ms = 0;  // sleep between a checkpoint's write and its commit (tests: a kill mid-write)
   // tools
   std::string out, weights, frame;
   int64_t rank = 0, seq = 0;

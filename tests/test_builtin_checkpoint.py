@@ -1,0 +1,134 @@
+"""The builtin C++ drafter resumes, not restarts (issue #45, item 5): under dflash-launch with a restart policy, one
+builtin target and one builtin drafter checkpointing every 4 steps. The drafter SIGKILLed mid-write of a checkpoint
+(it resumes from the previous one, the half-written one removed) and again mid-step (it resumes from the last one):
+the run exits 0, every frame is committed to done/ exactly once, each naming the checkpoint that committed it, and
+the final parameters and AdamW state are bitwise those of the run never killed (one producer: a fixed frame order).
+Without checkpoints the drafter acknowledges straight to done/, as before (tests/test_spool.py)."""
+import json
+import os
+import re
+import signal
+
+import pytest
+from safetensors.torch import load_file
+
+from supervise import wait_until
+from test_spool import ENV, SMALL, by_name, needs_builtin, payload_of
+
+pytestmark = needs_builtin
+
+FRAMES, EVERY = 24, 4
+
+
+def config(tmp_path, drafter_env=""):
+    (tmp_path / "cache").mkdir(mode=0o700, exist_ok=True)
+    cfg = tmp_path / "run.toml"
+    restart = 'restart = { policy = "on-failure", max = 2, window = "1h", backoff = "200ms..200ms" }'
+    cfg.write_text(f"""[run]
+name = "t"
+cache_dir = "cache"
+log_dir = "runs"
+spool_dir = "{tmp_path}/spool"
+{SMALL}
+[[role]]
+name = "target"
+cpu = 1
+builtin = "target"
+env = {{ DFLASH_SAMPLES = "{FRAMES}", DFLASH_SPOOL_MAX = "8" }}
+world = "none"
+
+[[role]]
+name = "drafter"
+cpu = 1
+builtin = "drafter"
+env = {{ DFLASH_CHECKPOINT_EVERY = "{EVERY}"{drafter_env} }}
+world = "none"
+{restart}
+""")
+    return cfg
+
+
+def checkpoints(r):
+    return r.run_dir / "checkpoints" / "drafter" / "drafter:0"
+
+
+def final_state(r):
+    """Every parameter and the AdamW state of the last checkpoint (the one written at the end)."""
+    d = checkpoints(r) / f"step-{FRAMES:010d}"
+    return load_file(str(d / "drafter.safetensors"))
+
+
+def assert_committed_exactly_once(r):
+    m = json.loads((r.run_dir / "spool.json").read_text())
+    assert m["final"] and m["exactly_once"] and m["frames_consumed"] == FRAMES and m["pending"] == 0, m
+    assert sum(m["committed_by_checkpoint"].values()) == FRAMES, m["committed_by_checkpoint"]
+    runs = m["producers"]["target:0"]["committed_by"]
+    assert all(ck and "/checkpoints/drafter/drafter:0/step-" in ck for _, _, ck in runs), runs
+    assert sum(last - first + 1 for first, last, _ in runs) == FRAMES, runs
+    # Each checkpoint committed the frames of its own steps, in order: frame k by the first checkpoint after it.
+    for first, last, ck in runs:
+        step = int(ck.rsplit("step-", 1)[1])
+        assert step - EVERY <= first and last < step, runs
+    return m
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, bin_dir):
+    from supervise import Run
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    r = Run(bin_dir, config(tmp), env=ENV)
+    try:
+        assert r.wait(timeout=300) == 0, r.out[-4000:] + r.err[-2000:]
+    finally:
+        r.kill()
+    assert_committed_exactly_once(r)
+    assert "no checkpoint in" in r.out + "".join(p.read_text() for p in r.run_dir.rglob("*.log"))
+    return final_state(r)
+
+
+def test_killed_mid_write_and_mid_step_it_resumes_and_ends_bitwise_equal(launch, tmp_path, uninterrupted):
+    # A pause between each checkpoint's write and its commit (a window to kill it in) and a slow step.
+    r = launch(config(tmp_path, ', DFLASH_CHECKPOINT_PAUSE_MS = "400", DFLASH_PACE_MS = "60"'), env=ENV)
+    ck = tmp_path / "runs" / "r" / "checkpoints" / "drafter" / "drafter:0"
+    # 1. SIGKILL while step 8's checkpoint is written but not committed: step 4's must be what it resumes from.
+    assert wait_until(lambda: (ck / ".tmp-step-0000000008").exists(), timeout=120), r.out[-3000:]
+    first = payload_of(r, "drafter:0")
+    assert first
+    os.kill(first, signal.SIGKILL)
+    # 2. SIGKILL of the restarted drafter mid-step, once step 16's checkpoint committed.
+    assert wait_until(lambda: (ck / "step-0000000016").exists(), timeout=120), r.out[-3000:]
+    second = payload_of(r, "drafter:0")
+    assert second and second != first
+    os.kill(second, signal.SIGKILL)
+    assert r.wait(timeout=300) == 0, r.out[-4000:] + r.err[-2000:]
+
+    text = r.out + "".join(p.read_text(errors="replace") for p in r.run_dir.rglob("*.log"))
+    resumed = {int(s) for s in re.findall(r"drafter:0: resumed from step (\d+)", text)}
+    assert resumed == {4, 16}, text[-3000:]
+    s = r.summary()
+    p = by_name(s)["drafter:0"]
+    assert p["restarts"] == 2, p
+    # The metrics file as dflash_launch.Checkpoint writes it; the summary names the role's last checkpoint.
+    assert p["metrics"]["resumed_from_step"] == 16, p["metrics"]
+    assert p["metrics"]["steps"] == FRAMES - 16, p["metrics"]
+    assert s["checkpoints"]["drafter"] == {"path": str(ck / f"step-{FRAMES:010d}"), "step": FRAMES}, s["checkpoints"]
+    # The half-written checkpoint is gone; the last 3 stay.
+    assert sorted(os.listdir(ck)) == ["step-0000000016", "step-0000000020", "step-0000000024"], os.listdir(ck)
+    assert_committed_exactly_once(r)
+    got = final_state(r)
+    assert got.keys() == uninterrupted.keys() and any(k.startswith("optim.exp_avg_sq.") for k in got)
+    for k in got:
+        assert got[k].dtype == uninterrupted[k].dtype and got[k].shape == uninterrupted[k].shape, k
+        assert bytes(got[k].numpy().tobytes()) == bytes(uninterrupted[k].numpy().tobytes()), k
+
+
+def test_checkpoints_without_a_directory_are_a_clear_error(tmp_path):
+    from conftest import run
+    from test_spool import BUILTIN, SMALL_ENV
+    env = {k: v for k, v in ENV.items() if not k.startswith("DFLASH_")}
+    env.update(SMALL_ENV, DFLASH_SPOOL_DIR=str(tmp_path / "spool"), DFLASH_CHECKPOINT_EVERY="5",
+               DFLASH_PROCESS="drafter:0")
+    r = run([BUILTIN, "drafter"], env=env)
+    assert r.returncode == 64, r.stderr
+    assert "DFLASH_CHECKPOINT_DIR is not set" in r.stderr, r.stderr
+    assert not (tmp_path / "spool").exists()  # nothing touched
