@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <csignal>
+#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -104,6 +106,11 @@ bool InWarmup() { return Env(env::kWarmup) == "1"; }
 
 namespace {
 
+/// The stop signal (SIGTERM) a checkpointing drafter got: taken after the step, or while it waits for frames.
+volatile std::sig_atomic_t g_stop = 0;
+
+void OnStop(int sig) { g_stop = sig; }
+
 bool Exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
@@ -180,6 +187,8 @@ class DrafterRun {
   void Report(const spool::ClaimedFrame& f, double dt);
   /// The metrics so far, into m_.
   void Fill();
+  /// After a stop signal's checkpoint: says so, then ends by that signal (as without a checkpoint).
+  int EndByStop();
   /// Resumes from the last checkpoint (if any). False: said why.
   bool Restore();
   /// A checkpoint of the steps done, if any since the last; its frames committed. False: said why.
@@ -207,7 +216,15 @@ int DrafterRun::Run() {
     Complain(r_.name, err);
     return exit_code::kFailure;
   }
-  if (checkpoints_ && !Restore()) return exit_code::kFailure;
+  if (checkpoints_) {
+    if (!Restore()) return exit_code::kFailure;
+    // A stop (the supervisor's, `ctl stop`, a forwarded preemption) writes a checkpoint first (docs/checkpoints.md).
+    struct sigaction sa {};
+    sa.sa_handler = OnStop;
+    ::sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    consumer_.StopWhen(&g_stop);
+  }
   // `steps` counts across attempts: a resumed run ends where the uninterrupted one would.
   while (o_.steps <= 0 || resumed_from_ + static_cast<int64_t>(losses_.size()) < o_.steps) {
     spool::ClaimedFrame f;
@@ -220,8 +237,10 @@ int DrafterRun::Run() {
     if (int code = TrainOn(f); code != exit_code::kOk) return code;
     if (checkpoints_ && checkpoints_->Due(resumed_from_ + static_cast<int64_t>(losses_.size())) && !Checkpoint())
       return exit_code::kFailure;
+    if (g_stop) break;
   }
   if (checkpoints_ && !Checkpoint()) return exit_code::kFailure;  // the last steps and their frames
+  if (g_stop) return EndByStop();
   if (!manifest_ && !consumer_.WriteManifestIfFinal(ManifestPath(root_), &manifest_, &err)) Complain(r_.name, err);
   Fill();
   WriteMetrics(r_.name, m_);
@@ -230,6 +249,20 @@ int DrafterRun::Run() {
     Say(r_.name, "%zu steps, loss %.4f -> %.4f (%.1f ms/step; %d taken back)", losses_.size(), losses_.front(),
         losses_.back(), 1000 * step_s_ / losses_.size(), consumer_.taken_back());
   return exit_code::kOk;
+}
+
+int DrafterRun::EndByStop() {
+  const int sig = g_stop;
+  const char* abbrev = sigabbrev_np(sig);
+  const std::string signame = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+  const std::string path = m_.contains("checkpoint") ? m_["checkpoint"]["path"].get<std::string>() : "-";
+  Say(r_.name, "%s: checkpoint at step %lld committed (%s); stopping", signame.c_str(),
+      static_cast<long long>(resumed_from_ + static_cast<int64_t>(losses_.size())), path.c_str());
+  Fill();
+  WriteMetrics(r_.name, m_);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+  return exit_code::kFailure;  // not reached: the signal's default action ends the process
 }
 
 bool DrafterRun::Restore() {

@@ -120,7 +120,9 @@ bool ParseFrameFile(std::string_view file, std::string* producer, int64_t* seq) 
 bool SpoolPaths::Create(std::string* err) const {
   // mkdir -p of the root: its parent (/dev/shm/dflash-<uid>-<name>) may not exist yet.
   if (!MakeDir(root, err)) return false;
-  for (const std::string& d : {Tmp(), Ready(), Claimed(), Pending(), Done(), Rejected(), Producers()})
+  // Not pending/: only a consumer that checkpoints makes it (HoldForCheckpoint), and a failed run keeps a spool
+  // that has it for `run --resume` (launcher/commands/run_command.cc).
+  for (const std::string& d : {Tmp(), Ready(), Claimed(), Done(), Rejected(), Producers()})
     if (!MakeDir(d, err)) return false;
   return true;
 }
@@ -423,6 +425,10 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err) {
         return true;
       }
       continue;
+    }
+    if (stop_ && *stop_) {
+      stopped_ = *end = true;
+      return true;
     }
     waited = true;
     backoff.Sleep();

@@ -16,6 +16,7 @@
 //   <root>/weights.safetensors       the target's embedding and LM head (first publisher wins)
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -161,8 +162,12 @@ class SpoolConsumer {
   /// The next frame: first those taken back, then the oldest in ready/ (lowest
   /// seq, then producer name), claimed by rename: exactly one consumer wins.
   /// Polls with back-off while nothing is ready. `*end` when every producer
-  /// has finished and nothing is left to claim.
+  /// has finished and nothing is left to claim, or (StopWhen) a stop came.
   bool Next(ClaimedFrame* frame, bool* end, std::string* err);
+
+  /// Next stops waiting for frames (`*end`, stopped()) once `*flag` is non-zero (a signal handler sets it).
+  void StopWhen(const volatile std::sig_atomic_t* flag) { stop_ = flag; }
+  bool stopped() const { return stopped_; }
 
   /// After the step: into done/ (RENAME_NOREPLACE: acknowledging a frame twice
   /// is an error), then truncated to free the memory. Holding for a checkpoint:
@@ -207,7 +212,8 @@ class SpoolConsumer {
   int producers_;
   std::vector<std::string> take_back_;
   std::map<std::string, std::string> replay_;  // frame -> its pending path, delivered again after Restore
-  bool hold_ = false;
+  bool hold_ = false, stopped_ = false;
+  const volatile std::sig_atomic_t* stop_ = nullptr;
   int64_t position_ = 0;
   int taken_back_ = 0, acked_ = 0, committed_ = 0;
   double waited_s_ = 0;
