@@ -115,7 +115,8 @@ env = {{ DFLASH_PACE_MS = "15" }}
     assert m["frames_published"] == m["frames_consumed"] == 240
     for p in ("target:0", "target:1"):
         assert m["producers"][p] == {"published": 120, "consumed": 120, "first_seq": 0, "last_seq": 119,
-                                     "missing": 0, "missing_seqs": [], "unexpected": 0, "unexpected_seqs": []}
+                                     "missing": 0, "missing_seqs": [], "unexpected": 0, "unexpected_seqs": [],
+                                     "committed_by": [[0, 119, None]]}  # acknowledged without a checkpoint
     steps = sum(s[f"drafter:{i}"]["metrics"]["frames_acked"] for i in range(3))
     assert steps <= 240  # the last attempts' acks; the killed attempt's are in done/ too
     assert not (tmp_path / "spool" / "r").exists()  # the supervisor removed the run's spool
@@ -224,20 +225,27 @@ name = "cpp"
 cpu = 1
 builtin = "drafter"
 # Slow, and at most half the frames: the Python drafter (import torch: seconds, more on a loaded machine) gets the
-# rest however late it comes.
-env = { DFLASH_PACE_MS = "100", DFLASH_STEPS = "30" }
+# rest however late it comes. Both checkpoint, and commit their frames with them, each the same way (issue #45).
+env = { DFLASH_PACE_MS = "100", DFLASH_STEPS = "30", DFLASH_CHECKPOINT_EVERY = "5" }
 
 [[role]]
 name = "py"
 cpu = 1
-command = ["python", "-m", "dflash_launch.reference_drafter", "--source", "spool", "--no-compile", "--steps", "1000"]
+command = ["python", "-m", "dflash_launch.reference_drafter", "--source", "spool", "--no-compile", "--steps", "1000",
+           "--checkpoint-every", "5"]
 """), env=ENV)
     assert r.wait(timeout=120) == 0, r.err
     s = by_name(r.summary())
     a, b = s["cpp:0"]["metrics"]["frames_acked"], s["py:0"]["metrics"]["frames_acked"]
     assert a + b == 60 and a > 0 and b > 0, (a, b)
     m = json.loads((r.run_dir / "spool.json").read_text())
-    assert m["exactly_once"] and m["producers"]["target:0"]["consumed"] == 60
+    assert m["exactly_once"] and m["producers"]["target:0"]["consumed"] == 60 and m["pending"] == 0, m
+    # Every frame committed once, by a checkpoint of the process that trained on it, whichever language.
+    by = m["committed_by_checkpoint"]
+    assert sum(by.values()) == 60, by
+    assert sum(n for ck, n in by.items() if "/checkpoints/cpp/cpp:0/step-" in ck) == a, by
+    assert sum(n for ck, n in by.items() if "/checkpoints/py/" in ck) == b, by
+    assert set(s) >= {"cpp:0", "py:0"} and set(r.summary()["checkpoints"]) == {"cpp", "py"}
 
 
 # --- the Python side of the protocol, without processes -------------------------
