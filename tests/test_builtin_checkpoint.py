@@ -10,10 +10,13 @@ import re
 import signal
 
 import pytest
-from safetensors.torch import load_file
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import run
 
 from supervise import wait_until
-from test_spool import ENV, SMALL, by_name, needs_builtin, payload_of
+from test_spool import BUILTIN, ENV, SMALL, SMALL_ENV, by_name, needs_builtin, payload_of
 
 pytestmark = needs_builtin
 
@@ -151,13 +154,49 @@ def test_sigterm_writes_a_checkpoint_the_resumed_run_goes_on_from(launch, tmp_pa
         assert got[k].numpy().tobytes() == uninterrupted[k].numpy().tobytes(), k
 
 
-def test_checkpoints_without_a_directory_are_a_clear_error(tmp_path):
-    from conftest import run
-    from test_spool import BUILTIN, SMALL_ENV
+def drafter_env(tmp_path, **kw):
     env = {k: v for k, v in ENV.items() if not k.startswith("DFLASH_")}
-    env.update(SMALL_ENV, DFLASH_SPOOL_DIR=str(tmp_path / "spool"), DFLASH_CHECKPOINT_EVERY="5",
-               DFLASH_PROCESS="drafter:0")
+    env.update(SMALL_ENV, DFLASH_SPOOL_DIR=str(tmp_path / "spool"), DFLASH_PROCESS="drafter:0",
+               DFLASH_SPOOL_PRODUCERS="1", **kw)
+    return env
+
+
+@pytest.mark.parametrize("every, keep, said", [
+    ("5", None, "DFLASH_CHECKPOINT_DIR is not set"),
+    ("-1", None, "DFLASH_CHECKPOINT_EVERY must be 0 (none) or a number of steps"),
+    ("5", "0", "DFLASH_CHECKPOINT_KEEP at least 1"),
+])
+def test_a_checkpoint_setting_that_cannot_work_is_a_clear_error(tmp_path, every, keep, said):
+    env = drafter_env(tmp_path, DFLASH_CHECKPOINT_EVERY=every)
+    if keep is not None:
+        env.update(DFLASH_CHECKPOINT_KEEP=keep, DFLASH_CHECKPOINT_DIR=str(tmp_path / "ck"))
     r = run([BUILTIN, "drafter"], env=env)
     assert r.returncode == 64, r.stderr
-    assert "DFLASH_CHECKPOINT_DIR is not set" in r.stderr, r.stderr
-    assert not (tmp_path / "spool").exists()  # nothing touched
+    assert said in r.stderr, r.stderr
+    assert not (tmp_path / "spool").exists() and not (tmp_path / "ck").exists()  # nothing touched
+
+
+@pytest.mark.parametrize("kind", ["garbage", "weights-only", "another-model"])
+def test_a_checkpoint_it_cannot_resume_from_is_refused_by_name(tmp_path, kind):
+    """Never a silent fresh start, never a converted tensor: the newest committed checkpoint is unreadable, not a
+    drafter checkpoint, or of another [model]: exit 1 naming it and the fix; it stays where it is."""
+    (tmp_path / "spool").mkdir(mode=0o700)
+    env = drafter_env(tmp_path, DFLASH_CHECKPOINT_EVERY="2", DFLASH_CHECKPOINT_DIR=str(tmp_path / "ck"))
+    assert run([BUILTIN, "export-target", "--out", tmp_path / "spool" / "weights.safetensors"], env=env).returncode == 0
+    step = tmp_path / "ck" / "drafter:0" / "step-0000000004"
+    step.mkdir(parents=True, mode=0o700)
+    bad = step / "drafter.safetensors"
+    if kind == "garbage":
+        bad.write_bytes(b"not a safetensors file")
+    elif kind == "weights-only":
+        assert run([BUILTIN, "init-drafter", "--out", bad], env=env).returncode == 0
+    else:
+        meta = {"format": "dflash-builtin-checkpoint/1", "step": "4", "optimizer_step": "4", "position": "4",
+                "consumer": "drafter:0"}
+        save_file({"fc.weight": torch.zeros(3, 3)}, str(bad), metadata=meta)
+    r = run([BUILTIN, "drafter"], env=env)
+    assert r.returncode == 1, r.stderr
+    said = {"garbage": "cannot be read", "weights-only": "is not a builtin drafter checkpoint",
+            "another-model": "does not match this drafter ([model]): fc.weight is F32 [3, 3]"}[kind]
+    assert f"drafter:0: cannot resume: " in r.stderr and said in r.stderr and str(step) in r.stderr, r.stderr
+    assert "fix:" in r.stderr and bad.exists()

@@ -59,7 +59,11 @@ bool DrafterCheckpoints::Restore(Drafter* drafter, spool::SpoolConsumer* consume
   const std::string& newest = all.back().second;
   const std::string file = newest + "/" + kFile;
   safetensors::File f;
-  if (!f.Read(file, err)) return false;
+  if (!f.Read(file, err)) {
+    *err = "checkpoint " + newest + " cannot be read (" + *err + "); fix: remove it to resume from the one before, "
+           "or use another checkpoint dir";
+    return false;
+  }
   const safetensors::Metadata& meta = f.header().metadata;
   int64_t s = 0, optimizer_step = 0, position = 0;
   auto format = meta.find("format");
