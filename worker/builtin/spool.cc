@@ -142,15 +142,12 @@ bool ListPendingFrames(const SpoolPaths& paths, std::vector<std::string>* files,
   files->clear();
   std::vector<std::string> consumers, names;
   if (!ListDir(paths.Pending(), &consumers, err, true)) return false;
-  std::string p;
-  int64_t s;
+  int64_t position;
+  std::string frame;
   for (const std::string& c : consumers) {
-    if (!ListDir(paths.Pending() + "/" + c, &names, err)) return false;
-    for (const std::string& n : names) {
-      size_t dot = n.find('.');
-      if (dot == 10 && ParseFrameFile(std::string_view(n).substr(dot + 1), &p, &s))
-        files->push_back(n.substr(dot + 1));
-    }
+    if (!ListDir(paths.PendingOf(c), &names, err)) return false;
+    for (const std::string& n : names)
+      if (ParsePendingName(n, &position, &frame)) files->push_back(frame);
   }
   return true;
 }
