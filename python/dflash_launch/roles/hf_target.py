@@ -9,7 +9,7 @@ drafters' shared weights. Give its role `spool = "produce"`:
     name = "target"
     devices = [0, 1]
     spool = "produce"
-    command = ["python", "-m", "dflash_launch.hf_target", "--model", "/models/Qwen3-8B",
+    command = ["python", "-m", "dflash_launch.roles.hf_target", "--model", "/models/Qwen3-8B",
                "--tokens", "data/train.jsonl", "--samples", "5000"]
 
 --model: a local directory or a hub name (from_pretrained; nothing is downloaded
@@ -69,7 +69,7 @@ def load_pretrained(transformers, model, dtype, progress=False):
 
 def random_qwen3(contract, torch):
     """A random Qwen3ForCausalLM of [model]'s shape, the same weights in every process (seed)."""
-    transformers = require("transformers", "dflash_launch.hf_target")
+    transformers = require("transformers", "dflash_launch.roles.hf_target")
     c = contract
     heads = c["heads"] or max(1, c["hidden"] // 16)
     config = transformers.Qwen3Config(
@@ -102,7 +102,7 @@ class TokenSource:
                 rows = [json.loads(line) for line in f if line.strip()]
             self.lines = [r["input_ids"] if isinstance(r, dict) else r for r in rows][rank::world]
             if not self.lines:
-                raise SystemExit(f"hf_target: {path} holds no sample for process {rank} of {world}")
+                raise ValueError(f"{path} holds no sample for process {rank} of {world}")
         else:
             from dflash_launch.token_chain import TokenChain
             self.chain = TokenChain(contract["seed"], contract["vocab"])
@@ -120,7 +120,7 @@ class TokenSource:
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    torch = require("torch", "dflash_launch.hf_target")
+    torch = require("torch", "dflash_launch.roles.hf_target")
     from dflash_launch.spool import SpoolProducer
 
     contract = contract_from_env()
@@ -134,7 +134,7 @@ def main(argv=None):
     if args.random_qwen3:
         model = random_qwen3(contract, torch)
     else:
-        transformers = require("transformers", "dflash_launch.hf_target")
+        transformers = require("transformers", "dflash_launch.roles.hf_target")
         model = load_pretrained(transformers, args.model, dtype, args.progress)
     bad = check_model(model, contract)
     if bad:
@@ -144,7 +144,10 @@ def main(argv=None):
         sys.exit(EXIT_CONTRACT)
     model = model.to(device=device, dtype=dtype).eval()
     producer = SpoolProducer.from_env(contract, name, max_ready=args.max_ready)
-    tokens = TokenSource(torch, contract, args.tokens, rank, world)
+    try:
+        tokens = TokenSource(torch, contract, args.tokens, rank, world)
+    except (OSError, ValueError) as e:  # no --tokens file, not JSON lines, or none of its samples for this rank
+        sys.exit(f"hf_target: --tokens {args.tokens}: {e}")
     taps = contract["tapped_layers"]
     # DFlash shares the target's embedding and LM head with the drafter (the first publisher wins).
     won = producer.publish_weights(model.get_input_embeddings().weight, model.get_output_embeddings().weight)

@@ -26,7 +26,7 @@ import sys
 import time
 
 from dflash_launch._extras import require
-from dflash_launch import isa_verdict
+from dflash_launch.inductor import isa_verdict
 
 require("torch", "the reference drafter")  # before the imports below: an error that names the extra
 import torch  # noqa: E402
@@ -289,7 +289,7 @@ def parse_args(argv):
     p.add_argument("--pace-ms", type=int, default=int(os.environ.get("DFLASH_PACE_MS", "0")),
                    help="sleep per step while holding the frame (tests: a slow step, as dflash-builtin drafter's)")
     p.add_argument("--tail", choices=["pad", "drop"], default=os.environ.get("DFLASH_TAIL", "pad"),
-                   help="--ddp: the last round of frames, fewer than the ranks (dflash_launch.spool_world)")
+                   help="--ddp: the last round of frames, fewer than the ranks (dflash_launch.spool.world)")
     p.add_argument("--checkpoint-every", type=int, default=int(os.environ.get("DFLASH_CHECKPOINT_EVERY", "0")),
                    help="a checkpoint every N steps in $DFLASH_CHECKPOINT_DIR (dflash-launch sets it), and one at "
                         "the end and on SIGTERM; a restart resumes from the last (0: none; docs/checkpoints.md)")
@@ -305,17 +305,13 @@ def join_world(args, device):
 
 def open_source(args, contract, name, rank, dtype, model, metrics):
     """The frames: the spool (through WorldSource: equal steps in a DDP world, acknowledged with the loss)
-    with the target's shared weights copied into `model`, or synthetic ones. None after a contract error
-    (said; the caller exits with its code)."""
+    with the target's shared weights copied into `model`, or synthetic ones. Raises FrameContractError when the
+    shared weights violate the contract (main() says it and exits with its code)."""
     if args.source != "spool":
         return SyntheticSource(contract, rank, dtype)
-    from dflash_launch.spool import FrameContractError
-    from dflash_launch.spool_world import WorldSource
+    from dflash_launch.spool import WorldSource
     source = WorldSource.from_env(contract, name, tail=args.tail, metrics=metrics)
-    try:
-        shared = source.shared_weights()  # the target's embedding and LM head, frozen (DFlash shares them)
-    except FrameContractError as e:
-        sys.exit(_contract_exit(name, e))
+    shared = source.shared_weights()  # the target's embedding and LM head, frozen (DFlash shares them)
     with torch.no_grad():
         for key, value in shared.items():
             model.get_parameter(key).copy_(value)
@@ -344,7 +340,10 @@ def main(argv=None):
     if attention == "flex":
         model.use_flex_attention(device)
     metrics = TrainingMetrics(args.metrics)
-    source = open_source(args, contract, name, rank, dtype, model, metrics)
+    try:
+        source = open_source(args, contract, name, rank, dtype, model, metrics)
+    except HiddenStateContractError as e:  # the shared weights violate [model]
+        sys.exit(_contract_exit(name, e))
     step_loss = model.loss
     if args.ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
