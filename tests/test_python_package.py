@@ -88,6 +88,25 @@ def test_a_contract_error_exits_65_only_where_the_process_opted_in():
     assert r.returncode == 1 and "FrameContractError" in r.stderr, (r.returncode, r.stderr)
 
 
+def test_a_hook_installed_later_that_holds_stderr_still_prints_the_traceback_and_exits_65():
+    """torch.distributed.init_process_group wraps sys.excepthook and captures stderr until the wrapped hook returns
+    (to prefix the rank). An exit inside our hook lost the traceback (the quarantine test's world saw exit 65 and
+    an empty stderr); the exit waits for the outer hook."""
+    r = python(CONTRACT_ERROR.format(opt_in='''import dflash_launch, io; dflash_launch.use_exit_codes()
+    inner = sys.excepthook
+    def outer(*args):  # what torch.distributed's _distributed_excepthook does
+        real, sys.stderr = sys.stderr, io.StringIO()
+        try:
+            inner(*args)
+        finally:
+            held, sys.stderr = sys.stderr.getvalue(), real
+        sys.stderr.write("".join(f"[rank0]: {line}\\n" for line in held.splitlines()))
+    sys.excepthook = outer'''))
+    assert r.returncode == 65, (r.returncode, r.stderr)
+    assert "[rank0]: Traceback" in r.stderr and "[rank0]: dflash_launch.spool.FrameContractError: frame f.safetensors" \
+        in r.stderr, r.stderr
+
+
 def test_from_env_opts_a_payload_in_and_a_hand_built_source_does_not(tmp_path):
     env = dict(NO_GATE, DFLASH_SPOOL_DIR=str(tmp_path / "spool"), DFLASH_SPOOL_PRODUCERS="1",
                DFLASH_RUN_DIR=str(tmp_path), DFLASH_PROCESS="drafter:0")

@@ -11,6 +11,7 @@ from_env() constructors (SpoolSource, SpoolProducer, WorldSource), the door a pa
 a payload that builds its sources by hand calls dflash_launch.use_exit_codes() itself. Importing dflash_launch, or
 constructing a source by hand (tests, notebooks, a program with its own exit policy), leaves sys.excepthook alone.
 """
+import atexit
 import os
 import sys
 
@@ -24,8 +25,13 @@ def exit_code_of(error):
 def use_exit_codes() -> None:
     """From now on an uncaught exception with an `exit_code` ends this process with that code: its traceback
     first (none for code 0: a clean stop such as spool.WarmupSpent, whose words were said when it was raised),
-    then os._exit, which skips atexit handlers (the process is failing anyway, and the code must survive them).
-    Any other uncaught exception ends it as Python would. Idempotent."""
+    then os._exit as the interpreter starts to exit. Any other uncaught exception ends it as Python would.
+    Idempotent.
+
+    The exit is not taken inside the hook: a hook installed later may wrap this one and hold what it prints until
+    it returns (torch.distributed's init_process_group does: it captures stderr to prefix the rank), so the code
+    is set by an atexit handler, registered last and so run first, once every hook has said its part; the other
+    atexit handlers are skipped (the process is failing anyway, and the code must survive them)."""
     if getattr(sys.excepthook, "dflash_exit_codes", False):
         return
     previous = sys.excepthook
@@ -34,14 +40,17 @@ def use_exit_codes() -> None:
         code = exit_code_of(value)
         if code != 0:
             previous(kind, value, tb)
-        if code is None:
-            return
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        if code is not None:
+            atexit.register(_exit_now, code)
 
     hook.dflash_exit_codes = True
     sys.excepthook = hook
+
+
+def _exit_now(code):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dflash_launch/, above tools/
 EXAMPLE = "ddp-spool"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HF_TARGET = ('spool = "produce"                  # a Python target: a random Qwen3 of [model]; your own model: '
