@@ -33,8 +33,9 @@ except ImportError:
 def test_check_passes_it_given_a_model_path_and_refuses_it_without(bin_dir, tmp_path):
     r = run([bin_dir / "dflash-launch", "check", SHIPPED], env=ENV, cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
-    line = next(i for i, t in enumerate(SHIPPED.read_text().splitlines(), 1) if "${DFLASH_TARGET_MODEL}" in t)
-    assert f"{SHIPPED}:{line}:66: error: role[target].command[4]: ${{DFLASH_TARGET_MODEL}} is unset" in r.stderr
+    line, col = next((i, t.index('"${DFLASH_TARGET_MODEL}"') + 1)
+                     for i, t in enumerate(SHIPPED.read_text().splitlines(), 1) if "${DFLASH_TARGET_MODEL}" in t)
+    assert f"{SHIPPED}:{line}:{col}: error: role[target].command[4]: ${{DFLASH_TARGET_MODEL}} is unset" in r.stderr
     assert "export DFLASH_TARGET_MODEL=" in r.stderr and "nothing was started" in r.stderr
     r = run([bin_dir / "dflash-launch", "check", SHIPPED, "--json"], env=dict(ENV, DFLASH_TARGET_MODEL="/m/Qwen3"),
             cwd=tmp_path)

@@ -19,7 +19,7 @@ class SpoolProducer:
     """Publishes frames for the drafters (a Python target). Resumes after its
     highest sequence number in the spool and removes its half-written temp
     files; waits while ready/ holds `max_ready` frames of its own or its frames
-    hold its share of `max_bytes` (max_bytes / producers: spool_write.reserve_room;
+    hold its share of `max_bytes` (max_bytes / producers: write.reserve_room;
     its own, so that a consumer in a fixed order never waits for a producer that
     the others' frames stopped). A frame is written once, from the tensors'
     memory, into pages allocated first: a filesystem that cannot hold it raises
@@ -30,7 +30,7 @@ class SpoolProducer:
                  warmup_frames=WARMUP_FRAMES, max_bytes=None):
         """`producers` (default $DFLASH_SPOOL_PRODUCERS) and `manifest_path`
         (default $DFLASH_RUN_DIR/spool.json): for the manifest at finish().
-        `max_bytes`: the byte budget (default spool_write.default_max_bytes:
+        `max_bytes`: the byte budget (default write.default_max_bytes:
         $DFLASH_SPOOL_MAX_BYTES, else half the filesystem's free space)."""
         self.paths, self.name, self.contract, self.max_ready = Paths(root), name, contract, max(1, int(max_ready))
         self.max_bytes, self._staging = max_bytes, {}
