@@ -4,7 +4,6 @@ errors a broken spool or a misfit frame raises (dflash_launch.spool says how
 the parts fit together)."""
 
 import json
-import os
 import struct
 
 from dflash_launch import HiddenStateContractError, check_hidden_shape, shape_string
