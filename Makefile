@@ -45,7 +45,7 @@ demo: build-demo
 	@run_id=$$(basename $(DEMO) .toml)-$$(date +%Y%m%d-%H%M%S); \
 	export PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PYTHONPATH="$(CURDIR)/python$${PYTHONPATH:+:$$PYTHONPATH}"; \
 	$(BUILD)/bin/dflash-launch run $(DEMO) --run-id $$run_id; rc=$$?; \
-	$(PY) -m dflash_launch.demo_report runs/$$run_id || rc=$${rc/#0/1}; \
+	$(PY) -m dflash_launch.tools.demo_report runs/$$run_id || rc=$${rc/#0/1}; \
 	exit $$rc
 
 demo-builtin:

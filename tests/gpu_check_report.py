@@ -1,4 +1,4 @@
-"""What `python -m dflash_launch.gpu_check` reports in its CPU mode (no GPU here), field by field: it must
+"""What `python -m dflash_launch.tools.gpu_check` reports in its CPU mode (no GPU here), field by field: it must
 notice there is none and still run (a) the gated drafters, (c) the shape contract and (d) the ungated drafters.
 Checked on the wheel's bundle by tests/test_wheel.py (`make test-wheel`, in CI) and, with DFLASH_LONG_TESTS=1,
 on this checkout by tests/test_gpu_check.py."""

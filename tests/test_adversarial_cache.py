@@ -435,7 +435,7 @@ def test_a_failed_rename_in_is_rolled_back_and_the_message_is_true(bin_dir, tmp_
 def test_import_refuses_links_and_traversal_in_the_archive(bin_dir, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
-    # The third: a planted ISA verdict (python/dflash_launch/isa_verdict.py believes records in .dflash/isa/).
+    # The third: a planted ISA verdict (python/dflash_launch/inductor/isa_verdict.py believes records in .dflash/isa/).
     for name, kind in (("../escape", tarfile.REGTYPE), ("fxgraph/ab/fabx/e", tarfile.SYMTYPE),
                        (".dflash/isa/" + "a" * 32, tarfile.REGTYPE)):
         archive = tmp_path / "evil.tar.gz"

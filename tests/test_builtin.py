@@ -13,7 +13,7 @@ from conftest import BIN, ROOT, run
 
 sys.path.insert(0, str(ROOT / "python"))
 from dflash_launch import contract_from_env  # noqa: E402
-from dflash_launch.reference_drafter import apply_rotary, build, rotary  # noqa: E402
+from dflash_launch.roles.reference_drafter import apply_rotary, build, rotary  # noqa: E402
 
 BUILTIN = BIN / "dflash-builtin"
 pytestmark = pytest.mark.skipif(not BUILTIN.exists(), reason="dflash-builtin not built (no LibTorch)")
@@ -135,9 +135,9 @@ def test_replicas_are_identical_and_samples_differ(tmp_path):
 
 
 def test_hf_targets_default_tokens_are_the_builtins_chain(tmp_path):
-    """dflash_launch.hf_target without --tokens samples the builtin target's chain, id for id (issue #39: its
+    """dflash_launch.roles.hf_target without --tokens samples the builtin target's chain, id for id (issue #39: its
     uniform random ids could not be learnt), for every batch element of a frame, another seed and vocab too."""
-    from dflash_launch.hf_target import TokenSource
+    from dflash_launch.roles.hf_target import TokenSource
     for c, rank, seq in [(DEMO, 0, 0), (DEMO, 3, 7), (dict(DEMO, seed=5, vocab=1000, batch=2), 1, 4)]:
         out = tmp_path / f"tap-{rank}-{seq}.safetensors"
         builtin(["tap", "--rank", rank, "--seq", seq, "--out", out], model_env(**c))
@@ -240,7 +240,7 @@ def test_compiled_reference_from_a_warm_up_agrees_on_the_spool(tmp_path):
     penv = dict(env, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"), TORCHINDUCTOR_COMPILE_THREADS="1",
                 DFLASH_SOURCE="spool", DFLASH_SPOOL_DIR=str(spool), DFLASH_SPOOL_PRODUCERS="1",
                 DFLASH_PROCESS="drafter:0", PYTHONPATH=f"{ROOT / 'python'}:{env.get('PYTHONPATH', '')}")
-    drafter = [sys.executable, "-m", "dflash_launch.reference_drafter"]
+    drafter = [sys.executable, "-m", "dflash_launch.roles.reference_drafter"]
     r = run(drafter + ["--metrics", tmp_path / "warmup.json"], env=dict(penv, DFLASH_WARMUP="1"), timeout=600)
     assert r.returncode == 0, r.stderr
     warm = json.loads((tmp_path / "warmup.json").read_text())

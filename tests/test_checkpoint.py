@@ -163,7 +163,7 @@ def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_p
     cfg = config(tmp_path)
     text = cfg.read_text().replace(
         f'command = ["python", "{PAYLOADS / "ckpt_rank.py"}"]',
-        'command = ["python", "-m", "dflash_launch.reference_drafter", "--ddp", "--source", "spool", "--no-compile",\n'
+        'command = ["python", "-m", "dflash_launch.roles.reference_drafter", "--ddp", "--source", "spool", "--no-compile",\n'
         '           "--steps", "100000", "--checkpoint-every", "3"]\nenv = { DFLASH_PACE_MS = "150" }')
     text = re.sub(r'(?m)^env = \{ CKPT_KILL.*\n', "", text)
     cfg.write_text(text)

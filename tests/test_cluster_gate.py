@@ -47,7 +47,7 @@ def drafters(n):
 [[role]]
 name = "drafter"
 cpu = {n}
-command = ["python", "-m", "dflash_launch.reference_drafter"]
+command = ["python", "-m", "dflash_launch.roles.reference_drafter"]
 env = {{ DFLASH_STEPS = "2" }}
 gate = {{ timeout = "10m", mode = "serial", idle_hint = "5s" }}
 ready = {{ mode = "notify", timeout = "10m" }}

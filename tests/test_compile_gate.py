@@ -23,7 +23,7 @@ def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeou
 [[role]]
 name = "drafter"
 cpu = {n}
-command = ["python", "-m", "dflash_launch.reference_drafter"]
+command = ["python", "-m", "dflash_launch.roles.reference_drafter"]
 env = {{ DFLASH_STEPS = "{steps}"{'' if gate else ', TORCHINDUCTOR_COMPILE_THREADS = "1"'} }}
 {f'gate = {{ timeout = "10m", mode = "{mode}" }}' if gate else ''}
 ready = {ready}

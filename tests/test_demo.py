@@ -36,7 +36,7 @@ def shortened(config, tmp_path, samples, steps):
 def run_demo(launch, path, timeout):
     r = launch(path, env=ENV, run_id="demo")
     assert r.wait(timeout=timeout) == 0, r.out[-3000:] + r.err
-    report = subprocess.run([sys.executable, "-m", "dflash_launch.demo_report", str(r.run_dir)], env=ENV,
+    report = subprocess.run([sys.executable, "-m", "dflash_launch.tools.demo_report", str(r.run_dir)], env=ENV,
                             capture_output=True, text=True, timeout=120)
     print(report.stdout)
     assert report.returncode == 0, report.stdout + report.stderr

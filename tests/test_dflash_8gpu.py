@@ -1,6 +1,6 @@
 """configs/dflash-8gpu.toml, the real job (issue #39, item 5): it runs shipped code only (hf_target over a local
 checkpoint, the reference drafter as a DDP world), `check` passes it given a model path and refuses it without
-one, and its CPU-scaled twin (dflash_launch.pipeline_twin: the same roles and commands, a tiny [model], a tiny
+one, and its CPU-scaled twin (dflash_launch.roles.pipeline_twin: the same roles and commands, a tiny [model], a tiny
 Qwen3 saved to disk and loaded with from_pretrained) runs to the end: 5 targets, a warm-up that compiles, 3 DDP
 ranks that take the same number of steps on 110 frames (the tail padded), every frame exactly once, and a loss
 that falls below what uniform random ids (hf_target's data before) would allow."""
@@ -15,7 +15,7 @@ import pytest
 from conftest import BIN, ROOT, run
 
 sys.path.insert(0, str(ROOT / "python"))
-from dflash_launch import pipeline_twin  # noqa: E402
+from dflash_launch.roles import pipeline_twin  # noqa: E402
 
 SHIPPED = ROOT / "configs" / "dflash-8gpu.toml"
 VENV_BIN = os.path.dirname(sys.executable)
@@ -33,8 +33,9 @@ except ImportError:
 def test_check_passes_it_given_a_model_path_and_refuses_it_without(bin_dir, tmp_path):
     r = run([bin_dir / "dflash-launch", "check", SHIPPED], env=ENV, cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == ""
-    line = next(i for i, t in enumerate(SHIPPED.read_text().splitlines(), 1) if "${DFLASH_TARGET_MODEL}" in t)
-    assert f"{SHIPPED}:{line}:66: error: role[target].command[4]: ${{DFLASH_TARGET_MODEL}} is unset" in r.stderr
+    line, col = next((i, t.index('"${DFLASH_TARGET_MODEL}"') + 1)
+                     for i, t in enumerate(SHIPPED.read_text().splitlines(), 1) if "${DFLASH_TARGET_MODEL}" in t)
+    assert f"{SHIPPED}:{line}:{col}: error: role[target].command[4]: ${{DFLASH_TARGET_MODEL}} is unset" in r.stderr
     assert "export DFLASH_TARGET_MODEL=" in r.stderr and "nothing was started" in r.stderr
     r = run([bin_dir / "dflash-launch", "check", SHIPPED, "--json"], env=dict(ENV, DFLASH_TARGET_MODEL="/m/Qwen3"),
             cwd=tmp_path)
@@ -48,9 +49,9 @@ def test_check_passes_it_given_a_model_path_and_refuses_it_without(bin_dir, tmp_
     targets = [p for p in procs if p["role"] == "target"]
     drafters = [p for p in procs if p["role"] == "drafter"]
     # Shipped code: hf_target over the given checkpoint, the reference drafter as one DDP world.
-    assert all(p["argv"][-6:] == ["-m", "dflash_launch.hf_target", "--model", "/m/Qwen3", "--samples", "2000"]
+    assert all(p["argv"][-6:] == ["-m", "dflash_launch.roles.hf_target", "--model", "/m/Qwen3", "--samples", "2000"]
                for p in targets), targets[0]["argv"]
-    assert all("dflash_launch.reference_drafter" in p["argv"] and "--ddp" in p["argv"] for p in drafters)
+    assert all("dflash_launch.roles.reference_drafter" in p["argv"] and "--ddp" in p["argv"] for p in drafters)
     assert {p["env"]["DFLASH_SPOOL_PRODUCERS"] for p in procs} == {"5"}
     assert {p["gate_key"] for p in drafters} == {drafters[0]["gate_key"]}  # one key for the role
     roles = {r["name"]: r for r in plan["roles"]}

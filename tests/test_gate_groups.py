@@ -232,9 +232,9 @@ gate = true
     (pkg / "train.py").write_text("print('v2')\n")
     assert check_key(bin_dir, cfg)[0] != k1
     # An installed module is found the way Python finds it.
-    role2 = role.replace("mypkg.train", "dflash_launch.reference_drafter")
+    role2 = role.replace("mypkg.train", "dflash_launch.roles.reference_drafter")
     _, gate2 = check_key(bin_dir, write_config(tmp_path, role2))
-    assert gate2["key_files"][0]["path"].endswith("dflash_launch/reference_drafter.py")
+    assert gate2["key_files"][0]["path"].endswith("dflash_launch/roles/reference_drafter.py")
 
 
 def test_sigkill_of_a_leader_kills_its_whole_tree_before_the_next_leads(bin_dir, tmp_path):

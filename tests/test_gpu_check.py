@@ -1,4 +1,4 @@
-"""`python -m dflash_launch.gpu_check`: its CPU mode (no GPU here; what it reports: tests/gpu_check_report.py),
+"""`python -m dflash_launch.tools.gpu_check`: its CPU mode (no GPU here; what it reports: tests/gpu_check_report.py),
 its refusals, and the parts a GPU host exercises, with fakes. And the reference drafter's flex_attention path
 (what the check compiles on CUDA) masks exactly like SDPA's dense mask."""
 import json
@@ -18,7 +18,7 @@ ENV = dict(os.environ, PYTHONPATH=f"{ROOT / 'python'}:{os.environ.get('PYTHONPAT
 
 def test_flex_block_mask_is_the_dense_mask():
     sys.path.insert(0, str(ROOT / "python"))
-    from dflash_launch.reference_drafter import build, pick_attention
+    from dflash_launch.roles.reference_drafter import build, pick_attention
     c = dict(tapped_layers=[1, 16, 31, 46, 61], hidden=64, heads=4, kv_heads=2, seed=0, vocab=256, draft_layers=2,
              block_size=4, seq_len=64)
     h, t = torch.randn(1, 64, 320), torch.randint(0, 255, (1, 64))
@@ -41,7 +41,7 @@ def test_flex_block_mask_is_the_dense_mask():
 @pytest.mark.skipif(not LONG, reason="DFLASH_LONG_TESTS=1; `make test-wheel` runs it from the wheel")
 def test_cpu_mode_reports_every_check(bin_dir, tmp_path):
     out = tmp_path / "check"
-    r = run([sys.executable, "-m", "dflash_launch.gpu_check", "--out", out, "--launcher", bin_dir / "dflash-launch",
+    r = run([sys.executable, "-m", "dflash_launch.tools.gpu_check", "--out", out, "--launcher", bin_dir / "dflash-launch",
              "--steps", "2", "--timeout", "600"], env=ENV, timeout=1500)
     assert r.returncode == 0, r.stdout + r.stderr
     check_cpu_report(json.loads((out / "report.json").read_text()), r.stdout, (out / "summary.txt").read_text(),
@@ -52,11 +52,11 @@ def test_refuses_a_used_out_dir_and_a_missing_launcher(bin_dir, tmp_path):
     used = tmp_path / "used"
     used.mkdir()
     (used / "keep.txt").write_text("mine")
-    r = run([sys.executable, "-m", "dflash_launch.gpu_check", "--out", used, "--launcher", bin_dir / "dflash-launch"],
+    r = run([sys.executable, "-m", "dflash_launch.tools.gpu_check", "--out", used, "--launcher", bin_dir / "dflash-launch"],
             env=ENV)
     assert r.returncode == 64 and "not empty" in r.stderr
     assert [p.name for p in used.iterdir()] == ["keep.txt"] and (used / "keep.txt").read_text() == "mine"
-    r = run([sys.executable, "-m", "dflash_launch.gpu_check", "--out", tmp_path / "o", "--launcher",
+    r = run([sys.executable, "-m", "dflash_launch.tools.gpu_check", "--out", tmp_path / "o", "--launcher",
              tmp_path / "no-such-launcher"], env=ENV)
     assert r.returncode == 64 and "no dflash-launch" in r.stderr
     assert not (tmp_path / "o").exists()  # nothing made before the refusal
@@ -67,7 +67,7 @@ def test_refuses_a_used_out_dir_and_a_missing_launcher(bin_dir, tmp_path):
 
 def _gpu_check():
     sys.path.insert(0, str(ROOT / "python"))
-    from dflash_launch import gpu_check
+    from dflash_launch.tools import gpu_check
     return gpu_check
 
 
@@ -196,7 +196,7 @@ def test_check_e_runs_the_shipped_config_scaled_to_the_gpus(tmp_path, monkeypatc
     count and the run timeout, and its verdict reaches the summary and the exit code (the twin itself runs in
     tests/test_dflash_8gpu.py)."""
     gc = _gpu_check()
-    from dflash_launch import pipeline_twin
+    from dflash_launch.roles import pipeline_twin
     pytest.importorskip("transformers")
     seen = {}
 
@@ -252,7 +252,7 @@ def test_the_script_passes_the_8gpu_config_it_finds(tmp_path, layout):
     r = run([here / "gpu-check", tmp_path / "out", "--steps", "1"], env=dict(os.environ, PYTHON=str(fake)))
     assert r.returncode == 0, r.stderr
     last = log.read_text().splitlines()[-1]
-    assert last == f"-m dflash_launch.gpu_check --out {tmp_path / 'out' / 'check'} --pipeline {config} --steps 1"
+    assert last == f"-m dflash_launch.tools.gpu_check --out {tmp_path / 'out' / 'check'} --pipeline {config} --steps 1"
     config.unlink()  # no config: no (e)
     r = run([here / "gpu-check", tmp_path / "out2"], env=dict(os.environ, PYTHON=str(fake)))
-    assert log.read_text().splitlines()[-1] == f"-m dflash_launch.gpu_check --out {tmp_path / 'out2' / 'check'}"
+    assert log.read_text().splitlines()[-1] == f"-m dflash_launch.tools.gpu_check --out {tmp_path / 'out2' / 'check'}"

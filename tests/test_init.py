@@ -1,4 +1,4 @@
-"""`dflash-launch init NAME` (python/dflash_launch/starter.py, answered by the wheel's entry point before it execs the
+"""`dflash-launch init NAME` (python/dflash_launch/tools/starter.py, answered by the wheel's entry point before it execs the
 binary): a starter NAME/run.toml + drafter.py from examples/ddp-spool that `check` accepts and that needs no
 dflash-builtin; nothing that exists is overwritten. tests/test_wheel.py runs it from the installed wheel."""
 import os
@@ -25,7 +25,7 @@ def test_init_writes_a_starter_that_check_accepts(tmp_path):
     target, drafter = config["role"]
     # no builtin role: the wheel has no dflash-builtin; the Python target produces the frames instead
     assert "builtin" not in target and target["spool"] == "produce"
-    assert target["command"][:3] == ["python", "-m", "dflash_launch.hf_target"]
+    assert target["command"][:3] == ["python", "-m", "dflash_launch.roles.hf_target"]
     assert drafter["command"] == ["python", "drafter.py"] and drafter["spool"] == "consume"
     shipped = tomllib.loads((ROOT / "examples/ddp-spool/run.toml").read_text())
     assert config["model"] == shipped["model"] and drafter == shipped["role"][1]

@@ -1,4 +1,4 @@
-"""The host's vector-ISA probe verdicts, shared through the cache dir (python/dflash_launch/isa_verdict.py,
+"""The host's vector-ISA probe verdicts, shared through the cache dir (python/dflash_launch/inductor/isa_verdict.py,
 issue #22): a follower skips Inductor's dlopen children; nothing anyone else planted is believed."""
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 from conftest import ISA_PROBE_SKIPPED, ROOT
 
 pytest.importorskip("torch")
-from dflash_launch import isa_verdict  # noqa: E402
+from dflash_launch.inductor import isa_verdict  # noqa: E402
 
 TINY = ROOT / "tests" / "payloads" / "tiny_compile.py"
 

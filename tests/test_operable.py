@@ -111,7 +111,7 @@ def test_hf_target_progress_bars_only_when_asked(tmp_path):
     """)
     model = tmp_path / "model"
     assert run([PY, "-c", make, model], env=ENV, timeout=300).returncode == 0
-    load = ("import sys, torch, transformers\nfrom dflash_launch.hf_target import load_pretrained\n"
+    load = ("import sys, torch, transformers\nfrom dflash_launch.roles.hf_target import load_pretrained\n"
             "load_pretrained(transformers, sys.argv[1], torch.float32, progress=sys.argv[2] == '1')")
     quiet = run([PY, "-c", load, model, "0"], env=ENV, timeout=300)
     asked = run([PY, "-c", load, model, "1"], env=ENV, timeout=300)

@@ -48,7 +48,7 @@ def test_the_core_imports_and_works_without_any_extra(tmp_path):
         sock.settimeout(60)
         r = run_without_extras("""
             import sys
-            import dflash_launch, dflash_launch._bin, dflash_launch.demo_report, dflash_launch.gpu_check
+            import dflash_launch, dflash_launch._bin, dflash_launch.tools.demo_report, dflash_launch.tools.gpu_check
             import dflash_launch.spool as spool
             assert dflash_launch.notify_ready("warm") is True
             assert dflash_launch.gate_role() == "" and dflash_launch.is_warmup() is False
@@ -65,10 +65,10 @@ def test_the_core_imports_and_works_without_any_extra(tmp_path):
 @pytest.mark.parametrize("extra,code", [
     ("torch", "import dflash_launch; dflash_launch.check_hidden_states(None, n_taps=5, hidden=64)"),
     ("torch", "import dflash_launch; dflash_launch.init_process_group()"),
-    ("torch", "import dflash_launch.reference_drafter"),
-    ("torch", "from dflash_launch.gpu_check import torch_info; torch_info()"),
+    ("torch", "import dflash_launch.roles.reference_drafter"),
+    ("torch", "from dflash_launch.tools.gpu_check import torch_info; torch_info()"),
     ("torch", "from dflash_launch.spool import frame_bytes; frame_bytes(None, None, {})"),
-    ("demo", "from dflash_launch.demo_report import plot; plot([], 'report.png', 'loss')"),
+    ("demo", "from dflash_launch.tools.demo_report import plot; plot([], 'report.png', 'loss')"),
 ])
 def test_a_missing_extra_is_an_import_error_that_names_it(extra, code):
     r = run_without_extras(f"""
@@ -90,7 +90,7 @@ def third_party_imports():
     """Top-level modules outside the standard library that the package imports (an import statement, or
     `require("module", ...)`), by file."""
     found = {}
-    for f in sorted(PKG.glob("*.py")):
+    for f in sorted(PKG.rglob("*.py")):
         for node in ast.walk(ast.parse(f.read_text())):
             names = []
             if isinstance(node, ast.Import):
@@ -103,7 +103,7 @@ def third_party_imports():
             for n in names:
                 top = n.split(".")[0]
                 if top not in sys.stdlib_module_names and top != "dflash_launch":
-                    found.setdefault(top, set()).add(f.name)
+                    found.setdefault(top, set()).add(str(f.relative_to(PKG)))
     return found
 
 

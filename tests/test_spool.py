@@ -147,7 +147,7 @@ def consume(kind, root, tmp_path):
                DFLASH_PROCESS="drafter:0", DFLASH_METRICS_FILE=str(tmp_path / f"{kind}.metrics.json"))
     if kind == "cpp":
         return run([BUILTIN, "drafter"], env=env)
-    return run([sys.executable, "-m", "dflash_launch.reference_drafter", "--source", "spool", "--no-compile"],
+    return run([sys.executable, "-m", "dflash_launch.roles.reference_drafter", "--source", "spool", "--no-compile"],
                env=env)
 
 
@@ -231,7 +231,7 @@ env = { DFLASH_PACE_MS = "100", DFLASH_STEPS = "30", DFLASH_CHECKPOINT_EVERY = "
 [[role]]
 name = "py"
 cpu = 1
-command = ["python", "-m", "dflash_launch.reference_drafter", "--source", "spool", "--no-compile", "--steps", "1000",
+command = ["python", "-m", "dflash_launch.roles.reference_drafter", "--source", "spool", "--no-compile", "--steps", "1000",
            "--checkpoint-every", "5"]
 """), env=ENV)
     assert r.wait(timeout=120) == 0, r.err

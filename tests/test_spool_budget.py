@@ -18,7 +18,7 @@ from test_spool import CONTRACT, ENV, SMALL_ENV
 
 sys.path.insert(0, str(ROOT / "python"))
 from dflash_launch.spool import SpoolError, SpoolProducer, SpoolSource, frame_file, manifest  # noqa: E402
-from dflash_launch.spool_write import default_max_bytes, write_frame  # noqa: E402
+from dflash_launch.spool.write import default_max_bytes, write_frame  # noqa: E402
 
 FRAME = 12856  # bytes of a SMALL frame with a one-digit seq (header + tokens + hidden)
 
@@ -90,7 +90,7 @@ import os, sys, torch
 sys.path.insert(0, {python!r})
 from dflash_launch import contract_from_env
 from dflash_launch.spool import SpoolProducer, SpoolSource
-from dflash_launch.spool_write import SpoolFull
+from dflash_launch.spool.write import SpoolFull
 c, root = contract_from_env(), {root!r}
 p = SpoolProducer(root, "t:0", c, max_ready=1000, max_bytes=1 << 40)  # no budget: the filesystem fills
 frames = [(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32))) for _ in range(40)]

@@ -109,7 +109,7 @@ def test_an_io_error_is_not_a_bad_frame(tmp_path, monkeypatch):
     root = tmp_path / "spool"
     p = SpoolProducer(root, "t:0", CONTRACT)
     p.publish(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32)))
-    import dflash_launch.spool_source as source_mod
+    import dflash_launch.spool.source as source_mod
 
     def broken(path):
         raise OSError(5, "Input/output error (injected)", path)
@@ -316,7 +316,7 @@ p.finish()
 WORLD_DRAFTER = r"""
 import torch
 from dflash_launch import contract_from_env, init_process_group
-from dflash_launch.spool_world import WorldSource
+from dflash_launch.spool.world import WorldSource
 init_process_group("gloo")
 for s in WorldSource.from_env(contract_from_env()):
     s["hidden"].float().sum()
@@ -363,7 +363,7 @@ restart = {{ policy = "on-failure", scope = "role", max = 3, backoff = "100ms..1
 
 def test_the_gpu_checks_pinned_spool_runs_on_cpu(tmp_path):
     """gpu-check's (f) on this CPU machine: the same code path, views pageable, ok; on CUDA it must pin."""
-    from dflash_launch import spool_pin_check
+    from dflash_launch.tools import spool_pin_check
     c = spool_pin_check.gpu_check("cpu", tmp_path)
     assert c["ok"] and c["equal"] and not c["pinned"] and c["device"] == "cpu", c
     assert "(f) pinned  ok" in spool_pin_check.summary_line(c)

@@ -201,7 +201,7 @@ world = "none"
 name = "drafter"
 cpu = 3
 spool = "consume"
-command = ["python", "-m", "dflash_launch.reference_drafter", "--source", "spool", "--ddp", "--no-compile",
+command = ["python", "-m", "dflash_launch.roles.reference_drafter", "--source", "spool", "--ddp", "--no-compile",
            "--steps", "100000"]
 env = {{ DFLASH_PACE_MS = "100" }}  # a slow step: the kill lands mid-run
 world = "role"

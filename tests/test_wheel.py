@@ -39,8 +39,10 @@ def test_wheel_is_manylinux_small_and_complete():
             assert (info.external_attr >> 16) & 0o111, f"{b} is not executable in the wheel"
             if b in CONSOLE_SCRIPTS:
                 assert re.search(rf"^{b} = dflash_launch\._bin:", entry_points, re.M), entry_points
-    for module in ("__init__", "_bin", "gpu_check", "reference_drafter", "spool", "demo_report"):
-        assert f"dflash_launch/{module}.py" in names
+    # Every module of the package, its subpackages included (the spool, the roles, the tools, the Inductor hook).
+    modules = run(["git", "-C", ROOT, "ls-files", "python/dflash_launch/*.py"]).stdout.split()
+    assert {"python/dflash_launch/roles/reference_drafter.py", "python/dflash_launch/spool/__init__.py"} <= set(modules)
+    assert {m[len("python/"):] for m in modules} <= names, sorted({m[len("python/"):] for m in modules} - names)
     assert not any("dflash-builtin" in n for n in names)  # a source build only (docs/wheel.md)
     # configs/ and examples/ as package data: every file the checkout tracks there, and nothing else of them
     tracked = run(["git", "-C", ROOT, "ls-files", "configs", "examples"]).stdout.split()
@@ -171,7 +173,7 @@ def test_installed_init_writes_a_starter_outside_the_checkout(venv, tmp_path):
     installed = os.path.join(venv["site"], "dflash_launch", "examples", "ddp-spool", "drafter.py")
     assert (tmp_path / "starter" / "drafter.py").read_bytes() == open(installed, "rb").read()
     text = (tmp_path / "starter" / "run.toml").read_text()
-    assert 'name = "starter"' in text and "dflash_launch.hf_target" in text and "builtin" not in text.split("[run]")[1]
+    assert 'name = "starter"' in text and "dflash_launch.roles.hf_target" in text and "builtin" not in text.split("[run]")[1]
     r = run([launch, "check", "starter/run.toml"], env=venv["env"], cwd=tmp_path)
     assert r.returncode == 0 and "warning" not in r.stderr, r.stdout + r.stderr
     assert f"cache    {tmp_path}/starter/cache" in r.stdout

@@ -52,7 +52,7 @@ def config(d, n, extra_env=""):
     path = d / "run.toml"
     path.write_text(f'[run]\nname = "cg"\ncache_dir = "cache"\nlog_dir = "runs"\n{MODEL}\n'
                     f'[[role]]\nname = "drafter"\ncpu = {n}\n'
-                    f'command = ["python", "-m", "dflash_launch.reference_drafter"]\nenv = {{ {env} }}\n'
+                    f'command = ["python", "-m", "dflash_launch.roles.reference_drafter"]\nenv = {{ {env} }}\n'
                     'gate = { timeout = "30m", mode = "serial" }\nready = { mode = "notify", timeout = "30m" }\n')
     return path
 

@@ -34,7 +34,7 @@ from supervise import SMALL_MODEL  # noqa: E402
 def run_variant(args, n, gate=None, eager=False, mode="serial"):
     d = pathlib.Path(tempfile.mkdtemp(prefix="bench-exact-"))
     (d / "cache").mkdir(mode=0o700)
-    cmd = '"python", "-m", "dflash_launch.reference_drafter"' + (', "--no-compile"' if eager else "")
+    cmd = '"python", "-m", "dflash_launch.roles.reference_drafter"' + (', "--no-compile"' if eager else "")
     gate_line = ""
     if gate is not None:
         gate_line = f'gate = {{ timeout = "30m", mode = "{mode}" }}\n'

@@ -8,7 +8,7 @@
   alone), the model, the torch.compile() call, and the first step (Dynamo's trace, the FX-graph and AOTAutograd
   cache hits, loading the kernels, fwd + bwd).
   Followers: `probe` (torch's default), `isa-ok` (TORCHINDUCTOR_VEC_ISA_OK=1: trust /proc/cpuinfo) and `shared`
-  (the leader's probe verdicts from the cache dir, python/dflash_launch/isa_verdict.py; the others run with
+  (the leader's probe verdicts from the cache dir, python/dflash_launch/inductor/isa_verdict.py; the others run with
   DFLASH_ISA_SHARE=0). Every process is gated (DFLASH_GATE_ROLE) and imports dflash_launch, as a payload would.
 
 Usage: python3 bench/compile/follower_split.py [--followers 3] [--out docs/benchmarks.md]
@@ -60,7 +60,7 @@ def child(role):
     isa = [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]
     picked = str(cpu_vec_isa.pick_vec_isa())
     mark("ISA probe")
-    from dflash_launch.reference_drafter import SyntheticSource, build
+    from dflash_launch.roles.reference_drafter import SyntheticSource, build
     torch.set_num_threads(1)
     c = dict(SHAPES, n_taps=5, hidden_shape=[1, 64, 320])
     model = build(c)
@@ -74,7 +74,7 @@ def child(role):
     opt.step()
     mark("first step (kernels load, fwd + bwd)")
     from torch._dynamo.utils import counters
-    from dflash_launch import isa_verdict
+    from dflash_launch.inductor import isa_verdict
     print(json.dumps({"phases": phases, "isa_verdicts": isa_verdict.stats(), "loss": loss.item(), "isa": isa, "picked": picked,
                       "bf16": bool(getattr(cpu_vec_isa.pick_vec_isa(), "_is_avx512_bf16_supported", False)),
                       "dynamo_hits": int(counters["dynamo_cache"]["dynamo_cache_hit"]),

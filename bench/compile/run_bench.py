@@ -35,10 +35,10 @@ MODEL = SMALL_MODEL
 
 def config(d, n, gate, per_process_cache, isa_ok):
     (d / "cache").mkdir(mode=0o700, exist_ok=True)
-    drafter = '"python", "-m", "dflash_launch.reference_drafter"'
+    drafter = '"python", "-m", "dflash_launch.roles.reference_drafter"'
     if per_process_cache:  # each rank its own Inductor cache dir
         drafter = ('"sh", "-c", "export TORCHINDUCTOR_CACHE_DIR=$TORCHINDUCTOR_CACHE_DIR/rank$RANK; '
-                   'exec python -m dflash_launch.reference_drafter"')
+                   'exec python -m dflash_launch.roles.reference_drafter"')
     env = 'DFLASH_STEPS = "1", TORCHINDUCTOR_COMPILE_THREADS = "1"' + (
         ', TORCHINDUCTOR_VEC_ISA_OK = "1"' if isa_ok else "")
     path = d / "run.toml"
@@ -116,7 +116,7 @@ def main():
     md = f"""## compile gate
 
 `{cmd.strip()}` — {datetime.date.today()}, this 2-core machine, torch {__import__('torch').__version__} (CPU,
-Inductor C++ kernels built with g++), 3 reference drafters (`python/dflash_launch/reference_drafter.py`, demo
+Inductor C++ kernels built with g++), 3 reference drafters (`python/dflash_launch/roles/reference_drafter.py`, demo
 shapes: input [1, 64, 320], 2 draft layers), each until its first compiled training step (forward + backward).
 CPU = each drafter's rusage (self + children) to its first step; "all ready" = the last drafter's spawn-to-ready.
 Must: (a) <= 1.8x one compile, each follower <= 40% of the leader. Goal: (a) <= 1.3x.

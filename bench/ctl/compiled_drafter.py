@@ -1,5 +1,5 @@
 """A drafter for bench/ctl/restart_compiled_bench.py: the reference drafter's model and step
-(python/dflash_launch/reference_drafter.py), torch.compile'd unless --no-compile, one training step, then
+(python/dflash_launch/roles/reference_drafter.py), torch.compile'd unless --no-compile, one training step, then
 READY=1 (dflash_launch.notify_ready()) and idle until stopped, like a drafter waiting for the targets' next batch.
 
 At its first step it writes $BENCH_OUT/<process>.<pid>.json: the CPU of its whole process tree from exec
@@ -22,7 +22,7 @@ def main():
     compiled = "--no-compile" not in sys.argv[1:]
     import torch
     from dflash_launch import contract_from_env, notify_ready
-    from dflash_launch.reference_drafter import SyntheticSource, build, cache_counters
+    from dflash_launch.roles.reference_drafter import SyntheticSource, build, cache_counters
     torch.set_num_threads(1)  # the same in every process
     contract = contract_from_env()
     model = build(contract)

@@ -30,7 +30,7 @@ import time
 import torch
 
 from dflash_launch.spool import SpoolProducer, SpoolSource, frame_bytes, frame_metadata, manifest
-from dflash_launch.spool_format import check_frame, parse_header
+from dflash_launch.spool.format import check_frame, parse_header
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

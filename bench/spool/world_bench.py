@@ -27,7 +27,7 @@ RANK = r"""
 import json, sys, time, torch.distributed as dist
 from dflash_launch import contract_from_env
 from dflash_launch.spool import SpoolSource
-from dflash_launch.spool_world import WorldSource
+from dflash_launch.spool.world import WorldSource
 from dflash_launch.train_metrics import TrainingMetrics
 root, rank, port, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)

@@ -17,7 +17,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dflash_launch import Checkpoint, contract_from_env, init_process_group, notify_ready
-from dflash_launch.spool_world import WorldSource
+from dflash_launch.spool.world import WorldSource
 
 contract = contract_from_env()
 cuda = torch.cuda.is_available()

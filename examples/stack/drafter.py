@@ -1,4 +1,4 @@
-"""A drafter of the stack: the reference DFlash drafter (dflash_launch.reference_drafter) in the role's DDP
+"""A drafter of the stack: the reference DFlash drafter (dflash_launch.roles.reference_drafter) in the role's DDP
 world (gloo), its compiled step behind the compile gate. Each step asks a target server for the hidden
 states of one sample over HTTP (servers from DFLASH_TARGET_HTTP_PORTS, round robin), takes the tensor out of
 the store, and trains on it. A server that is away (restarting) is retried on the next one, then again,
@@ -17,7 +17,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dflash_launch import contract_from_env, init_process_group, is_warmup, notify_ready, notify_status
-from dflash_launch.reference_drafter import SyntheticSource, build, cache_counters, write_metrics
+from dflash_launch.roles.reference_drafter import SyntheticSource, build, cache_counters, write_metrics
 from resp import Redis
 
 contract = contract_from_env()

@@ -1,5 +1,5 @@
 """A target server of the stack (what an SGLang capture server is in SpecForge's disaggregated mode): a tiny
-random Qwen3 built from [model] (dflash_launch.hf_target), behind HTTP on the port the launcher reserved
+random Qwen3 built from [model] (dflash_launch.roles.hf_target), behind HTTP on the port the launcher reserved
 (ports = ["http"] -> DFLASH_PORT_HTTP). It binds only once the model is loaded, so its /health answers
 when it can serve:
 
@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import torch
 
 from dflash_launch import contract_from_env
-from dflash_launch.hf_target import TokenSource, random_qwen3
+from dflash_launch.roles.hf_target import TokenSource, random_qwen3
 from resp import Redis
 
 contract = contract_from_env()

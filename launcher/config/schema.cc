@@ -48,7 +48,7 @@ std::vector<SectionSpec> MakeSchema() {
             "\"/shared/ckpt/qwen36-27b-dflash\""},
            {"spool_max_bytes", K::kInt, "<half the spool filesystem's free space>",
             "The spool's byte budget: a producer waits while the frames ready, claimed and being written on its "
-            "node would pass it (DFLASH_SPOOL_MAX_BYTES; the builtin target and dflash_launch.spool_producer "
+            "node would pass it (DFLASH_SPOOL_MAX_BYTES; the builtin target and dflash_launch.spool.producer "
             "honour it). `check` warns when it, or the spool filesystem's free space, cannot hold one frame of "
             "[model]: batch x seq_len x taps x hidden x dtype bytes, the tokens (batch x seq_len x 8) and a header.",
             "8_000_000_000"},
@@ -174,7 +174,7 @@ std::vector<SectionSpec> MakeSchema() {
            {"spool", K::kEnum, "<none; a builtin target: produce>",
             "What the role does with the hidden-state spool. \"produce\": each process publishes frames "
             "(dflash_launch.spool.SpoolProducer) and counts in DFLASH_SPOOL_PRODUCERS, so the drafters' "
-            "sources end when every producer finished. \"consume\": it reads them (dflash_launch.spool_world."
+            "sources end when every producer finished. \"consume\": it reads them (dflash_launch.spool.world."
             "WorldSource for a DDP world), and some role must produce on each node it runs on (checked).",
             "\"produce\"", {"produce", "consume"}},
            {"env", K::kEnvTable, "{}",

@@ -64,7 +64,7 @@ void AddSpoolBudgetWarnings(const RunConfig& config, int64_t free_bytes, std::ve
     warnings->push_back(std::move(w));
   }
   if (free_bytes < 0) return;
-  // The default budget is half the free space (dflash_launch.spool_write.DEFAULT_SHARE); a written one is
+  // The default budget is half the free space (dflash_launch.spool.write.DEFAULT_SHARE); a written one is
   // bounded by the filesystem all the same.
   const int64_t usable = run.spool_max_bytes > 0 ? free_bytes : free_bytes / 2;
   if (usable >= frame) return;

@@ -10,7 +10,7 @@
 
 namespace dflash {
 
-/// The bytes of one frame of `model` as a producer writes it (worker/builtin/safetensors.cc, spool_write.py):
+/// The bytes of one frame of `model` as a producer writes it (worker/builtin/safetensors.cc, python/dflash_launch/spool/write.py):
 /// "hidden" batch x seq_len x taps x hidden x dtype, "tokens" batch x seq_len x 8 (I64), and a header bound.
 int64_t SpoolFrameBytes(const ModelSpec& model);
 

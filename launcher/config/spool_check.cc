@@ -37,7 +37,7 @@ void CheckSpoolProducers(const RunConfig& cfg, std::vector<ConfigError>* errors)
     std::string how = r.spool == "consume" ? "spool = \"consume\"" : "builtin = \"drafter\"";
     std::string key = "role[" + r.name + "]." + (r.spool == "consume" ? "spool" : "builtin");
     const char* fix =
-        "give the role that publishes the frames spool = \"produce\" (a Python target: dflash_launch.hf_target or "
+        "give the role that publishes the frames spool = \"produce\" (a Python target: dflash_launch.roles.hf_target or "
         "dflash_launch.spool.SpoolProducer; a builtin target produces by itself): the consumers' sources end when "
         "every producer has finished. Without one they wait for frames that never come";
     if (!any_producer) {

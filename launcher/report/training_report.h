@@ -12,12 +12,12 @@ namespace dflash {
 
 /// The "training" table: a row per process (not warm-ups) whose metrics have a numeric `steps`; "" if none.
 /// Reads `steps`, `first_loss`/`last_loss` (else the ends of `losses`), `time_to_first_step_s` (else
-/// `compile_wall_s`), `frames_acked` and `frames_padded`/`frames_dropped` (dflash_launch.spool_world).
+/// `compile_wall_s`), `frames_acked` and `frames_padded`/`frames_dropped` (dflash_launch.spool.world).
 std::string TrainingTable(const RunSummary& s);
 
 /// Every such process's `losses` (at least 2; x = index * `loss_stride`) as one SVG line chart; "" if none.
 /// Hand-written: a polyline per process is a few lines of text, and the launcher has no plotting library
-/// (the demo's PNG needs matplotlib in a Python: dflash_launch.demo_report).
+/// (the demo's PNG needs matplotlib in a Python: dflash_launch.tools.demo_report).
 std::string LossPlotSvg(const RunSummary& s);
 
 }  // namespace dflash

@@ -15,14 +15,30 @@ import os
 import socket
 
 from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (MissingExtraError: for callers)
+from dflash_launch.exit_codes import use_exit_codes  # noqa: F401  (for payloads that build sources by hand)
+
+
+# The classes users build, importable from here; imported when first used, so `import dflash_launch` stays standard
+# library only (the spool, checkpoint and metrics modules import torch themselves, where a function needs it).
+_LAZY = {
+    "Checkpoint": "dflash_launch.checkpoint",
+    "TrainingMetrics": "dflash_launch.train_metrics",
+    "SpoolSource": "dflash_launch.spool",
+    "SpoolProducer": "dflash_launch.spool",
+    "WorldSource": "dflash_launch.spool",
+    "FrameContractError": "dflash_launch.spool",
+    "SpoolError": "dflash_launch.spool",
+}
 
 
 def __getattr__(name):
-    """dflash_launch.Checkpoint (dflash_launch/checkpoint.py), imported when first used."""
-    if name == "Checkpoint":
-        from dflash_launch.checkpoint import Checkpoint
-        return Checkpoint
-    raise AttributeError(f"module 'dflash_launch' has no attribute {name!r}")
+    """dflash_launch.Checkpoint, .SpoolSource, .WorldSource... (_LAZY), imported when first used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dflash_launch' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(module), name)
+
 
 __version__ = "0.1.0"
 
@@ -30,7 +46,8 @@ __all__ = [
     "notify", "notify_ready", "notify_status", "notify_watchdog", "watchdog_interval",
     "check_hidden_states",
     "check_hidden_shape", "describe_violation", "shape_string", "HiddenStateContractError",
-    "contract_from_env", "gate_role", "is_warmup", "init_process_group",
+    "contract_from_env", "gate_role", "is_warmup", "init_process_group", "use_exit_codes", "MissingExtraError",
+    *_LAZY,
 ]
 
 
@@ -225,10 +242,13 @@ def contract_from_env(env=None):
     }
 
 
-# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/isa_verdict.py):
-# a record keyed by what the answer depends on, so what is shared is content-addressed. Nothing here turns on
-# Dynamo's precompile cache (torch._dynamo.config.caching_precompile): with it, torch 2.13 drops identity guards in
-# the live process and computes wrong values (docs/cachelock.md, "What is exact").
-from dflash_launch import isa_verdict as _isa_verdict  # noqa: E402
+# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/inductor/): a
+# record keyed by what the answer depends on, so what is shared is content-addressed. This is the one thing
+# `import dflash_launch` does besides defining names, and only in a gated process (DFLASH_GATE_ROLE and the gate's
+# cache dir): it registers an import hook that wraps Inductor's probe when torch imports it. Elsewhere it touches
+# nothing (tests/test_python_extras.py). Nothing here turns on Dynamo's precompile cache
+# (torch._dynamo.config.caching_precompile): with it, torch 2.13 drops identity guards in the live process and
+# computes wrong values (docs/cachelock.md, "What is exact").
+from dflash_launch.inductor import isa_verdict as _isa_verdict  # noqa: E402
 
 _isa_verdict.install()

@@ -10,7 +10,7 @@ The payloads' `python`: the directory of the interpreter that runs this script (
 dflash-launch, and so normally torch) is put first on PATH, so `command = ["python", ...]` in a config means
 that venv's Python whether or not it is activated. DFLASH_KEEP_PATH=1 leaves PATH alone.
 
-`dflash-launch init NAME` is answered here, in Python, before any exec (dflash_launch/starter.py): it only copies
+`dflash-launch init NAME` is answered here, in Python, before any exec (dflash_launch/tools/starter.py): it only copies
 package data, which is where the wheel keeps it.
 """
 import os
@@ -39,8 +39,8 @@ def _exec(name):
 
 
 def dflash_launch():
-    if sys.argv[1:2] == ["init"]:  # a starter run from the package's examples: Python's, not the binary's (starter.py)
-        from dflash_launch.starter import main
+    if sys.argv[1:2] == ["init"]:  # a starter from the package's examples: Python's, not the binary's (tools/starter.py)
+        from dflash_launch.tools.starter import main
         sys.exit(main(sys.argv[2:]))
     _exec("dflash-launch")
 

@@ -7,7 +7,7 @@ entry points) is standard library only. Three extras (pyproject.toml) declare th
   the spool's tensor frames, the reference drafter and the GPU check. Skip it when the venv already
   holds the torch you train with: nothing else is needed.
 - ``dflash-launch[demo]``: the above plus matplotlib, for the demo's report plot.
-- ``dflash-launch[hf]``: torch, safetensors and transformers, for the ready-made target dflash_launch.hf_target.
+- ``dflash-launch[hf]``: torch, safetensors and transformers, for the ready-made target dflash_launch.roles.hf_target.
 """
 import importlib
 

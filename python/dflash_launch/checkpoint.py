@@ -39,7 +39,7 @@ import sys
 import time
 
 from dflash_launch._extras import require
-from dflash_launch.spool_dirs import private_makedirs
+from dflash_launch.spool.dirs import private_makedirs
 
 _NAME = re.compile(r"^step-(\d{10})(?:\.(\d+))?$")
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}

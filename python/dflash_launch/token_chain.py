@@ -3,7 +3,7 @@ fixed random Markov chain over 64 of the vocabulary's ids (never vocab-1, the dr
 token it goes to its fixed successor with probability 0.9, else to a random state. Low entropy, so a drafter
 learns it and its loss falls (uniform random ids cannot be learnt: the loss stays at log(vocab)). The chain is the
 seed's; a sample's walk is a function of (seed, producer rank, sample number), so a restarted target republishes
-the same samples. dflash_launch.hf_target uses it when no --tokens file is given; tests/test_builtin.py checks it
+the same samples. dflash_launch.roles.hf_target uses it when no --tokens file is given; tests/test_builtin.py checks it
 against `dflash-builtin tap`."""
 
 _MASK = (1 << 64) - 1

@@ -10,7 +10,7 @@ run's summary, summary.json's `metrics`, and <run_dir>/loss.svg; docs/summary-js
         metrics.step(loss)                 # a float or a 0-dim tensor
     metrics.write()
 
-dflash_launch.spool_world.WorldSource does this by itself: `sample["ack"](loss)`.
+dflash_launch.spool.world.WorldSource does this by itself: `sample["ack"](loss)`.
 
 The keys: `steps`, `first_loss`, `last_loss`, `first_loss_mean10` and `last_loss_mean10` (the mean of the
 first and of the last 10 losses, from 20 steps on), `losses` (the curve: every `loss_stride`-th loss, at most

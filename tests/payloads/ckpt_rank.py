@@ -17,7 +17,7 @@ import time
 import torch
 
 from dflash_launch import Checkpoint, contract_from_env, init_process_group
-from dflash_launch.spool_world import WorldSource
+from dflash_launch.spool.world import WorldSource
 
 torch.set_num_threads(1)
 contract = contract_from_env()

@@ -1,7 +1,7 @@
 """One rank of a 3-rank gloo DDP world that trains on a spool (tests/test_spool_world.py).
 
     python spool_rank.py ROOT RANK WORLD PORT SOURCE TAIL OUT TIMEOUT_S
-SOURCE: "world" (dflash_launch.spool_world.WorldSource) or "plain" (a SpoolSource per rank: what a DDP drafter had
+SOURCE: "world" (dflash_launch.spool.world.WorldSource) or "plain" (a SpoolSource per rank: what a DDP drafter had
 before). Writes OUT (JSON): the frames it stepped on, its step count, a digest of its final weights, its stats.
 The collectives time out after TIMEOUT_S, so a world whose ranks stepped unequally fails instead of hanging.
 SPOOL_RANK_FAIL="R:N": rank R's spool raises OSError at its Nth claim (a disk error, not a bad frame)."""
@@ -14,10 +14,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dflash_launch import contract_from_env
+from dflash_launch import contract_from_env, use_exit_codes
 from dflash_launch.spool import SpoolSource
-from dflash_launch.spool_world import WorldSource
+from dflash_launch.spool.world import WorldSource
 
+use_exit_codes()  # sources built by hand below (not from_env): this script opts into exit 65 itself
 root, rank, world, port, kind, tail, out, timeout_s = sys.argv[1:9]
 rank, world = int(rank), int(world)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,

@@ -8,7 +8,7 @@ import os
 import torch
 
 import dflash_launch
-from dflash_launch.reference_drafter import cache_counters
+from dflash_launch.roles.reference_drafter import cache_counters
 
 
 def step(x, w):

@@ -6,7 +6,7 @@
 // with rotary and a causal mask, SwiGLU MLP), weights from the seed, so every
 // replica is identical. It returns the tapped hidden states with HF semantics.
 //
-// Drafter: the DFlash drafter of dflash_launch/reference_drafter.py, the same
+// Drafter: the DFlash drafter of dflash_launch/roles/reference_drafter.py, the same
 // math op for op, the same parameter names and the same seeded init; trained
 // eagerly with AdamW (the same update as torch.optim.AdamW on CPU).
 #pragma once

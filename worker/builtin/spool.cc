@@ -46,7 +46,7 @@ bool FileExists(const std::string& path) {
 }
 
 /// [[first_seq, last_seq, checkpoint or null], ...]: `producer`'s consecutive sequence numbers committed by the
-/// same checkpoint (dflash_launch.spool_dirs._runs).
+/// same checkpoint (dflash_launch.spool.dirs._runs).
 nlohmann::ordered_json CommittedRuns(const std::string& producer, const std::set<int64_t>& seqs,
                                      const std::map<std::pair<std::string, int64_t>, std::string>& by) {
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();

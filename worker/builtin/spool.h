@@ -3,7 +3,7 @@
 // rename(2). No daemon, no locks, no shared memory segment: every state of a
 // frame is the directory it is in, so whatever process dies, the spool says
 // exactly what was published, claimed and acknowledged. docs/builtin.md has
-// the protocol; dflash_launch/spool.py speaks it too.
+// the protocol; dflash_launch/spool/__init__.py speaks it too.
 //
 //   <root>/tmp/                      a producer writes a frame here first
 //   <root>/ready/<p>-<seq>.safetensors   published (rename from tmp/, never replaces)
@@ -56,7 +56,7 @@ struct SpoolPaths {
 
 /// The bytes the spool's frames hold against the byte budget (allocated
 /// blocks): ready/, tmp/ and every claimed/<consumer>/; not done/ (acknowledged
-/// frames are truncated). dflash_launch.spool_write.spool_bytes counts the same. `owner`: that producer's
+/// frames are truncated). dflash_launch.spool.write.spool_bytes counts the same. `owner`: that producer's
 /// frames only.
 bool SpoolBytes(const SpoolPaths& paths, int64_t* bytes, std::string* err, const std::string& owner = "");
 
@@ -95,7 +95,7 @@ class SpoolProducer {
   /// `max_ready`: Publish waits while ready/ holds this many unconsumed frames.
   /// `max_bytes`: and while the spool's frames (SpoolBytes) and the new one
   /// would pass this byte budget; 0: half the spool filesystem's free space
-  /// at Open (dflash_launch.spool_write.default_max_bytes, the same rule).
+  /// at Open (dflash_launch.spool.write.default_max_bytes, the same rule).
   SpoolProducer(std::string root, std::string name, int max_ready, int64_t max_bytes = 0);
 
   /// Creates the layout, removes this producer's leftovers in tmp/ (a frame
@@ -176,7 +176,7 @@ class SpoolConsumer {
   bool Ack(const ClaimedFrame& frame, std::string* err);
 
   /// From now on Ack leaves frames pending (pending/<consumer>/) for the checkpoint that covers them
-  /// (dflash_launch.spool_source.SpoolSource.hold_for_checkpoint; docs/checkpoints.md).
+  /// (dflash_launch.spool.source.SpoolSource.hold_for_checkpoint; docs/checkpoints.md).
   bool HoldForCheckpoint(std::string* err);
 
   /// Back to `position`, as a restored checkpoint recorded it (0: none). With `checkpoint` (its path) the frames

@@ -9,9 +9,9 @@ import json
 import os
 import stat
 
-from dflash_launch.spool_format import SpoolError, frame_file, parse_frame_file
+from dflash_launch.spool.format import SpoolError, frame_file, parse_frame_file
 
-def _rename_noreplace(src, dst):
+def rename_noreplace(src, dst):
     """rename(2) with RENAME_NOREPLACE (glibc renameat2); link+unlink where unsupported."""
     libc = _libc()
     if libc is not None:
@@ -96,7 +96,7 @@ def private_makedirs(path):
         os.close(fd)
 
 
-def _create_private(path):
+def create_private(path):
     """A file of ours, 0600, never through a link."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
 
@@ -121,16 +121,16 @@ class Paths:
             private_makedirs(d)
 
 
-def _frames(d):
+def frame_names(d):
     try:
         return [f for f in os.listdir(d) if parse_frame_file(f)]
     except FileNotFoundError:
         return []
 
 
-def _atomic_write(path, text):
+def atomic_write(path, text):
     tmp = f"{path}.tmp.{os.getpid()}"
-    with _create_private(tmp) as f:
+    with create_private(tmp) as f:
         f.write(text.encode())
     os.replace(tmp, path)
 
@@ -190,7 +190,7 @@ def commit_pending(root, positions, checkpoint):
             finally:
                 os.close(fd)
             try:
-                _rename_noreplace(tmp, os.path.join(p.done, frame))
+                rename_noreplace(tmp, os.path.join(p.done, frame))
             except FileExistsError:
                 os.unlink(tmp)
                 if _committed_by(p.done, [frame])[frame] != str(checkpoint):
@@ -242,16 +242,16 @@ def manifest(root, producers):
                 published[f[:-5]] = int(json.load(open(os.path.join(p.producers, f)))["frames"])
             except (OSError, ValueError, KeyError):
                 published[f[:-5]] = -1
-    ready = _frames(p.ready)
-    claimed = sum(len(_frames(p.claimed_by(c))) for c in (os.listdir(p.claimed) if os.path.isdir(p.claimed) else []))
-    done, done_files = {}, _frames(p.done)
+    ready = frame_names(p.ready)
+    claimed = sum(len(frame_names(p.claimed_by(c))) for c in (os.listdir(p.claimed) if os.path.isdir(p.claimed) else []))
+    done, done_files = {}, frame_names(p.done)
     for f in done_files:
         prod, seq = parse_frame_file(f)
         done.setdefault(prod, set()).add(seq)
         published.setdefault(prod, -1)
     by_file = _committed_by(p.done, done_files)
     pending = _pending_count(p)
-    rejected = sorted(_frames(p.rejected))
+    rejected = sorted(frame_names(p.rejected))
     per, tot_pub, tot_done, miss_tot, unexp_tot = {}, 0, 0, 0, 0
     for prod in sorted(published):
         n, seqs = published[prod], done.get(prod, set())
@@ -289,15 +289,15 @@ def write_manifest_if_final(root, producers, path):
         finished = sum(f.endswith(".done") for f in os.listdir(p.producers))
     except FileNotFoundError:
         return False
-    if producers <= 0 or finished < producers or _frames(p.ready) or _pending_count(p):
+    if producers <= 0 or finished < producers or frame_names(p.ready) or _pending_count(p):
         return False
     m, final = manifest(root, producers)
     if final:
-        _atomic_write(path, json.dumps(m, indent=2) + "\n")
+        atomic_write(path, json.dumps(m, indent=2) + "\n")
     return final
 
 
-def _manifest_path(root, env=None):
+def default_manifest_path(root, env=None):
     env = os.environ if env is None else env
     run_dir = env.get("DFLASH_RUN_DIR")
     return os.path.join(run_dir, "spool.json") if run_dir else os.path.join(str(root), "spool.json")

@@ -4,9 +4,7 @@ errors a broken spool or a misfit frame raises (dflash_launch.spool says how
 the parts fit together)."""
 
 import json
-import os
 import struct
-import sys
 
 from dflash_launch import HiddenStateContractError, check_hidden_shape, shape_string
 from dflash_launch._extras import require
@@ -15,7 +13,8 @@ FORMAT = "dflash-frame/1"
 WEIGHTS_FORMAT = "dflash-weights/1"
 EXT = ".safetensors"
 #: A consumer that meets a frame violating the contract exits with this (EX_DATAERR): common/exit_codes.h's
-#: kFrameContract (tests/test_exit_codes.py checks they agree).
+#: kFrameContract (tests/test_exit_codes.py checks they agree). FrameContractError carries it as `exit_code`;
+#: dflash_launch/exit_codes.py turns it into the process's exit status where the process opted in.
 EXIT_FRAME_CONTRACT = 65
 
 _ST_DTYPES = {"fp32": "F32", "bf16": "BF16", "fp16": "F16"}
@@ -46,34 +45,11 @@ class FrameContractError(HiddenStateContractError):
                          f"  expected: {expected}\n  found:    {found}\n  fix (in producer {producer}): {fix}")
 
 
-def _exit_on_contract_error():
-    """Makes an uncaught FrameContractError end the process with its exit code
-    (65) instead of Python's 1, which a restart policy would retry until its
-    budget ran out. The traceback is printed first; the exit skips atexit
-    handlers (the process is failing anyway, and the code must survive them)."""
-    if getattr(sys.excepthook, "dflash_contract_exit", False):
-        return
-    previous = sys.excepthook
-
-    def hook(kind, value, tb):
-        previous(kind, value, tb)
-        if isinstance(value, FrameContractError):
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(value.exit_code)
-
-    hook.dflash_contract_exit = True
-    sys.excepthook = hook
-
-
 _TORCH_TO_ST = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16", "torch.int64": "I64",
                 "torch.int32": "I32", "torch.float64": "F64"}
 
 
-def _st_dtype(t):
+def st_dtype(t):
     return _TORCH_TO_ST.get(str(t.dtype), str(t.dtype))
 
 

@@ -16,8 +16,8 @@ import os
 import shutil
 import time
 
-from dflash_launch.spool_dirs import _frames
-from dflash_launch.spool_format import SpoolError, _st_dtype
+from dflash_launch.spool.dirs import frame_names
+from dflash_launch.spool.format import SpoolError, st_dtype
 
 #: The share of the spool's filesystem (its free space when the producer starts) the spool may hold by default.
 DEFAULT_SHARE = 0.5
@@ -38,7 +38,7 @@ def frame_layout(tensors, metadata):
     header, offset, bufs = {"__metadata__": {k: str(v) for k, v in metadata.items()}}, 0, []
     for name, t in tensors.items():
         n = t.numel() * t.element_size()
-        header[name] = {"dtype": _st_dtype(t), "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        header[name] = {"dtype": st_dtype(t), "shape": list(t.shape), "data_offsets": [offset, offset + n]}
         offset += n
         if n:
             bufs.append(_host_bytes(t))
@@ -157,7 +157,7 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
     try:
         delay, t0, said = 1e-4, time.monotonic(), False
         while True:
-            if len([f for f in _frames(paths.ready) if owner is None or f.startswith(owner + "-")]) < max_ready:
+            if len([f for f in frame_names(paths.ready) if owner is None or f.startswith(owner + "-")]) < max_ready:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 held = spool_bytes(paths, owner)
                 if held + size <= max_bytes:
@@ -168,7 +168,7 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
             if say and not said and time.monotonic() - t0 > 60:
                 said = True
                 say(f"waiting for room in the spool for a frame of {size} bytes: budget {max_bytes} bytes, held "
-                    f"{held if held is not None else spool_bytes(paths, owner)}, {len(_frames(paths.ready))} frames ready")
+                    f"{held if held is not None else spool_bytes(paths, owner)}, {len(frame_names(paths.ready))} frames ready")
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
         yield

@@ -1,7 +1,7 @@
 """configs/dflash-8gpu.toml, scaled to the machine at hand: the shipped file's roles, commands and settings, with a
 tiny [model], a tiny Qwen3 checkpoint saved to disk (the targets load it with a real from_pretrained of a local
 directory, as they would load /models/Qwen3-32B), few frames, and the GPUs there are (or cpu). `make test` runs it
-on CPU (tests/test_dflash_8gpu.py); `python -m dflash_launch.gpu_check --pipeline configs/dflash-8gpu.toml`
+on CPU (tests/test_dflash_8gpu.py); `python -m dflash_launch.tools.gpu_check --pipeline configs/dflash-8gpu.toml`
 (scripts/gpu-check passes it) on a GPU machine (docs/gpu.md, check (e)).
 
 What is changed, and nothing else (each substitution must match exactly once, so an edit of the shipped file that
@@ -38,7 +38,7 @@ def _sub(pattern, repl, text):
     out, n = re.subn(pattern, repl, text, flags=re.M | re.S)
     if n != 1:
         raise ValueError(f"the shipped config changed shape: {pattern!r} matched {n} times (update "
-                         f"dflash_launch/pipeline_twin.py)")
+                         f"dflash_launch/roles/pipeline_twin.py)")
     return out
 
 
@@ -73,7 +73,7 @@ def save_checkpoint(path, mode="cpu"):
     ~1.1): at HF's init (std 0.02, rows of 0.11 at hidden 32) the logits through the frozen, shared head stay
     near zero, and a drafter takes hundreds of steps to learn anything."""
     from dflash_launch._extras import require
-    from dflash_launch.hf_target import random_qwen3
+    from dflash_launch.roles.hf_target import random_qwen3
     torch = require("torch", "the pipeline twin")
     c = TWIN_MODEL[mode]
     model = random_qwen3(dict(c), torch)
@@ -134,7 +134,7 @@ def judge(run_dir, rc, console, config, wall_s):
 
 
 def gpu_check(shipped, mode, n_gpus, launcher, work, timeout_s):
-    """Check (e) of dflash_launch.gpu_check: the twin on this machine's GPUs (or cpu); `ok` None when transformers
+    """Check (e) of dflash_launch.tools.gpu_check: the twin on this machine's GPUs (or cpu); `ok` None when transformers
     is missing (the targets need it: `pip install transformers`)."""
     try:
         import transformers  # noqa: F401

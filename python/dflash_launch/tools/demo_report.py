@@ -1,6 +1,6 @@
 """The end of `make demo`: what the run did, in one screen, and a loss curve.
 
-    python -m dflash_launch.demo_report runs/<run_id>
+    python -m dflash_launch.tools.demo_report runs/<run_id>
 
 Reads <run_dir>/summary.json (the supervisor's) and <run_dir>/spool.json (the
 spool's manifest, written by the drafter that acknowledged the last frame),
@@ -164,7 +164,7 @@ def report(run_dir, out=sys.stdout):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.exit("usage: python -m dflash_launch.demo_report <run_dir>")
+        sys.exit("usage: python -m dflash_launch.tools.demo_report <run_dir>")
     sys.exit(report(argv[0]))
 
 

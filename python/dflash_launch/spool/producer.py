@@ -5,20 +5,21 @@ import json
 import os
 
 from dflash_launch._extras import require
-from dflash_launch.spool_dirs import Paths, _atomic_write, _create_private, _frames, _manifest_path, \
-    _rename_noreplace, pending_frames, write_manifest_if_final
-from dflash_launch.spool_format import (WEIGHTS_FORMAT, FrameContractError, SpoolError, _exit_on_contract_error,
-                                        _st_dtype, check_frame, frame_file, frame_metadata,
+from dflash_launch.exit_codes import use_exit_codes
+from dflash_launch.spool.dirs import Paths, atomic_write, create_private, frame_names, default_manifest_path, \
+    rename_noreplace, pending_frames, write_manifest_if_final
+from dflash_launch.spool.format import (WEIGHTS_FORMAT, FrameContractError, SpoolError,
+                                        st_dtype, check_frame, frame_file, frame_metadata,
                                         parse_frame_file)
-from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _warmup_spent
-from dflash_launch.spool_write import default_max_bytes, reserve_room, write_frame
+from dflash_launch.spool.warmup import WARMUP_FRAMES, in_warmup, warmup_spent
+from dflash_launch.spool.write import default_max_bytes, reserve_room, write_frame
 
 
 class SpoolProducer:
     """Publishes frames for the drafters (a Python target). Resumes after its
     highest sequence number in the spool and removes its half-written temp
     files; waits while ready/ holds `max_ready` frames of its own or its frames
-    hold its share of `max_bytes` (max_bytes / producers: spool_write.reserve_room;
+    hold its share of `max_bytes` (max_bytes / producers: write.reserve_room;
     its own, so that a consumer in a fixed order never waits for a producer that
     the others' frames stopped). A frame is written once, from the tensors'
     memory, into pages allocated first: a filesystem that cannot hold it raises
@@ -29,15 +30,14 @@ class SpoolProducer:
                  warmup_frames=WARMUP_FRAMES, max_bytes=None):
         """`producers` (default $DFLASH_SPOOL_PRODUCERS) and `manifest_path`
         (default $DFLASH_RUN_DIR/spool.json): for the manifest at finish().
-        `max_bytes`: the byte budget (default spool_write.default_max_bytes:
+        `max_bytes`: the byte budget (default write.default_max_bytes:
         $DFLASH_SPOOL_MAX_BYTES, else half the filesystem's free space)."""
         self.paths, self.name, self.contract, self.max_ready = Paths(root), name, contract, max(1, int(max_ready))
         self.max_bytes, self._staging = max_bytes, {}
         self.producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0) if producers is None else producers
-        self.manifest_path = manifest_path or _manifest_path(self.paths.root)
-        self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
+        self.manifest_path = manifest_path or default_manifest_path(self.paths.root)
+        self.warmup, self.warmup_frames = in_warmup(warmup), max(1, int(warmup_frames))
         self.discarded = 0
-        _exit_on_contract_error()
         if self.warmup:
             self.next_seq, self.finished = 0, False
             return  # a warm-up publishes nothing: the drafters' frames come from the real targets
@@ -51,7 +51,7 @@ class SpoolProducer:
         dirs = [self.paths.ready] + [self.paths.claimed_by(c) for c in os.listdir(self.paths.claimed)]
         pending = [f for c in os.listdir(self.paths.pending) for _, f, _ in pending_frames(self.paths.root, c)]
         dirs += [self.paths.done, self.paths.rejected]
-        seqs = [s for d in dirs for p, s in map(parse_frame_file, _frames(d)) if p == name]
+        seqs = [s for d in dirs for p, s in map(parse_frame_file, frame_names(d)) if p == name]
         seqs += [s for p, s in map(parse_frame_file, pending) if p == name]  # acknowledged, awaiting a checkpoint
         self.next_seq = max(seqs, default=-1) + 1
         self.finished = os.path.exists(os.path.join(self.paths.producers, f"{name}.done"))
@@ -60,21 +60,22 @@ class SpoolProducer:
     def from_env(cls, contract, name=None, env=None, **kwargs):
         """The run's spool, producer count and manifest path from what dflash-launch
         sets; `name` defaults to DFLASH_PROCESS ("target:0")."""
+        use_exit_codes()  # a payload of dflash-launch: an uncaught FrameContractError ends it with 65
         env = os.environ if env is None else env
         root = env.get("DFLASH_SPOOL_DIR")
         if not root:
             raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames go through "
                              "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
         return cls(root, name or env.get("DFLASH_PROCESS", "target"), contract,
-                   producers=int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), manifest_path=_manifest_path(root, env),
+                   producers=int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), manifest_path=default_manifest_path(root, env),
                    warmup=env.get("DFLASH_WARMUP") == "1", **kwargs)
 
     def check(self, hidden, tokens, metadata, seq):
         """Raises FrameContractError unless the frame matches [model]: the
         consumers' own check (check_frame), at the producer's end."""
         f = frame_file(self.name, seq)
-        check_frame(self.contract, metadata, {"hidden": (_st_dtype(hidden), list(hidden.shape)),
-                                              "tokens": (_st_dtype(tokens), list(tokens.shape))}, f)
+        check_frame(self.contract, metadata, {"hidden": (st_dtype(hidden), list(hidden.shape)),
+                                              "tokens": (st_dtype(tokens), list(tokens.shape))}, f)
         vocab = self.contract["vocab"]
         bad = (tokens < 0) | (tokens >= vocab)
         if bool(bad.any()):
@@ -96,7 +97,7 @@ class SpoolProducer:
             self.check(hidden, tokens, meta, seq)
         if self.warmup:
             if self.discarded >= self.warmup_frames:
-                _warmup_spent(self.name, self.discarded, "frames published (and discarded)")
+                warmup_spent(self.name, self.discarded, "frames published (and discarded)")
             self.discarded += 1
             return seq
         f = frame_file(self.name, seq)
@@ -106,7 +107,7 @@ class SpoolProducer:
         write_frame(tmp, tensors, meta,
                     reserve=lambda size: reserve_room(self.paths, size, self.max_bytes // max(1, self.producers),
                                                       self.max_ready, owner=self.name))
-        _rename_noreplace(tmp, os.path.join(self.paths.ready, f))
+        rename_noreplace(tmp, os.path.join(self.paths.ready, f))
         self.next_seq = seq + 1
         return seq
 
@@ -134,10 +135,10 @@ class SpoolProducer:
                      "lm_head.weight": lm_head.detach().float().contiguous()},
                     metadata={"format": WEIGHTS_FORMAT, "producer": self.name})
         tmp = os.path.join(self.paths.tmp, f"weights.safetensors@{self.name}.tmp")
-        with _create_private(tmp) as out:
+        with create_private(tmp) as out:
             out.write(data)
         try:
-            _rename_noreplace(tmp, self.paths.weights)
+            rename_noreplace(tmp, self.paths.weights)
             return True
         except FileExistsError:
             os.unlink(tmp)
@@ -148,7 +149,7 @@ class SpoolProducer:
         frame, the manifest (`producers` producers are expected)."""
         if self.warmup:
             return
-        _atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
+        atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
                       json.dumps({"producer": self.name, "frames": self.next_seq}) + "\n")
         self.finished = True
         write_manifest_if_final(self.paths.root, self.producers, self.manifest_path)

@@ -21,7 +21,7 @@ all_gather of a flag per rank, over gloo) on what each of them holds:
   WorldSpoolFailed (exit 1, restarted by policy) instead of waiting for it in the agreement.
 
 Which frame goes to which rank (order="fixed", the default in a world of more than one): the spool's frames in
-one order fixed by their producers' names and sequence numbers (dflash_launch.spool_order), round k taking entries
+one order fixed by their producers' names and sequence numbers (dflash_launch.spool.order), round k taking entries
 kW .. kW+W-1, rank r the (kW+r)-th. So a restarted world replays exactly what the killed one would have stepped on,
 and with a dflash_launch.Checkpoint (which holds every acknowledged frame until the checkpoint covering its step
 commits) a run killed at any moment ends with the weights of a run never killed (docs/checkpoints.md). The cost: a
@@ -35,7 +35,7 @@ $DFLASH_METRICS_FILE: steps, loss first -> last, time to the first step, the spo
 mid-step never acknowledges its frame: a restart takes it back.
 
     from dflash_launch import contract_from_env, init_process_group
-    from dflash_launch.spool_world import WorldSource
+    from dflash_launch.spool.world import WorldSource
     init_process_group("nccl")                        # the role's world (world = "role" in run.toml)
     model = DDP(build(contract).cuda(), device_ids=[0])
     for sample in WorldSource.from_env(contract):     # on every rank, at the same point
@@ -52,8 +52,9 @@ when its backend has gloo, else one gloo group made at construction, which every
 import sys
 
 from dflash_launch._extras import require
-from dflash_launch.spool import FrameContractError, SpoolError, SpoolSource
-from dflash_launch.spool_order import SpoolOrder
+from dflash_launch.spool.format import FrameContractError, SpoolError
+from dflash_launch.spool.source import SpoolSource
+from dflash_launch.spool.order import SpoolOrder
 from dflash_launch.train_metrics import TrainingMetrics
 
 TAILS = ("pad", "drop")
@@ -108,8 +109,8 @@ class WorldSource:
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
         self.source, self.tail = source, tail
-        self.torch = require("torch", "dflash_launch.spool_world")
-        self.dist = require("torch.distributed", "dflash_launch.spool_world")
+        self.torch = require("torch", "dflash_launch.spool.world")
+        self.dist = require("torch.distributed", "dflash_launch.spool.world")
         self.metrics = metrics if metrics is not None else TrainingMetrics()
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self.padded = self.dropped = self.rounds = 0

@@ -1,24 +1,24 @@
 """`dflash-launch init NAME`: a starter run directory from the shipped examples, one that runs from the wheel.
 
 NAME/run.toml is examples/ddp-spool/run.toml (your own DDP drafters on the spool) with its builtin LibTorch target
-(a source build only: docs/wheel.md) replaced by the Python target `dflash_launch.hf_target --random-qwen3` (a random
+(a source build only: docs/wheel.md) replaced by the Python target `dflash_launch.roles.hf_target --random-qwen3` (a random
 Qwen3 of the [model] shape, no download; needs torch and transformers in the venv: the `[hf]` extra), its run named
 NAME and its cache and logs beside it; NAME/drafter.py is the example's drafter, unchanged. Nothing that exists is
 overwritten: if either file is there, nothing is written and the exit status is 1.
 
 The entry point handles `init` before it execs the bundled binary (dflash_launch/_bin.py); in a source checkout
-`python -m dflash_launch.starter NAME` does the same from the checkout's examples/."""
+`python -m dflash_launch.tools.starter NAME` does the same from the checkout's examples/."""
 import argparse
 import os
 import re
 import sys
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # dflash_launch/, above tools/
 EXAMPLE = "ddp-spool"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 HF_TARGET = ('spool = "produce"                  # a Python target: a random Qwen3 of [model]; your own model: '
              '--model DIR --tokens FILE.jsonl\n'
-             'command = ["python", "-m", "dflash_launch.hf_target", "--random-qwen3"]')
+             'command = ["python", "-m", "dflash_launch.roles.hf_target", "--random-qwen3"]')
 
 
 class StarterError(Exception):

@@ -9,12 +9,21 @@ import sys
 WARMUP_FRAMES = 2
 
 
-def _in_warmup(warmup):
+class WarmupSpent(Exception):
+    """A warm-up's frame budget is spent without READY: the warm-up has compiled what it can and should stop.
+    Not a failure: `exit_code` 0 (dflash_launch/exit_codes.py ends an opted-in process with it, quietly); the
+    explanation was said when it was raised."""
+
+    __module__ = "dflash_launch.spool"
+    exit_code = 0
+
+
+def in_warmup(warmup):
     return os.environ.get("DFLASH_WARMUP") == "1" if warmup is None else bool(warmup)
 
 
-def _warmup_spent(who, n, what):
-    """The end of a warm-up's budget: stop it, saying why if it never said READY."""
+def warmup_spent(who, n, what):
+    """The end of a warm-up's budget: raises WarmupSpent, saying why first if it never said READY."""
     from dflash_launch import notify_status, said_ready
 
     if not said_ready():
@@ -24,10 +33,10 @@ def _warmup_spent(who, n, what):
               "warm-up then ends at once), and use dflash_launch.is_warmup() to skip what a warm-up need not do "
               "(checkpoints, evaluation); see docs/builtin.md, \"What a warm-up sees\".", file=sys.stderr, flush=True)
         notify_status(f"warm-up stopped after {n} frames without READY (call dflash_launch.notify_ready())")
-    raise SystemExit(0)
+    raise WarmupSpent(f"{who}: warm-up stopped after {n} {what}")
 
 
-def _synthetic_frame(torch, contract, g):
+def synthetic_frame(torch, contract, g):
     c = contract
     b, s, width = c["batch"], c["seq_len"], len(c["tapped_layers"]) * c["hidden"]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(c["dtype"], torch.float32)

@@ -19,7 +19,7 @@ import queue
 import sys
 import threading
 
-from dflash_launch.spool_format import header_layout
+from dflash_launch.spool.format import header_layout
 
 _TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                  "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}

@@ -24,24 +24,29 @@ In a warm-up (DFLASH_WARMUP=1: gate mode "warmup", `dflash-launch seed`) both
 stay off the spool: a source yields synthetic frames of [model] (the shapes
 and dtypes of real ones, so the same graphs compile), a producer checks and
 discards what it publishes. A warm-up that has not said READY after
-WARMUP_FRAMES frames is stopped (exit 0: those steps compiled what the role
-needs) with a message that names notify_ready() and is_warmup().
+WARMUP_FRAMES frames gets WarmupSpent (exit_code 0: those steps compiled what
+the role needs) after a message that names notify_ready() and is_warmup().
 
-A FrameContractError that nobody catches ends the process with 65, which the
-supervisor never restarts (a restart meets the same frame, or publishes the
-same shapes).
+The spool raises; it never exits. A FrameContractError carries exit_code 65,
+which the supervisor never restarts (a restart meets the same frame, or
+publishes the same shapes): from_env() opts the process into ending with it
+when nobody catches it (dflash_launch/exit_codes.py); a source built by hand
+leaves that to its caller (dflash_launch.use_exit_codes()).
 
-Its parts: the frame format and the errors (spool_format), the directories,
-their renames and the manifest (spool_dirs), what a warm-up sees
-(spool_warmup), the consumer (spool_source) and the producer (spool_producer).
-Every public name is importable from here, as before the split.
+Its parts, one job each: the frame format and the errors (format), the
+directories, their renames and the manifest (dirs), what a warm-up sees
+(warmup), the consumer (source) and its mapped frames (mapped), the producer
+(producer) and how it writes a frame within the byte budget (write), a DDP
+world's equal steps (world) over a fixed order of frames (order). The names
+below are the package's API; a submodule's other names are its parts' own.
 """
 
 from dflash_launch import HiddenStateContractError, check_hidden_shape, shape_string  # noqa: F401 (re-exported)
-from dflash_launch.spool_dirs import Paths, manifest, private_makedirs, write_manifest_if_final  # noqa: F401
-from dflash_launch.spool_format import (  # noqa: F401
+from dflash_launch.spool.dirs import Paths, manifest, private_makedirs, write_manifest_if_final  # noqa: F401
+from dflash_launch.spool.format import (  # noqa: F401
     EXIT_FRAME_CONTRACT, EXT, FORMAT, WEIGHTS_FORMAT, FrameContractError, SpoolError, check_frame, frame_bytes,
     frame_file, frame_metadata, parse_frame_file, parse_header)
-from dflash_launch.spool_producer import SpoolProducer  # noqa: F401
-from dflash_launch.spool_source import SpoolSource  # noqa: F401
-from dflash_launch.spool_warmup import WARMUP_FRAMES  # noqa: F401
+from dflash_launch.spool.producer import SpoolProducer  # noqa: F401
+from dflash_launch.spool.source import SpoolSource  # noqa: F401
+from dflash_launch.spool.warmup import WARMUP_FRAMES, WarmupSpent  # noqa: F401
+from dflash_launch.spool.world import WorldFrameRejected, WorldSource, WorldSpoolFailed  # noqa: F401,E402

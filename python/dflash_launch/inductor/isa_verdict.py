@@ -24,7 +24,7 @@ import stat
 import sys
 import tempfile
 
-from dflash_launch._on_import import patch_on_import
+from dflash_launch.inductor.on_import import patch_on_import
 
 _stats = {"isa_probes": 0, "isa_shared": 0}
 _MODULE = "torch._inductor.cpu_vec_isa"

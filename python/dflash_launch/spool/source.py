@@ -5,13 +5,14 @@ import os
 import time
 
 from dflash_launch._extras import require
-from dflash_launch.spool_dirs import (Paths, _atomic_write, _frames, _manifest_path, _rename_noreplace,
+from dflash_launch.exit_codes import use_exit_codes
+from dflash_launch.spool.dirs import (Paths, atomic_write, frame_names, default_manifest_path, rename_noreplace,
                                       commit_pending, pending_frames, pending_name, private_makedirs,
                                       write_manifest_if_final)
-from dflash_launch.spool_format import (FrameContractError, SpoolError, _exit_on_contract_error, check_frame,
+from dflash_launch.spool.format import (FrameContractError, SpoolError, check_frame,
                                         frame_file, parse_frame_file, parse_header)
-from dflash_launch.spool_mapped import MappedFrame, Released
-from dflash_launch.spool_warmup import WARMUP_FRAMES, _in_warmup, _synthetic_frame, _warmup_spent
+from dflash_launch.spool.mapped import MappedFrame, Released
+from dflash_launch.spool.warmup import WARMUP_FRAMES, in_warmup, synthetic_frame, warmup_spent
 
 
 class _Claimed:
@@ -33,7 +34,7 @@ class SpoolSource:
     rejected/ with its reason and raises FrameContractError (exit 65).
 
     A sample's "hidden" and "tokens" are views of the frame's mapped pages
-    (dflash_launch.spool_mapped: no copy; an in-place write copies the page for
+    (dflash_launch.spool.mapped: no copy; an in-place write copies the page for
     this process, never the spool's bytes). They stay valid for as long as the
     trainer keeps them: the frame's bytes are dropped only after it is done
     (acknowledged, or with a checkpoint committed) and its last view is gone.
@@ -56,8 +57,8 @@ class SpoolSource:
         self.paths, self.name, self.contract, self.producers = Paths(root), name, contract, int(producers)
         self.pin, self.pinned = bool(pin), 0
         self._released = Released(require("torch", "reading spool frames as tensors") if pin else None)
-        self.manifest_path = manifest_path or _manifest_path(self.paths.root)
-        self.warmup, self.warmup_frames = _in_warmup(warmup), max(1, int(warmup_frames))
+        self.manifest_path = manifest_path or default_manifest_path(self.paths.root)
+        self.warmup, self.warmup_frames = in_warmup(warmup), max(1, int(warmup_frames))
         self.taken_back = self.acked = self.synthetic = 0
         self.waited_s = 0.0
         self.position = 0            # samples handed out: what a checkpoint records and restore() goes back to
@@ -67,19 +68,19 @@ class SpoolSource:
         self._replay = {}            # frame -> its pending path, to deliver again after a restore
         self.manifest_written = False
         self._take_back, self._synth = [], None
-        _exit_on_contract_error()
         if self.warmup:
             return  # a warm-up never touches the spool: no claim dir, nothing taken back
         self.paths.create()
         self.mine = self.paths.claimed_by(name)
         private_makedirs(self.mine)
-        self._take_back = sorted(_frames(self.mine), key=lambda f: parse_frame_file(f)[::-1])
+        self._take_back = sorted(frame_names(self.mine), key=lambda f: parse_frame_file(f)[::-1])
 
     @classmethod
     def from_env(cls, contract, name=None, env=None, **kwargs):
         """The run's spool, its producer count and manifest path, all from what
         dflash-launch sets (DFLASH_SPOOL_DIR, DFLASH_SPOOL_PRODUCERS, DFLASH_RUN_DIR;
         `name` defaults to DFLASH_PROCESS)."""
+        use_exit_codes()  # a payload of dflash-launch: an uncaught FrameContractError ends it with 65
         env = os.environ if env is None else env
         root = env.get("DFLASH_SPOOL_DIR")
         if not root:
@@ -92,7 +93,7 @@ class SpoolSource:
                              "source could never end. Set spool = \"produce\" on the target role in run.toml "
                              "(builtin targets imply it); see docs/builtin.md")
         return cls(root, name or env.get("DFLASH_PROCESS", "drafter"), contract, producers,
-                   _manifest_path(root, env), warmup=warmup, **kwargs)
+                   default_manifest_path(root, env), warmup=warmup, **kwargs)
 
     def shared_weights(self, say=print):
         """The target's embedding and LM head ({"embed.weight", "lm_head.weight"},
@@ -155,7 +156,7 @@ class SpoolSource:
             return _Claimed(f, self._replay.pop(f, None) or os.path.join(self.mine, f), True)
         t0, delay, waited = time.monotonic(), 1e-4, False
         while True:
-            cands = sorted((parse_frame_file(f)[::-1], f) for f in _frames(self.paths.ready))
+            cands = sorted((parse_frame_file(f)[::-1], f) for f in frame_names(self.paths.ready))
             for _, f in cands:
                 dst = os.path.join(self.mine, f)
                 try:
@@ -167,7 +168,7 @@ class SpoolSource:
                 return _Claimed(f, dst, False)
             if cands:
                 continue
-            if self._producers_done() and not _frames(self.paths.ready):
+            if self._producers_done() and not frame_names(self.paths.ready):
                 if waited:
                     self.waited_s += time.monotonic() - t0
                 return None
@@ -282,7 +283,7 @@ class SpoolSource:
         """Quarantines a claimed frame: rejected/<frame> and its reason beside it; never delivered again (a
         restart takes back claimed/ only, a producer resumes past it, the manifest lists it)."""
         dst = os.path.join(self.paths.rejected, claimed.file)
-        _atomic_write(dst + ".reason", reason + "\n")
+        atomic_write(dst + ".reason", reason + "\n")
         os.rename(claimed.path, dst)
         if claimed.mapped is not None and not claimed.mapped.in_use():
             claimed.mapped.release()
@@ -299,7 +300,7 @@ class SpoolSource:
             return
         dst = os.path.join(self.paths.done, claimed.file)
         try:
-            _rename_noreplace(claimed.path, dst)
+            rename_noreplace(claimed.path, dst)
         except FileExistsError:
             raise SpoolError(f"frame {claimed.file} was acknowledged before (done/ has it): producer "
                              f"{claimed.producer} published sequence number {claimed.seq} twice") from None
@@ -330,8 +331,8 @@ class SpoolSource:
         g = torch.Generator().manual_seed(int(self.contract.get("seed", 0)))
         while True:
             if self.synthetic >= self.warmup_frames:
-                _warmup_spent(self.name, self.synthetic, "synthetic frames from the spool")
-            hidden, tokens = _synthetic_frame(torch, self.contract, g)
+                warmup_spent(self.name, self.synthetic, "synthetic frames from the spool")
+            hidden, tokens = synthetic_frame(torch, self.contract, g)
             self.synthetic += 1
             yield {"hidden": hidden, "tokens": tokens, "seq": self.synthetic - 1, "producer": "(warm-up)",
                    "frame": None, "taken_back": False, "synthetic": True, "ack": lambda: None}
@@ -339,7 +340,7 @@ class SpoolSource:
     def next_sample(self):
         """The next frame as a sample dict, or None once the spool has ended (every producer finished, nothing
         left to claim). A frame that violates [model] goes to rejected/ and raises FrameContractError.
-        What iterating the source calls; dflash_launch.spool_world.WorldSource calls it once per round."""
+        What iterating the source calls; dflash_launch.spool.world.WorldSource calls it once per round."""
         torch = require("torch", "reading spool frames as tensors")
         if self.warmup:
             if self._synth is None:

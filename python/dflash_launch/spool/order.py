@@ -15,8 +15,8 @@ import json
 import os
 import time
 
-from dflash_launch.spool_dirs import Paths, _frames, parse_pending
-from dflash_launch.spool_format import SpoolError, parse_frame_file
+from dflash_launch.spool.dirs import Paths, frame_names, parse_pending
+from dflash_launch.spool.format import SpoolError, parse_frame_file
 
 
 class SpoolOrder:
@@ -42,7 +42,7 @@ class SpoolOrder:
         """Every producer's highest seq and end count, listing the directories in the frames' own direction
         (ready -> claimed -> pending -> done/rejected) so a frame moving while we look is seen further on."""
         p = self.paths
-        seen = list(_frames(p.ready))
+        seen = list(frame_names(p.ready))
         for parent in (p.claimed, p.pending):
             try:
                 subs = os.listdir(parent)
@@ -57,7 +57,7 @@ class SpoolOrder:
                     seen += [pp[1] for pp in map(parse_pending, names) if pp]
                 else:
                     seen += [n for n in names if parse_frame_file(n)]
-        seen += _frames(p.done) + _frames(p.rejected)
+        seen += frame_names(p.done) + frame_names(p.rejected)
         for f in seen:
             prod, seq = parse_frame_file(f)
             if seq > self.high.get(prod, -1):
