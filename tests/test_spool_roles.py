@@ -148,6 +148,24 @@ def test_from_env_needs_only_the_environment(tmp_path, monkeypatch):
     assert SpoolSource(root, "d:1", CONTRACT, producers=1).manifest_path == str(tmp_path / "run" / "spool.json")
 
 
+def test_only_a_consumer_that_checkpoints_makes_pending(tmp_path):
+    """dflash-launch keeps a failed run's spool for `run --resume` exactly when pending/ exists: a spool whose
+    consumers acknowledge straight to done/ must not have one, or every failed run would keep its frames."""
+    root = tmp_path / "s"
+    p = SpoolProducer(root, "target:0", CONTRACT)
+    plain = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    for _ in range(2):
+        p.publish(torch.randn(1, 32, 96), torch.zeros(1, 32, dtype=torch.long))
+    p.finish()
+    it = iter(plain)
+    next(it)["ack"]()
+    assert not (root / "pending").exists() and len(os.listdir(root / "done")) == 1
+    held = SpoolSource(root, "d:1", CONTRACT, producers=1)
+    held.hold_for_checkpoint()
+    next(iter(held))["ack"]()
+    assert [len(os.listdir(root / "pending" / "d:1")), len(os.listdir(root / "done"))] == [1, 1]
+
+
 def test_spool_produce_counts_in_the_plan(bin_dir, tmp_path):
     cfg = config(tmp_path, """
 [[role]]

@@ -116,9 +116,19 @@ class Paths:
         return os.path.join(self.pending, consumer)
 
     def create(self):
+        """Every state's directory but pending/: only a consumer that checkpoints makes it (hold_for_checkpoint),
+        and dflash-launch keeps a failed run's spool for `run --resume` exactly when pending/ exists."""
         private_makedirs(self.root)
-        for d in (self.tmp, self.ready, self.claimed, self.pending, self.done, self.rejected, self.producers):
+        for d in (self.tmp, self.ready, self.claimed, self.done, self.rejected, self.producers):
             private_makedirs(d)
+
+
+def entries(d):
+    """The names in directory `d`; none when it does not exist (pending/ before any consumer checkpoints)."""
+    try:
+        return os.listdir(d)
+    except FileNotFoundError:
+        return []
 
 
 def frame_names(d):

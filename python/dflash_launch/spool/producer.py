@@ -7,7 +7,7 @@ import os
 from dflash_launch._extras import require
 from dflash_launch.exit_codes import use_exit_codes
 from dflash_launch.spool.dirs import Paths, atomic_write, create_private, frame_names, default_manifest_path, \
-    rename_noreplace, pending_frames, write_manifest_if_final
+    rename_noreplace, pending_frames, write_manifest_if_final, entries
 from dflash_launch.spool.format import (WEIGHTS_FORMAT, FrameContractError, SpoolError,
                                         st_dtype, check_frame, frame_file, frame_metadata,
                                         parse_frame_file)
@@ -49,7 +49,7 @@ class SpoolProducer:
             if (pf and pf[0] == name) or f.endswith(f"@{name}.tmp"):
                 os.unlink(os.path.join(self.paths.tmp, f))
         dirs = [self.paths.ready] + [self.paths.claimed_by(c) for c in os.listdir(self.paths.claimed)]
-        pending = [f for c in os.listdir(self.paths.pending) for _, f, _ in pending_frames(self.paths.root, c)]
+        pending = [f for c in entries(self.paths.pending) for _, f, _ in pending_frames(self.paths.root, c)]
         dirs += [self.paths.done, self.paths.rejected]
         seqs = [s for d in dirs for p, s in map(parse_frame_file, frame_names(d)) if p == name]
         seqs += [s for p, s in map(parse_frame_file, pending) if p == name]  # acknowledged, awaiting a checkpoint

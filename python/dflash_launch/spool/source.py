@@ -8,7 +8,7 @@ from dflash_launch._extras import require
 from dflash_launch.exit_codes import use_exit_codes
 from dflash_launch.spool.dirs import (Paths, atomic_write, frame_names, default_manifest_path, rename_noreplace,
                                       commit_pending, pending_frames, pending_name, private_makedirs,
-                                      write_manifest_if_final)
+                                      write_manifest_if_final, entries)
 from dflash_launch.spool.format import (FrameContractError, SpoolError, check_frame,
                                         frame_file, parse_frame_file, parse_header)
 from dflash_launch.spool.mapped import MappedFrame, Released
@@ -227,7 +227,7 @@ class SpoolSource:
     def _held_elsewhere(self, f):
         out = []
         for parent in (self.paths.claimed, self.paths.pending):
-            for c in os.listdir(parent):
+            for c in entries(parent):
                 if c == self.name:
                     continue
                 if parent == self.paths.claimed:
