@@ -195,6 +195,7 @@ class Checkpoint:
             if self.source is not None:
                 self.source.restore(None)
             self.say(f"{self._who()}: no checkpoint in {self.dir}: starting at step 0")
+            self._report(resumed_from_step=0)  # the run's summary: a restart with none yet redoes every step
             return 0
         step, path = choice
         t0 = time.monotonic()
