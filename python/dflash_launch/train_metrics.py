@@ -84,7 +84,7 @@ class TrainingMetrics:
         self.first_few, self.last_few, self._losses_seen = [], collections.deque(maxlen=MEAN_STEPS), 0
         self.t0 = time.monotonic() - process_age_s()
         self._last_write = time.monotonic()
-        self._write_s = float("inf")  # what the last write took (none yet: only every_s)
+        self._write_s = float("inf")  # the fastest write so far (none yet: only every_s); load makes some slower
         if self.path:
             atexit.register(self.write)
 
@@ -139,4 +139,4 @@ class TrainingMetrics:
         t0 = self._last_write = time.monotonic()
         if self.path:
             write_json_private(self.path, self.snapshot())
-            self._write_s = time.monotonic() - t0
+            self._write_s = min(self._write_s, time.monotonic() - t0)
