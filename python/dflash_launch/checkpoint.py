@@ -321,6 +321,8 @@ class Checkpoint:
         self.last = (step, final)
         self._report(checkpoint={"path": final, "step": step}, checkpoints_written=self.saved,
                      checkpoint_blocked_s=round(self.save_blocked_s, 3))
+        if self.metrics is not None:
+            self.metrics.write()  # at once (a commit is rare): the run's summary knows a killed rank got this far
         if self.rank != 0:
             return
         os.rename(tmp, final)
