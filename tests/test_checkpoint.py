@@ -257,6 +257,33 @@ def test_a_stop_signal_away_from_the_loop_ends_the_process_as_before(tmp_path):
     assert not [n for n in os.listdir(tmp_path / "ck") if n.startswith("step-")]
 
 
+def test_training_metrics_writes_every_slow_step_at_a_bounded_cost(tmp_path, monkeypatch):
+    """The summary tells the step a killed process reached from its metrics file: TrainingMetrics rewrites it every
+    step while a write costs under 2 % of the time between steps (a fake clock: a write takes 1 ms of it)."""
+    import types
+    import dflash_launch.train_metrics as tm
+    clock = [1000.0]
+    monkeypatch.setattr(tm, "time", types.SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+    writes, real_write = [], tm.write_json_private
+
+    def write(path, data):
+        clock[0] += 0.001
+        writes.append(data["steps"])
+        real_write(path, data)
+    monkeypatch.setattr(tm, "write_json_private", write)
+    m = tm.TrainingMetrics(path=str(tmp_path / "m.json"), every_s=5.0)
+    for _ in range(10):  # 100 ms steps: 100x a write's cost, every one written
+        clock[0] += 0.1
+        m.step(1.0)
+    assert writes == list(range(1, 11)), writes
+    assert json.loads((tmp_path / "m.json").read_text())["steps"] == 10
+    del writes[:]
+    for _ in range(100):  # 10 ms steps: a write at most every 50 ms (50 writes' time), so 2 % of the time at most
+        clock[0] += 0.01
+        m.step(1.0)
+    assert 15 <= len(writes) <= 20, writes
+
+
 def test_no_checkpoint_dir_is_a_clear_error(monkeypatch):
     from dflash_launch import Checkpoint
     monkeypatch.delenv("DFLASH_CHECKPOINT_DIR", raising=False)

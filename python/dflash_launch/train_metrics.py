@@ -84,7 +84,9 @@ class TrainingMetrics:
         self.first_few, self.last_few, self._losses_seen = [], collections.deque(maxlen=MEAN_STEPS), 0
         self.t0 = time.monotonic() - process_age_s()
         self._last_write = time.monotonic()
-        self._write_s = float("inf")  # the fastest write so far (none yet: only every_s); load makes some slower
+        # What the last few writes took: the fastest of them paces the next (a loaded machine makes some slower; the
+        # file grows with the curve, so an old fast write would understate the cost). None yet: only every_s.
+        self._write_costs = collections.deque(maxlen=8)
         if self.path:
             atexit.register(self.write)
 
@@ -112,7 +114,8 @@ class TrainingMetrics:
         # `every_s`, and sooner while a write costs under 2 % of the time between them (every step of a step that
         # takes 50 writes' time): the step a killed process had reached is what the run's summary tells.
         since = time.monotonic() - self._last_write
-        if self.steps == 1 or since >= self.every_s or since >= WRITE_SHARE * self._write_s:
+        cost = min(self._write_costs, default=float("inf"))
+        if self.steps == 1 or since >= self.every_s or since >= WRITE_SHARE * cost:
             self.write()
 
     def update(self, **fields):
@@ -139,4 +142,4 @@ class TrainingMetrics:
         t0 = self._last_write = time.monotonic()
         if self.path:
             write_json_private(self.path, self.snapshot())
-            self._write_s = min(self._write_s, time.monotonic() - t0)
+            self._write_costs.append(time.monotonic() - t0)
