@@ -228,5 +228,6 @@ restart = {{ policy = "on-failure", scope = "role", max = 2, backoff = "200ms..2
     assert sum(p["metrics"]["taken_back"] for p in drafters) >= 1, [p["metrics"] for p in drafters]
     m = json.loads((r.run_dir / "spool.json").read_text())
     assert m["final"] and m["exactly_once"] and m["frames_consumed"] == 120, m
-    assert re.search(r"all processes succeeded \(after 3 restarts: drafter:0 1x, drafter:1 1x, drafter:2 1x\)",
-                     r.out), r.out[-2000:]
+    # One restart, told by the rank that was killed, not the peers it took down (issue #45).
+    assert re.search(r"all processes succeeded \(after 1 restart: drafter:1 killed by SIGKILL at step \d+"
+                     r"(?:, resumed from step \d+)? \(restarted with it: drafter:0, drafter:2\)\)", r.out), r.out[-2000:]

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 
 #include "contract/enum_names.h"
@@ -33,6 +34,14 @@ inline bool Restarted(AttemptOutcome o) {
   return o == AttemptOutcome::kRestarted || o == AttemptOutcome::kRestartedByCtl;
 }
 
+/// What an attempt's training metrics said (DFLASH_METRICS_FILE: `steps`, `resumed_from_step`, `checkpoint`;
+/// docs/checkpoints.md). Read from the attempt's file when the run's summary is built: the core reads no files.
+struct AttemptTraining {
+  int64_t steps = -1;              ///< steps this attempt ran; -1: it reported none
+  int64_t step = -1;               ///< the training step it had reached (resumed_from_step + steps); -1: unknown
+  int64_t resumed_from_step = -1;  ///< the checkpoint step it resumed from (0: none there yet); -1: not reported
+};
+
 /// One start of a process, kept for summary.json's history.
 struct AttemptRecord {
   int attempt = 0;
@@ -49,6 +58,7 @@ struct AttemptRecord {
   bool with_unit = false;     ///< stopped and restarted because another process of its restart unit failed
   double ready_s = 0;         ///< spawn to ready (0: never ready)
   GateFacts gate;             ///< what its worker reported of the compile gate (summary.json "gate")
+  AttemptTraining training;   ///< set by the summary from its metrics file (the core leaves it unknown)
 };
 
 }  // namespace dflash

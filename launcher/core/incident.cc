@@ -6,7 +6,18 @@
 
 namespace dflash {
 
-void Incident::NoteFailure(size_t i, SteadyTime now) {
+void Incident::NoteFailure(size_t i, SteadyTime now, const std::vector<size_t>& unit) {
+  const int attempt = units_[i].view().attempt;
+  // The story's root causes: a peer that went down with an earlier failure (its attempt of then) is its echo.
+  bool echo = false;
+  for (const RootFailure& r : roots_)
+    for (const auto& [j, a] : r.unit) echo |= j == i && a == attempt;
+  if (!echo) {
+    RootFailure r{static_cast<int>(i), attempt, {}};
+    for (size_t j : unit)
+      if (j != i) r.unit.emplace_back(j, units_[j].view().attempt);
+    roots_.push_back(std::move(r));
+  }
   MaybeClose(now);
   if (incident_proc_ >= 0) return;
   incident_proc_ = static_cast<int>(i);
@@ -84,9 +95,56 @@ const AttemptRecord* Incident::culprit_attempt() const {
   return c.last();
 }
 
-std::string Incident::RestartNote() const {
+std::vector<RestartStory> Incident::Restarts(const TrainingOf& training) const {
+  auto record = [&](size_t proc, int attempt) -> const AttemptRecord* {
+    for (const AttemptRecord& a : units_[proc].view().attempts)
+      if (a.attempt == attempt) return &a;
+    return nullptr;
+  };
+  auto told = [&](size_t proc, const AttemptRecord& a, bool by_ctl) {
+    RestartStory t;
+    t.process = units_[proc].name();
+    t.attempt = a.attempt;
+    t.reason = by_ctl ? "restarted by ctl" : a.reason;
+    t.signal = a.signal;
+    t.exit_code = a.exit_code;
+    t.by_ctl = by_ctl;
+    if (training) {
+      t.step = training(proc, a.attempt).step;
+      if (record(proc, a.attempt + 1)) t.resumed_from_step = training(proc, a.attempt + 1).resumed_from_step;
+    }
+    return t;
+  };
+  std::vector<std::pair<double, RestartStory>> out;  // by when the attempt ended
+  for (const RootFailure& r : roots_) {
+    const AttemptRecord* a = record(static_cast<size_t>(r.proc), r.attempt);
+    if (!a || a->outcome != AttemptOutcome::kRestarted) continue;  // the failure that ended the run: the culprit
+    RestartStory t = told(static_cast<size_t>(r.proc), *a, false);
+    for (const auto& [j, attempt] : r.unit) {
+      const AttemptRecord* b = record(j, attempt);
+      if (b && Restarted(b->outcome)) t.restarted_with.push_back(units_[j].name());
+    }
+    out.emplace_back(a->end_s, std::move(t));
+  }
+  for (size_t i = 0; i < units_.size(); ++i)
+    for (const AttemptRecord& a : units_[i].view().attempts)
+      if (a.outcome == AttemptOutcome::kRestartedByCtl) out.emplace_back(a.end_s, told(i, a, true));
+  std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<RestartStory> story;
+  for (auto& [t, s] : out) story.push_back(std::move(s));
+  return story;
+}
+
+std::string Incident::RestartNote(const std::vector<RestartStory>& story) const {
   // Restarts on the way to an exit 0 are part of the story: "succeeded" alone would hide a run that limped.
-  // Counted as summary.json's "restarts": every start after a process's first.
+  // Told by their root causes (the peers of a torch world restarted with it are named with it).
+  if (!story.empty()) {
+    std::string o = " (after " + std::to_string(story.size()) + (story.size() == 1 ? " restart: " : " restarts: ");
+    for (size_t k = 0; k < story.size(); ++k) o += (k ? "; " : "") + story[k].Text();
+    return o + ")";
+  }
+  // Restarts with no root cause here (another node's round): counted as summary.json's "restarts", every start
+  // after a process's first.
   int total = 0;
   std::string who;
   for (const ProcessUnit& u : units_) {
@@ -99,8 +157,9 @@ std::string Incident::RestartNote() const {
   return " (after " + std::to_string(total) + (total == 1 ? " restart: " : " restarts: ") + who + ")";
 }
 
-RunVerdict Incident::Verdict(const std::string& start_error) const {
+RunVerdict Incident::Verdict(const std::string& start_error, const TrainingOf& training) const {
   RunVerdict v;
+  v.restarts = Restarts(training);
   // How the run ended when no process of this node is to blame.
   v.exit_code = !node_culprit_.empty() ? node_exit_code_
                 : unguarded_           ? exit_code::kFailure
@@ -123,7 +182,7 @@ RunVerdict Incident::Verdict(const std::string& start_error) const {
     v.exit_code = exit_code::kFailure;
     v.reason = "the supervisor could not start (" + start_error + "); no process was started";
   }
-  if (v.exit_code == exit_code::kOk) v.reason += RestartNote();
+  if (v.exit_code == exit_code::kOk) v.reason += RestartNote(v.restarts);
   if (!node_culprit_.empty()) {  // another node's failure stopped the run (store mode): that node is the culprit
     v.culprit = node_culprit_;
     v.culprit_attempt = -1;

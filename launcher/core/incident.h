@@ -4,7 +4,9 @@
 // (docs/summary-json.md, "culprit"; docs/exit-codes.md).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +18,9 @@
 
 namespace dflash {
 
+/// What an attempt (process index, attempt) said of training: read by the shell from its metrics file.
+using TrainingOf = std::function<AttemptTraining(size_t proc, int attempt)>;
+
 class Incident {
  public:
   explicit Incident(const std::vector<ProcessUnit>& units) : units_(units) {}
@@ -24,7 +29,9 @@ class Incident {
   /// Unit `i` failed (a restartable failure too): the incident's first failure, unless one is open. The
   /// run is healthy again, and an open incident closes, once nothing waits to restart, start or stop and
   /// every live process has run its role's reset_after.
-  void NoteFailure(size_t i, SteadyTime now);
+  /// `unit`: the processes restarted with `i` (RestartUnit): their attempts running now that fail next are
+  /// its echo (a peer its death took down), never a root cause of their own in the story (Verdict's restarts).
+  void NoteFailure(size_t i, SteadyTime now, const std::vector<size_t>& unit);
   /// Unit `i`'s failure ends the run: the culprit is the incident's first failure if that was another
   /// process (the others may only be its echo), else `i` (failing again: its last failure).
   void Blame(size_t i);
@@ -51,13 +58,24 @@ class Incident {
   const AttemptRecord* culprit_attempt() const;
   const std::string& node_culprit() const { return node_culprit_; }
   const nlohmann::json& node_record() const { return node_record_; }
-  /// The verdict; `start_error`: the loop could not even start, and nothing ran (never success).
-  RunVerdict Verdict(const std::string& start_error = "") const;
+  /// The verdict; `start_error`: the loop could not even start, and nothing ran (never success). `training`:
+  /// each attempt's training step (none: the story names no steps).
+  RunVerdict Verdict(const std::string& start_error = "", const TrainingOf& training = {}) const;
 
  private:
   void MaybeClose(SteadyTime now);
-  /// " (after 2 restarts: a:0 1x, b:1 1x)" for a run that ended 0 after restarts; "" without any.
-  std::string RestartNote() const;
+  /// " (after 1 restart: d:1 killed by SIGKILL at step 25, resumed from step 20 (restarted with it: d:0))" for a
+  /// run that ended 0 after restarts; "" without any.
+  std::string RestartNote(const std::vector<RestartStory>& story) const;
+  /// Every restart by its root cause, in the order they ended.
+  std::vector<RestartStory> Restarts(const TrainingOf& training) const;
+
+  /// A failure that is no echo of another: the process, its attempt, and its unit's others as they ran then.
+  struct RootFailure {
+    int proc = -1, attempt = -1;
+    std::vector<std::pair<size_t, int>> unit;  ///< (process, attempt) of the rest of its restart unit
+  };
+  std::vector<RootFailure> roots_;
 
   const std::vector<ProcessUnit>& units_;
   int incident_proc_ = -1, incident_attempt_ = -1;

@@ -109,5 +109,73 @@ TEST(Incident, AStopForANodeIsNamedByTheVerdictAlone) {
   EXPECT_EQ(v.node_culprit, nlohmann::json({{"node", 1}}));
 }
 
+// A world of 3: d:1 is killed, d:0 goes down with it on its own (a gloo error), d:2 is stopped for the restart.
+// The story names d:1 alone, with the step it reached and the one its next attempt resumed from.
+TEST(SupervisorCoreStory, ARestartedWorldIsToldByTheRankThatFailedFirstWithItsSteps) {
+  Harness h(Role("d", 3, kOnFailure3 + std::string("\nworld = \"role\"")));
+  h.Start();
+  h.Killed("d:1", SIGKILL);
+  h.Exit("d:0", 1);  // its peer died under it: an echo, not a root cause
+  h.Killed("d:2", SIGTERM);
+  h.Advance(Millis(1500));
+  for (const char* n : {"d:0", "d:1", "d:2"}) ASSERT_EQ(h.State(n), "RUNNING") << n;
+  for (const char* n : {"d:0", "d:1", "d:2"}) h.Exit(n, 0);
+  ASSERT_TRUE(h.core().Done());
+  // Attempt 0 of each reached step 25 (its metrics); attempt 1 resumed from 20 and ran 80 steps.
+  TrainingOf training = [](size_t, int attempt) {
+    return attempt == 0 ? AttemptTraining{25, 25, 0} : AttemptTraining{80, 100, 20};
+  };
+  RunVerdict v = h.core().Verdict("", training);
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.reason, "all processes succeeded (after 1 restart: d:1 killed by SIGKILL at step 25, resumed from step 20 "
+                      "(restarted with it: d:0, d:2))");
+  ASSERT_EQ(v.restarts.size(), 1u);
+  EXPECT_EQ(v.restarts[0].process, "d:1");
+  EXPECT_EQ(v.restarts[0].signal, SIGKILL);
+  EXPECT_EQ(v.restarts[0].attempt, 0);
+  EXPECT_EQ(v.restarts[0].step, 25);
+  EXPECT_EQ(v.restarts[0].resumed_from_step, 20);
+  // Without the training metrics: the same story, no steps.
+  EXPECT_EQ(h.core().ExitReason(), "all processes succeeded (after 1 restart: d:1 killed by SIGKILL (restarted with it: "
+                                   "d:0, d:2))");
+}
+
+TEST(SupervisorCoreStory, TwoIndependentFailuresAreTwoRestartsInTheOrderTheyHappened) {
+  Harness h(Role("t", 2, kOnFailure3) + Role("d", 2, kOnFailure3));
+  h.Start();
+  h.Killed("t:1", SIGKILL);
+  h.Exit("d:1", 3);  // another process, not of t:1's unit: its own failure, though the run had not healed
+  h.Advance(Millis(1500));
+  h.Killed("d:1", SIGSEGV);  // the restarted one fails again: a failure of its own too
+  h.Advance(Millis(2500));
+  for (const char* n : {"t:0", "t:1", "d:0", "d:1"}) h.Exit(n, 0);
+  ASSERT_TRUE(h.core().Done());
+  RunVerdict v = h.core().Verdict("");
+  ASSERT_EQ(v.restarts.size(), 3u) << v.reason;
+  EXPECT_EQ(v.restarts[0].process, "t:1");
+  EXPECT_EQ(v.restarts[1].process, "d:1");
+  EXPECT_EQ(v.restarts[1].exit_code, 3);
+  EXPECT_EQ(v.restarts[2].process, "d:1");
+  EXPECT_EQ(v.restarts[2].attempt, 1);
+  EXPECT_EQ(v.reason, "all processes succeeded (after 3 restarts: t:1 killed by SIGKILL; d:1 exited with code 3; "
+                      "d:1 killed by SIGSEGV)");
+}
+
+TEST(SupervisorCoreStory, ARestartByCtlIsToldAsOne) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.Start();
+  ASSERT_TRUE(h.Ctl(ControlVerb::kRestart, "a:1").ok);
+  h.Killed("a:1", SIGTERM);
+  h.Advance(Millis(1500));
+  ASSERT_EQ(h.State("a:1"), "RUNNING");
+  h.Exit("a:0", 0);
+  h.Exit("a:1", 0);
+  ASSERT_TRUE(h.core().Done());
+  RunVerdict v = h.core().Verdict("");
+  ASSERT_EQ(v.restarts.size(), 1u);
+  EXPECT_TRUE(v.restarts[0].by_ctl);
+  EXPECT_EQ(v.reason, "all processes succeeded (after 1 restart: a:1 restarted by ctl)");
+}
+
 }  // namespace
 }  // namespace dflash

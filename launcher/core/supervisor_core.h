@@ -152,7 +152,10 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   /// scope, widened to the torch world it shares (RoleSpec::world).
   std::vector<size_t> RestartUnit(size_t i) const override;
   /// How the run ended, as everyone says it (Incident::Verdict); `start_error`: the loop never started.
-  RunVerdict Verdict(const std::string& start_error = "") const { return incident_.Verdict(start_error); }
+  /// `training`: each attempt's training step, from its metrics file (the story names the steps).
+  RunVerdict Verdict(const std::string& start_error = "", const TrainingOf& training = {}) const {
+    return incident_.Verdict(start_error, training);
+  }
   /// The verdict's exit code and reason.
   int ExitCode() const { return Verdict().exit_code; }
   std::string ExitReason() const { return Verdict().reason; }
@@ -180,7 +183,7 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   void OnWarmupExit(size_t i, const std::string& how);
   void ScheduleRestart(size_t i, SteadyTime at, const std::string& why);
   void Hang(size_t i, const std::string& why);
-  void NoteFailure(size_t i) { incident_.NoteFailure(i, Now()); }
+  void NoteFailure(size_t i) { incident_.NoteFailure(i, Now(), RestartUnit(i)); }
   /// Starts every WAITING process nothing holds any longer.
   void StartReleased();
   /// The run stops: signals the deferred processes whose dependents have all ended.

@@ -1,5 +1,6 @@
 #include "launcher/report/summary_json.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/human_bytes.h"
@@ -96,7 +97,28 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
   j["node_culprit"] = s.node_culprit.is_null() ? ojson() : ojson::parse(s.node_culprit.dump());
   j["wall_s"] = s.wall_s;
   j["warnings"] = s.warnings;
-  auto entry = [](const ProcessSummary& p) {
+  // Every restart by its root cause (the verdict's story): who failed, how, at which step, where it resumed.
+  j["restarts"] = ojson::array();
+  for (const RestartStory& r : s.restarts) {
+    ojson rj;
+    rj["process"] = r.process;
+    rj["attempt"] = r.attempt;
+    rj["by_ctl"] = r.by_ctl;
+    rj["reason"] = r.reason;
+    rj["signal"] = r.signal ? ojson(SignalName(r.signal)) : ojson();
+    rj["exit_code"] = r.exit_code < 0 ? ojson() : ojson(r.exit_code);
+    rj["step"] = r.step < 0 ? ojson() : ojson(r.step);
+    rj["resumed_from_step"] = r.resumed_from_step < 0 ? ojson() : ojson(r.resumed_from_step);
+    rj["steps_redone"] = r.step < 0 || r.resumed_from_step < 0 ? ojson() : ojson(std::max<int64_t>(0, r.step - r.resumed_from_step));
+    rj["restarted_with"] = r.restarted_with;
+    j["restarts"].push_back(std::move(rj));
+  }
+  auto training = [](const AttemptTraining& t) {
+    if (t.steps < 0 && t.resumed_from_step < 0) return ojson();
+    return ojson{{"steps", t.steps < 0 ? ojson() : ojson(t.steps)}, {"step", t.step < 0 ? ojson() : ojson(t.step)},
+                 {"resumed_from_step", t.resumed_from_step < 0 ? ojson() : ojson(t.resumed_from_step)}};
+  };
+  auto entry = [&training](const ProcessSummary& p) {
     ojson e;
     e["name"] = p.name;
     e["role"] = p.role;
@@ -120,6 +142,12 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["gate"] = GateFactsJson<ojson>(p.gate);
     e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
     e["memory_peak_bytes"] = p.memory_peak_bytes < 0 ? ojson() : ojson(p.memory_peak_bytes);
+    // Training across its attempts: steps summed, the step reached, where the last resumed, the steps redone.
+    TrainingAcross across = TrainingAcrossAttempts(p);
+    e["training"] = !across.any ? ojson()
+                                : ojson{{"steps", across.steps}, {"step", across.step < 0 ? ojson() : ojson(across.step)},
+                                        {"resumed_from_step", across.resumed_from_step < 0 ? ojson() : ojson(across.resumed_from_step)},
+                                        {"steps_redone", across.steps_redone}, {"attempts", across.attempts}};
     e["ports"] = ojson::object();  // the same for every attempt: reserved for the run
     for (const auto& [name, port] : p.ports) e["ports"][name] = port;
     e["attempts"] = ojson::array();
@@ -139,6 +167,7 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
       aj["ready_timeout"] = a.ready_timeout;
       aj["ready_s"] = a.ready_s > 0 ? ojson(a.ready_s) : ojson();
       aj["gate"] = GateFactsJson<ojson>(a.gate);
+      aj["training"] = training(a.training);
       e["attempts"].push_back(std::move(aj));
     }
     return e;

@@ -67,16 +67,79 @@ std::string SmoothedLoss(const nlohmann::json& m, const std::vector<double>& los
   return NumText("%.3f", first / kWindow) + " -> " + NumText("%.3f", last / kWindow);
 }
 
+int64_t MetricInt(const nlohmann::json& m, const char* key) {
+  double v = 0;
+  return MetricNum(m, key, &v) && v >= 0 ? static_cast<int64_t>(v) : -1;
+}
+
+/// "resumed from step 20 (5 redone)" for each restart of `p` after a failure, ", "-joined; "" without any.
+std::string RestartsText(const ProcessSummary& p) {
+  std::string o;
+  for (size_t k = 1; k < p.attempts.size(); ++k) {
+    const AttemptRecord& before = p.attempts[k - 1];
+    const AttemptTraining& now = p.attempts[k].training;
+    if (!Restarted(before.outcome) || (before.training.steps < 0 && now.steps < 0)) continue;
+    std::string t;
+    if (now.resumed_from_step < 0) t = "restarted, no resume reported";
+    else {
+      t = "resumed from step " + std::to_string(now.resumed_from_step);
+      if (before.training.step >= 0)
+        t += " (" + std::to_string(std::max<int64_t>(0, before.training.step - now.resumed_from_step)) + " redone)";
+    }
+    o += (o.empty() ? "" : ", ") + t;
+  }
+  return o;
+}
+
+std::string RightTrimmed(std::string s) {
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
 }  // namespace
 
+AttemptTraining TrainingOfMetrics(const nlohmann::json& m) {
+  AttemptTraining t;
+  t.steps = MetricInt(m, "steps");
+  t.resumed_from_step = MetricInt(m, "resumed_from_step");
+  if (t.steps >= 0) t.step = std::max<int64_t>(0, t.resumed_from_step) + t.steps;
+  if (m.is_object() && m.contains("checkpoint")) t.step = std::max(t.step, MetricInt(m["checkpoint"], "step"));
+  return t;
+}
+
+TrainingAcross TrainingAcrossAttempts(const ProcessSummary& p) {
+  TrainingAcross a;
+  for (size_t k = 0; k < p.attempts.size(); ++k) {
+    const AttemptTraining& t = p.attempts[k].training;
+    if (t.steps >= 0) {
+      a.any = true;
+      a.steps += t.steps;
+      ++a.attempts;
+    }
+    if (k + 1 < p.attempts.size() && Restarted(p.attempts[k].outcome) && t.step >= 0) {
+      const AttemptTraining& next = p.attempts[k + 1].training;
+      // Without a resume the next attempt began again at step 0: every step was redone.
+      if (next.steps >= 0 || next.resumed_from_step >= 0)
+        a.steps_redone += std::max<int64_t>(0, t.step - std::max<int64_t>(0, next.resumed_from_step));
+    }
+  }
+  if (!p.attempts.empty()) {
+    a.step = p.attempts.back().training.step;
+    a.resumed_from_step = p.attempts.back().training.resumed_from_step;
+  }
+  return a;
+}
+
 std::string TrainingTable(const RunSummary& s) {
-  std::string rows;
-  bool curves = false;
+  std::vector<std::string> cells, restarts;
+  bool curves = false, any_restart = false;
   for (const ProcessSummary& p : s.processes) {
     if (!ReportsSteps(p)) continue;
     const nlohmann::json& m = p.metrics;
     double steps = 0, first = 0, last = 0, t = 0, frames = 0, padded = 0, dropped = 0;
     MetricNum(m, "steps", &steps);
+    TrainingAcross across = TrainingAcrossAttempts(p);
+    if (across.any) steps = static_cast<double>(across.steps);  // every attempt's steps, not the last one's
     std::vector<double> losses = LossCurve(m);
     curves |= losses.size() >= 2;
     bool has_first = MetricNum(m, "first_loss", &first) || (!losses.empty() && (first = losses.front(), true));
@@ -90,13 +153,20 @@ std::string TrainingTable(const RunSummary& s) {
       if (MetricNum(m, "frames_padded", &padded) && padded > 0) spool += " (+" + NumText("%.0f", padded) + " padded)";
       if (MetricNum(m, "frames_dropped", &dropped) && dropped > 0) spool += " (" + NumText("%.0f", dropped) + " dropped)";
     }
-    rows += Pad(p.name, 14) + Pad(NumText("%.0f", steps), 8) + Pad(loss, 22) + Pad(smooth, 26) +
-            Pad(has_t ? Seconds(t) : "-", 12) +
-            spool + "\n";
+    cells.push_back(Pad(p.name, 14) + Pad(NumText("%.0f", steps), 8) + Pad(loss, 22) + Pad(smooth, 26) +
+                    Pad(has_t ? Seconds(t) : "-", 12) + spool);
+    restarts.push_back(RestartsText(p));
+    any_restart |= !restarts.back().empty();
   }
-  if (rows.empty()) return "";
+  if (cells.empty()) return "";
+  // The restarts column only when a process was restarted: where each resumed, and what it redid.
   std::string o = "\n" + Pad("training", 14) + Pad("steps", 8) + Pad("loss first -> last", 22) +
-                  Pad("mean of 10 first -> last", 26) + Pad("first step", 12) + "spool frames\n" + rows;
+                  Pad("mean of 10 first -> last", 26) + Pad("first step", 12) +
+                  (any_restart ? Pad("spool frames", 24) + "restarts\n" : "spool frames\n");
+  for (size_t k = 0; k < cells.size(); ++k) {
+    std::string row = any_restart ? Pad(cells[k], 14 + 8 + 22 + 26 + 12 + 24) + restarts[k] : cells[k];
+    o += RightTrimmed(row) + "\n";
+  }
   if (curves) o += "loss curves: " + s.run_dir + "/loss.svg\n";
   return o;
 }

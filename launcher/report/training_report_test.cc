@@ -1,5 +1,6 @@
 // The training part of a run's summary, from metrics as the payloads write them.
 #include "launcher/report/training_report.h"
+#include "launcher/report/summary_json.h"
 #include "launcher/report/table_text.h"
 
 #include <gtest/gtest.h>
@@ -101,6 +102,97 @@ TEST(TrainingReport, SecondsNeverRoundUpToSixtySecondsOfAMinute) {
   EXPECT_EQ(Seconds(119.6), "1m59s");  // the training table's own formatting once said "1m60s"
   EXPECT_EQ(Seconds(75.0), "1m15s");
   EXPECT_EQ(Seconds(12.34), "12.3s");
+}
+
+TEST(TrainingReport, AnAttemptsStepIsWhereItResumedPlusWhatItRanOrItsLastCommitIfLater) {
+  AttemptTraining t = TrainingOfMetrics({{"steps", 5}, {"resumed_from_step", 20}});
+  EXPECT_EQ(t.steps, 5);
+  EXPECT_EQ(t.step, 25);
+  EXPECT_EQ(t.resumed_from_step, 20);
+  // A commit rewrites the file at once; the steps since may not be written yet.
+  EXPECT_EQ(TrainingOfMetrics({{"steps", 2}, {"resumed_from_step", 20}, {"checkpoint", {{"step", 30}}}}).step, 30);
+  // No resume reported: from step 0. No steps: nothing known.
+  EXPECT_EQ(TrainingOfMetrics({{"steps", 7}}).step, 7);
+  AttemptTraining none = TrainingOfMetrics({{"frames", 3}});
+  EXPECT_EQ(none.steps, -1);
+  EXPECT_EQ(none.step, -1);
+  EXPECT_EQ(TrainingOfMetrics(nullptr).step, -1);
+  EXPECT_EQ(TrainingOfMetrics({{"steps", "4"}}).steps, -1) << "not a number: unknown, not a crash";
+}
+
+/// drafter:1 killed at step 25, resumed from 20, then 80 more steps to 100; drafter:0 stopped with it at 25.
+RunSummary RestartedRun() {
+  RunSummary s;
+  s.run_id = "r1";
+  s.run_dir = "/runs/r1";
+  for (int rank : {0, 1}) {
+    ProcessSummary p = TrainingProc("drafter:" + std::to_string(rank),
+                                    {{"steps", 80}, {"resumed_from_step", 20}, {"frames_acked", 80}}, 1);
+    p.attempts.resize(2);
+    p.attempts[0].attempt = 0;
+    p.attempts[0].outcome = AttemptOutcome::kRestarted;
+    p.attempts[0].training = {25, 25, 0};
+    p.attempts[1].attempt = 1;
+    p.attempts[1].outcome = AttemptOutcome::kSucceeded;
+    p.attempts[1].training = {80, 100, 20};
+    s.processes.push_back(std::move(p));
+  }
+  s.processes.push_back(TrainingProc("mine:0", {{"steps", 7}}));  // never restarted: no story
+  RestartStory r;
+  r.process = "drafter:1";
+  r.reason = "killed by SIGKILL";
+  r.signal = 9;
+  r.exit_code = 137;
+  r.step = 25;
+  r.resumed_from_step = 20;
+  r.restarted_with = {"drafter:0"};
+  s.restarts.push_back(r);
+  s.reason = "all processes succeeded (after 1 restart: " + r.Text() + ")";
+  return s;
+}
+
+TEST(TrainingReport, StepsCountEveryAttemptAndARestartSaysWhereItResumed) {
+  RunSummary s = RestartedRun();
+  EXPECT_EQ(TrainingTable(s),
+            "\n"
+            "training      steps   loss first -> last    mean of 10 first -> last  first step  spool frames            restarts\n"
+            "drafter:0     105     -                     -                         -           80                      resumed from step 20 (5 redone)\n"
+            "drafter:1     105     -                     -                         -           80                      resumed from step 20 (5 redone)\n"
+            "mine:0        7       -                     -                         -           -\n");
+  TrainingAcross a = TrainingAcrossAttempts(s.processes[1]);
+  EXPECT_EQ(a.steps, 105);
+  EXPECT_EQ(a.step, 100);
+  EXPECT_EQ(a.resumed_from_step, 20);
+  EXPECT_EQ(a.steps_redone, 5);
+  EXPECT_EQ(a.attempts, 2);
+  // A restart with no resume reported (no Checkpoint): everything it had done is redone, and the table says so.
+  s.processes[0].attempts[1].training = {100, 100, -1};
+  EXPECT_EQ(TrainingAcrossAttempts(s.processes[0]).steps_redone, 25);
+  EXPECT_NE(TrainingTable(s).find("restarted, no resume reported"), std::string::npos) << TrainingTable(s);
+}
+
+TEST(TrainingReport, SummaryJsonNamesTheProcessThatFailedAndItsSteps) {
+  RunSummary s = RestartedRun();
+  nlohmann::ordered_json j = SummaryJson(s);
+  ASSERT_EQ(j["restarts"].size(), 1u);
+  const auto& r = j["restarts"][0];
+  EXPECT_EQ(r["process"], "drafter:1");
+  EXPECT_EQ(r["signal"], "SIGKILL");
+  EXPECT_EQ(r["step"], 25);
+  EXPECT_EQ(r["resumed_from_step"], 20);
+  EXPECT_EQ(r["steps_redone"], 5);
+  EXPECT_EQ(r["restarted_with"], nlohmann::ordered_json({"drafter:0"}));
+  const auto& p = j["processes"][1];
+  EXPECT_EQ(p["training"], nlohmann::ordered_json({{"steps", 105}, {"step", 100}, {"resumed_from_step", 20},
+                                                   {"steps_redone", 5}, {"attempts", 2}}));
+  EXPECT_EQ(p["attempts"][0]["training"],
+            nlohmann::ordered_json({{"steps", 25}, {"step", 25}, {"resumed_from_step", 0}}));
+  EXPECT_TRUE(j["processes"][2]["training"].is_null()) << "no attempt records: nothing told";
+  std::string table = SummaryTable(s, false);
+  EXPECT_NE(table.find("run r1: all processes succeeded (after 1 restart: drafter:1 killed by SIGKILL at step 25, "
+                       "resumed from step 20 (restarted with it: drafter:0))"),
+            std::string::npos)
+      << table;
 }
 
 }  // namespace

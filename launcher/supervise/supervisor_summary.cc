@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "launcher/report/training_report.h"
 #include "launcher/supervise/payload_files.h"
 
 namespace dflash {
@@ -46,10 +47,24 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     const std::vector<std::string>& names = plan.RoleOf(pp).ports;
     for (size_t k = 0; k < names.size() && k < pp.ports.size(); ++k) e.ports.emplace_back(names[k], pp.ports[k]);
     e.attempts = p.attempts;
+    // Each attempt's training (the step a killed one reached, the step the next resumed from): its own metrics.
+    for (AttemptRecord& a : e.attempts)
+      a.training = a.attempt == attempt ? TrainingOfMetrics(e.metrics)
+                                        : TrainingOfMetrics(ReadMetricsFile(plan.AttemptPath(pp, a.attempt, "metrics.json")));
     (pp.warmup ? s.warmups : s.processes).push_back(std::move(e));
   }
   s.warnings = core.warnings();
-  static_cast<RunVerdict&>(s) = core.Verdict(start_error);  // decided once, by the incident
+  // The core's index i is the order of processes then warm-ups above: find its copy by name.
+  auto training = [&](size_t i, int attempt) {
+    const std::string& name = core.proc(i).plan->name;
+    for (const std::vector<ProcessSummary>* list : {&s.processes, &s.warmups})
+      for (const ProcessSummary& e : *list)
+        if (e.name == name)
+          for (const AttemptRecord& a : e.attempts)
+            if (a.attempt == attempt) return a.training;
+    return AttemptTraining{};
+  };
+  static_cast<RunVerdict&>(s) = core.Verdict(start_error, training);  // decided once, by the incident
   return s;
 }
 

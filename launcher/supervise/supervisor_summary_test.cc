@@ -31,7 +31,7 @@ TEST(SupervisorCore, SuccessAfterRestartsSaysTheRestartsInTheOneVerdict) {
   h.Exit("a:0", 0);
   h.Exit("a:1", 0);
   ASSERT_TRUE(h.core().Done());
-  const std::string said = "all processes succeeded (after 1 restart: a:1 1x)";
+  const std::string said = "all processes succeeded (after 1 restart: a:1 exited with code 3)";
   EXPECT_EQ(h.core().ExitCode(), 0);
   EXPECT_EQ(h.core().ExitReason(), said);
   RunSummary s = BuildRunSummary(h.core(), 1.0, "");  // summary.json and the table's last line say the same

@@ -195,6 +195,7 @@ class Checkpoint:
             if self.source is not None:
                 self.source.restore(None)
             self.say(f"{self._who()}: no checkpoint in {self.dir}: starting at step 0")
+            self._report(resumed_from_step=0)  # the run's summary: a restart with none yet redoes every step
             return 0
         step, path = choice
         t0 = time.monotonic()
@@ -320,6 +321,8 @@ class Checkpoint:
         self.last = (step, final)
         self._report(checkpoint={"path": final, "step": step}, checkpoints_written=self.saved,
                      checkpoint_blocked_s=round(self.save_blocked_s, 3))
+        if self.metrics is not None:
+            self.metrics.write()  # at once (a commit is rare): the run's summary knows a killed rank got this far
         if self.rank != 0:
             return
         os.rename(tmp, final)

@@ -33,6 +33,7 @@ import time
 MAX_POINTS = 2000
 #: Steps averaged at each end for `first_loss_mean10` / `last_loss_mean10` (a single step's loss is noise).
 MEAN_STEPS = 10
+WRITE_SHARE = 50  # a write at most every 50 writes' time between steps: <= 2 % of a step on the file
 
 
 def process_age_s():
@@ -73,7 +74,8 @@ def compile_counters():
 class TrainingMetrics:
     def __init__(self, path=None, every_s=5.0, **fields):
         """`path` defaults to $DFLASH_METRICS_FILE (none: nothing is written). The file is rewritten at most
-        every `every_s` seconds while steps come, by write(), and once more at exit."""
+        every `every_s` seconds while steps come (more often while a write costs under 2 % of the time between them), by
+        write(), and once more at exit."""
         self.path = os.environ.get("DFLASH_METRICS_FILE", "") if path is None else path
         self.every_s = every_s
         self.data = dict(fields)
@@ -82,6 +84,9 @@ class TrainingMetrics:
         self.first_few, self.last_few, self._losses_seen = [], collections.deque(maxlen=MEAN_STEPS), 0
         self.t0 = time.monotonic() - process_age_s()
         self._last_write = time.monotonic()
+        # What the last few writes took: the fastest of them paces the next (a loaded machine makes some slower; the
+        # file grows with the curve, so an old fast write would understate the cost). None yet: only every_s.
+        self._write_costs = collections.deque(maxlen=8)
         if self.path:
             atexit.register(self.write)
 
@@ -105,8 +110,12 @@ class TrainingMetrics:
                 if len(self.losses) > MAX_POINTS:
                     self.losses, self.stride = self.losses[::2], self.stride * 2
         self.steps += 1
-        # The first step ends the compile: its counters are on disk before anything can stop the process.
-        if self.steps == 1 or time.monotonic() - self._last_write >= self.every_s:
+        # The first step ends the compile: its counters are on disk before anything can stop the process. Then every
+        # `every_s`, and sooner while a write costs under 2 % of the time between them (every step of a step that
+        # takes 50 writes' time): the step a killed process had reached is what the run's summary tells.
+        since = time.monotonic() - self._last_write
+        cost = min(self._write_costs, default=float("inf"))
+        if self.steps == 1 or since >= self.every_s or since >= WRITE_SHARE * cost:
             self.write()
 
     def update(self, **fields):
@@ -130,6 +139,7 @@ class TrainingMetrics:
 
     def write(self):
         """Writes the file now (no-op without a path)."""
-        self._last_write = time.monotonic()
+        t0 = self._last_write = time.monotonic()
         if self.path:
             write_json_private(self.path, self.snapshot())
+            self._write_costs.append(time.monotonic() - t0)

@@ -8,7 +8,8 @@ CKPT_KILL="RANK:MOMENT:STEP" kills rank RANK with SIGKILL in its first attempt (
   step    mid-step: after step STEP's backward, before its optimizer step
   write   mid-checkpoint-write: the checkpoint of STEP steps has this rank's data on disk, not yet committed
   commit  just after the commit: checkpoint STEP renamed into place, its frames not yet moved to done/ (rank 0)
-CKPT_SLEEP_MS: a pause per step (a kill from outside lands mid-run)."""
+CKPT_SLEEP_MS: a pause per step (a kill from outside lands mid-run). CKPT_STOP_SIGNALS: the Checkpoint's stop_signals
+("SIGTERM,SIGUSR1"; default SIGTERM)."""
 import json
 import os
 import signal
@@ -51,7 +52,8 @@ else:
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 source = WorldSource.from_env(contract)
 ckpt = Checkpoint(wrapped, opt, every_steps=int(os.environ.get("CKPT_EVERY", "3")), source=source,
-                  async_save=os.environ.get("CKPT_ASYNC", "1") == "1")
+                  async_save=os.environ.get("CKPT_ASYNC", "1") == "1",
+                  stop_signals=[getattr(signal, n) for n in os.environ.get("CKPT_STOP_SIGNALS", "SIGTERM").split(",")])
 
 if armed and moment == "write":
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
