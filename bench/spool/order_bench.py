@@ -60,7 +60,7 @@ RANK = START + r"""
 import json, sys, torch.distributed as dist
 from dflash_launch import contract_from_env
 from dflash_launch.spool import SpoolSource
-from dflash_launch.spool_world import WorldSource
+from dflash_launch.spool import WorldSource
 from dflash_launch.train_metrics import TrainingMetrics
 root, rank, port, kind, step, ctl = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]) / 1000, sys.argv[6]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
