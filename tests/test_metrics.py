@@ -325,7 +325,7 @@ def test_training_and_spool_metrics_of_a_live_run(bin_dir, tmp_path):
         age = float(re.search(r"dflash_training_checkpoint_age_seconds\{%s\} (\S+)" % labels, t).group(1))
         assert 99 <= age < 100 + EVENT_TIMEOUT, age
         assert re.search(r"dflash_training_step_seconds\{%s\} \d" % labels, t), t
-        for state, n in (("pending", 1), ("ready", 2), ("claimed", 1), ("done", 3), ("rejected", 0)):
+        for state, n in (("writing", 1), ("ready", 2), ("claimed", 1), ("pending", 0), ("done", 3), ("rejected", 0)):
             assert f'dflash_spool_frames{{state="{state}"}} {n}\n' in t, t
         # The payload under measure is the python process itself (a direct process): its memory is real.
         rss = float(re.search(r"dflash_process_resident_memory_bytes\{%s\} (\S+)" % labels, t).group(1))

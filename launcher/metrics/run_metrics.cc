@@ -276,8 +276,8 @@ void RunMetrics::UpdateSpool(const RunSnapshot& s) {
   auto t0 = std::chrono::steady_clock::now();
   SpoolCounts c = CountSpool(s.spool_dir, with_done);
   if (!c.present) return;
-  for (auto [state, n] : {std::pair{"pending", c.pending}, {"ready", c.ready}, {"claimed", c.claimed},
-                          {"rejected", c.rejected}})
+  for (auto [state, n] : {std::pair{"writing", c.writing}, {"ready", c.ready}, {"claimed", c.claimed},
+                          {"pending", c.pending}, {"rejected", c.rejected}})
     f_->spool_frames.Add({{"state", state}}).Set(static_cast<double>(n));
   if (!with_done) return;  // done and frames/s keep their last values
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -195,12 +195,16 @@ TEST(SpoolCount, CountsFramesByTheDirectoryTheyAreIn) {
   touch("claimed/c0/t0-0000000002.safetensors");
   touch("claimed/c1/t1-0000000002.safetensors");
   touch("done/t0-0000000001.safetensors");
+  std::filesystem::create_directories(root / "pending/c0");
+  touch("pending/c0/0000000004.t0-0000000000.safetensors");
+  touch("pending/c0/0000000005.t1-0000000000.safetensors");
   touch("rejected/t1-0000000001.safetensors");
   touch("rejected/t1-0000000001.safetensors.reason");
   touch("producers/t0.done");
   SpoolCounts c = CountSpool(root.string());
   EXPECT_TRUE(c.present);
-  EXPECT_EQ(c.pending, 1);
+  EXPECT_EQ(c.writing, 1);
+  EXPECT_EQ(c.pending, 2);
   EXPECT_EQ(c.ready, 2);
   EXPECT_EQ(c.claimed, 2);
   EXPECT_EQ(c.done, 1);
@@ -217,6 +221,8 @@ TEST(SpoolCount, CountsFramesByTheDirectoryTheyAreIn) {
   m.Update(s);
   std::string t = m.Text();
   EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"ready\"} 2")) << t;
+  EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"writing\"} 1")) << t;
+  EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"pending\"} 2")) << t;
   EXPECT_TRUE(Has(t, "dflash_spool_frames{state=\"done\"} 3")) << t;
   EXPECT_TRUE(Has(t, "dflash_spool_frames_per_second 1")) << t;  // 2 frames in 2 s
 

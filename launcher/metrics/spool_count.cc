@@ -15,7 +15,7 @@ bool IsFrame(std::string_view name) {
 }
 
 /// Entries of `dir` (not . and ..): every one when `frames_only` is false, else only frame files;
-/// with `subdirs`, the counts of its subdirectories instead (claimed/<consumer>/).
+/// with `subdirs`, the counts of its subdirectories instead (claimed/<consumer>/, pending/<consumer>/).
 int64_t Count(const std::string& dir, bool frames_only, bool subdirs = false) {
   DIR* d = ::opendir(dir.c_str());
   if (!d) return 0;
@@ -39,9 +39,10 @@ SpoolCounts CountSpool(const std::string& root, bool with_done) {
   struct stat st;
   if (root.empty() || ::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return c;
   c.present = true;
-  c.pending = Count(root + "/tmp", false);
+  c.writing = Count(root + "/tmp", false);
   c.ready = Count(root + "/ready", true);
   c.claimed = Count(root + "/claimed", true, true);
+  c.pending = Count(root + "/pending", true, true);  // <position>.<frame>.safetensors: frames too
   if (with_done) c.done = Count(root + "/done", true);
   c.rejected = Count(root + "/rejected", true);
   return c;

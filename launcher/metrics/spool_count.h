@@ -9,9 +9,10 @@ namespace dflash {
 
 struct SpoolCounts {
   bool present = false;  ///< the spool's root exists
-  int64_t pending = 0;   ///< tmp/: being written by a producer
+  int64_t writing = 0;   ///< tmp/: being written by a producer
   int64_t ready = 0;     ///< ready/: published, not claimed yet
   int64_t claimed = 0;   ///< claimed/<consumer>/: held by a consumer, not acknowledged yet
+  int64_t pending = 0;   ///< pending/<consumer>/: acknowledged, waiting for the checkpoint that commits it
   int64_t done = 0;      ///< done/: acknowledged after the training step
   int64_t rejected = 0;  ///< rejected/: violated the contract
 };
