@@ -206,3 +206,22 @@ def test_no_checkpoint_dir_is_a_clear_error(monkeypatch):
         Checkpoint(torch.nn.Linear(2, 2), None, every_steps=1)
     with pytest.raises(ValueError, match="every="):
         Checkpoint(torch.nn.Linear(2, 2), None, every="soon", dir="/nonexistent")
+
+
+def test_a_checkpoint_at_the_end_of_a_world_whose_rank_0_commits_late(tmp_path):
+    """Issue #45's hang (the 8-GPU twin under load): after a checkpoint committed, a second save at the same step
+    (the source's end, then the loop's own finish()) asks whether anything is new since it. Each peer used to read
+    its rank file under the committed name, which only rank 0's rename creates: a peer that came first skipped the
+    agreement every rank enters and went on into the save's collectives, while rank 0 waited in the agreement. Here
+    rank 0 commits a second late (SLOW_RENAME_S): every rank must end, the last checkpoint committed, each frame
+    once."""
+    from test_spool_world import run_world
+    codes, errs, outs, root = run_world(tmp_path, "checkpoint", frames=10, timeout_s=90,
+                                        extra_env={"SLOW_RENAME_S": "1", "CKPT_EVERY": "2"})
+    assert codes == [0, 0, 0], "\n".join(e[-2000:] for e in errs)
+    assert [o["steps"] for o in outs] == [4, 4, 4]
+    ckpts = sorted(n for n in os.listdir(tmp_path / "ckpt") if n.startswith("step-"))
+    assert ckpts[-1] == "step-0000000004", ckpts
+    m = json.loads((root / "spool.json").read_text())
+    assert m["final"] and m["exactly_once"] and m["frames_consumed"] == 10 and m["pending"] == 0, m
+    assert set(m["committed_by_checkpoint"]) <= {f"{tmp_path}/ckpt/step-{s:010d}" for s in (2, 4)}, m
