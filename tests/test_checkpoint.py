@@ -152,9 +152,6 @@ def test_sigterm_writes_a_checkpoint_the_next_run_resumes_from(launch, tmp_path)
     assert_committed_exactly_once(r2)
 
 
-@pytest.mark.skipif(os.environ.get("DFLASH_LONG_TESTS") != "1",
-                    reason="failed once at the session's end under load, not yet understood (issue #45 open): "
-                           "DFLASH_LONG_TESTS=1 runs it")
 def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_path):
     """The shipped drafter (--ddp --source spool) checkpoints by itself under dflash-launch: a rank killed -9 from
     outside after its world's first checkpoint, the world resumes from it, and every frame is committed once."""
@@ -225,3 +222,33 @@ def test_a_checkpoint_at_the_end_of_a_world_whose_rank_0_commits_late(tmp_path):
     m = json.loads((root / "spool.json").read_text())
     assert m["final"] and m["exactly_once"] and m["frames_consumed"] == 10 and m["pending"] == 0, m
     assert set(m["committed_by_checkpoint"]) <= {f"{tmp_path}/ckpt/step-{s:010d}" for s in (2, 4)}, m
+
+
+def test_ranks_on_different_paths_of_the_protocol_raise_together_instead_of_waiting(tmp_path):
+    """What the hang above was, made loud: rank 1 starts a checkpoint's write while its peers agree on their step.
+    Every agreement carries where each rank is, so all three raise CheckpointDiverged at once, naming each rank's
+    point, long before any collective's timeout (300 s here)."""
+    import subprocess
+    import sys
+    from redis_server import free_port
+    code = ("import datetime, sys, torch, torch.distributed as dist\n"
+            "from dflash_launch.checkpoint import Checkpoint\n"
+            "rank = int(sys.argv[1])\n"
+            "dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{sys.argv[2]}', rank=rank, world_size=3,\n"
+            "                        timeout=datetime.timedelta(seconds=300))\n"
+            "m = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))\n"
+            f"c = Checkpoint(m, None, every_steps=100, dir={str(tmp_path / 'ck')!r})\n"
+            "c.restore()\n"
+            "c.save(wait=True) if rank == 1 else c.step(0)\n")
+    port = str(free_port())
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(r), port], env=dict(ENV, OMP_NUM_THREADS="1"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(3)]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [1, 1, 1], errs
+    assert time.monotonic() - t0 < 250, "a collective timed out: the ranks waited instead of raising"
+    for err in errs:
+        assert "CheckpointDiverged" in err and "different points of the checkpoint protocol" in err, err[-2000:]
+        assert ("rank 0: the step's agreement (is a checkpoint due?) at step 1; rank 1: the start of a "
+                "checkpoint's write at step 0; rank 2: the step's agreement") in err, err[-2000:]
+    assert not [n for n in os.listdir(tmp_path / "ck") if n.startswith("step-")]
