@@ -60,8 +60,8 @@ if kind == "checkpoint":
                 time.sleep(slow)
             return rename(src, dst)
         os.rename = slow_rename
-    ckpt = Checkpoint(model, opt, every_steps=int(os.environ.get("CKPT_EVERY", "2")), dir=os.path.join(os.path.dirname(out), "ckpt"),
-                      source=source)
+    ckpt = Checkpoint(model, opt, every_steps=int(os.environ.get("CKPT_EVERY", "2")),
+                      dir=os.path.join(os.path.dirname(out), "ckpt"), source=source)
     ckpt.restore()
 seen = []
 for sample in source:
