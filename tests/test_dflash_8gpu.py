@@ -2,8 +2,9 @@
 checkpoint, the reference drafter as a DDP world), `check` passes it given a model path and refuses it without
 one, and its CPU-scaled twin (dflash_launch.roles.pipeline_twin: the same roles and commands, a tiny [model], a tiny
 Qwen3 saved to disk and loaded with from_pretrained) runs to the end: 5 targets, a warm-up that compiles, 3 DDP
-ranks that take the same number of steps on 110 frames (the tail padded), every frame exactly once, and a loss
-that falls below what uniform random ids (hf_target's data before) would allow."""
+ranks that take the same number of steps on 110 frames (the tail padded), every frame exactly once and committed
+with the drafters' last checkpoint, and a loss that falls below what uniform random ids (hf_target's data before)
+would allow."""
 import math
 import json
 import os
@@ -91,6 +92,12 @@ def test_the_cpu_twin_runs_to_the_end(tmp_path):
         m = procs[f"target:{i}"]["metrics"]
         assert m["model"] == str(tmp_path / "checkpoint") and m["frames"] == 22 and m["tokens"] == "token chain"
     assert r["frames"] == 110 and r["exactly_once"]
+    # The drafters checkpoint as shipped (every 200 steps: none due in 37): the one at the end commits all 110
+    # frames, and the loop's own finish() after the source's end agrees that nothing is new (issue #45's hang).
+    last_ckpt = tmp_path / "runs" / "twin" / "checkpoints" / "drafter" / "step-0000000037"
+    assert summary["checkpoints"]["drafter"] == {"path": str(last_ckpt), "step": 37}, summary["checkpoints"]
+    spool = json.loads((tmp_path / "runs" / "twin" / "spool.json").read_text())
+    assert spool["committed_by_checkpoint"] == {str(last_ckpt): 110}, spool["committed_by_checkpoint"]
     # One warm-up compiled; the 3 DDP ranks reused its cache and took ceil(110 / 3) = 37 steps each, one padded.
     (warmup,) = summary["warmups"]
     assert warmup["gate"]["role"] == "lead" and warmup["exit_code"] == 0

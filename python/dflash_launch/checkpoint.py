@@ -42,6 +42,13 @@ from dflash_launch._extras import require
 from dflash_launch.spool.dirs import private_makedirs
 
 _NAME = re.compile(r"^step-(\d{10})(?:\.(\d+))?$")
+# What a rank is doing when it joins one of the Checkpoint's agreements (they carry it, so ranks that took different
+# paths meet in one collective and say so, instead of each waiting in a collective of its own).
+_STEP, _MOVED, _SAVE = 1, 2, 3
+_FLAGS = 3  # the most flags one agreement carries (the step's: due, timed, stop)
+_PHASES = {_STEP: "the step's agreement (is a checkpoint due?)",
+           _MOVED: "the check for anything new since the last checkpoint",
+           _SAVE: "the start of a checkpoint's write"}
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -94,6 +101,12 @@ def _set_rng_state(torch, state):
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
 
 
+class CheckpointDiverged(RuntimeError):
+    """The ranks of a world reached different points of the Checkpoint's protocol (a bug, or a loop that calls
+    step()/save()/finish() differently per rank): raised on every rank at once, rather than each waiting forever in a
+    collective the others never enter."""
+
+
 class Checkpoint:
     def __init__(self, model, optimizer=None, every_steps=None, every=None, dir=None, keep=3, source=None,
                  async_save=True, stop_signals=(signal.SIGTERM,), stop_wait_s=5.0, metrics=None, say=None, env=None):
@@ -143,6 +156,7 @@ class Checkpoint:
         self.done_steps = 0
         self.resumed_from = None
         self.last = None              # (step, path) of the last committed checkpoint
+        self._last_source = None      # this rank's source state in it (in memory: see _source_moved)
         self.saved = 0
         self.save_blocked_s = 0.0     # what the steps waited for saves (the copy; the disk too when not async)
         self._inflight = None
@@ -211,6 +225,7 @@ class Checkpoint:
             self.source.restore(extra.get("source"), positions, path if self.rank == 0 else None)
         self.done_steps = self.resumed_from = int(extra["step"])
         self.last = (self.resumed_from, path)
+        self._last_source = extra.get("source")
         self._last_save_t = time.monotonic()
         took = time.monotonic() - t0
         self.say(f"{self._who()}: resumed from step {self.resumed_from} ({path}, {took:.2f}s)")
@@ -241,10 +256,8 @@ class Checkpoint:
         due = bool(self.every_steps and self.done_steps % self.every_steps == 0)
         timed = self.every_s is not None and time.monotonic() - self._last_save_t >= self.every_s
         stop = self._stop is not None
-        if self.in_world:  # every rank decides the same: the clocks and the signals' arrival differ
-            t = self.torch.tensor([int(due), int(timed), int(stop)], dtype=self.torch.int64)
-            self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.agree_group)
-            due, timed, stop = (bool(v) for v in t.tolist())
+        # Every rank decides the same: the clocks and the signals' arrival differ.
+        due, timed, stop = self._agree(_STEP, due, timed, stop)
         if stop and self._stop_timer is not None:
             self._stop_timer.cancel()  # this step takes it: the checkpoint, then the signal
         if due or timed or stop:
@@ -267,6 +280,7 @@ class Checkpoint:
                 return  # nothing new since that checkpoint
             name += f".{_key(os.path.basename(self.last[1]))[1] + 1}"  # the tail's frames after it (tail="drop")
         tmp, final = os.path.join(self.dir, ".tmp-" + name), os.path.join(self.dir, name)
+        self._agree(_SAVE)  # every rank writes this one: DCP's collectives follow
         private_makedirs(tmp)  # every rank: 0700 from the checkpoint dir down, whoever makes it first
         source_state = self.source.state_dict() if self.source is not None else None
         extra = {"step": step, "rank": self.rank, "world": self.world, "rng": _rng_state(torch),
@@ -288,19 +302,37 @@ class Checkpoint:
         self.save_blocked_s += time.monotonic() - t0
 
     def _source_moved(self):
-        state = self.source.state_dict() if self.source is not None else None
-        if state is None:
-            return False
-        try:
-            before = self.torch.load(self._rank_file(self.last[1], self.rank), weights_only=True)["source"]
-        except (OSError, KeyError, RuntimeError):
-            return True
-        moved = int(self.source.position_of(state) != self.source.position_of(before))
-        if self.in_world:
-            t = self.torch.tensor([moved], dtype=self.torch.int64)
-            self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, group=self.agree_group)
-            moved = int(t.item())
-        return bool(moved)
+        """Did the source move since the last checkpoint (tail="drop": frames acknowledged without a step)? From
+        this rank's own record of that checkpoint, in memory: its files are no witness, since rank 0 renames the
+        checkpoint into place after every peer's save has returned, and a peer that looked first once found
+        nothing and took another path than the world (issue #45's hang). Every rank joins the agreement."""
+        moved = False
+        if self.source is not None:
+            now = self.source.state_dict()
+            moved = self._last_source is None or \
+                self.source.position_of(now) != self.source.position_of(self._last_source)
+        (moved,) = self._agree(_MOVED, moved)
+        return moved
+
+    def _agree(self, phase, *flags):
+        """`flags`, each OR-ed over the world, in one all_gather that also carries where each rank is (`phase`,
+        the step): ranks that reached different points raise CheckpointDiverged together instead of waiting in
+        different collectives. Outside a world: `flags` as given."""
+        if not self.in_world:
+            return [bool(f) for f in flags]
+        torch = self.torch
+        # One size for every phase (gloo needs equal sizes to match two ranks' calls at all).
+        values = [phase, self.done_steps] + [int(bool(f)) for f in flags] + [0] * (_FLAGS - len(flags))
+        mine = torch.tensor(values, dtype=torch.int64)
+        every = [torch.zeros_like(mine) for _ in range(self.world)]
+        self.dist.all_gather(every, mine, group=self.agree_group)
+        where = [(int(t[0]), int(t[1])) for t in every]
+        if len(set(where)) != 1:
+            said = "; ".join(f"rank {r}: {_PHASES.get(p, f'phase {p}')} at step {s}" for r, (p, s) in enumerate(where))
+            raise CheckpointDiverged(f"{self._who()}: the ranks of the world are at different points of the "
+                                     f"checkpoint protocol ({said}); each would wait forever for the others. Every "
+                                     f"rank must call step(), save() and finish() at the same points")
+        return [bool(v) for v in torch.stack(every)[:, 2:2 + len(flags)].amax(0).tolist()]
 
     def _poll(self):
         if self._inflight is not None and self._inflight[4] is not None and self._inflight[4].done():
@@ -313,12 +345,12 @@ class Checkpoint:
     def _commit(self):
         """The save in flight finished on this rank: rank 0 (whose save ended after every rank's part was
         written) renames it into place, commits the frames it covers and drops the oldest beyond `keep`."""
-        step, tmp, final, _, future = self._inflight
+        step, tmp, final, source_state, future = self._inflight
         self._inflight = None
         if future is not None:
             future.result()  # a failed write raises here
         self.saved += 1
-        self.last = (step, final)
+        self.last, self._last_source = (step, final), source_state
         self._report(checkpoint={"path": final, "step": step}, checkpoints_written=self.saved,
                      checkpoint_blocked_s=round(self.save_blocked_s, 3))
         if self.metrics is not None:

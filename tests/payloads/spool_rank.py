@@ -1,9 +1,13 @@
 """One rank of a 3-rank gloo DDP world that trains on a spool (tests/test_spool_world.py).
 
     python spool_rank.py ROOT RANK WORLD PORT SOURCE TAIL OUT TIMEOUT_S
-SOURCE: "world" (dflash_launch.spool.world.WorldSource) or "plain" (a SpoolSource per rank: what a DDP drafter had
-before). Writes OUT (JSON): the frames it stepped on, its step count, a digest of its final weights, its stats.
+SOURCE: "world" (dflash_launch.spool.world.WorldSource), "plain" (a SpoolSource per rank: what a DDP drafter had
+before) or "checkpoint" (WorldSource and a dflash_launch.Checkpoint every CKPT_EVERY steps in OUT's dir/ckpt,
+finish() after the loop as the reference drafter does). Writes OUT (JSON): the frames it stepped on, its step
+count, a digest of its final weights, its stats.
 The collectives time out after TIMEOUT_S, so a world whose ranks stepped unequally fails instead of hanging.
+SLOW_RENAME_S: rank 0 sleeps that long before each rename into the checkpoint dir (a loaded machine, made certain:
+rank 0 commits after its peers went on).
 SPOOL_RANK_FAIL="R:N": rank R's spool raises OSError at its Nth claim (a disk error, not a bad frame)."""
 import datetime
 import json
@@ -29,7 +33,7 @@ width = len(contract["tapped_layers"]) * contract["hidden"]
 model = DDP(torch.nn.Linear(width, contract["vocab"]))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 name = f"drafter:{rank}"
-if kind == "world":
+if kind in ("world", "checkpoint"):
     source = WorldSource(SpoolSource(root, name, contract, producers=1), tail=tail)
 else:
     source = SpoolSource(root, name, contract, producers=1)
@@ -44,6 +48,22 @@ if fail and int(fail.split(":")[0]) == rank:
             raise OSError(5, "Input/output error (injected)", str(root))
         return claim()
     spool.next_sample = failing_claim
+ckpt = None
+if kind == "checkpoint":
+    from dflash_launch import Checkpoint
+    slow = float(os.environ.get("SLOW_RENAME_S", "0"))
+    if slow and rank == 0:
+        import time
+        rename = os.rename
+
+        def slow_rename(src, dst):
+            if ".tmp-step-" in str(src):
+                time.sleep(slow)
+            return rename(src, dst)
+        os.rename = slow_rename
+    ckpt = Checkpoint(model, opt, every_steps=int(os.environ.get("CKPT_EVERY", "2")),
+                      dir=os.path.join(os.path.dirname(out), "ckpt"), source=source)
+    ckpt.restore()
 seen = []
 for sample in source:
     logits = model(sample["hidden"].float())
@@ -57,6 +77,10 @@ for sample in source:
         sample["ack"](loss)  # rank 0 acknowledges (and records its loss); the others let the next frame do it
     elif kind == "plain":
         sample["ack"]()
+    if ckpt is not None:
+        ckpt.step(len(seen) - 1)
+if ckpt is not None:
+    ckpt.finish()  # after the source's own last checkpoint: nothing new, and every rank must agree on that
 weights = torch.cat([p.detach().flatten() for p in model.parameters()])
 result = {"rank": rank, "steps": len(seen), "seen": seen, "weights_sum": float(weights.double().sum()),
           "stats": source.stats()}

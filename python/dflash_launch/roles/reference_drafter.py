@@ -290,7 +290,7 @@ def parse_args(argv):
                    help="sleep per step while holding the frame (tests: a slow step, as dflash-builtin drafter's)")
     p.add_argument("--tail", choices=["pad", "drop"], default=os.environ.get("DFLASH_TAIL", "pad"),
                    help="--ddp: the last round of frames, fewer than the ranks (dflash_launch.spool.world)")
-    p.add_argument("--checkpoint-every", type=int, default=int(os.environ.get("DFLASH_CHECKPOINT_EVERY", "0")),
+    p.add_argument("--checkpoint-every", type=int, default=int(os.environ.get("DFLASH_CHECKPOINT_EVERY", "50")),
                    help="a checkpoint every N steps in $DFLASH_CHECKPOINT_DIR (dflash-launch sets it), and one at "
                         "the end and on SIGTERM; a restart resumes from the last (0: none; docs/checkpoints.md)")
     return p.parse_args(argv)
