@@ -257,6 +257,51 @@ def test_a_stop_signal_away_from_the_loop_ends_the_process_as_before(tmp_path):
     assert not [n for n in os.listdir(tmp_path / "ck") if n.startswith("step-")]
 
 
+def test_frames_waiting_for_a_checkpoint_past_their_byte_share_bring_it_forward(tmp_path):
+    """Acknowledged frames wait in pending/ for the checkpoint that covers them, outside the producers' byte budget
+    (counted there, they would stop the producers before the world reached that checkpoint). So when they hold more
+    than the consumer's share of the budget, the Checkpoint takes one at once instead of at its interval: here
+    every_steps=1000 and 12 frames of ~16 KB against a budget of 50 KB: checkpoints before the end, pending/ never
+    holds much more than the share, and every frame is still committed exactly once."""
+    import subprocess
+    import sys
+    code = f"""
+import json, os, torch
+from dflash_launch import Checkpoint
+from dflash_launch.spool import SpoolProducer, SpoolSource
+from test_spool import CONTRACT
+root = {str(tmp_path / "spool")!r}
+p = SpoolProducer(root, "target:0", CONTRACT)
+for i in range(12):
+    p.publish(torch.randn(1, 32, 96), torch.zeros(1, 32, dtype=torch.long))
+p.finish()
+os.environ["DFLASH_SPOOL_MAX_BYTES"] = "50000"
+src = SpoolSource(root, "d:0", CONTRACT, producers=1, manifest_path={str(tmp_path / "spool.json")!r})
+m = torch.nn.Linear(96, 4)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+ck = Checkpoint(m, opt, every_steps=1000, dir={str(tmp_path / "ck")!r}, source=src)
+ck.restore()
+held = []
+for i, s in enumerate(src):
+    m(s["hidden"]).sum().backward(); opt.step(); opt.zero_grad()
+    s["ack"]()
+    ck.step(i)
+    held.append(src.pending_bytes())
+ck.finish()
+print(json.dumps(held))
+"""
+    env = dict(ENV, PYTHONPATH=f"{ROOT / 'tests'}:{ENV['PYTHONPATH']}")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    held = json.loads(r.stdout.strip().splitlines()[-1])
+    steps = sorted(int(n.split("-")[1].split(".")[0]) for n in os.listdir(tmp_path / "ck") if n.startswith("step-"))
+    assert steps and steps[0] < 12, (steps, r.stderr[-2000:])  # brought forward: the interval alone says none
+    assert r.stderr.count("before its interval") == 1, r.stderr[-2000:]
+    assert max(held) <= 2 * 50000 + 16384, held  # twice the share at most (then a step waits for the save in flight)
+    m = json.loads((tmp_path / "spool.json").read_text())
+    assert m["exactly_once"] and m["pending"] == 0 and m["frames_consumed"] == 12, m
+
+
 def test_training_metrics_writes_every_slow_step_at_a_bounded_cost(tmp_path, monkeypatch):
     """The summary tells the step a killed process reached from its metrics file: TrainingMetrics rewrites it every
     step while a write costs under 2 % of the time between steps (a fake clock: a write takes 1 ms of it)."""

@@ -45,7 +45,7 @@ _NAME = re.compile(r"^step-(\d{10})(?:\.(\d+))?$")
 # What a rank is doing when it joins one of the Checkpoint's agreements (they carry it, so ranks that took different
 # paths meet in one collective and say so, instead of each waiting in a collective of its own).
 _STEP, _MOVED, _SAVE = 1, 2, 3
-_FLAGS = 3  # the most flags one agreement carries (the step's: due, timed, stop)
+_FLAGS = 5  # the most flags one agreement carries (the step's: due, timed, stop, full, drain)
 _PHASES = {_STEP: "the step's agreement (is a checkpoint due?)",
            _MOVED: "the check for anything new since the last checkpoint",
            _SAVE: "the start of a checkpoint's write"}
@@ -166,6 +166,7 @@ class Checkpoint:
         self._stop_signals = tuple(stop_signals or ())
         self._stop_wait_s = float(stop_wait_s)
         self._stop_timer = None
+        self._said_full = False
 
     # Where ----------------------------------------------------------------------------------------------------
 
@@ -256,11 +257,23 @@ class Checkpoint:
         due = bool(self.every_steps and self.done_steps % self.every_steps == 0)
         timed = self.every_s is not None and time.monotonic() - self._last_save_t >= self.every_s
         stop = self._stop is not None
-        # Every rank decides the same: the clocks and the signals' arrival differ.
-        due, timed, stop = self._agree(_STEP, due, timed, stop)
+        level = self._pending_level()
+        full = level > 1 and self._inflight is None  # a checkpoint now commits them
+        drain = level > 2 and self._inflight is not None  # still more while one is in flight: wait for its commit
+        # Every rank decides the same: the clocks, the signals' arrival and the frames held differ.
+        due, timed, stop, full, drain = self._agree(_STEP, due, timed, stop, full, drain)
+        if drain:
+            t0 = time.monotonic()
+            self._wait_inflight()
+            self.save_blocked_s += time.monotonic() - t0
         if stop and self._stop_timer is not None:
             self._stop_timer.cancel()  # this step takes it: the checkpoint, then the signal
-        if due or timed or stop:
+        if full and not (due or timed or stop) and not self._said_full:
+            self._said_full = True
+            self.say(f"{self._who()}: a checkpoint at step {self.done_steps}, before its interval: the frames "
+                     f"waiting for it hold more than their share of the spool's byte budget (once a checkpoint "
+                     f"commits them their bytes go; a shorter interval saves these early ones)")
+        if due or timed or stop or full:
             self.save(wait=stop)
         if stop:
             self._end_by_signal()
@@ -300,6 +313,17 @@ class Checkpoint:
         if future is None:
             self._commit()
         self.save_blocked_s += time.monotonic() - t0
+
+    def _pending_level(self):
+        """The bytes of the frames this rank acknowledged into pending/ over its share of the spool's byte budget
+        (SpoolSource.pending_level). Frames wait there for the checkpoint covering them outside the producers'
+        budget (counting them would stop the producers before the world reaches that checkpoint), so without a
+        bound an interval of many large frames could fill the spool's filesystem (600 frames of 102 MB at every
+        200 steps in a world of 3). Over 1: a checkpoint now; over 2 while one is in flight (steps outrun an async
+        save): the step waits for its commit."""
+        if self.source is None or not hasattr(self.source, "pending_level"):
+            return 0.0
+        return float(self.source.pending_level())
 
     def _source_moved(self):
         """Did the source move since the last checkpoint (tail="drop": frames acknowledged without a step)? From

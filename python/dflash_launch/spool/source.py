@@ -13,6 +13,7 @@ from dflash_launch.spool.format import (FrameContractError, SpoolError, check_fr
                                         frame_file, parse_frame_file, parse_header)
 from dflash_launch.spool.mapped import MappedFrame, Released
 from dflash_launch.spool.warmup import WARMUP_FRAMES, in_warmup, synthetic_frame, warmup_spent
+from dflash_launch.spool.write import default_max_bytes
 
 
 class _Claimed:
@@ -243,6 +244,29 @@ class SpoolSource:
         if not self.warmup:
             self.hold = True
             private_makedirs(self.paths.pending_of(self.name))
+
+    def pending_bytes(self):
+        """The bytes of the frames this consumer acknowledged that wait in pending/ for a checkpoint."""
+        total = 0
+        try:
+            with os.scandir(self.paths.pending_of(self.name)) as it:
+                for e in it:
+                    try:
+                        total += e.stat(follow_symlinks=False).st_blocks * 512
+                    except FileNotFoundError:
+                        pass  # committed meanwhile
+        except FileNotFoundError:
+            pass
+        return total
+
+    def pending_level(self):
+        """pending_bytes() over this consumer's share of the spool's byte budget (the producers' budget,
+        spool.write.default_max_bytes, split between the consumers that have claimed so far); 0 when frames do
+        not wait for checkpoints. A Checkpoint takes one at once past 1 (docs/checkpoints.md)."""
+        if not self.hold:
+            return 0.0
+        share = default_max_bytes(self.paths.root) // max(1, len(entries(self.paths.claimed)))
+        return self.pending_bytes() / max(1, share)
 
     def state_dict(self):
         return {"position": self.position}

@@ -160,6 +160,9 @@ class WorldSource:
     def hold_for_checkpoint(self):
         self.source.hold_for_checkpoint()
 
+    def pending_level(self):
+        return self.source.pending_level()
+
     def ack_pending(self):
         """Acknowledges the sample of the step that just ran (a checkpoint covers it: it must be pending)."""
         self._ack_pending()
