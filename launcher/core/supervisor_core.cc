@@ -15,7 +15,6 @@ SupervisorCore::SupervisorCore(const Plan& plan, Clock clock) : plan_(plan), clo
   for (const auto* list : {&plan_.processes, &plan_.warmups})
     for (const ProcessPlan& pp : *list)
       units_.emplace_back(units_.size(), pp, plan_.RoleOf(pp), !plan_.NeedsWorker(pp), static_cast<UnitSink*>(this));
-  trackers_.resize(units_.size() + plan_.config.roles.size() + 1);
   t0_ = clock_();
 }
 
@@ -44,36 +43,6 @@ void SupervisorCore::StateChanged(size_t) {
   told_only_held_ = true;
   Info("nothing is running: what is left was stopped by ctl and is held; `ctl start TARGET` starts it again, "
        "`ctl stop all` ends the run");
-}
-
-RestartTracker& SupervisorCore::TrackerFor(size_t i) {
-  const ProcessUnit& u = units_[i];
-  const RoleSpec& role = u.role();
-  // One budget per restart unit: a process, its role, or the run.
-  size_t index = role.restart.scope == RestartScope::kProcess && role.world == TorchWorld::kNone ? i
-                 : role.restart.scope == RestartScope::kAll || role.world == TorchWorld::kRun
-                     ? units_.size() + plan_.config.roles.size()
-                     : units_.size() + u.plan().role_index;
-  if (!trackers_[index]) trackers_[index] = std::make_unique<RestartTracker>(role.restart);
-  return *trackers_[index];
-}
-
-std::vector<size_t> SupervisorCore::RestartUnit(size_t i) const {
-  const ProcessPlan& pp = units_[i].plan();
-  const RoleSpec& role = units_[i].role();
-  std::vector<size_t> unit;
-  if (pp.warmup) return {i};
-  for (size_t j = 0; j < units_.size(); ++j) {
-    const ProcessPlan& q = units_[j].plan();
-    if (q.warmup) continue;
-    const RoleSpec& qrole = units_[j].role();
-    bool member = j == i || role.restart.scope == RestartScope::kAll ||
-                  ((role.restart.scope == RestartScope::kRole || role.world == TorchWorld::kRole) &&
-                   q.role_index == pp.role_index) ||
-                  (role.world == TorchWorld::kRun && qrole.world == TorchWorld::kRun);
-    if (member) unit.push_back(j);
-  }
-  return unit;
 }
 
 void SupervisorCore::StartOrHold(size_t i, const std::string& prefix) {

@@ -4,7 +4,8 @@
 //   StartOrder (start_order.h)     warm-up holds, `after`, services, the reverse order of a stop;
 //   Incident (incident.h)          the culprit and the one verdict of the run;
 //   NodeRounds (node_rounds.h)     store-mode restart rounds;  ControlVerbs (control_verbs.h)  ctl's verbs;
-// and itself, what spans units: restart units and budgets, what an end means, the run's stop.
+//   RestartUnits (restart_units.h) which processes restart together, from which budget;
+// and itself, what spans units: what an end means, the run's stop.
 // A clock it is given; unit-tested with a fake clock and no processes (supervisor_core_test.cc).
 #pragma once
 
@@ -30,6 +31,7 @@
 #include "launcher/core/node_rounds.h"
 #include "launcher/core/process_unit.h"
 #include "launcher/core/restart_policy.h"
+#include "launcher/core/restart_units.h"
 #include "launcher/core/start_order.h"
 #include "launcher/core/unit_table.h"
 #include "worker/protocol.h"
@@ -148,9 +150,8 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   const std::string& stop_reason() const override { return incident_.stop_reason(); }
   const std::vector<std::string>& warnings() const { return warnings_; }
   SteadyTime started_at() const { return t0_; }
-  /// The processes restarted together with `i` (its unit, `i` included):
-  /// scope, widened to the torch world it shares (RoleSpec::world).
-  std::vector<size_t> RestartUnit(size_t i) const override;
+  /// The processes restarted together with `i` (RestartUnits::Members).
+  std::vector<size_t> RestartUnit(size_t i) const override { return restarts_.Members(i); }
   /// How the run ended, as everyone says it (Incident::Verdict); `start_error`: the loop never started.
   RunVerdict Verdict(const std::string& start_error = "") const { return incident_.Verdict(start_error); }
   /// The verdict's exit code and reason.
@@ -185,7 +186,6 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   void StartReleased();
   /// The run stops: signals the deferred processes whose dependents have all ended.
   void ContinueStop();
-  RestartTracker& TrackerFor(size_t i);
   void Info(const std::string& text) { Emit(CoreAction::Log(text)); }
   void Warn(const std::string& text) { Emit(CoreAction::Log(text, true)); }
   bool Timing() const;
@@ -213,9 +213,9 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   Clock clock_;
   mutable std::optional<SteadyTime> event_now_;
   std::vector<ProcessUnit> units_;  // the role processes, then the warm-ups
-  std::vector<std::unique_ptr<RestartTracker>> trackers_;
   std::vector<CoreAction> actions_;
   std::vector<std::string> warnings_;
+  RestartUnits restarts_{plan_, units_};
   Incident incident_{units_};
   StartOrder order_{plan_, units_};
   NodeRounds rounds_{this};

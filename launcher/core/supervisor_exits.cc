@@ -47,8 +47,7 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
   if (service_ended) u.Reword(how += " (a service must run until the run ends)");
   if (rec.exit_code != 0 || service_ended) NoteFailure(i);
   SteadyTime now = Now();
-  RestartDecision d = TrackerFor(i).OnExit(rec.exit_code, std::chrono::duration_cast<Millis>(now - u.view().started),
-                                           now, role.service);
+  RestartDecision d = restarts_.OnExit(i, rec.exit_code, now, role.service);
   switch (d.kind) {
     case RestartDecision::Kind::kRestart: Restart(i, d, how); return;
     case RestartDecision::Kind::kNoRestart:
@@ -87,9 +86,8 @@ void SupervisorCore::EndedStopping(size_t i, const std::string& how) {
 
 void SupervisorCore::Restart(size_t i, const RestartDecision& d, const std::string& how) {
   ProcessUnit& u = units_[i];
-  const RoleSpec& role = u.role();
   SteadyTime now = Now();
-  if (node_rounds && (role.restart.scope != RestartScope::kProcess || role.world != TorchWorld::kNone)) {
+  if (node_rounds && restarts_.Wide(i)) {
     // Its unit spans the nodes: every node stops and starts again together.
     u.CountRestart(SteadyTime::max());  // held until StartRound
     u.Enter(ProcState::kBackoff, how + "; " + d.reason + "; every node restarts in a new round");
@@ -98,10 +96,8 @@ void SupervisorCore::Restart(size_t i, const RestartDecision& d, const std::stri
   }
   SteadyTime at = now + d.delay;
   u.CountRestart(at);
-  std::string what = role.restart.scope == RestartScope::kAll ? "run"
-                     : role.world != TorchWorld::kNone       ? "torch world"
-                                                             : "role";
-  for (size_t j : RestartUnit(i)) {
+  std::string what = restarts_.What(i);
+  for (size_t j : restarts_.Members(i)) {
     if (j == i) continue;
     ScheduleRestart(j, at, "restarting the " + what + " after " + u.name() + " failed");
   }
