@@ -217,6 +217,26 @@ class ProcessUnit {
   /// `lost` passed unseen: grace and readiness postponed by it, watchdog and liveness re-armed from now.
   void GiveBack(SteadyTime::duration lost);
 
+  // --- the run's moves, on this unit (process_unit_ends.cc) ------------------------------------------------
+  /// Its restart unit restarts at `at` (`why`): alive, it is stopped for it (a hang's stop becomes the restart);
+  /// ended, it waits in BACKOFF until then (the later restart, if it waits already). WAITING or held by ctl:
+  /// untouched (it starts when its warm-up is done, or at `ctl start`).
+  void RestartWithUnit(SteadyTime at, const std::string& why);
+  /// The run stops: alive, it is stopped (a restart under way becomes the stop), or, with `live_dependents`, its
+  /// signal waits for them (a server outlives its clients); a BACKOFF ends; one never started says why
+  /// (`why_held`: what held it in WAITING, "" if nothing).
+  void StopWithRun(bool live_dependents, const std::string& why_held);
+  /// Ended (`how`) because its restart unit restarts: BACKOFF until the restart.
+  void EndForRestart(const std::string& how);
+  /// Ended (`how`) while the run stops, or stopped by us: a failure to start is its own failure; else stopped by
+  /// hand, collateral (`blamed_elsewhere`: a culprit other than it came first, here or on another node), or stopped.
+  void EndWhileStopping(bool blamed_elsewhere, const std::string& how);
+  /// A warm-up ended 0: EXITED, and whether its role's READY is there (published by it, or there already).
+  bool EndWarmup();
+  /// The run's end is blamed on its failure (`reason`); ended, it enters FATAL (`fatal`), FAILED (it never
+  /// started) or EXITED.
+  void EndFailed(const std::string& reason, bool fatal);
+
   // --- its end --------------------------------------------------------------------------------------------
   /// Reaped: its record closed (exit code, signal), and how it ended, in words, as its record and summary.json
   /// say it (the worker's words for its payload, the error file, a readiness it never reached, a hang).

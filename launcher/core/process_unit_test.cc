@@ -388,5 +388,129 @@ TEST(SupervisorCoreStack, ANamedProbePortIsEachProcesssOwn) {
   EXPECT_EQ(live.Describe(), "tcp 127.0.0.1:20001");
 }
 
+
+// The run's moves on one unit alone (process_unit_ends.cc), without a core: core_test::LoneUnits.
+using core_test::LoneUnits;
+
+/// Unit `i` started and running its exec (pid 100 + i).
+void StartUnit(LoneUnits& lone, size_t i) {
+  ProcessUnit& u = lone.units[i];
+  u.BeginAttempt(std::nullopt);
+  u.Spawned(static_cast<pid_t>(100 + i));
+  u.SettleExec(true, "");
+}
+
+ExitStatus Code(int code) {
+  ExitStatus st;
+  st.exited = true;
+  st.code = code;
+  return st;
+}
+
+TEST(ProcessUnitEnds, ARestartOfItsUnitStopsItAliveAndWaitsEndedButLeavesItHeld) {
+  Harness h(Role("a", 3, kOnFailure3));
+  LoneUnits lone(h.plan());
+  for (size_t i = 0; i < 3; ++i) StartUnit(lone, i);
+  SteadyTime at = lone.now + std::chrono::seconds(4);
+  lone.units[0].RestartWithUnit(at, "restarting the role");
+  EXPECT_EQ(lone.units[0].state(), ProcState::kStopping);
+  EXPECT_EQ(lone.units[0].intent(), EndIntent::kRestart);
+  EXPECT_EQ(lone.units[0].view().restart_at, at);
+  EXPECT_EQ(lone.Count(CoreAction::Kind::kSignal), 1);
+
+  lone.units[1].Hold();
+  lone.units[1].RestartWithUnit(at, "restarting the role");
+  EXPECT_EQ(lone.units[1].state(), ProcState::kStarting) << "held by ctl: stays as it is";
+  EXPECT_EQ(lone.Count(CoreAction::Kind::kSignal), 1);
+
+  // Ended and waiting for a later restart already: the later one stands.
+  lone.units[2].EndAttempt(Code(1), "");
+  lone.units[2].SetRestartAt(at + std::chrono::seconds(10));
+  lone.units[2].Enter(ProcState::kBackoff, "its own restart");
+  lone.units[2].RestartWithUnit(at, "restarting the role");
+  EXPECT_EQ(lone.units[2].view().restart_at, at + std::chrono::seconds(10));
+  EXPECT_EQ(lone.units[2].state(), ProcState::kBackoff);
+}
+
+TEST(ProcessUnitEnds, TheRunsStopStopsItOrWaitsForItsDependentsOrSaysWhyItNeverStarted) {
+  Harness h(Role("a", 4, kOnFailure3));
+  LoneUnits lone(h.plan());
+  StartUnit(lone, 0);
+  StartUnit(lone, 1);
+  lone.units[0].StopWithRun(/*live_dependents=*/true, "");
+  EXPECT_TRUE(lone.units[0].view().stops_after_dependents);
+  EXPECT_EQ(lone.units[0].state(), ProcState::kStarting) << "its signal waits for what starts after it";
+  EXPECT_EQ(lone.Count(CoreAction::Kind::kSignal), 0);
+  lone.units[1].StopWithRun(false, "");
+  EXPECT_EQ(lone.units[1].state(), ProcState::kStopping);
+  EXPECT_EQ(lone.units[1].intent(), EndIntent::kStop);
+  EXPECT_EQ(lone.Count(CoreAction::Kind::kSignal), 1);
+
+  lone.units[2].Enter(ProcState::kWaiting, "until its warm-up");
+  lone.units[2].StopWithRun(false, "a:warmup has compiled");
+  EXPECT_EQ(lone.units[2].state(), ProcState::kNotStarted);
+  EXPECT_EQ(lone.units[2].view().reason, "not started: the run stopped before a:warmup has compiled");
+  lone.units[3].StopWithRun(false, "");
+  EXPECT_EQ(lone.units[3].view().reason, "not started: the run stopped before its turn");
+}
+
+TEST(ProcessUnitEnds, AnEndWhileTheRunStopsIsCollateralByHandOrItsOwnFailureToStart) {
+  Harness h(Role("a", 3, kOnFailure3));
+  LoneUnits lone(h.plan());
+  for (size_t i = 0; i < 3; ++i) StartUnit(lone, i);
+  lone.units[0].EndWhileStopping(/*blamed_elsewhere=*/true, lone.units[0].EndAttempt(Code(1), ""));
+  EXPECT_EQ(lone.units[0].view().last()->outcome, AttemptOutcome::kCollateral);
+  EXPECT_EQ(lone.units[0].state(), ProcState::kExited);
+
+  lone.units[1].Hold();
+  lone.units[1].EndWhileStopping(true, lone.units[1].EndAttempt(Code(0), ""));
+  EXPECT_EQ(lone.units[1].view().last()->outcome, AttemptOutcome::kStoppedByCtl) << "by hand, before collateral";
+
+  lone.units[2].SpawnFailed("exec: no such file", 102);
+  lone.units[2].EndWhileStopping(true, lone.units[2].EndAttempt(Code(127), ""));
+  EXPECT_EQ(lone.units[2].view().last()->outcome, AttemptOutcome::kFailed) << "its own failure, not collateral";
+  EXPECT_EQ(lone.units[2].state(), ProcState::kFailed);
+}
+
+TEST(ProcessUnitEnds, AnEndForARestartWaitsInBackoffAndAFailureThatEndsTheRunIsFatal) {
+  Harness h(Role("a", 2, kOnFailure3));
+  LoneUnits lone(h.plan());
+  StartUnit(lone, 0);
+  StartUnit(lone, 1);
+  lone.units[0].EndForRestart(lone.units[0].EndAttempt(Code(143), ""));
+  EXPECT_EQ(lone.units[0].state(), ProcState::kBackoff);
+  EXPECT_EQ(lone.units[0].view().last()->outcome, AttemptOutcome::kRestarted);
+  EXPECT_TRUE(lone.units[0].view().last()->with_unit);
+
+  lone.units[1].EndFailed("exited with code 3; restart budget exhausted", /*fatal=*/true);
+  EXPECT_EQ(lone.units[1].state(), ProcState::kStarting) << "alive: it enters FATAL once it has ended";
+  lone.units[1].EndAttempt(Code(3), "");
+  lone.units[1].EndFailed("exited with code 3; restart budget exhausted", true);
+  EXPECT_EQ(lone.units[1].state(), ProcState::kFatal);
+  EXPECT_EQ(lone.units[1].view().reason, "exited with code 3; restart budget exhausted");
+}
+
+TEST(ProcessUnitEnds, AWarmupThatEndsZeroSaysWhetherItsReadyIsThere) {
+  Harness h(Role("d", 2, "gate = true"));
+  LoneUnits lone(h.plan());
+  ASSERT_EQ(lone.units.size(), 3u);
+  ProcessUnit& w = lone.units[2];
+  ASSERT_TRUE(w.plan().warmup);
+  StartUnit(lone, 2);
+  w.EndAttempt(Code(0), "");
+  EXPECT_FALSE(w.EndWarmup()) << "no gate facts: nothing published";
+  EXPECT_EQ(w.view().why, "ended without publishing READY: the role's processes compile on their own");
+  StartUnit(lone, 2);
+  NotifyFields g;
+  g.gate_role = GateRole::kLead;
+  g.gate_state = GateState::kReady;
+  g.gate_compile_s = 12.0;
+  w.TakeGateFacts(g);
+  w.EndAttempt(Code(0), "");
+  EXPECT_TRUE(w.EndWarmup());
+  EXPECT_EQ(w.state(), ProcState::kExited);
+  EXPECT_EQ(w.view().last()->outcome, AttemptOutcome::kSucceeded);
+}
+
 }  // namespace
 }  // namespace dflash

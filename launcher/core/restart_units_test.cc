@@ -13,25 +13,9 @@ namespace dflash {
 namespace {
 
 using core_test::Harness;
+using core_test::LoneUnits;
 using core_test::Role;
 using Kind = RestartDecision::Kind;
-
-/// The units of `plan` as the core makes them, with nobody listening.
-class Units : private UnitSink {
- public:
-  explicit Units(const Plan& plan) {
-    for (const auto* list : {&plan.processes, &plan.warmups})
-      for (const ProcessPlan& pp : *list)
-        units.emplace_back(units.size(), pp, plan.RoleOf(pp), !plan.NeedsWorker(pp), static_cast<UnitSink*>(this));
-  }
-  std::vector<ProcessUnit> units;
-
- private:
-  void Emit(CoreAction) override {}
-  void StateChanged(size_t) override {}
-  SteadyTime Now() const override { return SteadyTime{}; }
-  double Since(SteadyTime) const override { return 0; }
-};
 
 const char* kMax1(const char* scope) {
   static std::string s;
@@ -42,7 +26,7 @@ const char* kMax1(const char* scope) {
 
 TEST(RestartUnits, AProcessScopeIsItselfAndSpendsItsOwnBudget) {
   Harness h(Role("a", 2, kMax1("process")) + Role("b", 1, kMax1("process")));
-  Units u(h.plan());
+  LoneUnits u(h.plan());
   RestartUnits r(h.plan(), u.units);
   EXPECT_EQ(r.Members(0), std::vector<size_t>{0});
   EXPECT_FALSE(r.Wide(0));
@@ -53,7 +37,7 @@ TEST(RestartUnits, AProcessScopeIsItselfAndSpendsItsOwnBudget) {
 
 TEST(RestartUnits, ARoleScopeIsItsRoleAndSharesOneBudget) {
   Harness h(Role("a", 2, kMax1("role")) + Role("b", 1, kMax1("process")));
-  Units u(h.plan());
+  LoneUnits u(h.plan());
   RestartUnits r(h.plan(), u.units);
   EXPECT_EQ(r.Members(1), (std::vector<size_t>{0, 1}));
   EXPECT_EQ(r.What(1), "role");
@@ -67,7 +51,7 @@ TEST(RestartUnits, ARoleScopeIsItsRoleAndSharesOneBudget) {
 TEST(RestartUnits, ScopeAllIsEveryRoleProcessButNoWarmup) {
   Harness h(Role("a", 1, kMax1("all")) + Role("d", 2, "gate = true"));
   ASSERT_EQ(h.plan().warmups.size(), 1u);
-  Units u(h.plan());
+  LoneUnits u(h.plan());
   RestartUnits r(h.plan(), u.units);
   ASSERT_TRUE(u.units[3].plan().warmup);
   EXPECT_EQ(r.Members(0), (std::vector<size_t>{0, 1, 2}));
@@ -81,7 +65,7 @@ TEST(RestartUnits, ATorchWorldWidensAProcessScope) {
               c->roles[0].world = TorchWorld::kRun;
               c->roles[1].world = TorchWorld::kRun;
             });
-  Units u(h.plan());
+  LoneUnits u(h.plan());
   RestartUnits r(h.plan(), u.units);
   EXPECT_EQ(r.Members(0), (std::vector<size_t>{0, 1, 2})) << "the run's torch world: a and b, not c";
   EXPECT_EQ(r.What(0), "torch world");
@@ -93,7 +77,7 @@ TEST(RestartUnits, ATorchWorldWidensAProcessScope) {
 
 TEST(RestartUnits, AServiceThatEndsZeroSpendsItsBudget) {
   Harness h(Role("s", 1, kMax1("process")));
-  Units u(h.plan());
+  LoneUnits u(h.plan());
   RestartUnits r(h.plan(), u.units);
   EXPECT_EQ(r.OnExit(0, 0, SteadyTime{}, true).kind, Kind::kRestart);
   EXPECT_EQ(r.OnExit(0, 0, SteadyTime{}, false).kind, Kind::kNoRestart) << "exit 0 of no service";

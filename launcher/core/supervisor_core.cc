@@ -227,24 +227,8 @@ void SupervisorCore::BeginStop(const std::string& reason) {
   Emit(std::move(a));
   for (size_t i = 0; i < units_.size(); ++i) {
     ProcessUnit& u = units_[i];
-    if (u.alive()) {
-      if (u.intent() == EndIntent::kRestart) u.SetIntent(EndIntent::kStop);
-      else if (u.intent() == EndIntent::kNone && order_.HasLiveDependents(i)) {
-        // Stacks stop in reverse: a server outlives its clients, so they end cleanly.
-        u.WaitForDependents(true);
-        Info(u.name() + " stops once what starts after it has stopped");
-      } else {
-        u.Stop(EndIntent::kStop, "stopping the run");
-      }
-    } else if (u.state() == ProcState::kBackoff) {
-      u.Enter(ProcState::kExited, "not restarted: the run is stopping");
-    } else if (u.state() == ProcState::kNotStarted) {
-      u.SetReason("not started: the run stopped before its turn");
-    } else if (u.state() == ProcState::kWaiting) {
-      std::string why = order_.WhyHeld(i);
-      u.SetReason("not started: the run stopped before " + (why.empty() ? "its turn" : why));
-      u.Enter(ProcState::kNotStarted, u.view().reason);
-    }
+    bool live_dependents = u.alive() && u.intent() == EndIntent::kNone && order_.HasLiveDependents(i);
+    u.StopWithRun(live_dependents, u.state() == ProcState::kWaiting ? order_.WhyHeld(i) : "");
   }
 }
 

@@ -173,13 +173,10 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   void JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message);
   /// A restart by policy: its unit (or, in store mode, a round of every node) starts again.
   void Restart(size_t i, const RestartDecision& d, const std::string& how);
-  /// An end while the run stops, or stopped by us: collateral, by hand, or a failure to start.
-  void EndedStopping(size_t i, const std::string& how);
   void Fail(size_t i, const std::string& reason, bool fatal);
   void BeginStop(const std::string& reason);
   void MarkReady(size_t i, const std::string& why);
   void OnWarmupExit(size_t i, const std::string& how);
-  void ScheduleRestart(size_t i, SteadyTime at, const std::string& why);
   void Hang(size_t i, const std::string& why);
   void NoteFailure(size_t i) { incident_.NoteFailure(i, Now()); }
   /// Starts every WAITING process nothing holds any longer.

@@ -3,7 +3,6 @@
 // culprit: incident.h).
 #include <algorithm>
 
-#include "common/duration.h"
 #include "launcher/core/supervisor_core.h"
 
 namespace dflash {
@@ -30,14 +29,12 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
     return;
   }
   if (u.intent() == EndIntent::kRestart && !stopping()) {  // stopped because its unit restarts
-    u.SetOutcome(u.view().manual ? AttemptOutcome::kRestartedByCtl : AttemptOutcome::kRestarted);
-    if (!u.view().manual) u.MarkWithUnit();
-    u.Enter(ProcState::kBackoff, "stopped for a restart; " + how);
+    u.EndForRestart(how);
     rounds_.MaybeStopped();
     return;
   }
   if (stopping() || u.intent() == EndIntent::kStop) {
-    EndedStopping(i, how);
+    u.EndWhileStopping(incident_.BlamesOther(i), how);
     return;
   }
   const RoleSpec& role = u.role();
@@ -66,24 +63,6 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
   }
 }
 
-void SupervisorCore::EndedStopping(size_t i, const std::string& how) {
-  ProcessUnit& u = units_[i];
-  if (u.view().last()->start_failed) {
-    // It failed to start on its own while the run stopped: a failure, not collateral.
-    u.SetOutcome(AttemptOutcome::kFailed);
-    u.Enter(ProcState::kFailed, how);
-    return;
-  }
-  // Stopped by us, or ended on its own after the run began to stop (its peer
-  // died and NCCL failed, say): the culprit came first, this is collateral.
-  bool by_hand = u.held() || (u.view().manual && u.intent() == EndIntent::kStop);
-  // Another node's failure is a culprit too: what it stopped here is collateral.
-  u.SetOutcome(by_hand                         ? AttemptOutcome::kStoppedByCtl
-               : incident_.BlamesOther(i) ? AttemptOutcome::kCollateral
-                                               : AttemptOutcome::kStopped);
-  u.Enter(ProcState::kExited, (u.intent() == EndIntent::kStop ? (by_hand ? "stopped by ctl; " : "stopped; ") : "") + how);
-}
-
 void SupervisorCore::Restart(size_t i, const RestartDecision& d, const std::string& how) {
   ProcessUnit& u = units_[i];
   SteadyTime now = Now();
@@ -99,24 +78,9 @@ void SupervisorCore::Restart(size_t i, const RestartDecision& d, const std::stri
   std::string what = restarts_.What(i);
   for (size_t j : restarts_.Members(i)) {
     if (j == i) continue;
-    ScheduleRestart(j, at, "restarting the " + what + " after " + u.name() + " failed");
+    units_[j].RestartWithUnit(at, "restarting the " + what + " after " + u.name() + " failed");
   }
   u.Enter(ProcState::kBackoff, how + "; " + d.reason);
-}
-
-void SupervisorCore::ScheduleRestart(size_t j, SteadyTime at, const std::string& why) {
-  ProcessUnit& q = units_[j];
-  // A process held for its warm-up starts when that is done, not at the
-  // restart; one stopped by hand stays stopped.
-  if (q.state() == ProcState::kWaiting || q.held()) return;
-  if (q.alive()) {
-    q.SetRestartAt(at);
-    if (q.intent() == EndIntent::kNone) q.Stop(EndIntent::kRestart, why);
-    else if (q.intent() == EndIntent::kHung) q.SetIntent(EndIntent::kRestart);
-    return;
-  }
-  q.SetRestartAt(q.state() == ProcState::kBackoff ? std::max(q.view().restart_at, at) : at);
-  q.Enter(ProcState::kBackoff, "restarts with the others; " + why);
 }
 
 void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
@@ -129,26 +93,14 @@ void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
          true);
     return;
   }
-  u.SetOutcome(AttemptOutcome::kSucceeded);
-  const GateFacts& g = u.view().gate();
-  bool reused = g.role == GateRole::kReuse;
-  bool published = g.state == GateState::kReady || reused;
-  order_.WarmupDone(u.plan().role_index, published);
-  u.Enter(ProcState::kExited, reused      ? "READY was there: nothing to compile"
-                              : published ? "compiled in " + FormatSeconds(g.compile_s.value_or(0)) +
-                                                ", READY published"
-                                          : "ended without publishing READY: the role's processes compile on their own");
+  order_.WarmupDone(u.plan().role_index, u.EndWarmup());
   StartReleased();
 }
 
 void SupervisorCore::Fail(size_t i, const std::string& reason, bool fatal) {
   ProcessUnit& u = units_[i];
   incident_.Blame(i);
-  u.SetReason(reason);
-  if (!u.alive()) {
-    bool start_failed = u.view().last() && u.view().last()->start_failed;
-    u.Enter(fatal ? ProcState::kFatal : start_failed ? ProcState::kFailed : ProcState::kExited, reason);
-  }
+  u.EndFailed(reason, fatal);
   BeginStop(u.name() + " " + reason);
 }
 
