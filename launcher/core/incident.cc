@@ -114,6 +114,10 @@ RunVerdict Incident::Verdict(const std::string& start_error) const {
     const AttemptRecord* a = culprit_attempt();
     v.culprit = c.name();
     v.culprit_attempt = a ? a->attempt : -1;
+    // The root cause may be an earlier attempt, restarted then: name that one.
+    v.culprit_why = a && static_cast<size_t>(a->attempt) + 1 < c.view().attempts.size()
+                        ? a->reason + " (attempt " + std::to_string(a->attempt) + ", restarted)"
+                        : c.view().reason;
     if (a) v.exit_code = a->ready_timeout ? exit_code::kTimeout : a->exit_code > 0 ? a->exit_code : exit_code::kFailure;
     // The root cause was restarted and something else ended the run: say both.
     v.reason = culprit_restarted_ && a ? c.name() + " " + a->reason + " (attempt " + std::to_string(a->attempt) +
@@ -128,6 +132,8 @@ RunVerdict Incident::Verdict(const std::string& start_error) const {
     v.culprit = node_culprit_;
     v.culprit_attempt = -1;
     v.node_culprit = node_record_;
+    // A failure here after it: its row names its own last words, no attempt of the other node's.
+    if (culprit_ >= 0) v.culprit_why = units_[static_cast<size_t>(culprit_)].view().reason;
   }
   return v;
 }

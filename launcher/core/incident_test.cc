@@ -55,6 +55,32 @@ TEST(SupervisorCore, TheCulpritIsTheFirstFailureOfTheIncidentEvenIfItWasRestarte
   EXPECT_NE(h.core().ExitReason().find("target:1"), std::string::npos) << h.core().ExitReason();
 }
 
+TEST(Incident, TheVerdictSaysTheCulpritsFailureInTheWordsOfItsRow) {
+  // The root cause was restarted: its row names that attempt, not what the process did last.
+  Harness h(Role("target", 2, "restart = { policy = \"never\" }") + Role("drafter", 2, kOnFailure3));
+  h.Start();
+  h.Exit("drafter:1", 3);
+  h.Advance(Millis(1000));
+  h.Exit("target:1", 1);
+  EXPECT_EQ(h.core().Verdict().culprit_why, "exited with code 3 (attempt 0, restarted)");
+
+  // Its own last failure: its reason as it stands, the policy's words included.
+  Harness last(Role("a", 1, kOnFailure3));
+  last.Start();
+  for (int k = 0; k < 4; ++k) {
+    last.Exit("a:0", 7);
+    last.Advance(Millis(10000));
+  }
+  RunVerdict v = last.core().Verdict();
+  EXPECT_EQ(v.culprit_why, last.Proc("a:0").reason);
+  EXPECT_EQ(v.culprit_why.rfind("exited with code 7; restart budget exhausted", 0), 0u) << v.culprit_why;
+
+  Harness none(Role("a", 1, kOnFailure3));
+  none.Start();
+  none.Exit("a:0", 0);
+  EXPECT_EQ(none.core().Verdict().culprit_why, "") << "no culprit: no words";
+}
+
 TEST(SupervisorCore, AFailureAfterTheRunHealedIsANewIncident) {
   Harness h(Role("target", 1, "restart = { policy = \"never\" }") +
             Role("drafter", 1, "restart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\", reset_after = \"1m\" }"));
