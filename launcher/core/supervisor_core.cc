@@ -155,14 +155,9 @@ void SupervisorCore::AddWarning(const std::string& w) {
 
 bool SupervisorCore::OnGuardianDied(const std::string& how) {
   EventTime event_time(this);
-  SteadyTime now = Now();
-  guardian_deaths_.erase(std::remove_if(guardian_deaths_.begin(), guardian_deaths_.end(),
-                                        [&](SteadyTime t) { return now - t > kGuardianWindow; }),
-                         guardian_deaths_.end());
-  guardian_deaths_.push_back(now);
-  if (static_cast<int>(guardian_deaths_.size()) > kGuardianRestarts) {
-    StopUnguarded("dflash-guardian " + how + "; it died " + std::to_string(guardian_deaths_.size()) +
-                  " times within " + FormatDuration(kGuardianWindow) +
+  if (!guardian_.OnDeath(Now())) {
+    StopUnguarded("dflash-guardian " + how + "; it died " + std::to_string(guardian_.deaths()) +
+                  " times within " + FormatDuration(GuardianRestarts::kWindow) +
                   ": not started again; stopping the run, which a SIGKILL of the launcher would leave behind");
     return false;
   }

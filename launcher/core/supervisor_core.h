@@ -87,13 +87,10 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   void AddWarning(const std::string& warning);
   /// dflash-guardian (`how`: "(pid N) was killed by SIGKILL") died before the
   /// run ended. True: the shell starts a new one. False: it died too often
-  /// (more than kGuardianRestarts times within kGuardianWindow) and the run
-  /// stops, since a run nobody can clean up after must not go on.
+  /// (GuardianRestarts, restart_policy.h) and the run stops.
   bool OnGuardianDied(const std::string& how);
   /// No guardian can be had (`why`): the run stops with that reason, exit 1.
   void StopUnguarded(const std::string& why);
-  static constexpr int kGuardianRestarts = 3;
-  static constexpr Millis kGuardianWindow{60000};
   bool unguarded() const { return incident_.unguarded(); }
   void NoteMemoryPeak(size_t i, int64_t bytes);
 
@@ -222,7 +219,7 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   bool told_ready_ = false;
   bool told_only_held_ = false;  ///< said that only processes held by ctl are left
   int interrupts_ = 0;
-  std::vector<SteadyTime> guardian_deaths_;  ///< within kGuardianWindow
+  GuardianRestarts guardian_;
   SteadyTime last_woke_{};  ///< the previous OnLoopTurn's `woke` (epoch: none yet)
   int pauses_ = 0;
   double paused_s_ = 0;
