@@ -28,22 +28,7 @@ std::vector<CoreAction> SupervisorCore::TakeActions() {
   return out;
 }
 
-void SupervisorCore::StateChanged(size_t) {
-  // By design a process stopped by ctl keeps the run up (until `ctl start` or `ctl stop all`); with nothing
-  // else left, say so once, or the run looks hung (0/N running and no end).
-  bool any_held = false;
-  for (const ProcessUnit& u : units_) {
-    if (u.alive() || u.state() == ProcState::kBackoff || u.state() == ProcState::kWaiting) {
-      told_only_held_ = false;
-      return;
-    }
-    any_held = any_held || u.held();
-  }
-  if (!any_held || stopping() || told_only_held_) return;
-  told_only_held_ = true;
-  Info("nothing is running: what is left was stopped by ctl and is held; `ctl start TARGET` starts it again, "
-       "`ctl stop all` ends the run");
-}
+void SupervisorCore::StateChanged(size_t) { control_.AfterStateChange(); }
 
 void SupervisorCore::StartOrHold(size_t i, const std::string& prefix) {
   std::string why = order_.WhyHeld(i);

@@ -217,7 +217,6 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   SteadyTime t0_{};
   bool started_ = false;
   bool told_ready_ = false;
-  bool told_only_held_ = false;  ///< said that only processes held by ctl are left
   int interrupts_ = 0;
   GuardianRestarts guardian_;
   SteadyTime last_woke_{};  ///< the previous OnLoopTurn's `woke` (epoch: none yet)
