@@ -412,7 +412,8 @@ int RunRun(const RunOptions& opts, char** env) {
   // barrier, before anything starts. After BlockSignals: its thread must not take them.
   StoreSession store;
   if (!plan.store.empty()) {
-    if (Status opened = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, &store); !opened.ok())
+    auto say = [](const std::string& note) { std::fprintf(stderr, "dflash-launch: %s\n", note.c_str()); };
+    if (Status opened = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, say, &store); !opened.ok())
       return Say(opened);
   }
 
