@@ -5,7 +5,9 @@
 //   Incident (incident.h)          the culprit and the one verdict of the run;
 //   NodeRounds (node_rounds.h)     store-mode restart rounds;  ControlVerbs (control_verbs.h)  ctl's verbs;
 //   RestartUnits (restart_units.h) which processes restart together, from which budget;
-// and itself, what spans units: what an end means, the run's stop.
+//   GuardianRestarts (restart_policy.h) dflash-guardian's budget;
+// and itself, what spans units: which part an event is for, what an end means (supervisor_exits.cc), the run's
+// stop and its readiness, time it did not see.
 // A clock it is given; unit-tested with a fake clock and no processes (supervisor_core_test.cc).
 #pragma once
 
