@@ -175,8 +175,8 @@ class ProcessUnit {
   /// Whether the report's READY=1 makes it ready now (a worker judged its payload; a direct process is judged
   /// here), and the why for RUNNING.
   std::optional<std::string> ReadyFrom(const NotifyFields& r);
-  /// Not ready within ready.timeout: its record says so.
-  void ReadyTimedOut() { p_.current().ready_timeout = true; }
+  /// Not ready within ready.timeout: its record says so; returns why, in words ("(pid N) not ready within ...").
+  std::string ReadyTimedOut();
   const Readiness* readiness() const { return p_.readiness ? &*p_.readiness : nullptr; }
 
   // --- stopping -------------------------------------------------------------------------------------------
@@ -231,6 +231,9 @@ class ProcessUnit {
   /// Ended (`how`) while the run stops, or stopped by us: a failure to start is its own failure; else stopped by
   /// hand, collateral (`blamed_elsewhere`: a culprit other than it came first, here or on another node), or stopped.
   void EndWhileStopping(bool blamed_elsewhere, const std::string& how);
+  /// Its end (`how`) as a service's: a service runs until the run ends, so any end before that, 0 included, is a
+  /// failure; true (and `how` and its record say so) if it was one that ended 0.
+  bool ServiceEndedEarly(std::string* how);
   /// A warm-up ended 0: EXITED, and whether its role's READY is there (published by it, or there already).
   bool EndWarmup();
   /// The run's end is blamed on its failure (`reason`); ended, it enters FATAL (`fatal`), FAILED (it never

@@ -65,6 +65,18 @@ void ProcessUnit::EndWhileStopping(bool blamed_elsewhere, const std::string& how
   Enter(ProcState::kExited, (p_.intent == EndIntent::kStop ? (by_hand ? "stopped by ctl; " : "stopped; ") : "") + how);
 }
 
+std::string ProcessUnit::ReadyTimedOut() {
+  p_.current().ready_timeout = true;
+  return "(pid " + std::to_string(p_.pid) + ") " + (p_.readiness ? p_.readiness->TimeoutText() : "not ready in time");
+}
+
+bool ProcessUnit::ServiceEndedEarly(std::string* how) {
+  if (!role_.service || p_.last()->exit_code != 0 || plan().warmup) return false;
+  *how += " (a service must run until the run ends)";
+  Reword(*how);
+  return true;
+}
+
 bool ProcessUnit::EndWarmup() {
   SetOutcome(AttemptOutcome::kSucceeded);
   const GateFacts& g = p_.gate();

@@ -512,5 +512,30 @@ TEST(ProcessUnitEnds, AWarmupThatEndsZeroSaysWhetherItsReadyIsThere) {
   EXPECT_EQ(w.view().last()->outcome, AttemptOutcome::kSucceeded);
 }
 
+TEST(ProcessUnitEnds, AServiceThatEndsZeroEndedTooEarlyAndSaysSo) {
+  Harness h(Role("s", 1, "service = true") + Role("job", 1, ""));
+  LoneUnits lone(h.plan());
+  StartUnit(lone, 0);
+  StartUnit(lone, 1);
+  std::string how = lone.units[0].EndAttempt(Code(0), "");
+  EXPECT_TRUE(lone.units[0].ServiceEndedEarly(&how));
+  EXPECT_EQ(how, "exited with code 0 (a service must run until the run ends)");
+  EXPECT_EQ(lone.units[0].view().last()->reason, how) << "its record says so too";
+  std::string job = lone.units[1].EndAttempt(Code(0), "");
+  EXPECT_FALSE(lone.units[1].ServiceEndedEarly(&job)) << "no service: exit 0 is a success";
+  EXPECT_EQ(job, "exited with code 0");
+}
+
+TEST(ProcessUnitEnds, NotReadyInTimeIsRecordedAndSaidWithItsPid) {
+  Harness h(Role("s", 1, kHttpReady));
+  LoneUnits lone(h.plan());
+  StartUnit(lone, 0);
+  ASSERT_NE(lone.units[0].readiness(), nullptr) << "a direct process: its readiness is judged here";
+  std::string why = lone.units[0].ReadyTimedOut();
+  EXPECT_TRUE(lone.units[0].view().last()->ready_timeout);
+  EXPECT_EQ(why.rfind("(pid 100) ", 0), 0u) << why;
+  EXPECT_EQ(why.substr(10), lone.units[0].readiness()->TimeoutText());
+}
+
 }  // namespace
 }  // namespace dflash

@@ -226,9 +226,9 @@ void SupervisorCore::OnTick() {
     if (due.restart) StartOrHold(i, "restarts ");
     if (due.ready_timeout) {
       // The worker enforces this for the processes it hosts; these are ours.
-      u.ReadyTimedOut();
+      std::string why = u.ReadyTimedOut();
       NoteFailure(i);
-      Fail(i, "(pid " + std::to_string(u.view().pid) + ") " + u.readiness()->TimeoutText(), false);
+      Fail(i, why, false);
     }
     if (!due.hung.empty() && u.state() == ProcState::kRunning) Hang(i, due.hung);
     u.ProbeIfDue(now, stopping());

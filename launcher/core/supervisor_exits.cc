@@ -37,14 +37,10 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
     u.EndWhileStopping(incident_.BlamesOther(i), how);
     return;
   }
-  const RoleSpec& role = u.role();
   const AttemptRecord& rec = *u.view().last();
-  // A service runs until the run ends: any end before that, 0 included, is a failure.
-  bool service_ended = role.service && rec.exit_code == 0 && !u.plan().warmup;
-  if (service_ended) u.Reword(how += " (a service must run until the run ends)");
+  bool service_ended = u.ServiceEndedEarly(&how);
   if (rec.exit_code != 0 || service_ended) NoteFailure(i);
-  SteadyTime now = Now();
-  RestartDecision d = restarts_.OnExit(i, rec.exit_code, now, role.service);
+  RestartDecision d = restarts_.OnExit(i, rec.exit_code, Now(), u.role().service);
   switch (d.kind) {
     case RestartDecision::Kind::kRestart: Restart(i, d, how); return;
     case RestartDecision::Kind::kNoRestart:
