@@ -17,6 +17,7 @@
 #include "launcher/plan/plan.h"
 #include "launcher/core/attempt_record.h"
 #include "launcher/core/core_action.h"
+#include "launcher/core/restart_policy.h"
 #include "worker/protocol.h"
 
 namespace dflash {
@@ -234,6 +235,9 @@ class ProcessUnit {
   /// Its end (`how`) as a service's: a service runs until the run ends, so any end before that, 0 included, is a
   /// failure; true (and `how` and its record say so) if it was one that ended 0.
   bool ServiceEndedEarly(std::string* how);
+  /// Its end (`how`), not restarted by its policy (`d`: kNoRestart or kExhausted): a success (EXITED; returns "")
+  /// or a failure, its outcome recorded (failed, hung, fatal: `*fatal`); returns that failure's reason.
+  std::string EndByPolicy(const RestartDecision& d, bool service_ended, const std::string& how, bool* fatal);
   /// A warm-up ended 0: EXITED, and whether its role's READY is there (published by it, or there already).
   bool EndWarmup();
   /// The run's end is blamed on its failure (`reason`); ended, it enters FATAL (`fatal`), FAILED (it never

@@ -77,6 +77,22 @@ bool ProcessUnit::ServiceEndedEarly(std::string* how) {
   return true;
 }
 
+std::string ProcessUnit::EndByPolicy(const RestartDecision& d, bool service_ended, const std::string& how,
+                                     bool* fatal) {
+  *fatal = d.kind == RestartDecision::Kind::kExhausted;
+  if (*fatal) {
+    SetOutcome(AttemptOutcome::kFatal);
+    return how + "; " + d.reason;
+  }
+  if (p_.last()->exit_code == 0 && !service_ended) {
+    SetOutcome(AttemptOutcome::kSucceeded);
+    Enter(ProcState::kExited, how);
+    return "";
+  }
+  SetOutcome(p_.last()->hung ? AttemptOutcome::kHung : AttemptOutcome::kFailed);
+  return how + " (" + d.reason + ")";
+}
+
 bool ProcessUnit::EndWarmup() {
   SetOutcome(AttemptOutcome::kSucceeded);
   const GateFacts& g = p_.gate();

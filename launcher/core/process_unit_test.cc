@@ -537,5 +537,32 @@ TEST(ProcessUnitEnds, NotReadyInTimeIsRecordedAndSaidWithItsPid) {
   EXPECT_EQ(why.substr(10), lone.units[0].readiness()->TimeoutText());
 }
 
+TEST(ProcessUnitEnds, AnEndThePolicyDoesNotRestartIsASuccessAFailureOrFatal) {
+  Harness h(Role("a", 4, kOnFailure3));
+  LoneUnits lone(h.plan());
+  for (size_t i = 0; i < 4; ++i) StartUnit(lone, i);
+  RestartDecision never{RestartDecision::Kind::kNoRestart, Millis(0), "restart policy is \"never\""};
+  bool fatal = true;
+  EXPECT_EQ(lone.units[0].EndByPolicy(never, false, lone.units[0].EndAttempt(Code(0), ""), &fatal), "");
+  EXPECT_FALSE(fatal);
+  EXPECT_EQ(lone.units[0].state(), ProcState::kExited);
+  EXPECT_EQ(lone.units[0].view().last()->outcome, AttemptOutcome::kSucceeded);
+
+  std::string how = lone.units[1].EndAttempt(Code(3), "");
+  EXPECT_EQ(lone.units[1].EndByPolicy(never, false, how, &fatal), "exited with code 3 (restart policy is \"never\")");
+  EXPECT_FALSE(fatal);
+  EXPECT_EQ(lone.units[1].view().last()->outcome, AttemptOutcome::kFailed);
+
+  how = lone.units[2].EndAttempt(Code(0), "");
+  EXPECT_EQ(lone.units[2].EndByPolicy(never, /*service_ended=*/true, how, &fatal),
+            "exited with code 0 (restart policy is \"never\")") << "a service's exit 0 is a failure";
+
+  RestartDecision spent{RestartDecision::Kind::kExhausted, Millis(0), "restart budget exhausted"};
+  how = lone.units[3].EndAttempt(Code(7), "");
+  EXPECT_EQ(lone.units[3].EndByPolicy(spent, false, how, &fatal), "exited with code 7; restart budget exhausted");
+  EXPECT_TRUE(fatal);
+  EXPECT_EQ(lone.units[3].view().last()->outcome, AttemptOutcome::kFatal);
+}
+
 }  // namespace
 }  // namespace dflash

@@ -41,22 +41,12 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
   bool service_ended = u.ServiceEndedEarly(&how);
   if (rec.exit_code != 0 || service_ended) NoteFailure(i);
   RestartDecision d = restarts_.OnExit(i, rec.exit_code, Now(), u.role().service);
-  switch (d.kind) {
-    case RestartDecision::Kind::kRestart: Restart(i, d, how); return;
-    case RestartDecision::Kind::kNoRestart:
-      if (rec.exit_code == 0 && !service_ended) {
-        u.SetOutcome(AttemptOutcome::kSucceeded);
-        u.Enter(ProcState::kExited, how);
-        return;
-      }
-      u.SetOutcome(rec.hung ? AttemptOutcome::kHung : AttemptOutcome::kFailed);
-      Fail(i, how + " (" + d.reason + ")", false);
-      return;
-    case RestartDecision::Kind::kExhausted:
-      u.SetOutcome(AttemptOutcome::kFatal);
-      Fail(i, how + "; " + d.reason, true);
-      return;
+  if (d.kind == RestartDecision::Kind::kRestart) {
+    Restart(i, d, how);
+    return;
   }
+  bool fatal = false;
+  if (std::string failure = u.EndByPolicy(d, service_ended, how, &fatal); !failure.empty()) Fail(i, failure, fatal);
 }
 
 void SupervisorCore::Restart(size_t i, const RestartDecision& d, const std::string& how) {
@@ -94,10 +84,8 @@ void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
 }
 
 void SupervisorCore::Fail(size_t i, const std::string& reason, bool fatal) {
-  ProcessUnit& u = units_[i];
-  incident_.Blame(i);
-  u.EndFailed(reason, fatal);
-  BeginStop(u.name() + " " + reason);
+  units_[i].EndFailed(reason, fatal);
+  BeginStop(incident_.Blame(i));
 }
 
 }  // namespace dflash
