@@ -28,8 +28,9 @@ void Incident::MaybeClose(SteadyTime now) {
   incident_proc_ = incident_attempt_ = -1;
 }
 
-void Incident::Blame(size_t i) {
-  if (culprit_ >= 0) return;
+std::string Incident::Blame(size_t i) {
+  std::string stop_reason = units_[i].name() + " " + units_[i].view().reason;
+  if (culprit_ >= 0) return stop_reason;
   // The root cause: the first failure of the incident, even if that one was
   // restartable when it happened (the others may only be its echo).
   // (The same process failing again is its own story: its last failure is named.)
@@ -41,6 +42,7 @@ void Incident::Blame(size_t i) {
     culprit_ = static_cast<int>(i);
     culprit_attempt_ = units_[i].view().attempt;
   }
+  return stop_reason;
 }
 
 bool Incident::BlamesOther(size_t i) const {

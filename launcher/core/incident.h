@@ -25,9 +25,10 @@ class Incident {
   /// run is healthy again, and an open incident closes, once nothing waits to restart, start or stop and
   /// every live process has run its role's reset_after.
   void NoteFailure(size_t i, SteadyTime now);
-  /// Unit `i`'s failure ends the run: the culprit is the incident's first failure if that was another
-  /// process (the others may only be its echo), else `i` (failing again: its last failure).
-  void Blame(size_t i);
+  /// Unit `i`'s failure (its reason, set) ends the run: the culprit is the incident's first failure if that was
+  /// another process (the others may only be its echo), else `i` (failing again: its last failure). Returns what
+  /// the run stops for, in words: `i`'s name and its failure.
+  std::string Blame(size_t i);
   /// Whether a culprit other than `i`, here or on another node, came first: `i`'s end is collateral.
   bool BlamesOther(size_t i) const;
 

@@ -135,5 +135,21 @@ TEST(Incident, AStopForANodeIsNamedByTheVerdictAlone) {
   EXPECT_EQ(v.node_culprit, nlohmann::json({{"node", 1}}));
 }
 
+TEST(Incident, BlameNamesTheFirstFailureOfTheIncidentAndSaysWhatTheRunStopsFor) {
+  core_test::Harness h(Role("a", 3, kOnFailure3));
+  core_test::LoneUnits lone(h.plan());
+  for (ProcessUnit& u : lone.units) u.BeginAttempt(std::nullopt);
+  Incident incident(lone.units);
+  incident.NoteFailure(0, lone.now);  // a:0 failed first (and was restarted, say)
+  lone.units[1].SetReason("exited with code 1");
+  EXPECT_EQ(incident.Blame(1), "a:1 exited with code 1") << "the stop names who ended the run";
+  EXPECT_EQ(incident.culprit(), 0) << "the culprit is the incident's first failure";
+  EXPECT_TRUE(incident.BlamesOther(1));
+  EXPECT_FALSE(incident.BlamesOther(0));
+  lone.units[2].SetReason("exited with code 2");
+  EXPECT_EQ(incident.Blame(2), "a:2 exited with code 2");
+  EXPECT_EQ(incident.culprit(), 0) << "the first culprit stands";
+}
+
 }  // namespace
 }  // namespace dflash
