@@ -238,6 +238,14 @@ class ProcessUnit {
   /// Its end (`how`), not restarted by its policy (`d`: kNoRestart or kExhausted): a success (EXITED; returns "")
   /// or a failure, its outcome recorded (failed, hung, fatal: `*fatal`); returns that failure's reason.
   std::string EndByPolicy(const RestartDecision& d, bool service_ended, const std::string& how, bool* fatal);
+  /// Ended (`how`) and restarted by its policy (`reason`), its unit with it: counted, BACKOFF until `at`; in a
+  /// store-mode round (`round`) held until the round starts it.
+  void EndForOwnRestart(SteadyTime at, const std::string& how, const std::string& reason, bool round);
+  /// A warm-up that failed (`how`): FATAL for its role, and its failure in words, with where its log is (`log`).
+  std::string EndWarmupFailed(const std::string& how, const std::string& log);
+  /// The run stops and its signal waited for what starts after it: they have ended (`live_dependents` false), so
+  /// it is stopped now.
+  void StopOnceDependentsEnded(bool live_dependents);
   /// A warm-up ended 0: EXITED, and whether its role's READY is there (published by it, or there already).
   bool EndWarmup();
   /// The run's end is blamed on its failure (`reason`); ended, it enters FATAL (`fatal`), FAILED (it never

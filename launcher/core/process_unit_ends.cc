@@ -93,6 +93,22 @@ std::string ProcessUnit::EndByPolicy(const RestartDecision& d, bool service_ende
   return how + " (" + d.reason + ")";
 }
 
+void ProcessUnit::EndForOwnRestart(SteadyTime at, const std::string& how, const std::string& reason, bool round) {
+  CountRestart(round ? SteadyTime::max() : at);  // a round: held until StartRound
+  Enter(ProcState::kBackoff, how + "; " + reason + (round ? "; every node restarts in a new round" : ""));
+}
+
+std::string ProcessUnit::EndWarmupFailed(const std::string& how, const std::string& log) {
+  SetOutcome(AttemptOutcome::kFatal);
+  return "warm-up failed: " + how + " (its log: " + log + ")";
+}
+
+void ProcessUnit::StopOnceDependentsEnded(bool live_dependents) {
+  if (!p_.stops_after_dependents || live_dependents) return;
+  p_.stops_after_dependents = false;
+  if (alive()) Stop(EndIntent::kStop, "stopping the run; what starts after it has stopped");
+}
+
 bool ProcessUnit::EndWarmup() {
   SetOutcome(AttemptOutcome::kSucceeded);
   const GateFacts& g = p_.gate();

@@ -564,5 +564,45 @@ TEST(ProcessUnitEnds, AnEndThePolicyDoesNotRestartIsASuccessAFailureOrFatal) {
   EXPECT_EQ(lone.units[3].view().last()->outcome, AttemptOutcome::kFatal);
 }
 
+TEST(ProcessUnitEnds, ItsOwnRestartWaitsInBackoffOrForTheRound) {
+  Harness h(Role("a", 2, kOnFailure3));
+  LoneUnits lone(h.plan());
+  StartUnit(lone, 0);
+  StartUnit(lone, 1);
+  SteadyTime at = lone.now + std::chrono::seconds(2);
+  lone.units[0].EndForOwnRestart(at, lone.units[0].EndAttempt(Code(1), ""), "restart 1 of 3", /*round=*/false);
+  EXPECT_EQ(lone.units[0].state(), ProcState::kBackoff);
+  EXPECT_EQ(lone.units[0].view().restart_at, at);
+  EXPECT_EQ(lone.units[0].view().restarts, 1);
+  EXPECT_EQ(lone.units[0].view().why, "exited with code 1; restart 1 of 3");
+  lone.units[1].EndForOwnRestart(at, lone.units[1].EndAttempt(Code(1), ""), "restart 1 of 3", /*round=*/true);
+  EXPECT_EQ(lone.units[1].view().restart_at, SteadyTime::max()) << "held until the round starts it";
+  EXPECT_EQ(lone.units[1].view().why, "exited with code 1; restart 1 of 3; every node restarts in a new round");
+}
+
+TEST(ProcessUnitEnds, AFailedWarmupIsFatalAndPointsAtItsLog) {
+  Harness h(Role("d", 2, "gate = true"));
+  LoneUnits lone(h.plan());
+  StartUnit(lone, 2);
+  std::string why = lone.units[2].EndWarmupFailed(lone.units[2].EndAttempt(Code(1), ""), "/runs/t/d-warmup.log");
+  EXPECT_EQ(why, "warm-up failed: exited with code 1 (its log: /runs/t/d-warmup.log)");
+  EXPECT_EQ(lone.units[2].view().last()->outcome, AttemptOutcome::kFatal);
+}
+
+TEST(ProcessUnitEnds, AStopHeldForItsDependentsIsSentOnceTheyHaveEnded) {
+  Harness h(Role("a", 1, kOnFailure3));
+  LoneUnits lone(h.plan());
+  StartUnit(lone, 0);
+  lone.units[0].StopWithRun(/*live_dependents=*/true, "");
+  lone.units[0].StopOnceDependentsEnded(/*live_dependents=*/true);
+  EXPECT_EQ(lone.Count(CoreAction::Kind::kSignal), 0) << "they still run";
+  lone.units[0].StopOnceDependentsEnded(false);
+  EXPECT_EQ(lone.Count(CoreAction::Kind::kSignal), 1);
+  EXPECT_EQ(lone.units[0].state(), ProcState::kStopping);
+  EXPECT_FALSE(lone.units[0].view().stops_after_dependents);
+  lone.units[0].StopOnceDependentsEnded(false);
+  EXPECT_EQ(lone.Count(CoreAction::Kind::kSignal), 1) << "once";
+}
+
 }  // namespace
 }  // namespace dflash

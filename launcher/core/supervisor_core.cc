@@ -44,12 +44,8 @@ void SupervisorCore::StartReleased() {
 
 void SupervisorCore::ContinueStop() {
   if (!stopping()) return;
-  for (size_t i = 0; i < units_.size(); ++i) {
-    ProcessUnit& u = units_[i];
-    if (!u.view().stops_after_dependents || order_.HasLiveDependents(i)) continue;
-    u.WaitForDependents(false);
-    if (u.alive()) u.Stop(EndIntent::kStop, "stopping the run; what starts after it has stopped");
-  }
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (units_[i].view().stops_after_dependents) units_[i].StopOnceDependentsEnded(order_.HasLiveDependents(i));
 }
 
 void SupervisorCore::Start() {

@@ -52,31 +52,26 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
 void SupervisorCore::Restart(size_t i, const RestartDecision& d, const std::string& how) {
   ProcessUnit& u = units_[i];
   SteadyTime now = Now();
+  SteadyTime at = now + d.delay;
   if (node_rounds && restarts_.Wide(i)) {
     // Its unit spans the nodes: every node stops and starts again together.
-    u.CountRestart(SteadyTime::max());  // held until StartRound
-    u.Enter(ProcState::kBackoff, how + "; " + d.reason + "; every node restarts in a new round");
-    rounds_.Request(now + d.delay, u.name() + " " + how);
+    u.EndForOwnRestart(at, how, d.reason, /*round=*/true);
+    rounds_.Request(at, u.name() + " " + how);
     return;
   }
-  SteadyTime at = now + d.delay;
-  u.CountRestart(at);
   std::string what = restarts_.What(i);
   for (size_t j : restarts_.Members(i)) {
     if (j == i) continue;
     units_[j].RestartWithUnit(at, "restarting the " + what + " after " + u.name() + " failed");
   }
-  u.Enter(ProcState::kBackoff, how + "; " + d.reason);
+  u.EndForOwnRestart(at, how, d.reason, /*round=*/false);
 }
 
 void SupervisorCore::OnWarmupExit(size_t i, const std::string& how) {
   ProcessUnit& u = units_[i];
   if (u.view().last()->exit_code != 0) {
     NoteFailure(i);
-    u.SetOutcome(AttemptOutcome::kFatal);
-    Fail(i, "warm-up failed: " + how + " (its log: " + plan_.AttemptPath(u.plan(), u.view().attempt, "stderr.log") +
-                ")",
-         true);
+    Fail(i, u.EndWarmupFailed(how, plan_.AttemptPath(u.plan(), u.view().attempt, "stderr.log")), true);
     return;
   }
   order_.WarmupDone(u.plan().role_index, u.EndWarmup());
