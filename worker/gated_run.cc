@@ -101,8 +101,7 @@ class GatedPayloadRun {
 };
 
 void GatedPayloadRun::Say(const std::string& line) const {
-  if (o_.say) o_.say(line);
-  else std::fprintf(stderr, "%s\n", line.c_str());
+  if (o_.say) o_.say(line);  // the entry point's (dflash-worker, dflash-cachelock run): its stderr
 }
 
 void GatedPayloadRun::Report(const NotifyFields& f) const {

@@ -73,7 +73,8 @@ struct GatedRunOptions {
   Millis cluster_lease_ttl = kDefaultClusterLeaseTtl;  ///< $DFLASH_GATE_LEASE_TTL
   std::string device = "cpu";  ///< "cpu" or "cuda": in the shipped archive's manifest, checked on import
 
-  /// Lines for people (gate decisions, progress, failures); stderr by default.
+  /// Lines for people (gate decisions, progress, failures): the entry point says them (on its stderr, which is
+  /// the attempt's log); unset, they are said nowhere.
   std::function<void(const std::string& line)> say;
   /// Report to the parent through $NOTIFY_SOCKET (the supervisor): MAINPID,
   /// READY=1 when the payload is ready, STATUS= lines, X_DFLASH_GATE_* facts,

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 
 #include "common/exit_codes.h"
 #include "common/status.h"
@@ -16,9 +15,10 @@
 namespace dflash {
 namespace {
 
-/// What the run does meanwhile (a note from the store, the wait at the barrier): on the console and in the log.
-void Note(const std::shared_ptr<spdlog::logger>& log, const std::string& text) {
-  std::fprintf(stderr, "dflash-launch: %s\n", text.c_str());
+/// What the run does meanwhile (a note from the store, the wait at the barrier): to the command, and in the log.
+void Note(const std::shared_ptr<spdlog::logger>& log, const std::function<void(const std::string&)>& note,
+          const std::string& text) {
+  if (note) note(text);
   if (log) log->info(text);
 }
 
@@ -76,7 +76,8 @@ int ResolveStoreAuth(const Plan& plan, const std::vector<std::string>& env, Stor
 std::string StoreSecretPath(const Plan& plan) { return plan.run_dir + "/store.secret"; }
 
 Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
-                     const std::shared_ptr<spdlog::logger>& log, StoreSession* session) {
+                        const std::shared_ptr<spdlog::logger>& log,
+                        const std::function<void(const std::string&)>& note, StoreSession* session) {
   const RunSpec& run = plan->config.run;
   std::string err;
   StoreUrl url;
@@ -159,7 +160,7 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
   SignalFd signals;
   signals.Open({SIGINT, SIGTERM, SIGHUP}, &err);
   bool registered = c.Register(&err, &rc, &notes, &signals);
-  for (const std::string& n : notes) Note(log, n);
+  for (const std::string& n : notes) Note(log, note, n);
   if (!registered) {
     session->coordinator.reset();
     return Refused(log, rc, err);
@@ -185,7 +186,7 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
       return refused;
     }
     if (!said_waiting && now - t0 > std::chrono::seconds(2)) {
-      Note(log, "waiting at the start barrier for node(s) " + JoinNodes(c.Missing()));
+      Note(log, note, "waiting at the start barrier for node(s) " + JoinNodes(c.Missing()));
       said_waiting = true;
     }
     pollfd fds[2] = {{c.event_fd(), POLLIN, 0}, {signals.fd(), POLLIN, 0}};
@@ -211,7 +212,7 @@ Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<s
         c.Finish(e.exit_code, e.text);
         return refused;
       }
-      Note(log, e.text);
+      Note(log, note, e.text);
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include <spdlog/logger.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,8 +34,11 @@ std::string StoreSecretPath(const Plan& plan);
 /// it on node 0, registers this node and waits at the start barrier (SIGINT,
 /// SIGTERM, SIGHUP end the wait; they are blocked, so read from a signalfd).
 /// Returns ok, or the exit code with the reason (in `log` already; the caller says it): nothing was started.
+/// Meanwhile `note` is told what the run does (a note from the store, the wait at the barrier; each in `log`
+/// too): the command says it on its console, since nothing below commands/ prints.
 Status OpenStoreSession(Plan* plan, PortReservations* ports, const std::vector<std::string>& env,
-                     const std::shared_ptr<spdlog::logger>& log, StoreSession* session);
+                        const std::shared_ptr<spdlog::logger>& log,
+                        const std::function<void(const std::string&)>& note, StoreSession* session);
 
 /// After the run: publishes done (and the failure, if any and not yet), unregisters;
 /// node 0 with a private store keeps it up until every other node is done or gone

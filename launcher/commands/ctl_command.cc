@@ -17,6 +17,8 @@
 #include "common/fd.h"
 #include "common/proc_info.h"
 #include "common/signal_names.h"
+#include "common/status.h"
+#include "launcher/commands/front_door.h"
 #include "launcher/commands/commands.h"
 #include "launcher/console/console.h"
 #include "launcher/control/control_client.h"
@@ -28,10 +30,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-int Fail(int code, const std::string& msg) {
-  std::fprintf(stderr, "dflash-launch ctl: %s\n", msg.c_str());
-  return code;
-}
+/// Why ctl cannot go on: its exit code and words, said once by RunCtl (Say).
+Status Fail(int code, const std::string& msg) { return Status::Error(code, "dflash-launch ctl: " + msg + "\n"); }
 
 bool IsDir(const std::string& p) {
   struct stat st;
@@ -39,7 +39,7 @@ bool IsDir(const std::string& p) {
 }
 
 /// The run dir for `run` (see RunCtl); `entry` is its registry entry if live.
-int ResolveRun(const std::string& run, std::string* run_dir, RunEntry* entry) {
+Status ResolveRun(const std::string& run, std::string* run_dir, RunEntry* entry) {
   std::vector<RunEntry> runs;
   std::string err;
   if (!ListRuns(&runs, &err)) return Fail(exit_code::kRefused, err);
@@ -47,7 +47,7 @@ int ResolveRun(const std::string& run, std::string* run_dir, RunEntry* entry) {
     if (runs.size() == 1) {
       *run_dir = runs[0].run_dir;
       *entry = runs[0];
-      return 0;
+      return Status::Ok();
     }
     if (runs.empty()) return Fail(exit_code::kNoSuchRun, "no live run of yours on this host (name a run dir for an ended one)");
     std::string list;
@@ -62,7 +62,7 @@ int ResolveRun(const std::string& run, std::string* run_dir, RunEntry* entry) {
     if (match.size() == 1) {
       *run_dir = match[0].run_dir;
       *entry = match[0];
-      return 0;
+      return Status::Ok();
     }
     if (match.size() > 1) {
       std::string list;
@@ -74,43 +74,43 @@ int ResolveRun(const std::string& run, std::string* run_dir, RunEntry* entry) {
     if (!IsDir("runs/" + run))
       return Fail(exit_code::kNoSuchRun, "no live run " + run + " (dflash-launch ps lists them; give an ended run's dir)");
     *run_dir = std::filesystem::absolute("runs/" + run).lexically_normal().string();
-    return 0;
+    return Status::Ok();
   }
   if (!IsDir(run)) return Fail(exit_code::kNoSuchRun, "no run dir " + run);
   std::error_code ec;
   *run_dir = std::filesystem::canonical(run, ec).string();
   for (const auto& r : runs)
     if (std::filesystem::equivalent(r.run_dir, *run_dir, ec)) *entry = r;
-  return 0;
+  return Status::Ok();
 }
 
-int Connect(const std::string& run_dir, UniqueFd* fd) {
+Status Connect(const std::string& run_dir, UniqueFd* fd) {
   std::string err;
   switch (ConnectControl(run_dir, fd, &err)) {
-    case ConnectResult::kOk: return 0;
+    case ConnectResult::kOk: return Status::Ok();
     case ConnectResult::kGone: return Fail(exit_code::kNoSuchRun, err);
     case ConnectResult::kInsecure: return Fail(exit_code::kRefused, err);
     case ConnectResult::kFailed: return Fail(exit_code::kFailure, err);
   }
-  return exit_code::kFailure;
+  return Fail(exit_code::kFailure, err);
 }
 
-int Call(int fd, const ControlRequest& req, int timeout_ms, ControlReply* reply) {
+Status Call(int fd, const ControlRequest& req, int timeout_ms, ControlReply* reply) {
   std::string err;
   if (!CallControl(fd, req, reply, std::chrono::milliseconds(timeout_ms), &err)) return Fail(exit_code::kFailure, err);
   if (!reply->ok) {
     const bool refused = reply->error.rfind("refused", 0) == 0;
     return Fail(refused ? exit_code::kRefused : exit_code::kFailure, reply->error);
   }
-  return 0;
+  return Status::Ok();
 }
 
-int GetStatus(int fd, int timeout_ms, RunStatus* st) {
+Status GetStatus(int fd, int timeout_ms, RunStatus* st) {
   ControlReply reply;
-  if (int rc = Call(fd, ControlRequest{}, timeout_ms, &reply); rc != 0) return rc;
+  if (Status s = Call(fd, ControlRequest{}, timeout_ms, &reply); !s.ok()) return s;
   std::string err;
   if (!FromJson(reply.body, st, &err)) return Fail(exit_code::kFailure, "the run's status: " + err);
-  return 0;
+  return Status::Ok();
 }
 
 /// Process names of an ended run, from its log files: attempt_*/<role>-<rank>.stdout.log.
@@ -188,7 +188,7 @@ void OnInterrupt(int) { g_interrupted = 1; }
 int Logs(const CtlOptions& o, const std::string& run_dir, const RunEntry& entry, const std::vector<std::string>& names) {
   std::vector<size_t> which;
   std::string err;
-  if (!ResolveTarget(o.target, names, &which, &err)) return Fail(exit_code::kUnknownTarget, err);
+  if (!ResolveTarget(o.target, names, &which, &err)) return Say(Fail(exit_code::kUnknownTarget, err));
   std::vector<Tail> tails;
   for (size_t i : which) {
     int attempt = LatestAttempt(run_dir, names[i]);
@@ -244,26 +244,29 @@ int Logs(const CtlOptions& o, const std::string& run_dir, const RunEntry& entry,
 int RunCtl(const CtlOptions& o) {
   std::string run_dir;
   RunEntry entry;
-  if (int rc = ResolveRun(o.run, &run_dir, &entry); rc != 0) return rc;
+  if (Status s = ResolveRun(o.run, &run_dir, &entry); !s.ok()) return Say(s);
 
   if (o.action == "logs") {
     std::vector<std::string> names;
     UniqueFd fd;
     std::string err;
     RunStatus st;
-    if (ConnectControl(run_dir, &fd, &err) == ConnectResult::kOk && GetStatus(fd.get(), o.timeout_ms, &st) == 0) {
+    const bool live = ConnectControl(run_dir, &fd, &err) == ConnectResult::kOk;
+    Status got = live ? GetStatus(fd.get(), o.timeout_ms, &st) : Status::Ok();
+    if (live && got.ok()) {
       for (const auto& p : st.processes) names.push_back(p.name);
     } else {
+      if (live) Say(got);  // said, and the log files still answer
       names = NamesFromFiles(run_dir);
     }
-    if (names.empty()) return Fail(exit_code::kNoSuchRun, "no process logs in " + run_dir);
+    if (names.empty()) return Say(Fail(exit_code::kNoSuchRun, "no process logs in " + run_dir));
     return Logs(o, run_dir, entry, names);
   }
 
   UniqueFd fd;
-  if (int rc = Connect(run_dir, &fd); rc != 0) return rc;
+  if (Status s = Connect(run_dir, &fd); !s.ok()) return Say(s);
   RunStatus st;
-  if (int rc = GetStatus(fd.get(), o.timeout_ms, &st); rc != 0) return rc;
+  if (Status s = GetStatus(fd.get(), o.timeout_ms, &st); !s.ok()) return Say(s);
   if (o.action == "status") {
     ProcMeter meter;
     meter.Fill(&st);
@@ -286,19 +289,19 @@ int RunCtl(const CtlOptions& o) {
     ControlRequest mreq;
     mreq.verb = ControlVerb::kMetrics;
     ControlReply reply;
-    if (int rc = Call(fd.get(), mreq, o.timeout_ms, &reply); rc != 0) return rc;
+    if (Status s = Call(fd.get(), mreq, o.timeout_ms, &reply); !s.ok()) return Say(s);
     auto text = reply.body.find("text");
-    if (text == reply.body.end() || !text->is_string()) return Fail(exit_code::kFailure, "the run sent no metrics text");
+    if (text == reply.body.end() || !text->is_string()) return Say(Fail(exit_code::kFailure, "the run sent no metrics text"));
     std::fputs(text->get<std::string>().c_str(), stdout);
     return 0;
   }
 
   ControlRequest req;
-  if (!ParseControlVerb(o.action, &req.verb)) return Fail(exit_code::kUsage, "unknown action " + o.action);
+  if (!ParseControlVerb(o.action, &req.verb)) return Say(Fail(exit_code::kUsage, "unknown action " + o.action));
   req.target = o.target;
   if (req.verb == ControlVerb::kSignal) {
     req.signal = SignalFromName(o.signal);
-    if (req.signal == 0) return Fail(exit_code::kUsage, "unknown signal \"" + o.signal + "\" (e.g. SIGUSR1, USR1)");
+    if (req.signal == 0) return Say(Fail(exit_code::kUsage, "unknown signal \"" + o.signal + "\" (e.g. SIGUSR1, USR1)"));
   }
   // The target is checked here, against the names the run just gave: an
   // unknown one gets its own exit code and the list of what exists.
@@ -306,9 +309,9 @@ int RunCtl(const CtlOptions& o) {
   for (const auto& p : st.processes) names.push_back(p.name);
   std::vector<size_t> which;
   std::string err;
-  if (!ResolveTarget(req.target, names, &which, &err)) return Fail(exit_code::kUnknownTarget, err);
+  if (!ResolveTarget(req.target, names, &which, &err)) return Say(Fail(exit_code::kUnknownTarget, err));
   ControlReply reply;
-  if (int rc = Call(fd.get(), req, o.timeout_ms, &reply); rc != 0) return rc;
+  if (Status s = Call(fd.get(), req, o.timeout_ms, &reply); !s.ok()) return Say(s);
   std::string affected;
   if (reply.body.contains("affected") && reply.body["affected"].is_array())
     for (const auto& a : reply.body["affected"]) affected += (affected.empty() ? "" : ", ") + a.get<std::string>();

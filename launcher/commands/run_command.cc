@@ -143,91 +143,77 @@ FdLimitRaised RaiseFdLimitForRun(const Plan& plan) {
   return fds;
 }
 
-/// An existing run dir without --resume: another run's history. Says whose and returns exit 69.
-int RefuseUsedRunId(const Plan& plan) {
-  if (std::string holder; RunLockHeld(plan.run_dir + "/run.lock", &holder)) {
-    std::fprintf(stderr, "dflash-launch: run id %s is in use (%s) by %s; pick another --run-id\n",
-                 plan.run_id.c_str(), plan.run_dir.c_str(), holder.c_str());
-    return exit_code::kInUse;
-  }
-  std::fprintf(stderr,
-               "dflash-launch: run id %s was used before (%s exists): this run's logs and events would mix with "
-               "that one's; pick another --run-id, or add --resume to continue it\n",
-               plan.run_id.c_str(), plan.run_dir.c_str());
-  return exit_code::kInUse;
+/// An existing run dir without --resume: another run's history. Says whose, exit 69.
+Status RefuseUsedRunId(const Plan& plan) {
+  if (std::string holder; RunLockHeld(plan.run_dir + "/run.lock", &holder))
+    return Status::Error(exit_code::kInUse, "dflash-launch: run id " + plan.run_id + " is in use (" + plan.run_dir +
+                                                ") by " + holder + "; pick another --run-id\n");
+  return Status::Error(exit_code::kInUse,
+                       "dflash-launch: run id " + plan.run_id + " was used before (" + plan.run_dir +
+                           " exists): this run's logs and events would mix with that one's; pick another --run-id, "
+                           "or add --resume to continue it\n");
 }
 
-/// One launcher per run id (per node): `run_lock` holds run.lock until we exit. 0, or the exit code (said).
-int LockRunDir(const Plan& plan, UniqueFd* run_lock) {
+/// One launcher per run id (per node): `run_lock` holds run.lock until we exit.
+Status LockRunDir(const Plan& plan, UniqueFd* run_lock) {
   std::string holder;
   switch (TryHolderLock(plan.run_dir + "/run.lock", HolderRecord("run " + plan.run_id), run_lock, &holder,
                         plan.Files().file)) {
     case HolderLockResult::kAcquired:
       break;
     case HolderLockResult::kHeld:
-      std::fprintf(stderr, "dflash-launch: run id %s is in use (%s) by %s; pick another --run-id\n",
-                   plan.run_id.c_str(), plan.run_dir.c_str(), holder.c_str());
-      return exit_code::kInUse;
+      return Status::Error(exit_code::kInUse, "dflash-launch: run id " + plan.run_id + " is in use (" +
+                                                  plan.run_dir + ") by " + holder + "; pick another --run-id\n");
     case HolderLockResult::kFailed:
-      std::fprintf(stderr, "dflash-launch: cannot lock the run dir: %s\n", holder.c_str());
-      return exit_code::kCannotCreate;
+      return Status::Error(exit_code::kCannotCreate, "dflash-launch: cannot lock the run dir: " + holder + "\n");
   }
-  return 0;
+  return Status::Ok();
 }
 
 /// --resume: this launch's attempts follow the run dir's last (`run_fd`), its events the earlier ones.
-/// 0, or the exit code (said).
-int ResumeRunDir(Plan* plan, int run_fd, const PathUse& run_use) {
+Status ResumeRunDir(Plan* plan, int run_fd, const PathUse& run_use) {
   plan->resumed = true;
   plan->attempt_base = NextAttempt(run_fd);
   // Its history must be ours to continue: an events.jsonl of another user's, a link or a hard link would be
   // refused when the supervisor opens it, and the run would go on without recording its events.
   std::string events_err;
   if (!UniqueFd(OpenPrivateFile(plan->run_dir + "/events.jsonl", O_WRONLY | O_APPEND, plan->Files(), run_use,
-                                &events_err))) {
-    std::fprintf(stderr, "dflash-launch: cannot resume run %s: %s; nothing was started\n", plan->run_id.c_str(),
-                 events_err.c_str());
-    return exit_code::kCannotCreate;
-  }
-  return 0;
+                                &events_err)))
+    return Status::Error(exit_code::kCannotCreate, "dflash-launch: cannot resume run " + plan->run_id + ": " +
+                                                       events_err + "; nothing was started\n");
+  return Status::Ok();
 }
 
 /// The run dir (and the cache dir) made, checked and locked (`run_lock`, held for the run); a reused one
-/// resumed. 0, or the exit code (said on stderr).
-int MakeRunDir(const RunOptions& opts, const RunConfig& config, Plan* plan, UniqueFd* run_lock) {
+/// resumed.
+Status MakeRunDir(const RunOptions& opts, const RunConfig& config, Plan* plan, UniqueFd* run_lock) {
   std::string err;
+  auto cannot = [&err] { return Status::Error(exit_code::kCannotCreate, "dflash-launch: " + err + "\n"); };
   // The run dir is ours alone, made through nothing another user could swap
   // (common/private_files.h); an existing one is another run's history, never
   // mixed into unless --resume says to continue it.
   const PathUse run_use = RunDirUse();
-  if (!CheckSecurePath(plan->run_dir, run_use, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
+  if (!CheckSecurePath(plan->run_dir, run_use, &err)) return cannot();
   struct stat run_st {};
   const bool reused = ::lstat(plan->run_dir.c_str(), &run_st) == 0;
   if (reused && !opts.resume) return RefuseUsedRunId(*plan);
   UniqueFd run_fd;
   if (!MakePrivateDir(plan->run_dir, plan->Files(), run_use, &run_fd, &err) ||
-      !MakeDirs(config.run.cache_dir, 0700, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
+      !MakeDirs(config.run.cache_dir, 0700, &err))
+    return cannot();
   // The spool's frames are loaded by the drafters: a <run_id>/ there that is not
   // ours could feed them another user's tensors. Its maker (the builtin roles)
   // refuses it too; refusing here means nothing is spawned.
   if (PathUse spool_use{"spool dir", "they could replace the hidden-state frames and the shared weights", false};
-      !CheckSecurePath(plan->SpoolDir(), spool_use, &err)) {
-    std::fprintf(stderr, "dflash-launch: %s\n", err.c_str());
-    return exit_code::kCannotCreate;
-  }
+      !CheckSecurePath(plan->SpoolDir(), spool_use, &err))
+    return cannot();
   // One launcher per run id (per node): before anything in the run dir is written to.
-  if (int rc = LockRunDir(*plan, run_lock); rc != 0) return rc;
+  if (Status s = LockRunDir(*plan, run_lock); !s.ok()) return s;
   if (reused) {  // held by us now: nobody else adds attempts meanwhile
-    if (int rc = ResumeRunDir(plan, run_fd.get(), run_use); rc != 0) return rc;
+    if (Status s = ResumeRunDir(plan, run_fd.get(), run_use); !s.ok()) return s;
   }
   run_fd.reset();  // every file below is opened through the same checks; a tight fd limit needs this one
-  return 0;
+  return Status::Ok();
 }
 
 /// <run_dir>/supervisor.log with the run's first lines: this node, its ports, the config's warnings (also on
@@ -409,7 +395,7 @@ int RunRun(const RunOptions& opts, char** env) {
   // even so: say it now; the processes that cannot get their fds fail.
   const FdLimitRaised fds = RaiseFdLimitForRun(plan);
   UniqueFd run_lock;
-  if (int rc = MakeRunDir(opts, config, &plan, &run_lock); rc != 0) return rc;
+  if (Status s = MakeRunDir(opts, config, &plan, &run_lock); !s.ok()) return Say(s);
   // MASTER_PORT and the role ports: chosen ("auto") or checked, and held until we exit.
   PortReservations ports;
   std::string port_warning;
@@ -426,7 +412,8 @@ int RunRun(const RunOptions& opts, char** env) {
   // barrier, before anything starts. After BlockSignals: its thread must not take them.
   StoreSession store;
   if (!plan.store.empty()) {
-    if (Status opened = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, &store); !opened.ok())
+    auto say = [](const std::string& note) { std::fprintf(stderr, "dflash-launch: %s\n", note.c_str()); };
+    if (Status opened = OpenStoreSession(&plan, &ports, CurrentEnvironment(), log, say, &store); !opened.ok())
       return Say(opened);
   }
 

@@ -178,4 +178,19 @@ void ControlVerbs::Restart(const std::vector<size_t>& targets) {
   }
 }
 
+void ControlVerbs::AfterStateChange() {
+  bool any_held = false;
+  for (const ProcessUnit& u : table_->units()) {
+    if (u.alive() || u.state() == ProcState::kBackoff || u.state() == ProcState::kWaiting) {
+      told_only_held_ = false;
+      return;
+    }
+    any_held = any_held || u.held();
+  }
+  if (!any_held || table_->stopping() || told_only_held_) return;
+  told_only_held_ = true;
+  table_->Emit(CoreAction::Log("nothing is running: what is left was stopped by ctl and is held; `ctl start "
+                               "TARGET` starts it again, `ctl stop all` ends the run"));
+}
+
 }  // namespace dflash

@@ -17,6 +17,9 @@ class ControlVerbs {
   /// `base` (run id, dir, supervisor pid) with every unit's row.
   RunStatus Status(const RunStatus& base) const;
   ControlReply Apply(const ControlRequest& request, const RunStatus& base);
+  /// A unit changed state. By design a process stopped by ctl keeps the run up (until `ctl start` or `ctl stop
+  /// all`): with nothing else left, it says so once, or the run looks hung (0/N running and no end).
+  void AfterStateChange();
 
  private:
   bool Signal(const std::vector<size_t>& targets, int sig, std::string* err);
@@ -29,6 +32,7 @@ class ControlVerbs {
 
   UnitTable* table_;
   nlohmann::json affected_;
+  bool told_only_held_ = false;  ///< said that only processes held by ctl are left
 };
 
 }  // namespace dflash

@@ -62,6 +62,26 @@ TEST(SupervisorCoreControl, AProcessStoppedByHandStaysStoppedAndTheRunStaysUp) {
   EXPECT_EQ(h.core().ExitCode(), 0) << h.core().ExitReason();
 }
 
+TEST(ControlVerbs, WithOnlyProcessesHeldByCtlLeftTheRunSaysSoOnceEachTime) {
+  Harness h(Role("a", 2, kOnFailure3));
+  h.Start();
+  const std::string only_held = "nothing is running: what is left was stopped by ctl and is held";
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  h.Killed("a:1", SIGTERM);
+  EXPECT_EQ(h.Said(only_held), 0) << "a:0 still runs";
+  h.Exit("a:0", 0);
+  EXPECT_EQ(h.Said(only_held), 1);
+  h.Advance(Millis(60000));
+  EXPECT_EQ(h.Said(only_held), 1) << "once, not on every turn";
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStart, "a:1").ok);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "a:1").ok);
+  h.Killed("a:1", SIGTERM);
+  EXPECT_EQ(h.Said(only_held), 2) << "said again after something ran again";
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "all").ok);
+  EXPECT_EQ(h.Said(only_held), 2) << "the run is stopping: nothing to explain";
+  EXPECT_TRUE(h.core().Done());
+}
+
 TEST(SupervisorCoreControl, StartOrRestartWhileStillStoppingBringsItBack) {
   Harness h(Role("a", 2, kOnFailure3));
   h.Start();

@@ -210,6 +210,32 @@ class Harness {
   pid_t next_pid_ = 1000;
 };
 
+/// The units of `plan` as the core makes them, without a core: for the tests of one part on units alone. What
+/// they emit is kept (`actions`); `now` is every event's time.
+class LoneUnits : private UnitSink {
+ public:
+  explicit LoneUnits(const Plan& plan) {
+    for (const auto* list : {&plan.processes, &plan.warmups})
+      for (const ProcessPlan& pp : *list)
+        units.emplace_back(units.size(), pp, plan.RoleOf(pp), !plan.NeedsWorker(pp), static_cast<UnitSink*>(this));
+  }
+  LoneUnits(const LoneUnits&) = delete;
+  LoneUnits& operator=(const LoneUnits&) = delete;
+  std::vector<ProcessUnit> units;
+  std::vector<CoreAction> actions;
+  SteadyTime now = SteadyTime{} + std::chrono::hours(1);
+  /// Actions of `kind` emitted so far.
+  int Count(CoreAction::Kind kind) const {
+    return static_cast<int>(std::count_if(actions.begin(), actions.end(), [&](const CoreAction& a) { return a.kind == kind; }));
+  }
+
+ private:
+  void Emit(CoreAction a) override { actions.push_back(std::move(a)); }
+  void StateChanged(size_t) override {}
+  SteadyTime Now() const override { return now; }
+  double Since(SteadyTime) const override { return 0; }
+};
+
 inline std::string Role(const std::string& name, int cpu, const std::string& extra) {
   return "[[role]]\nname = \"" + name + "\"\ncpu = " + std::to_string(cpu) + "\ncommand = [\"sleep\", \"1000\"]\n" +
          extra + "\n";

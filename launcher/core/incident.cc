@@ -39,8 +39,9 @@ void Incident::MaybeClose(SteadyTime now) {
   incident_proc_ = incident_attempt_ = -1;
 }
 
-void Incident::Blame(size_t i) {
-  if (culprit_ >= 0) return;
+std::string Incident::Blame(size_t i) {
+  std::string stop_reason = units_[i].name() + " " + units_[i].view().reason;
+  if (culprit_ >= 0) return stop_reason;
   // The root cause: the first failure of the incident, even if that one was
   // restartable when it happened (the others may only be its echo).
   // (The same process failing again is its own story: its last failure is named.)
@@ -52,6 +53,7 @@ void Incident::Blame(size_t i) {
     culprit_ = static_cast<int>(i);
     culprit_attempt_ = units_[i].view().attempt;
   }
+  return stop_reason;
 }
 
 bool Incident::BlamesOther(size_t i) const {
@@ -173,6 +175,10 @@ RunVerdict Incident::Verdict(const std::string& start_error, const TrainingOf& t
     const AttemptRecord* a = culprit_attempt();
     v.culprit = c.name();
     v.culprit_attempt = a ? a->attempt : -1;
+    // The root cause may be an earlier attempt, restarted then: name that one.
+    v.culprit_why = a && static_cast<size_t>(a->attempt) + 1 < c.view().attempts.size()
+                        ? a->reason + " (attempt " + std::to_string(a->attempt) + ", restarted)"
+                        : c.view().reason;
     if (a) v.exit_code = a->ready_timeout ? exit_code::kTimeout : a->exit_code > 0 ? a->exit_code : exit_code::kFailure;
     // The root cause was restarted and something else ended the run: say both.
     v.reason = culprit_restarted_ && a ? c.name() + " " + a->reason + " (attempt " + std::to_string(a->attempt) +
@@ -187,6 +193,8 @@ RunVerdict Incident::Verdict(const std::string& start_error, const TrainingOf& t
     v.culprit = node_culprit_;
     v.culprit_attempt = -1;
     v.node_culprit = node_record_;
+    // A failure here after it: its row names its own last words, no attempt of the other node's.
+    if (culprit_ >= 0) v.culprit_why = units_[static_cast<size_t>(culprit_)].view().reason;
   }
   return v;
 }

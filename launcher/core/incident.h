@@ -32,9 +32,10 @@ class Incident {
   /// `unit`: the processes restarted with `i` (RestartUnit): their attempts running now that fail next are
   /// its echo (a peer its death took down), never a root cause of their own in the story (Verdict's restarts).
   void NoteFailure(size_t i, SteadyTime now, const std::vector<size_t>& unit);
-  /// Unit `i`'s failure ends the run: the culprit is the incident's first failure if that was another
-  /// process (the others may only be its echo), else `i` (failing again: its last failure).
-  void Blame(size_t i);
+  /// Unit `i`'s failure (its reason, set) ends the run: the culprit is the incident's first failure if that was
+  /// another process (the others may only be its echo), else `i` (failing again: its last failure). Returns what
+  /// the run stops for, in words: `i`'s name and its failure.
+  std::string Blame(size_t i);
   /// Whether a culprit other than `i`, here or on another node, came first: `i`'s end is collateral.
   bool BlamesOther(size_t i) const;
 

@@ -55,6 +55,32 @@ TEST(SupervisorCore, TheCulpritIsTheFirstFailureOfTheIncidentEvenIfItWasRestarte
   EXPECT_NE(h.core().ExitReason().find("target:1"), std::string::npos) << h.core().ExitReason();
 }
 
+TEST(Incident, TheVerdictSaysTheCulpritsFailureInTheWordsOfItsRow) {
+  // The root cause was restarted: its row names that attempt, not what the process did last.
+  Harness h(Role("target", 2, "restart = { policy = \"never\" }") + Role("drafter", 2, kOnFailure3));
+  h.Start();
+  h.Exit("drafter:1", 3);
+  h.Advance(Millis(1000));
+  h.Exit("target:1", 1);
+  EXPECT_EQ(h.core().Verdict().culprit_why, "exited with code 3 (attempt 0, restarted)");
+
+  // Its own last failure: its reason as it stands, the policy's words included.
+  Harness last(Role("a", 1, kOnFailure3));
+  last.Start();
+  for (int k = 0; k < 4; ++k) {
+    last.Exit("a:0", 7);
+    last.Advance(Millis(10000));
+  }
+  RunVerdict v = last.core().Verdict();
+  EXPECT_EQ(v.culprit_why, last.Proc("a:0").reason);
+  EXPECT_EQ(v.culprit_why.rfind("exited with code 7; restart budget exhausted", 0), 0u) << v.culprit_why;
+
+  Harness none(Role("a", 1, kOnFailure3));
+  none.Start();
+  none.Exit("a:0", 0);
+  EXPECT_EQ(none.core().Verdict().culprit_why, "") << "no culprit: no words";
+}
+
 TEST(SupervisorCore, AFailureAfterTheRunHealedIsANewIncident) {
   Harness h(Role("target", 1, "restart = { policy = \"never\" }") +
             Role("drafter", 1, "restart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\", reset_after = \"1m\" }"));
@@ -175,6 +201,22 @@ TEST(SupervisorCoreStory, ARestartByCtlIsToldAsOne) {
   ASSERT_EQ(v.restarts.size(), 1u);
   EXPECT_TRUE(v.restarts[0].by_ctl);
   EXPECT_EQ(v.reason, "all processes succeeded (after 1 restart: a:1 restarted by ctl)");
+}
+
+TEST(Incident, BlameNamesTheFirstFailureOfTheIncidentAndSaysWhatTheRunStopsFor) {
+  core_test::Harness h(Role("a", 3, kOnFailure3));
+  core_test::LoneUnits lone(h.plan());
+  for (ProcessUnit& u : lone.units) u.BeginAttempt(std::nullopt);
+  Incident incident(lone.units);
+  incident.NoteFailure(0, lone.now, {0});  // a:0 failed first (and was restarted, say)
+  lone.units[1].SetReason("exited with code 1");
+  EXPECT_EQ(incident.Blame(1), "a:1 exited with code 1") << "the stop names who ended the run";
+  EXPECT_EQ(incident.culprit(), 0) << "the culprit is the incident's first failure";
+  EXPECT_TRUE(incident.BlamesOther(1));
+  EXPECT_FALSE(incident.BlamesOther(0));
+  lone.units[2].SetReason("exited with code 2");
+  EXPECT_EQ(incident.Blame(2), "a:2 exited with code 2");
+  EXPECT_EQ(incident.culprit(), 0) << "the first culprit stands";
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "launcher/plan/plan.h"
 #include "launcher/core/attempt_record.h"
 #include "launcher/core/core_action.h"
+#include "launcher/core/restart_policy.h"
 #include "worker/protocol.h"
 
 namespace dflash {
@@ -175,8 +176,8 @@ class ProcessUnit {
   /// Whether the report's READY=1 makes it ready now (a worker judged its payload; a direct process is judged
   /// here), and the why for RUNNING.
   std::optional<std::string> ReadyFrom(const NotifyFields& r);
-  /// Not ready within ready.timeout: its record says so.
-  void ReadyTimedOut() { p_.current().ready_timeout = true; }
+  /// Not ready within ready.timeout: its record says so; returns why, in words ("(pid N) not ready within ...").
+  std::string ReadyTimedOut();
   const Readiness* readiness() const { return p_.readiness ? &*p_.readiness : nullptr; }
 
   // --- stopping -------------------------------------------------------------------------------------------
@@ -216,6 +217,40 @@ class ProcessUnit {
   bool Timed() const;
   /// `lost` passed unseen: grace and readiness postponed by it, watchdog and liveness re-armed from now.
   void GiveBack(SteadyTime::duration lost);
+
+  // --- the run's moves, on this unit (process_unit_ends.cc) ------------------------------------------------
+  /// Its restart unit restarts at `at` (`why`): alive, it is stopped for it (a hang's stop becomes the restart);
+  /// ended, it waits in BACKOFF until then (the later restart, if it waits already). WAITING or held by ctl:
+  /// untouched (it starts when its warm-up is done, or at `ctl start`).
+  void RestartWithUnit(SteadyTime at, const std::string& why);
+  /// The run stops: alive, it is stopped (a restart under way becomes the stop), or, with `live_dependents`, its
+  /// signal waits for them (a server outlives its clients); a BACKOFF ends; one never started says why
+  /// (`why_held`: what held it in WAITING, "" if nothing).
+  void StopWithRun(bool live_dependents, const std::string& why_held);
+  /// Ended (`how`) because its restart unit restarts: BACKOFF until the restart.
+  void EndForRestart(const std::string& how);
+  /// Ended (`how`) while the run stops, or stopped by us: a failure to start is its own failure; else stopped by
+  /// hand, collateral (`blamed_elsewhere`: a culprit other than it came first, here or on another node), or stopped.
+  void EndWhileStopping(bool blamed_elsewhere, const std::string& how);
+  /// Its end (`how`) as a service's: a service runs until the run ends, so any end before that, 0 included, is a
+  /// failure; true (and `how` and its record say so) if it was one that ended 0.
+  bool ServiceEndedEarly(std::string* how);
+  /// Its end (`how`), not restarted by its policy (`d`: kNoRestart or kExhausted): a success (EXITED; returns "")
+  /// or a failure, its outcome recorded (failed, hung, fatal: `*fatal`); returns that failure's reason.
+  std::string EndByPolicy(const RestartDecision& d, bool service_ended, const std::string& how, bool* fatal);
+  /// Ended (`how`) and restarted by its policy (`reason`), its unit with it: counted, BACKOFF until `at`; in a
+  /// store-mode round (`round`) held until the round starts it.
+  void EndForOwnRestart(SteadyTime at, const std::string& how, const std::string& reason, bool round);
+  /// A warm-up that failed (`how`): FATAL for its role, and its failure in words, with where its log is (`log`).
+  std::string EndWarmupFailed(const std::string& how, const std::string& log);
+  /// The run stops and its signal waited for what starts after it: they have ended (`live_dependents` false), so
+  /// it is stopped now.
+  void StopOnceDependentsEnded(bool live_dependents);
+  /// A warm-up ended 0: EXITED, and whether its role's READY is there (published by it, or there already).
+  bool EndWarmup();
+  /// The run's end is blamed on its failure (`reason`); ended, it enters FATAL (`fatal`), FAILED (it never
+  /// started) or EXITED.
+  void EndFailed(const std::string& reason, bool fatal);
 
   // --- its end --------------------------------------------------------------------------------------------
   /// Reaped: its record closed (exit code, signal), and how it ended, in words, as its record and summary.json

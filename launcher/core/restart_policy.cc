@@ -42,4 +42,11 @@ RestartDecision RestartTracker::OnExit(int exit_code, Millis runtime, SteadyTime
   return d;
 }
 
+bool GuardianRestarts::OnDeath(SteadyTime now) {
+  deaths_.erase(std::remove_if(deaths_.begin(), deaths_.end(), [&](SteadyTime t) { return now - t > kWindow; }),
+                deaths_.end());
+  deaths_.push_back(now);
+  return deaths() <= kMax;
+}
+
 }  // namespace dflash

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <deque>
+#include <vector>
 #include <string>
 
 #include "common/duration.h"
@@ -43,6 +44,22 @@ class RestartTracker {
   std::deque<SteadyTime> recent_;  // restarts granted within the window
   Millis next_delay_;
   int total_ = 0;
+};
+
+/// dflash-guardian's own budget (docs/design.md, "Nothing outlives the run"): a guardian that dies is replaced
+/// at once, unless it died more than kMax times within kWindow; then the run stops, since a run nobody can clean
+/// up after must not go on.
+class GuardianRestarts {
+ public:
+  static constexpr int kMax = 3;
+  static constexpr Millis kWindow{60000};
+  /// A guardian died at `now`: true if a new one may start.
+  bool OnDeath(SteadyTime now);
+  /// Its deaths within kWindow of the last one, that one included.
+  int deaths() const { return static_cast<int>(deaths_.size()); }
+
+ private:
+  std::vector<SteadyTime> deaths_;  ///< within kWindow
 };
 
 }  // namespace dflash

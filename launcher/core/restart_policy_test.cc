@@ -96,5 +96,28 @@ TEST(RestartTracker, AFrameContractViolationIsNeverRestarted) {
   EXPECT_EQ(always.OnExit(64, seconds(1), {}).kind, Kind::kRestart);
 }
 
+TEST(GuardianRestarts, AGuardianIsReplacedUntilItDiesMoreThanThreeTimesInAMinute) {
+  GuardianRestarts g;
+  SteadyTime now{};
+  for (int k = 0; k < GuardianRestarts::kMax; ++k) {
+    EXPECT_TRUE(g.OnDeath(now)) << k;
+    now += seconds(10);
+  }
+  EXPECT_FALSE(g.OnDeath(now)) << "a fourth death within a minute";
+  EXPECT_EQ(g.deaths(), 4);
+}
+
+TEST(GuardianRestarts, DeathsOlderThanTheWindowAreForgotten) {
+  GuardianRestarts g;
+  SteadyTime now{};
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(g.OnDeath(now));
+  now += seconds(61);
+  EXPECT_TRUE(g.OnDeath(now)) << "the three before are more than a minute old";
+  EXPECT_EQ(g.deaths(), 1);
+  now += seconds(60);  // exactly the window: still counted
+  EXPECT_TRUE(g.OnDeath(now));
+  EXPECT_EQ(g.deaths(), 2);
+}
+
 }  // namespace
 }  // namespace dflash

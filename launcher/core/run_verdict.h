@@ -30,6 +30,10 @@ struct RunVerdict {
   int exit_code = 0;
   std::string culprit;       ///< the process (or node) the end is blamed on; empty: none
   int culprit_attempt = -1;  ///< which of its attempts was the root cause (-1: another node's)
+  /// The culprit's failure in words, as the summary table says it beside its row: its last reason, or, when the
+  /// root cause was an earlier attempt that was restarted, that attempt's "<reason> (attempt N, restarted)".
+  /// Empty without a culprit here.
+  std::string culprit_why;
   std::string reason;        ///< "all processes succeeded", or what ended the run
   /// Store mode: the other node's failure that stopped this one ({node, process, exit_code, reason};
   /// docs/multinode.md), or null.

@@ -15,7 +15,6 @@ SupervisorCore::SupervisorCore(const Plan& plan, Clock clock) : plan_(plan), clo
   for (const auto* list : {&plan_.processes, &plan_.warmups})
     for (const ProcessPlan& pp : *list)
       units_.emplace_back(units_.size(), pp, plan_.RoleOf(pp), !plan_.NeedsWorker(pp), static_cast<UnitSink*>(this));
-  trackers_.resize(units_.size() + plan_.config.roles.size() + 1);
   t0_ = clock_();
 }
 
@@ -29,52 +28,7 @@ std::vector<CoreAction> SupervisorCore::TakeActions() {
   return out;
 }
 
-void SupervisorCore::StateChanged(size_t) {
-  // By design a process stopped by ctl keeps the run up (until `ctl start` or `ctl stop all`); with nothing
-  // else left, say so once, or the run looks hung (0/N running and no end).
-  bool any_held = false;
-  for (const ProcessUnit& u : units_) {
-    if (u.alive() || u.state() == ProcState::kBackoff || u.state() == ProcState::kWaiting) {
-      told_only_held_ = false;
-      return;
-    }
-    any_held = any_held || u.held();
-  }
-  if (!any_held || stopping() || told_only_held_) return;
-  told_only_held_ = true;
-  Info("nothing is running: what is left was stopped by ctl and is held; `ctl start TARGET` starts it again, "
-       "`ctl stop all` ends the run");
-}
-
-RestartTracker& SupervisorCore::TrackerFor(size_t i) {
-  const ProcessUnit& u = units_[i];
-  const RoleSpec& role = u.role();
-  // One budget per restart unit: a process, its role, or the run.
-  size_t index = role.restart.scope == RestartScope::kProcess && role.world == TorchWorld::kNone ? i
-                 : role.restart.scope == RestartScope::kAll || role.world == TorchWorld::kRun
-                     ? units_.size() + plan_.config.roles.size()
-                     : units_.size() + u.plan().role_index;
-  if (!trackers_[index]) trackers_[index] = std::make_unique<RestartTracker>(role.restart);
-  return *trackers_[index];
-}
-
-std::vector<size_t> SupervisorCore::RestartUnit(size_t i) const {
-  const ProcessPlan& pp = units_[i].plan();
-  const RoleSpec& role = units_[i].role();
-  std::vector<size_t> unit;
-  if (pp.warmup) return {i};
-  for (size_t j = 0; j < units_.size(); ++j) {
-    const ProcessPlan& q = units_[j].plan();
-    if (q.warmup) continue;
-    const RoleSpec& qrole = units_[j].role();
-    bool member = j == i || role.restart.scope == RestartScope::kAll ||
-                  ((role.restart.scope == RestartScope::kRole || role.world == TorchWorld::kRole) &&
-                   q.role_index == pp.role_index) ||
-                  (role.world == TorchWorld::kRun && qrole.world == TorchWorld::kRun);
-    if (member) unit.push_back(j);
-  }
-  return unit;
-}
+void SupervisorCore::StateChanged(size_t) { control_.AfterStateChange(); }
 
 void SupervisorCore::StartOrHold(size_t i, const std::string& prefix) {
   std::string why = order_.WhyHeld(i);
@@ -90,12 +44,8 @@ void SupervisorCore::StartReleased() {
 
 void SupervisorCore::ContinueStop() {
   if (!stopping()) return;
-  for (size_t i = 0; i < units_.size(); ++i) {
-    ProcessUnit& u = units_[i];
-    if (!u.view().stops_after_dependents || order_.HasLiveDependents(i)) continue;
-    u.WaitForDependents(false);
-    if (u.alive()) u.Stop(EndIntent::kStop, "stopping the run; what starts after it has stopped");
-  }
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (units_[i].view().stops_after_dependents) units_[i].StopOnceDependentsEnded(order_.HasLiveDependents(i));
 }
 
 void SupervisorCore::Start() {
@@ -186,14 +136,9 @@ void SupervisorCore::AddWarning(const std::string& w) {
 
 bool SupervisorCore::OnGuardianDied(const std::string& how) {
   EventTime event_time(this);
-  SteadyTime now = Now();
-  guardian_deaths_.erase(std::remove_if(guardian_deaths_.begin(), guardian_deaths_.end(),
-                                        [&](SteadyTime t) { return now - t > kGuardianWindow; }),
-                         guardian_deaths_.end());
-  guardian_deaths_.push_back(now);
-  if (static_cast<int>(guardian_deaths_.size()) > kGuardianRestarts) {
-    StopUnguarded("dflash-guardian " + how + "; it died " + std::to_string(guardian_deaths_.size()) +
-                  " times within " + FormatDuration(kGuardianWindow) +
+  if (!guardian_.OnDeath(Now())) {
+    StopUnguarded("dflash-guardian " + how + "; it died " + std::to_string(guardian_.deaths()) +
+                  " times within " + FormatDuration(GuardianRestarts::kWindow) +
                   ": not started again; stopping the run, which a SIGKILL of the launcher would leave behind");
     return false;
   }
@@ -258,24 +203,8 @@ void SupervisorCore::BeginStop(const std::string& reason) {
   Emit(std::move(a));
   for (size_t i = 0; i < units_.size(); ++i) {
     ProcessUnit& u = units_[i];
-    if (u.alive()) {
-      if (u.intent() == EndIntent::kRestart) u.SetIntent(EndIntent::kStop);
-      else if (u.intent() == EndIntent::kNone && order_.HasLiveDependents(i)) {
-        // Stacks stop in reverse: a server outlives its clients, so they end cleanly.
-        u.WaitForDependents(true);
-        Info(u.name() + " stops once what starts after it has stopped");
-      } else {
-        u.Stop(EndIntent::kStop, "stopping the run");
-      }
-    } else if (u.state() == ProcState::kBackoff) {
-      u.Enter(ProcState::kExited, "not restarted: the run is stopping");
-    } else if (u.state() == ProcState::kNotStarted) {
-      u.SetReason("not started: the run stopped before its turn");
-    } else if (u.state() == ProcState::kWaiting) {
-      std::string why = order_.WhyHeld(i);
-      u.SetReason("not started: the run stopped before " + (why.empty() ? "its turn" : why));
-      u.Enter(ProcState::kNotStarted, u.view().reason);
-    }
+    bool live_dependents = u.alive() && u.intent() == EndIntent::kNone && order_.HasLiveDependents(i);
+    u.StopWithRun(live_dependents, u.state() == ProcState::kWaiting ? order_.WhyHeld(i) : "");
   }
 }
 
@@ -293,9 +222,9 @@ void SupervisorCore::OnTick() {
     if (due.restart) StartOrHold(i, "restarts ");
     if (due.ready_timeout) {
       // The worker enforces this for the processes it hosts; these are ours.
-      u.ReadyTimedOut();
+      std::string why = u.ReadyTimedOut();
       NoteFailure(i);
-      Fail(i, "(pid " + std::to_string(u.view().pid) + ") " + u.readiness()->TimeoutText(), false);
+      Fail(i, why, false);
     }
     if (!due.hung.empty() && u.state() == ProcState::kRunning) Hang(i, due.hung);
     u.ProbeIfDue(now, stopping());

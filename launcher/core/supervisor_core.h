@@ -4,7 +4,10 @@
 //   StartOrder (start_order.h)     warm-up holds, `after`, services, the reverse order of a stop;
 //   Incident (incident.h)          the culprit and the one verdict of the run;
 //   NodeRounds (node_rounds.h)     store-mode restart rounds;  ControlVerbs (control_verbs.h)  ctl's verbs;
-// and itself, what spans units: restart units and budgets, what an end means, the run's stop.
+//   RestartUnits (restart_units.h) which processes restart together, from which budget;
+//   GuardianRestarts (restart_policy.h) dflash-guardian's budget;
+// and itself, what spans units: which part an event is for, what an end means (supervisor_exits.cc), the run's
+// stop and its readiness, time it did not see.
 // A clock it is given; unit-tested with a fake clock and no processes (supervisor_core_test.cc).
 #pragma once
 
@@ -30,6 +33,7 @@
 #include "launcher/core/node_rounds.h"
 #include "launcher/core/process_unit.h"
 #include "launcher/core/restart_policy.h"
+#include "launcher/core/restart_units.h"
 #include "launcher/core/start_order.h"
 #include "launcher/core/unit_table.h"
 #include "worker/protocol.h"
@@ -85,13 +89,10 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   void AddWarning(const std::string& warning);
   /// dflash-guardian (`how`: "(pid N) was killed by SIGKILL") died before the
   /// run ended. True: the shell starts a new one. False: it died too often
-  /// (more than kGuardianRestarts times within kGuardianWindow) and the run
-  /// stops, since a run nobody can clean up after must not go on.
+  /// (GuardianRestarts, restart_policy.h) and the run stops.
   bool OnGuardianDied(const std::string& how);
   /// No guardian can be had (`why`): the run stops with that reason, exit 1.
   void StopUnguarded(const std::string& why);
-  static constexpr int kGuardianRestarts = 3;
-  static constexpr Millis kGuardianWindow{60000};
   bool unguarded() const { return incident_.unguarded(); }
   void NoteMemoryPeak(size_t i, int64_t bytes);
 
@@ -148,9 +149,8 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   const std::string& stop_reason() const override { return incident_.stop_reason(); }
   const std::vector<std::string>& warnings() const { return warnings_; }
   SteadyTime started_at() const { return t0_; }
-  /// The processes restarted together with `i` (its unit, `i` included):
-  /// scope, widened to the torch world it shares (RoleSpec::world).
-  std::vector<size_t> RestartUnit(size_t i) const override;
+  /// The processes restarted together with `i` (RestartUnits::Members).
+  std::vector<size_t> RestartUnit(size_t i) const override { return restarts_.Members(i); }
   /// How the run ended, as everyone says it (Incident::Verdict); `start_error`: the loop never started.
   /// `training`: each attempt's training step, from its metrics file (the story names the steps).
   RunVerdict Verdict(const std::string& start_error = "", const TrainingOf& training = {}) const {
@@ -175,20 +175,16 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   void JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message);
   /// A restart by policy: its unit (or, in store mode, a round of every node) starts again.
   void Restart(size_t i, const RestartDecision& d, const std::string& how);
-  /// An end while the run stops, or stopped by us: collateral, by hand, or a failure to start.
-  void EndedStopping(size_t i, const std::string& how);
   void Fail(size_t i, const std::string& reason, bool fatal);
   void BeginStop(const std::string& reason);
   void MarkReady(size_t i, const std::string& why);
   void OnWarmupExit(size_t i, const std::string& how);
-  void ScheduleRestart(size_t i, SteadyTime at, const std::string& why);
   void Hang(size_t i, const std::string& why);
   void NoteFailure(size_t i) { incident_.NoteFailure(i, Now(), RestartUnit(i)); }
   /// Starts every WAITING process nothing holds any longer.
   void StartReleased();
   /// The run stops: signals the deferred processes whose dependents have all ended.
   void ContinueStop();
-  RestartTracker& TrackerFor(size_t i);
   void Info(const std::string& text) { Emit(CoreAction::Log(text)); }
   void Warn(const std::string& text) { Emit(CoreAction::Log(text, true)); }
   bool Timing() const;
@@ -216,9 +212,9 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   Clock clock_;
   mutable std::optional<SteadyTime> event_now_;
   std::vector<ProcessUnit> units_;  // the role processes, then the warm-ups
-  std::vector<std::unique_ptr<RestartTracker>> trackers_;
   std::vector<CoreAction> actions_;
   std::vector<std::string> warnings_;
+  RestartUnits restarts_{plan_, units_};
   Incident incident_{units_};
   StartOrder order_{plan_, units_};
   NodeRounds rounds_{this};
@@ -226,9 +222,8 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   SteadyTime t0_{};
   bool started_ = false;
   bool told_ready_ = false;
-  bool told_only_held_ = false;  ///< said that only processes held by ctl are left
   int interrupts_ = 0;
-  std::vector<SteadyTime> guardian_deaths_;  ///< within kGuardianWindow
+  GuardianRestarts guardian_;
   SteadyTime last_woke_{};  ///< the previous OnLoopTurn's `woke` (epoch: none yet)
   int pauses_ = 0;
   double paused_s_ = 0;

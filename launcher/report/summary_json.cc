@@ -27,14 +27,7 @@ std::string SummaryTable(const RunSummary& s, bool color) {
     std::string row = Pad(p.name, 14) + Pad(p.rank >= 0 ? std::to_string(p.rank) : "-", 6) + Pad(p.device, 8) +
                       Pad(p.pid > 0 ? std::to_string(p.pid) : "-", 9) + Pad(p.state, 9) + Pad(exit, 12) +
                       Pad(std::to_string(p.restarts), 10) + Seconds(p.runtime_s);
-    if (p.culprit) {
-      // The root cause may be an earlier attempt, restarted then: name that one.
-      std::string why = p.reason;
-      if (s.culprit_attempt >= 0 && static_cast<size_t>(s.culprit_attempt) + 1 < p.attempts.size())
-        why = p.attempts[static_cast<size_t>(s.culprit_attempt)].reason + " (attempt " +
-              std::to_string(s.culprit_attempt) + ", restarted)";
-      row = std::string(red) + row + "   <- culprit: " + why + off;
-    }
+    if (p.culprit) row = std::string(red) + row + "   <- culprit: " + s.culprit_why + off;  // the verdict's words
     else if (p.collateral) row = std::string(dim) + row + "   (stopped: collateral)" + off;
     o += row + "\n";
   }
