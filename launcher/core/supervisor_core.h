@@ -93,6 +93,8 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   static constexpr int kGuardianRestarts = 3;
   static constexpr Millis kGuardianWindow{60000};
   bool unguarded() const { return incident_.unguarded(); }
+  /// [run] stop_signals: besides SIGINT, SIGTERM and SIGHUP, signals that stop the run (a preemption notice).
+  std::vector<int> stop_signals;
   void NoteMemoryPeak(size_t i, int64_t bytes);
 
   // --- nodes (a coordination store, docs/multinode.md) ----------------------
