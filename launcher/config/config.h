@@ -205,6 +205,7 @@ struct RunSpec {
   SourcePos master_port_pos;
   int nnodes = 0;                  // 0: not written (flags, the scheduler's env, else 1)
   std::vector<int> forward_signals;
+  std::vector<int> stop_signals;   // stop the run as SIGTERM does (a preemption notice)
   bool share_gpus = false;  // several processes may use one GPU (docs/config.md)
   bool console_dedup = true; // a line several processes of a role say, printed once (docs/logs.md)
   /// Where the live run serves Prometheus metrics ("IP:PORT", launcher/config/metrics_address.h); "": off.

@@ -2,6 +2,7 @@
 // it forwards and the store (private or redis://, its timings, where its password is).
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 
@@ -188,13 +189,26 @@ void ReadRun(const toml::table* t, const std::string& file, const std::string& b
   r.Bool("console_dedup", &run->console_dedup);
   ReadMetrics(r, run);
   ReadStore(r, base_dir, run);
-  if (const toml::node* n = t ? t->get("forward_signals") : nullptr; n && n->is_array()) {
+  r.SignalArray("stop_signals", &run->stop_signals);
+  for (const char* key : {"forward_signals", "stop_signals"}) {
+    const toml::node* n = t ? t->get(key) : nullptr;
+    if (!n || !n->is_array()) continue;
+    const bool stop = std::string_view(key) == "stop_signals";
     for (const toml::node& e : *n->as_array()) {
       int sig = e.is_string() ? SignalFromName(e.as_string()->get()) : 0;
       if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD)
-        r.Error("forward_signals", PosOf(e.source()), "this signal cannot be forwarded",
+        r.Error(key, PosOf(e.source()), stop ? "this signal cannot stop the run" : "this signal cannot be forwarded",
                 "a catchable signal such as \"SIGUSR1\" or \"SIGUSR2\"", DescribeNode(e),
                 "SIGKILL and SIGSTOP cannot be caught and SIGCHLD is the supervisor's own");
+      else if (stop && (sig == SIGINT || sig == SIGTERM || sig == SIGHUP))
+        r.Error(key, PosOf(e.source()), "this signal stops the run already", "a signal such as \"SIGUSR1\"",
+                DescribeNode(e), "SIGINT, SIGTERM and SIGHUP always stop the run: leave them out");
+      else if (stop && sig != 0 &&
+               std::find(run->forward_signals.begin(), run->forward_signals.end(), sig) != run->forward_signals.end())
+        r.Error(key, PosOf(e.source()), "this signal is also in forward_signals", "each signal in one list",
+                DescribeNode(e),
+                "a stop signal stops the run (each process gets its stop.signal and checkpoints); a forwarded one "
+                "is passed through and the run goes on: choose one");
     }
   }
   r.RejectUnknownKeys();

@@ -101,6 +101,10 @@ std::vector<SectionSpec> MakeSchema() {
            {"forward_signals", K::kSignalArray, "[]",
             "Signals the supervisor passes through to every process (e.g. preemption notices).",
             "[\"SIGUSR1\"]"},
+           {"stop_signals", K::kSignalArray, "[]",
+            "Signals that stop the run as SIGTERM does: each process gets its role's stop.signal and stop.grace "
+            "to checkpoint (a scheduler's preemption notice, e.g. Slurm's --signal=USR1@120).",
+            "[\"SIGUSR1\"]"},
            {"share_gpus", K::kBool, "false",
             "Allow several processes on one GPU (a GPU listed twice in devices, or by two roles): small "
             "drafters, tests, a one-GPU check. Off, a shared GPU is a config error. Each process still sees "

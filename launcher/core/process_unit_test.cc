@@ -52,6 +52,24 @@ TEST(SupervisorCore, StopGraceEndsInSigkill) {
   EXPECT_EQ(h.State("a:0"), "EXITED") << "stopped, not a failure";
 }
 
+TEST(SupervisorCore, AStopSignalStopsTheRunAsSigtermDoes) {
+  Harness h(Role("a", 1, kOnFailure3));
+  h.core().stop_signals = {SIGUSR1};  // [run] stop_signals: a preemption notice
+  h.Start();
+  h.core().OnSignal(SIGUSR2);  // any other signal the shell hands over is forwarded; the run goes on
+  h.Pump();
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGUSR2});
+  EXPECT_FALSE(h.core().stopping());
+  h.core().OnSignal(SIGUSR1);
+  h.Pump();
+  EXPECT_TRUE(h.core().stopping());
+  EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{SIGTERM}) << "the role's stop.signal: it checkpoints";
+  h.Killed("a:0", SIGTERM);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 128 + SIGUSR1);
+  EXPECT_EQ(h.State("a:0"), "EXITED") << "stopped, not a failure: no restart";
+}
+
 TEST(SupervisorCore, ASpawnThatFailsIsAFailureOfItsOwn) {
   Harness h(Role("a", 1, ""));
   h.spawn_fails_ = true;

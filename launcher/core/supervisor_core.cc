@@ -157,7 +157,8 @@ void SupervisorCore::NoteMemoryPeak(size_t i, int64_t bytes) { units_[i].NoteMem
 
 void SupervisorCore::OnSignal(int sig) {
   EventTime event_time(this);
-  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
+      std::find(stop_signals.begin(), stop_signals.end(), sig) != stop_signals.end()) {
     ++interrupts_;
     if (!stopping()) {
       incident_.StoppedBySignal(sig);

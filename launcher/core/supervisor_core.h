@@ -94,6 +94,8 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   /// No guardian can be had (`why`): the run stops with that reason, exit 1.
   void StopUnguarded(const std::string& why);
   bool unguarded() const { return incident_.unguarded(); }
+  /// [run] stop_signals: besides SIGINT, SIGTERM and SIGHUP, signals that stop the run (a preemption notice).
+  std::vector<int> stop_signals;
   void NoteMemoryPeak(size_t i, int64_t bytes);
 
   // --- nodes (a coordination store, docs/multinode.md) ----------------------

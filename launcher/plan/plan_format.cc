@@ -129,6 +129,11 @@ std::string RunText(const Plan& plan) {
     for (int sig : c.run.forward_signals) s.push_back(SignalName(sig));
     o += "  forward  " + Join(s, ", ") + "\n";
   }
+  if (!c.run.stop_signals.empty()) {
+    std::vector<std::string> s;
+    for (int sig : c.run.stop_signals) s.push_back(SignalName(sig));
+    o += "  stop on  " + Join(s, ", ") + " (as SIGTERM: every process checkpoints within its stop.grace)\n";
+  }
   if (!plan.store.empty())
     o += "  store    " + plan.StoreUrlText() +
          (plan.store_private() ? "  (private: node 0's launcher starts a redis-server for the run)" : "") +

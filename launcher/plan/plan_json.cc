@@ -59,6 +59,9 @@ ojson RunJson(const Plan& plan) {
   ojson fwd = ojson::array();
   for (int s : c.run.forward_signals) fwd.push_back(SignalName(s));
   j["run"]["forward_signals"] = fwd;
+  ojson stops = ojson::array();
+  for (int s : c.run.stop_signals) stops.push_back(SignalName(s));
+  j["run"]["stop_signals"] = stops;
   j["run"]["share_gpus"] = c.run.share_gpus;
   // The coordination store (docs/multinode.md): null in static mode.
   if (plan.store.empty()) {

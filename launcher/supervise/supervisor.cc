@@ -34,6 +34,7 @@ Supervisor::Impl::Impl(const Plan& plan, SupervisorOptions options, Console* con
       router_(console, RouterOptions(plan)) {
   os_.resize(core_.size());
   core_.node_rounds = options_.node_rounds;
+  core_.stop_signals = plan.config.run.stop_signals;
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   probes_ = std::make_unique<ProbeRunner>(epoll_.get(), Tag(kTagProbe, 0));
   core_.status_base.run_id = plan_.run_id;
@@ -45,8 +46,9 @@ Supervisor::Impl::Impl(const Plan& plan, SupervisorOptions options, Console* con
 
 std::vector<int> Supervisor::HandledSignals(const Plan& plan) {
   std::vector<int> s = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
-  for (int f : plan.config.run.forward_signals)
-    if (std::find(s.begin(), s.end(), f) == s.end()) s.push_back(f);
+  for (const std::vector<int>* list : {&plan.config.run.forward_signals, &plan.config.run.stop_signals})
+    for (int f : *list)
+      if (std::find(s.begin(), s.end(), f) == s.end()) s.push_back(f);
   return s;
 }
 
