@@ -52,7 +52,7 @@ def main():
     except OSError:
         os.execv(real_cxx, [real_cxx] + args)
     if os.path.isfile(kept):
-        shutil.copy(kept, out)  # the mode too: what g++ made under the session's umask
+        _copy_as_gxx_would(kept, out)
         _note(store, "hit")
         return 0
     rc = os.spawnv(os.P_WAIT, real_cxx, [real_cxx] + args)
@@ -62,6 +62,17 @@ def main():
         os.replace(tmp, kept)  # two processes that compiled the same kernel at once: either copy is whole
         _note(store, "miss")
     return rc
+
+
+def _copy_as_gxx_would(kept, out):
+    """A whole file at `out` (never half of one a reader could load) with the mode the linker would give it
+    under this process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.{os.getpid()}.tmp")
+    shutil.copyfile(kept, tmp)
+    os.chmod(tmp, (0o777 if os.access(kept, os.X_OK) else 0o666) & ~umask)
+    os.replace(tmp, out)
 
 
 def _note(store, word):

@@ -49,11 +49,12 @@ def test_the_kernel_store_hands_out_copies_of_what_g_plus_plus_made_for_the_same
     base = dict(os.environ, DFLASH_TESTS_KERNEL_STORE_DIR=str(store), DFLASH_TESTS_KERNEL_STORE_CXX=real,
                 DFLASH_TESTS_KERNEL_STORE_PY=sys.executable)
 
-    def compile_in(cache, source, *flags):
+    def compile_in(cache, source, *flags, umask=0o022):
         (cache / "ab").mkdir(parents=True, exist_ok=True)
         src, out = cache / "ab" / "cab.cpp", cache / "ab" / "cab.so"
         src.write_text(source)
-        r = run([wrapper, src, "-shared", "-fPIC", *flags, "-o", out], env=dict(base, TORCHINDUCTOR_CACHE_DIR=str(cache)))
+        r = run([wrapper, src, "-shared", "-fPIC", *flags, "-o", out], env=dict(base, TORCHINDUCTOR_CACHE_DIR=str(cache)),
+                preexec_fn=lambda: os.umask(umask))
         return r, out
 
     one = 'extern "C" int f() { return 1; }\n'
@@ -64,10 +65,11 @@ def test_the_kernel_store_hands_out_copies_of_what_g_plus_plus_made_for_the_same
     assert r.returncode == 0, r.stderr
     assert kernel_store.counts(store) == (1, 1)
     assert b.read_bytes() == a.read_bytes() and os.stat(b).st_ino != os.stat(a).st_ino
-    assert os.access(b, os.X_OK)
+    assert os.stat(b).st_mode & 0o777 == os.stat(a).st_mode & 0o777 and os.access(b, os.X_OK)
+    assert sorted(os.listdir(b.parent)) == ["cab.cpp", "cab.so"]
     b.write_bytes(b"tampered")
-    r, c = compile_in(tmp_path / "c", one)
-    assert c.read_bytes() == a.read_bytes()
+    r, c = compile_in(tmp_path / "c", one, umask=0o077)
+    assert c.read_bytes() == a.read_bytes() and os.stat(c).st_mode & 0o777 == 0o700  # as the linker would
     assert compile_in(tmp_path / "d", 'extern "C" int f() { return 2; }\n')[0].returncode == 0  # other source
     assert compile_in(tmp_path / "e", one, "-O1")[0].returncode == 0  # other flags
     assert kernel_store.counts(store) == (2, 3)
