@@ -1,8 +1,8 @@
 """The suite's kernel store: one g++ run per distinct Inductor kernel in a whole pytest session.
 
 Most real-compile tests compile the same small graphs, each in a cold cache dir of its own, and g++ is ~60% of a
-leader's CPU (24 runs for the tests' reference drafter: ~17 of ~28 CPU-s, bench/kernel_store/one_leader.py). conftest.py points CXX (what Inductor's `config.cpp.cxx`
-reads) at a wrapper that runs `main` here: a compile whose inputs it has seen in this session gets the output g++
+leader's CPU (24 runs for the tests' reference drafter: ~17 of ~28 CPU-s, bench/kernel_store/one_leader.py).
+conftest.py points CXX (what Inductor's `config.cpp.cxx` reads) at a wrapper that runs `main` here: a compile whose inputs it has seen in this session gets the output g++
 made then, copied to where this one asked for it; anything else runs the real g++ and keeps a copy. What the tests
 assert stays real: every process still runs the whole of Inductor, writes its own kernel sources and .so files
 into its own cache dir (a copy, never a link, so a test that tampers with one touches only its own) and fills its
