@@ -2,16 +2,18 @@
 
 Most real-compile tests compile the same small graphs, each in a cold cache dir of its own, and g++ is ~60% of a
 leader's CPU (24 runs for the tests' reference drafter: ~17 of ~28 CPU-s, bench/kernel_store/one_leader.py).
-conftest.py points CXX (what Inductor's `config.cpp.cxx` reads) at a wrapper that runs `main` here: a compile whose inputs it has seen in this session gets the output g++
-made then, copied to where this one asked for it; anything else runs the real g++ and keeps a copy. What the tests
-assert stays real: every process still runs the whole of Inductor, writes its own kernel sources and .so files
-into its own cache dir (a copy, never a link, so a test that tampers with one touches only its own) and fills its
-own FX graph cache, whose hits and misses the gate counts. Only the g++ process is skipped.
+conftest.py points CXX (what Inductor's `config.cpp.cxx` reads) at a wrapper that runs `main` here: a compile whose
+inputs it has seen in this session gets the output g++ made then, copied to where this one asked for it; anything
+else runs the real g++ and keeps a copy. What the tests assert stays real: every process still runs the whole of
+Inductor, writes its own kernel sources and .so files into its own cache dir (a copy, never a link, so a test that
+tampers with one touches only its own) and fills its own FX graph cache, whose hits and misses the gate counts. Only
+the g++ process is skipped.
 
 The key is what decides g++'s output: its arguments, with each input file named by its base name and content
-(Inductor writes a kernel to <cache dir>/<2 chars>/<hash>.cpp, and the header it preprocesses for its precompiled-header key to a fresh temp dir), the
-output by its base name, and the test's cache dir, wherever it appears, as one placeholder. The compiler, its
-headers and torch do not change within a session, and the store lives only as long as the session.
+(Inductor writes a kernel to <cache dir>/<2 chars>/<hash>.cpp, and the header it preprocesses for its precompiled-
+header key to a fresh temp dir), the output by its base name, and the test's cache dir, wherever it appears, as one
+placeholder. The compiler, its headers and torch do not change within a session, and the store lives only as long as
+the session.
 """
 import hashlib
 import os

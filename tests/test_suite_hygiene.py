@@ -53,8 +53,8 @@ def test_the_kernel_store_hands_out_copies_of_what_g_plus_plus_made_for_the_same
         (cache / "ab").mkdir(parents=True, exist_ok=True)
         src, out = cache / "ab" / "cab.cpp", cache / "ab" / "cab.so"
         src.write_text(source)
-        r = run([wrapper, src, "-shared", "-fPIC", *flags, "-o", out], env=dict(base, TORCHINDUCTOR_CACHE_DIR=str(cache)),
-                preexec_fn=lambda: os.umask(umask))
+        r = run([wrapper, src, "-shared", "-fPIC", *flags, "-o", out],
+                env=dict(base, TORCHINDUCTOR_CACHE_DIR=str(cache)), preexec_fn=lambda: os.umask(umask))
         return r, out
 
     one = 'extern "C" int f() { return 1; }\n'
