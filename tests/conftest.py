@@ -27,6 +27,23 @@ ISA_PROBE_SKIPPED = os.environ.get("DFLASH_TESTS_ISA_PROBE") != "1" and "TORCHIN
 if ISA_PROBE_SKIPPED:
     os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
 
+# Most real-compile tests compile the same small graphs, each in a cold cache of its own, and g++ is two thirds of a
+# leader's compile: CXX (what Inductor's config.cpp.cxx reads, and reaches every process the suite starts) is the
+# session's kernel store (tests/kernel_store.py), which runs g++ once per distinct kernel and hands later compiles
+# of it a copy. Every Inductor step and every cache entry the tests count stays real. The first process to load
+# this file (pytest-xdist's controller, or the only one) makes the store; its workers inherit it through the
+# environment. DFLASH_TESTS_KERNEL_STORE=0 compiles every kernel with g++.
+_KERNEL_STORE_OWNED = None
+if os.environ.get("DFLASH_TESTS_KERNEL_STORE") != "0" and "DFLASH_TESTS_KERNEL_STORE_DIR" not in os.environ:
+    import kernel_store
+    _KERNEL_STORE_OWNED = kernel_store.setup(os.environ)
+
+
+def with_real_compiler(env):
+    """`env` with CXX back to g++ itself: for a test whose point is the window a real compile takes."""
+    real = env.get("DFLASH_TESTS_KERNEL_STORE_CXX")
+    return dict(env, CXX=real) if real else dict(env)
+
 
 def pytest_configure(config):
     global _SESSION_XDG
@@ -34,6 +51,42 @@ def pytest_configure(config):
     os.environ["XDG_RUNTIME_DIR"] = _SESSION_XDG
     # `cache export` signs with the user's archive key (cachelock/archive_key.h): the session's own, not the user's.
     os.environ["DFLASH_ARCHIVE_KEY"] = os.path.join(_SESSION_XDG, "archive.key")
+
+
+# The longest tests first (from `make test`'s slowest durations, longest first): pytest-xdist hands out tests in
+# collection order, so one of these collected last would run alone at the end while the other worker idles. A test
+# renamed away from this list only loses its place; every worker sorts the same way, as xdist requires.
+SLOWEST_FIRST = [
+    "test_dflash_8gpu.py::test_the_cpu_twin_runs_to_the_end",
+    "test_builtin.py::test_compiled_reference_from_a_warm_up_agrees_on_the_spool",
+    "test_demo.py::test_demo_runs_shortened",
+    "test_seed_cache.py::test_seed_verify_on_the_demo_then_every_drafter_reuses",
+    "test_compile_gate.py::test_three_drafters_one_leads_two_reuse",
+    "test_compile_gate.py::test_sigkill_of_the_leaders_payload_mid_compile",
+    "test_cluster_gate.py::test_a_leader_killed_mid_compile_hands_over_to_the_other_node",
+    "test_cluster_gate.py::test_one_compile_in_the_whole_cluster",
+    "test_exact_values.py::test_ddp_and_fsdp2_train_bitwise_as_with_private_caches",
+    "test_gate_follows_code.py::test_editing_the_imported_model_module_compiles_again_and_names_it",
+    "test_stack_example.py::test_the_stack_example_survives_its_target_servers_crashing",
+    "test_gate_groups.py::test_ddp_role_gated_compiles_once_and_targets_do_not_wait",
+    "test_exact_values.py::test_seed_then_run_computes_its_own_numbers",
+    "test_exact_values.py::test_the_cluster_gate_ships_only_what_is_exact",
+    "test_exact_values.py::test_a_process_computes_its_own_numbers",
+    "test_gate_groups.py::test_hold_one_holds_only_the_first_rank",
+    "test_trust_store.py::test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret",
+    "test_spool_world.py::test_the_worked_example_trains_to_the_end",
+    "test_gate_groups.py::test_collectives_inside_the_graph_need_the_real_world_size",
+    "test_seed_cache.py::test_export_clear_import_verify",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+
+    def place(item):
+        name = f"{item.path.name}::{item.originalname}"
+        return rank.get(name, len(rank))
+    items.sort(key=place)  # stable: the rest keep their order
 
 
 def gate_objects_of(cache_dir):
@@ -58,6 +111,20 @@ def pytest_sessionfinish(session):
                     pass
     if _SESSION_XDG:
         shutil.rmtree(_SESSION_XDG, ignore_errors=True)
+    if _KERNEL_STORE_OWNED:
+        import kernel_store
+        global _KERNEL_STORE_COUNTS
+        _KERNEL_STORE_COUNTS = kernel_store.counts(_KERNEL_STORE_OWNED)
+        shutil.rmtree(_KERNEL_STORE_OWNED, ignore_errors=True)
+
+
+_KERNEL_STORE_COUNTS = None
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _KERNEL_STORE_COUNTS and sum(_KERNEL_STORE_COUNTS):  # the session's own store (after pytest_sessionfinish)
+        hits, misses = _KERNEL_STORE_COUNTS
+        terminalreporter.write_line(f"kernel store: {misses} g++ runs kept, {hits} served as copies")
 
 
 @pytest.fixture(scope="session")

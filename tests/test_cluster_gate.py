@@ -17,6 +17,7 @@ import tarfile
 
 import pytest
 
+from conftest import with_real_compiler
 from supervise import SMALL_MODEL, descendants, reused_without_compiling, wait_until, write_config
 
 VENV_BIN = os.path.dirname(sys.executable)
@@ -151,7 +152,8 @@ def payload_of(worker_pid):
 
 
 def test_a_leader_killed_mid_compile_hands_over_to_the_other_node(launch, tmp_path, redis_server):
-    env = store_env(tmp_path, redis_server.url, DFLASH_GATE_LEASE_TTL="3s")
+    # g++ itself (not the suite's kernel store): node 1 must start while node 0 still compiles.
+    env = with_real_compiler(store_env(tmp_path, redis_server.url, DFLASH_GATE_LEASE_TTL="3s"))
     c0, c1 = node_configs(tmp_path, drafters(1))
     rid = run_id("kill")
     n0 = start_node(launch, c0, rid, 0, env)

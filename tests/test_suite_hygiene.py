@@ -4,7 +4,7 @@ names them, so the end-of-session sweep removes exactly those."""
 import json
 import os
 
-from conftest import USER_XDG_RUNTIME_DIR, gate_objects_of, run
+from conftest import ROOT, USER_XDG_RUNTIME_DIR, gate_objects_of, run
 from supervise import write_config
 
 
@@ -33,3 +33,48 @@ def test_the_sweep_names_a_gates_objects_as_the_gate_does(bin_dir, tmp_path):
     for path in (sem, owner):  # what the session's end would do, done here so the check is this test's
         if os.path.exists(path):
             os.unlink(path)
+
+
+def test_the_kernel_store_hands_out_copies_of_what_g_plus_plus_made_for_the_same_input(tmp_path):
+    """tests/kernel_store.py (conftest.py's CXX): one g++ run per distinct input in a session; a later compile of
+    it gets its own copy (a test that tampers with its cache's .so touches nothing else); other input, other
+    flags or a failing compile go to g++ itself."""
+    import shutil
+    import sys
+    import kernel_store
+    real = shutil.which("g++")
+    store = tmp_path / "store"
+    store.mkdir()
+    wrapper = ROOT / "tests" / "bin" / "g++"
+    base = dict(os.environ, DFLASH_TESTS_KERNEL_STORE_DIR=str(store), DFLASH_TESTS_KERNEL_STORE_CXX=real,
+                DFLASH_TESTS_KERNEL_STORE_PY=sys.executable)
+
+    def compile_in(cache, source, *flags, umask=0o022):
+        (cache / "ab").mkdir(parents=True, exist_ok=True)
+        src, out = cache / "ab" / "cab.cpp", cache / "ab" / "cab.so"
+        src.write_text(source)
+        r = run([wrapper, src, "-shared", "-fPIC", *flags, "-o", out],
+                env=dict(base, TORCHINDUCTOR_CACHE_DIR=str(cache)), preexec_fn=lambda: os.umask(umask))
+        return r, out
+
+    one = 'extern "C" int f() { return 1; }\n'
+    r, a = compile_in(tmp_path / "a", one)
+    assert r.returncode == 0, r.stderr
+    assert kernel_store.counts(store) == (0, 1)
+    r, b = compile_in(tmp_path / "b", one)  # another test's cache dir, the same kernel
+    assert r.returncode == 0, r.stderr
+    assert kernel_store.counts(store) == (1, 1)
+    assert b.read_bytes() == a.read_bytes() and os.stat(b).st_ino != os.stat(a).st_ino
+    assert os.stat(b).st_mode & 0o777 == os.stat(a).st_mode & 0o777 and os.access(b, os.X_OK)
+    assert sorted(os.listdir(b.parent)) == ["cab.cpp", "cab.so"]
+    b.write_bytes(b"tampered")
+    r, c = compile_in(tmp_path / "c", one, umask=0o077)
+    assert c.read_bytes() == a.read_bytes() and os.stat(c).st_mode & 0o777 == 0o700  # as the linker would
+    assert compile_in(tmp_path / "d", 'extern "C" int f() { return 2; }\n')[0].returncode == 0  # other source
+    assert compile_in(tmp_path / "e", one, "-O1")[0].returncode == 0  # other flags
+    assert kernel_store.counts(store) == (2, 3)
+    r, _ = compile_in(tmp_path / "f", "not C++\n")
+    assert r.returncode != 0 and "error" in r.stderr
+    assert kernel_store.counts(store) == (2, 3)
+    v = run([wrapper, "--version"], env=base)
+    assert v.returncode == 0 and v.stdout == run([real, "--version"]).stdout
