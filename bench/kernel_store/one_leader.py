@@ -23,7 +23,7 @@ BODY = SMALL_MODEL + """
 [[role]]
 name = "drafter"
 cpu = 1
-command = ["python", "-m", "dflash_launch.reference_drafter"]
+command = ["python", "-m", "dflash_launch.roles.reference_drafter"]
 env = { DFLASH_STEPS = "3" }
 gate = { timeout = "10m", mode = "serial" }
 ready = { mode = "notify", timeout = "10m" }
