@@ -243,9 +243,9 @@ def test_another_users_listener_on_a_reserved_port_never_makes_the_role_ready(bi
         [[role]]
         name = "srv"
         cpu = 1
-        command = [{json.dumps(sys.executable)}, {json.dumps(str(tmp_path / "slow.py"))}, "2"]
+        command = [{json.dumps(sys.executable)}, {json.dumps(str(tmp_path / "slow.py"))}, "5"]
         ports = ["http"]
-        ready = {{ mode = "http", url = "http://127.0.0.1:{{http}}/health", interval = "100ms", timeout = "6s" }}
+        ready = {{ mode = "http", url = "http://127.0.0.1:{{http}}/health", interval = "100ms", timeout = "10s" }}
 
         [[role]]
         name = "reader"
@@ -253,6 +253,8 @@ def test_another_users_listener_on_a_reserved_port_never_makes_the_role_ready(bi
         after = ["srv"]
         command = [{json.dumps(sys.executable)}, {json.dumps(str(tmp_path / "reader.py"))}, {json.dumps(str(got))}]
         """)
+    # srv binds after 5 s: time for the impostor (another user's process, polling for the port's lock file) to
+    # take the port first on a loaded machine (2 s was not always enough).
     impostor = Impostor("http", match="run rp-sq,", body="impostor")
     try:
         r = run([bin_dir / "dflash-launch", "run", config, "--run-id", "rp-sq", "--color", "never"], timeout=120)

@@ -30,6 +30,7 @@ process outside a torch.distributed world its own subdirectory (DFLASH_PROCESS).
 neither restores nor saves. docs/checkpoints.md.
 """
 
+import atexit
 import os
 import random
 import re
@@ -147,6 +148,7 @@ class Checkpoint:
             # with the loop's (the step's all-reduce, the agreements below).
             self.save_group = self.dist.new_group(backend="gloo")
             self.agree_group = None if "gloo" in str(self.dist.get_backend()) else self.dist.new_group(backend="gloo")
+            atexit.register(self._release_groups)
         self.consumers = source.consumer_names() if source is not None and hasattr(source, "consumer_names") \
             else ([source.name] if source is not None else [])
         if source is not None:
@@ -391,6 +393,19 @@ class Checkpoint:
             self.source.commit(self._positions(final), final)
         for _, old in committed(self.dir)[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
+
+    def _release_groups(self):
+        """At exit, while the interpreter is whole: destroys this Checkpoint's own gloo groups and drops them. Kept
+        alive by this object past the world's destroy_process_group, they were destroyed at the interpreter's
+        teardown, where gloo's threads may still hold work with Python references and abort the process after
+        its work is done (SIGABRT, "terminate called without an active exception"; pytorch/pytorch#179291)."""
+        groups = [g for g in (self.save_group, self.agree_group) if g is not None]
+        self.save_group = self.agree_group = None
+        for g in groups:
+            try:
+                self.dist.destroy_process_group(g)
+            except Exception:  # noqa: BLE001 - already destroyed with the world: nothing left to release
+                pass
 
     def finish(self):
         """A last checkpoint of every step done (the source calls it when it ends), waited for and committed."""
