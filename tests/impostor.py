@@ -104,13 +104,15 @@ class Impostor:
         self._reader.start()
         self._stop = threading.Event()
         if not port:
-            self._watcher = threading.Thread(target=self._watch, args=(match,), daemon=True)
+            # The snapshot before the constructor returns: taken in the thread, a run started meanwhile could write
+            # its lock files while the (thousands of) old ones are listed, and they would count as old.
+            seen = lock_stamps()  # a lock file is kept after its run: a port used before has one, with an old record
+            self._watcher = threading.Thread(target=self._watch, args=(match, seen), daemon=True)
             self._watcher.start()
         assert wait_until(lambda: self.said("watching") or self.proc.poll() is not None, timeout=EVENT_TIMEOUT)
 
-    def _watch(self, match):
-        """Every lock file written after we started whose record holds `match`: its port to the impostor."""
-        seen = lock_stamps()  # a lock file is kept after its run: a port used before has one, with an old record
+    def _watch(self, match, seen):
+        """Every lock file written after `seen` was taken whose record holds `match`: its port to the impostor."""
         while not self._stop.is_set():
             for path, stamp in lock_stamps().items():
                 if stamp[1] == 0 or seen.get(path) == stamp:

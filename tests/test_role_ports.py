@@ -273,6 +273,7 @@ def test_another_users_listener_on_a_reserved_port_never_makes_the_role_ready(bi
             got.unlink()  # srv's own data: the impostor lost the race
     else:
         pytest.fail(f"the impostor never held srv's port while the probe tried, in 3 attempts: {tries}")
+    print(f"squatter scenario: {len(tries)} attempt(s) before the impostor held the port: {tries}")
     assert not got.exists(), f"the reader read {got.read_bytes()!r} from another user's server"
     said = r.stdout + r.stderr
     assert r.returncode == 3 and "cannot bind" in said, said
