@@ -123,6 +123,15 @@ class Paths:
             private_makedirs(d)
 
 
+def spool_root_from_env(env):
+    """$DFLASH_SPOOL_DIR (a from_env constructor's spool), or SpoolError saying who sets it."""
+    root = env.get("DFLASH_SPOOL_DIR")
+    if not root:
+        raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames go through "
+                         "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
+    return root
+
+
 def entries(d):
     """The names in directory `d`; none when it does not exist (pending/ before any consumer checkpoints)."""
     try:

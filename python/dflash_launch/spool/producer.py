@@ -7,7 +7,7 @@ import os
 from dflash_launch._extras import require
 from dflash_launch.exit_codes import use_exit_codes
 from dflash_launch.spool.dirs import Paths, atomic_write, create_private, frame_names, default_manifest_path, \
-    rename_noreplace, pending_frames, write_manifest_if_final, entries
+    rename_noreplace, pending_frames, write_manifest_if_final, entries, spool_root_from_env
 from dflash_launch.spool.format import (WEIGHTS_FORMAT, FrameContractError, SpoolError,
                                         st_dtype, check_frame, frame_file, frame_metadata,
                                         parse_frame_file)
@@ -62,10 +62,7 @@ class SpoolProducer:
         sets; `name` defaults to DFLASH_PROCESS ("target:0")."""
         use_exit_codes()  # a payload of dflash-launch: an uncaught FrameContractError ends it with 65
         env = os.environ if env is None else env
-        root = env.get("DFLASH_SPOOL_DIR")
-        if not root:
-            raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames go through "
-                             "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
+        root = spool_root_from_env(env)
         return cls(root, name or env.get("DFLASH_PROCESS", "target"), contract,
                    producers=int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0), manifest_path=default_manifest_path(root, env),
                    warmup=env.get("DFLASH_WARMUP") == "1", **kwargs)

@@ -8,7 +8,7 @@ from dflash_launch._extras import require
 from dflash_launch.exit_codes import use_exit_codes
 from dflash_launch.spool.dirs import (Paths, atomic_write, frame_names, default_manifest_path, rename_noreplace,
                                       commit_pending, pending_frames, pending_name, private_makedirs,
-                                      write_manifest_if_final, entries)
+                                      write_manifest_if_final, entries, spool_root_from_env)
 from dflash_launch.spool.format import (FrameContractError, SpoolError, check_frame,
                                         frame_file, parse_frame_file, parse_header)
 from dflash_launch.spool.mapped import MappedFrame, Released
@@ -83,10 +83,7 @@ class SpoolSource:
         `name` defaults to DFLASH_PROCESS)."""
         use_exit_codes()  # a payload of dflash-launch: an uncaught FrameContractError ends it with 65
         env = os.environ if env is None else env
-        root = env.get("DFLASH_SPOOL_DIR")
-        if not root:
-            raise SpoolError("DFLASH_SPOOL_DIR is not set: the spool directory frames come through "
-                             "(dflash-launch sets it to <[run] spool_dir>/<run_id>)")
+        root = spool_root_from_env(env)
         producers = int(env.get("DFLASH_SPOOL_PRODUCERS", "0") or 0)
         warmup = env.get("DFLASH_WARMUP") == "1"
         if producers <= 0 and not warmup:
