@@ -218,7 +218,9 @@ def test_sigkill_of_the_guardian_then_of_the_launcher_leaves_nothing(launch, bin
     first = guardian_of(r)
     os.kill(first, signal.SIGKILL)
     # No assert here: on a launcher that does not restart it, the kill below shows what that costs.
-    restarted = wait_until(lambda: guardian_of(r) not in (None, first), timeout=30)
+    # The launcher says it restarted it once it has (a new pid alone: the spawn may not have returned yet).
+    restarted = wait_until(lambda: guardian_of(r) not in (None, first)
+                           and r.count_in_log("dflash-guardian restarted: pid") == 1, timeout=30)
     os.kill(r.pid, signal.SIGKILL)
     r.wait()
     gone = wait_until(lambda: not alive_with_marker(m), timeout=30)  # a hang detector

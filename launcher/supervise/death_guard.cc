@@ -30,17 +30,16 @@ bool RunGuard::Start(const Options& o, std::string* err, std::vector<std::string
   }
   options_ = o;
   std::string e;
-  if (!SpawnGuardian(&e)) {
+  if (!SpawnGuardian(KnownLines(), &e)) {
     notes->push_back("cannot start dflash-guardian: " + e + " (a SIGKILL of the launcher may leave processes behind)");
     return true;
   }
   first_start_ = ProcessStartTime(guardian_pid_);
-  if (cgroup_.active()) Tell("cgroup " + cgroup_.dir());
   notes->push_back("dflash-guardian pid " + std::to_string(guardian_pid_) + " kills the run if the launcher dies");
   return true;
 }
 
-bool RunGuard::SpawnGuardian(std::string* err) {
+bool RunGuard::SpawnGuardian(const std::string& known, std::string* err) {
   // The guardian: new session, no death signal (it must outlive us), stdin =
   // a pipe whose write end only we hold.
   int p[2];
@@ -49,6 +48,11 @@ bool RunGuard::SpawnGuardian(std::string* err) {
     return false;
   }
   UniqueFd rd(p[0]), wr(p[1]);
+  // What it must know is in its pipe before it exists: a SIGKILL of the
+  // launcher right after the spawn still leaves a guardian that knows every
+  // session (CI once killed it between the spawn and the telling: 5 of 9 lived).
+  // What does not fit the pipe's buffer (thousands of sessions) follows below.
+  size_t preloaded = PreloadPipe(wr.get(), known);
   std::string log_err;
   UniqueFd log(OpenPrivateFile(options_.log_path, O_WRONLY | O_APPEND, options_.log_mode, RunDirUse(), &log_err));
   // Without its log (a link or a full disk where it would be) it still guards: its stderr goes to /dev/null.
@@ -68,22 +72,46 @@ bool RunGuard::SpawnGuardian(std::string* err) {
   }
   guardian_pid_ = child.pid;
   guardian_pipe_ = std::move(wr);
+  if (preloaded < known.size()) {
+    std::string rest = known.substr(preloaded);
+    if (!WriteAll(guardian_pipe_.get(), rest, err)) guardian_pipe_.reset();
+  }
   return true;
+}
+
+size_t RunGuard::PreloadPipe(int fd, const std::string& bytes) {
+  // Non-blocking: nobody reads yet, so a full buffer must not stall us.
+  int flags = ::fcntl(fd, F_GETFL);
+  if (bytes.empty() || flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return 0;
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EAGAIN: the rest after the spawn
+    off += static_cast<size_t>(n);
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return off;
 }
 
 bool RunGuard::Restart(std::string* err) {
   if (guardian_pid_ > 0) return true;
-  if (!SpawnGuardian(err)) return false;
-  // The processes it must kill started before it: the first guardian's start
-  // time bounds its sweep instead of its own (pids reused since are spared).
-  if (first_start_ > 0) Tell("since " + std::to_string(first_start_));
-  if (cgroup_.active()) Tell("cgroup " + cgroup_.dir());
-  for (pid_t sid : sessions_) Tell("session " + std::to_string(sid));
+  if (!SpawnGuardian(KnownLines(), err)) return false;
   if (!guardian_pipe_) {
     *err = "the new dflash-guardian (pid " + std::to_string(guardian_pid_) + ") closed its pipe at once";
     return false;
   }
   return true;
+}
+
+std::string RunGuard::KnownLines() const {
+  std::string lines;
+  // The processes it must kill started before it: the first guardian's start
+  // time bounds its sweep instead of its own (pids reused since are spared).
+  if (first_start_ > 0) lines += "since " + std::to_string(first_start_) + "\n";
+  if (cgroup_.active()) lines += "cgroup " + cgroup_.dir() + "\n";
+  for (pid_t sid : sessions_) lines += "session " + std::to_string(sid) + "\n";
+  return lines;
 }
 
 void RunGuard::Tell(const std::string& line) {

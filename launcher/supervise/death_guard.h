@@ -67,7 +67,12 @@ class RunGuard {
 
  private:
   void Tell(const std::string& line);
-  bool SpawnGuardian(std::string* err);
+  /// Everything a guardian started now must know, one line each.
+  std::string KnownLines() const;
+  /// `known` is written into its pipe before it is spawned (what fits).
+  bool SpawnGuardian(const std::string& known, std::string* err);
+  /// Writes what fits without blocking; returns how many bytes.
+  static size_t PreloadPipe(int fd, const std::string& bytes);
 
   Options options_;
   std::vector<pid_t> sessions_;   // every session told, for a new guardian
