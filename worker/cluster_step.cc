@@ -27,7 +27,7 @@ void AddInductorRemoteCacheEnv(const std::string& store, std::vector<std::pair<s
   if (url.db != 0) env->emplace_back("TORCHINDUCTOR_REDIS_URL", url.ToString());  // redis-py reads the db from it
 }
 
-int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<ClusterGate>* cluster,
+Status ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<ClusterGate>* cluster,
                    ClusterDecision* cd, bool* lead, const Say& say, const Say& warn, const Report& report) {
   StoreUrl url;
   std::string err;
@@ -35,7 +35,7 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
     cd->outcome = ClusterOutcome::kLocalFallback;
     warn("gate " + o.gate_key + ": DFLASH_STORE is not usable (" + err +
          "); compiling locally, without the cluster lease");
-    return exit_code::kOk;
+    return Status::Ok();
   }
   ClusterGateOptions c;
   c.store = url;
@@ -70,23 +70,17 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
     }
   }
   auto g = std::make_unique<ClusterGate>(c);
-  if (!g->Resolve(cd, &err)) {
-    say(err);
-    NotifyFields f;
-    f.error = err;
-    report(f);
-    return GateExitCode(GateError::kTimeout);
-  }
+  if (!g->Resolve(cd, &err)) return Status::Error(GateExitCode(GateError::kTimeout), err);
   switch (cd->outcome) {
     case ClusterOutcome::kLocalFallback:
       warn(cd->warning);
-      return exit_code::kOk;
+      return Status::Ok();
     case ClusterOutcome::kLeader:
       if (cd->took_over)
         say("gate " + o.gate_key + ": took the cluster lease over from " + cd->previous.Describe() +
             ": it let its lease expire (it died or stalled) or let go unpublished");
       *cluster = std::move(g);
-      return exit_code::kOk;
+      return Status::Ok();
     case ClusterOutcome::kFetched: {
       // The archive carries the exporter's READY markers; if READY(key) was not among them, this
       // node's READY is ours to write (we hold the gate as its leader, and the cache is warm now).
@@ -96,10 +90,10 @@ int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<
         if (gate.Publish(&err) != GateError::kOk) say("gate " + o.gate_key + ": READY after the import: " + err);
       gate.Release();
       *lead = false;
-      return exit_code::kOk;
+      return Status::Ok();
     }
   }
-  return exit_code::kOk;
+  return Status::Ok();
 }
 
 }  // namespace dflash

@@ -11,6 +11,7 @@
 
 #include "cachelock/cluster_gate.h"
 #include "cachelock/gate.h"
+#include "common/status.h"
 #include "worker/gated_run.h"
 #include "worker/protocol.h"
 
@@ -27,8 +28,9 @@ void AddInductorRemoteCacheEnv(const std::string& store, std::vector<std::pair<s
 
 /// A local leader with a store: fetch the cluster's kernels, or take the cluster lease, or wait for
 /// another node's (cachelock/cluster_gate.h). On return `*lead` says whether we compile, and `*cluster`
-/// holds the lease when we do it for the cluster. Not kOk: waiting for another node timed out (75).
-int ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<ClusterGate>* cluster,
+/// holds the lease when we do it for the cluster. Not ok: waiting for another node timed out (75); the
+/// caller says it.
+Status ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_ptr<ClusterGate>* cluster,
                    ClusterDecision* cd, bool* lead, const Say& say, const Say& warn, const Report& report);
 
 }  // namespace dflash

@@ -78,14 +78,15 @@ class GatedPayloadRun {
   void Error(const std::string& text) const;
   void Warn(const std::string& text) const;
   /// Opens and takes the gate, asks the cluster if we lead, and sets the payload's gate environment.
-  /// Returns an exit code to end with now, or -1 to run the payload.
-  int TakeGate();
+  /// `*run_payload` false with ok: nothing to run (a warm-up that found READY). Run() says a failure, once.
+  Status TakeGate(bool* run_payload);
   /// The payload host's callbacks: MAINPID, STATUS=, WATCHDOG=1, READY.
   void WireReports();
   /// The leader's payload was ready (or, as a warm-up, exited 0): publish if the cache backs the promise,
   /// then let the next one in.
   NotifyFields Publish(double ready_s);
   /// After the payload: a leader that never got ready lets go (its tree killed); how the payload ended.
+  /// Returns the payload's exit status (a process's, as `seed`'s steps do: docs/design.md, "Errors").
   int Finish(const PayloadResult& r);
   double Since(Clock::time_point t) const { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -127,11 +128,9 @@ NotifyFields GateStateFact(GateState s) {
   return f;
 }
 
-int GatedPayloadRun::TakeGate() {
-  if (!ValidGateKey(o_.gate_key, &err_)) {
-    Say(err_);
-    return exit_code::kUsage;
-  }
+Status GatedPayloadRun::TakeGate(bool* run_payload) {
+  *run_payload = true;
+  if (!ValidGateKey(o_.gate_key, &err_)) return Status::Error(exit_code::kUsage, err_);
   IdleLeaderHint hint(o_.idle_hint, o_.gate_key);
   GateOptions g;
   g.dir = o_.gate_dir;
@@ -148,20 +147,14 @@ int GatedPayloadRun::TakeGate() {
     Report(f);
     if (std::string h = hint.Tick(*gate_); !h.empty()) Warn(h);
   };
-  if (GateError e = CompileGate::Open(g, &gate_, &err_); e != GateError::kOk) {
-    Say(err_);
-    Error(err_);
-    return GateExitCode(e);
-  }
+  if (GateError e = CompileGate::Open(g, &gate_, &err_); e != GateError::kOk)
+    return Status::Error(GateExitCode(e), err_);
   NotifyFields waiting = GateStateFact(GateState::kWaiting);
   waiting.gate_key = o_.gate_key;
   Report(waiting);
   AcquireResult got;
-  if (GateError e = gate_->Acquire(o_.gate_key, &got, &err_); e != GateError::kOk) {
-    Say(err_);
-    Error(err_);
-    return GateExitCode(e);
-  }
+  if (GateError e = gate_->Acquire(o_.gate_key, &got, &err_); e != GateError::kOk)
+    return Status::Error(GateExitCode(e), err_);
   lead_ = got.decision == GateDecision::kLead;
   if (lead_) {
     // One compile at a time, really: a leader that died holding the gate
@@ -176,9 +169,9 @@ int GatedPayloadRun::TakeGate() {
     }
     // The local leader asks the cluster before it compiles (cachelock/cluster_gate.h).
     if (!o_.cluster_store.empty()) {
-      int rc = ResolveCluster(o_, *gate_, &cluster_, &cd_, &lead_, [this](const std::string& l) { Say(l); },
-                              [this](const std::string& w) { Warn(w); }, [this](const NotifyFields& f) { Report(f); });
-      if (rc != exit_code::kOk) return rc;
+      Status s = ResolveCluster(o_, *gate_, &cluster_, &cd_, &lead_, [this](const std::string& l) { Say(l); },
+                                [this](const std::string& w) { Warn(w); }, [this](const NotifyFields& f) { Report(f); });
+      if (!s.ok()) return s;
     }
   }
   h_.extra_env.emplace_back(env::kGateRole, GateRoleName(lead_ ? GateRole::kLead : GateRole::kReuse));
@@ -219,9 +212,9 @@ int GatedPayloadRun::TakeGate() {
   Report(decided);
   if (o_.warmup && !lead_) {
     Say("gate " + o_.gate_key + ": warm-up: READY is there, nothing to compile");
-    return exit_code::kOk;
+    *run_payload = false;
   }
-  return -1;
+  return Status::Ok();
 }
 
 NotifyFields GatedPayloadRun::Publish(double ready_s) {
@@ -320,6 +313,19 @@ int GatedPayloadRun::Finish(const PayloadResult& r) {
   return r.exit_code;
 }
 
+Status RefusePrecompile() {
+  // Dynamo's precompile cache drops identity guards in the live process and shares entries keyed by a
+  // function's name and line, not by what it traced: wrong values (issue #44). A gate shares only what is
+  // content-addressed, so a gated payload may not run with it (the launcher's plan refuses it too).
+  const char* v = std::getenv(env::kTorchCachingPrecompile);
+  if (!v || std::string(v) != "1") return Status::Ok();
+  return Status::Error(exit_code::kConfig,
+                       std::string(env::kTorchCachingPrecompile) + "=1: Dynamo's precompile cache computes wrong "
+                       "values in a gated process (torch drops identity guards); unset it: every process traces for "
+                       "itself and loads the shared FX-graph, AOTAutograd and Inductor caches (docs/cachelock.md, "
+                       "\"What is exact\")");
+}
+
 int GatedPayloadRun::Run() {
   // Opt-in only: Inductor loads what its remote cache holds (pickles, and on GPU kernels) unsigned, so
   // anyone who can write the store could run code in the payload (docs/cachelock.md).
@@ -330,19 +336,15 @@ int GatedPayloadRun::Run() {
   h_.stop_grace = o_.stop_grace;
   h_.stop_when_ready = o_.warmup;
   if (!o_.gate_dir.empty()) {
-    // Dynamo's precompile cache drops identity guards in the live process and shares entries keyed by a
-    // function's name and line, not by what it traced: wrong values (issue #44). A gate shares only what is
-    // content-addressed, so a gated payload may not run with it (the launcher's plan refuses it too).
-    if (const char* v = std::getenv(env::kTorchCachingPrecompile); v && std::string(v) == "1") {
-      std::string why = std::string(env::kTorchCachingPrecompile) + "=1: Dynamo's precompile cache computes wrong "
-                        "values in a gated process (torch drops identity guards); unset it: every process traces for "
-                        "itself and loads the shared FX-graph, AOTAutograd and Inductor caches (docs/cachelock.md, "
-                        "\"What is exact\")";
-      Say("error: " + why);
-      Error(why);
-      return exit_code::kConfig;
+    bool run_payload = true;
+    Status s = RefusePrecompile();
+    if (s.ok()) s = TakeGate(&run_payload);
+    if (!s.ok()) {  // said here, once: to the entry point's stderr and to the supervisor
+      Say("error: " + s.message());
+      Error(s.message());
+      return s.exit_code();
     }
-    if (int rc = TakeGate(); rc >= 0) return rc;
+    if (!run_payload) return exit_code::kOk;
   }
   WireReports();
   // From the moment we ask for the payload, not from when its exec is confirmed:
