@@ -89,6 +89,25 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=place)  # stable: the rest keep their order
 
 
+# DFLASH_TESTS_CPU_LOG=FILE: one line per test, its CPU seconds (this process and every descendant it reaped, with
+# their own reaped descendants) and its wall seconds: where the suite's CPU goes (docs/benchmarks.md, "make test").
+_CPU_LOG = os.environ.get("DFLASH_TESTS_CPU_LOG")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _CPU_LOG:
+        yield
+        return
+    import time
+    t0, w0 = os.times(), time.monotonic()
+    yield
+    t1 = os.times()
+    cpu = sum(t1[:4]) - sum(t0[:4])
+    with open(_CPU_LOG, "a") as f:
+        f.write(f"{cpu:.1f}\t{time.monotonic() - w0:.1f}\t{item.nodeid}\n")
+
+
 def gate_objects_of(cache_dir):
     """The /dev/shm objects of the gate of `cache_dir` (cachelock/gate_dir.cc LocateGate's naming)."""
     name = f"dflash-{os.geteuid()}-{hashlib.sha256(os.path.realpath(cache_dir).encode()).hexdigest()[:16]}"

@@ -36,6 +36,28 @@ def test_import_dflash_launch_imports_no_torch_and_touches_nothing():
     assert r.returncode == 0 and r.stdout == "clean\n", r.stderr
 
 
+def test_even_in_a_gated_process_the_import_patches_nothing_and_share_isa_probe_hooks_once(tmp_path):
+    """A gated process (DFLASH_GATE_ROLE, the gate's .dflash/ in the cache dir): `import dflash_launch` still
+    leaves sys.meta_path as it was; share_isa_probe() adds the one hook, once, however often it is called; with
+    DFLASH_ISA_SHARE=0 it adds none."""
+    cache = tmp_path / "cache"
+    (cache / ".dflash").mkdir(parents=True, mode=0o700)
+    code = """
+        import sys
+        meta = list(sys.meta_path)
+        import dflash_launch
+        assert sys.meta_path == meta, sys.meta_path
+        print(dflash_launch.share_isa_probe(), dflash_launch.share_isa_probe(), len(sys.meta_path) - len(meta))
+    """
+    gated = dict(NO_GATE, DFLASH_GATE_ROLE="lead", TORCHINDUCTOR_CACHE_DIR=str(cache))
+    r = python(code, env=gated)
+    assert r.returncode == 0 and r.stdout == "True True 1\n", (r.stdout, r.stderr)
+    r = python(code, env=dict(gated, DFLASH_ISA_SHARE="0"))
+    assert r.returncode == 0 and r.stdout == "False False 0\n", (r.stdout, r.stderr)
+    r = python(code, env=NO_GATE)  # not gated
+    assert r.returncode == 0 and r.stdout == "False False 0\n", (r.stdout, r.stderr)
+
+
 def test_the_public_api_is_importable_from_the_top():
     r = python("""
         import sys

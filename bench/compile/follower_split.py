@@ -54,7 +54,8 @@ def child(role):
     import torch._inductor.compile_fx  # noqa: F401
     import torch._inductor.codecache  # noqa: F401
     sys.path.insert(0, str(ROOT / "python"))
-    import dflash_launch  # noqa: F401  (what a payload imports: it installs the ISA verdict sharing)
+    import dflash_launch
+    dflash_launch.share_isa_probe()  # what the reference drafter does first
     mark("import Dynamo + Inductor")
     from torch._inductor import cpu_vec_isa
     isa = [str(i) for i in cpu_vec_isa.valid_vec_isa_list()]

@@ -47,6 +47,7 @@ __all__ = [
     "check_hidden_states",
     "check_hidden_shape", "describe_violation", "shape_string", "HiddenStateContractError",
     "contract_from_env", "gate_role", "is_warmup", "init_process_group", "use_exit_codes", "MissingExtraError",
+    "share_isa_probe",
     *_LAZY,
 ]
 
@@ -242,13 +243,14 @@ def contract_from_env(env=None):
     }
 
 
-# Gated processes share the host's vector-ISA probe verdicts through the cache dir (dflash_launch/inductor/): a
-# record keyed by what the answer depends on, so what is shared is content-addressed. This is the one thing
-# `import dflash_launch` does besides defining names, and only in a gated process (DFLASH_GATE_ROLE and the gate's
-# cache dir): it registers an import hook that wraps Inductor's probe when torch imports it. Elsewhere it touches
-# nothing (tests/test_python_extras.py). Nothing here turns on Dynamo's precompile cache
-# (torch._dynamo.config.caching_precompile): with it, torch 2.13 drops identity guards in the live process and
-# computes wrong values (docs/cachelock.md, "What is exact").
-from dflash_launch.inductor import isa_verdict as _isa_verdict  # noqa: E402
+def share_isa_probe() -> bool:
+    """In a gated process (DFLASH_GATE_ROLE and the gate's cache dir): Inductor's vector-ISA probe answered from the
+    host's records in the cache dir, and this process's own answers recorded for the next (docs/cachelock.md, "The
+    ISA probe"). Call it before the first compile (the reference drafter does); it registers one import hook that
+    wraps the probe when torch imports it. Elsewhere, or with DFLASH_ISA_SHARE=0, it does nothing and returns False.
 
-_isa_verdict.install()
+    `import dflash_launch` itself never does this: an import patches nothing. Nothing here turns on Dynamo's
+    precompile cache (torch._dynamo.config.caching_precompile): with it, torch 2.13 drops identity guards in the
+    live process and computes wrong values (docs/cachelock.md, "What is exact")."""
+    from dflash_launch.inductor import isa_verdict
+    return isa_verdict.install()

@@ -15,6 +15,7 @@ def step(x, w):
     return torch.relu(x @ w).sum()
 
 
+dflash_launch.share_isa_probe()
 x, w = torch.randn(8, 8), torch.randn(8, 8, requires_grad=True)
 torch.compile(step)(x, w).backward()
 with open(os.environ["DFLASH_METRICS_FILE"], "w") as f:

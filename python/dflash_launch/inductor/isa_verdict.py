@@ -13,7 +13,7 @@ What keeps it "never worse" (docs/cachelock.md, "The ISA probe"):
 - a record is believed only if it is a regular file (not a link) owned by this user, writable by nobody else, in
   a directory that is ours too, and its content is the key: another local user cannot plant a verdict;
 - it acts only in gated processes (`DFLASH_GATE_ROLE` set, `TORCHINDUCTOR_CACHE_DIR` with the gate's `.dflash/`),
-  in payloads that import `dflash_launch`; `DFLASH_ISA_SHARE=0` turns it off.
+  in payloads that call `dflash_launch.share_isa_probe()`; `DFLASH_ISA_SHARE=0` turns it off.
 """
 import hashlib
 import json
@@ -151,8 +151,15 @@ def _patch(module) -> None:
         cls._probe_load = wrap(cls._probe_load)
 
 
-def install() -> None:
-    """Called by `import dflash_launch`: a no-op unless sharing applies to this process."""
+_installed = False
+
+
+def install() -> bool:
+    """dflash_launch.share_isa_probe(): a no-op (False) unless sharing applies to this process; once."""
+    global _installed
     if _record_dir() is None:
-        return
-    patch_on_import(_MODULE, _patch)
+        return False
+    if not _installed:
+        patch_on_import(_MODULE, _patch)
+        _installed = True
+    return True

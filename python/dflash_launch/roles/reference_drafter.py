@@ -34,7 +34,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from dflash_launch import (HiddenStateContractError, check_hidden_states, contract_from_env, gate_role, notify_ready,
-                           notify_status)
+                           notify_status, share_isa_probe)
 from dflash_launch.train_metrics import TrainingMetrics, write_json_private  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -328,6 +328,7 @@ def main(argv=None):
     if warmup:
         args.source = "synthetic"  # no targets run during a warm-up; same shapes, same compiled graphs
     torch.set_num_threads(args.threads)
+    share_isa_probe()  # before the first compile: a gated follower skips Inductor's probe children
     name = os.environ.get("DFLASH_PROCESS", "drafter")
     rank = int(os.environ.get("ROLE_RANK", "0"))
     dtype = DTYPES[contract["dtype"]]
