@@ -16,8 +16,10 @@ import os
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dflash_launch import Checkpoint, contract_from_env, init_process_group, notify_ready
+from dflash_launch import Checkpoint, contract_from_env, init_process_group, notify_ready, share_isa_probe
 from dflash_launch.spool.world import WorldSource
+
+share_isa_probe()  # a gated follower answers Inductor's ISA probe from the host's record (docs/cachelock.md)
 
 contract = contract_from_env()
 cuda = torch.cuda.is_available()

@@ -16,9 +16,12 @@ import urllib.request
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dflash_launch import contract_from_env, init_process_group, is_warmup, notify_ready, notify_status
+from dflash_launch import (contract_from_env, init_process_group, is_warmup, notify_ready, notify_status,
+                           share_isa_probe)
 from dflash_launch.roles.reference_drafter import SyntheticSource, build, cache_counters, write_metrics
 from resp import Redis
+
+share_isa_probe()  # a gated follower answers Inductor's ISA probe from the host's record (docs/cachelock.md)
 
 contract = contract_from_env()
 if not contract:
