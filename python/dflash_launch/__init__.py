@@ -150,6 +150,8 @@ def init_process_group(backend: str = "gloo", world: str = "role", fake_world_in
     else:
         raise ValueError(f'world must be "role" or "run", not {world!r}')
     dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size, **kwargs)
+    from dflash_launch.exit_codes import release_process_groups_at_exit
+    release_process_groups_at_exit(dist)
     return rank, size
 
 

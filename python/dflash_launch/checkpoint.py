@@ -40,6 +40,7 @@ import sys
 import time
 
 from dflash_launch._extras import require
+from dflash_launch.exit_codes import release_process_groups_at_exit
 from dflash_launch.spool.dirs import private_makedirs
 
 _NAME = re.compile(r"^step-(\d{10})(?:\.(\d+))?$")
@@ -148,6 +149,7 @@ class Checkpoint:
             # with the loop's (the step's all-reduce, the agreements below).
             self.save_group = self.dist.new_group(backend="gloo")
             self.agree_group = None if "gloo" in str(self.dist.get_backend()) else self.dist.new_group(backend="gloo")
+            release_process_groups_at_exit(self.dist)  # registered first: the world's groups go after ours
             atexit.register(self._release_groups)
         self.consumers = source.consumer_names() if source is not None and hasattr(source, "consumer_names") \
             else ([source.name] if source is not None else [])

@@ -47,6 +47,30 @@ def use_exit_codes() -> None:
     sys.excepthook = hook
 
 
+_groups_released_at_exit = []
+
+
+def release_process_groups_at_exit(dist) -> None:
+    """Destroys torch.distributed's groups at exit, while the interpreter is whole, if the program did not. A
+    process that ends by an uncaught exception (a rank whose spool failed) otherwise leaves them to the
+    interpreter's teardown, where gloo's threads may still hold work with Python references and abort the
+    process (SIGABRT, "terminate called without an active exception"; pytorch/pytorch#179291): the supervisor
+    then sees a signal instead of the exit code the rank chose. Registered once, by what binds to a world
+    (WorldSource, Checkpoint, init_process_group), so it runs after their own atexit handlers. Idempotent."""
+    if _groups_released_at_exit:
+        return
+    _groups_released_at_exit.append(True)
+    atexit.register(_release_process_groups, dist)
+
+
+def _release_process_groups(dist):
+    try:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the process is ending: what is left goes with it
+        pass
+
+
 def _exit_now(code):
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -52,6 +52,7 @@ when its backend has gloo, else one gloo group made at construction, which every
 import sys
 
 from dflash_launch._extras import require
+from dflash_launch.exit_codes import release_process_groups_at_exit
 from dflash_launch.spool.format import FrameContractError, SpoolError
 from dflash_launch.spool.source import SpoolSource
 from dflash_launch.spool.order import SpoolOrder
@@ -116,6 +117,7 @@ class WorldSource:
         self.padded = self.dropped = self.rounds = 0
         self.group, self.rank, self.world = None, 0, 1
         if self.dist.is_available() and self.dist.is_initialized() and not source.warmup:
+            release_process_groups_at_exit(self.dist)
             self.group = _group_for(self.dist, group)
             self.rank, self.world = self.dist.get_rank(self.group), self.dist.get_world_size(self.group)
         self._pending = None  # the last sample handed out, until it is acknowledged
