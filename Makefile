@@ -30,9 +30,10 @@ build-demo:
 	@if [[ ! -f $(BUILD)/build.ninja ]]; then $(call configure,OFF); fi
 	@cmake --build $(BUILD) -j $(JOBS) --target $(RUN_BINARIES)
 
-# The Python tests on two pytest-xdist workers: a compiling test seldom keeps both cores busy, and most others wait
-# on signals and timeouts (docs/design.md, "Test time"). `PYTEST_ARGS=-n0` runs them one after another.
-PYTEST_ARGS ?= -n 2
+# The Python tests on three pytest-xdist workers on two cores: a quarter of the tests' time is waiting (signals,
+# timeouts, sleeping payloads), which a third worker fills with another test's CPU (docs/design.md, "Test time").
+# `PYTEST_ARGS=-n0` runs them one after another.
+PYTEST_ARGS ?= -n 3
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests

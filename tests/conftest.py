@@ -90,7 +90,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 # DFLASH_TESTS_CPU_LOG=FILE: one line per test, its CPU seconds (this process and every descendant it reaped, with
-# their own reaped descendants) and its wall seconds: where the suite's CPU goes (docs/benchmarks.md, "make test").
+# their own reaped descendants), its wall seconds and when it ended (the epoch): where the suite's CPU goes and what
+# ran at its tail (docs/benchmarks.md, "make test").
 _CPU_LOG = os.environ.get("DFLASH_TESTS_CPU_LOG")
 
 
@@ -105,7 +106,7 @@ def pytest_runtest_protocol(item, nextitem):
     t1 = os.times()
     cpu = sum(t1[:4]) - sum(t0[:4])
     with open(_CPU_LOG, "a") as f:
-        f.write(f"{cpu:.1f}\t{time.monotonic() - w0:.1f}\t{item.nodeid}\n")
+        f.write(f"{cpu:.1f}\t{time.monotonic() - w0:.1f}\t{item.nodeid}\t{time.time():.0f}\n")
 
 
 def gate_objects_of(cache_dir):
