@@ -177,7 +177,8 @@ def test_a_stop_writes_a_checkpoint_the_next_run_resumes_from(launch, tmp_path):
     step. One run, three launches: stopped by SIGTERM, continued and stopped by SIGUSR1, continued to the end with
     every frame committed once (each stop's checkpoint is resumed from)."""
     from supervise import wait_until
-    frames, steps = 32, 16  # one producer, 16 rounds of 2: room for two stops, 2 steps apart at least
+    # One producer, 20 rounds of 2 (a sleep each): each stop lands with as many steps left as one stop in 10 had.
+    frames, steps = 40, 20
     extra = f'checkpoint_dir = "{tmp_path}/ckpt"\nstop_signals = ["SIGUSR1"]'
     cfg = config(tmp_path, extra=extra, drafter_env=', CKPT_SLEEP_MS = "300", CKPT_EVERY = "1000"', producers=1,
                  frames=frames)
