@@ -1,9 +1,14 @@
-"""Resume, not restart (issue #45): a DDP world of 3 gloo ranks trains on 2 producers' frames through the spool with
-dflash_launch.Checkpoint, under dflash-launch. A rank killed -9 mid-step, mid-checkpoint-write, or just after a
+"""Resume, not restart (issue #45): a DDP world of gloo ranks trains on the frames of 2 producers through the spool
+with dflash_launch.Checkpoint, under dflash-launch. A rank killed -9 mid-step, mid-checkpoint-write, or just after a
 checkpoint's commit: the run still exits 0, its final weights are bitwise those of the run never killed, every frame
 is committed exactly once (the manifest names the checkpoint of each), and a kill during a write leaves the
 previous checkpoint to resume from. FSDP2 resumes the same way; SIGTERM writes a checkpoint the next run resumes
-from. The payloads: tests/payloads/ckpt_rank.py (the rank, and where it kills itself), ckpt_producer.py."""
+from. The payloads: tests/payloads/ckpt_rank.py (the rank, and where it kills itself), ckpt_producer.py.
+
+Test time (issue #48): a rank costs ~3.3 CPU-s (torch, torch.distributed.checkpoint, gloo) and a producer ~1.7,
+whatever it trains on, so the runs have as few as their point needs: 2 ranks (the killed rank and a peer its death
+takes down; rank 0 and a rank that is not) and 2 producers for the kills, one producer where their number is not
+the point; FSDP2 keeps the 3 ranks its test names."""
 import json
 import os
 import re
@@ -17,10 +22,12 @@ from conftest import ROOT
 from test_spool import ENV, SMALL
 
 PAYLOADS = ROOT / "tests" / "payloads"
-FRAMES = 15  # per producer: 30 frames, 10 rounds of 3; checkpoints at steps 3, 6, 9 and 10 (the end)
+RANKS = 2
+FRAMES = 10  # per producer: 20 frames, 10 rounds of 2; checkpoints at steps 3, 6, 9 and 10 (the end)
 
 
-def config(tmp_path, kill="", wrap="ddp", extra="", drafter_env=""):
+def config(tmp_path, kill="", wrap="ddp", extra="", drafter_env="", ranks=RANKS, producers=2, frames=FRAMES):
+    """`producers` producers of `frames` frames each, a world of `ranks` ranks."""
     (tmp_path / "cache").mkdir(mode=0o700, exist_ok=True)
     cfg = tmp_path / "run.toml"
     cfg.write_text(f"""[run]
@@ -32,15 +39,15 @@ spool_dir = "{tmp_path}/spool"
 {SMALL}
 [[role]]
 name = "target"
-cpu = 2
+cpu = {producers}
 spool = "produce"
 command = ["python", "{PAYLOADS / 'ckpt_producer.py'}"]
-env = {{ CKPT_FRAMES = "{FRAMES}" }}
+env = {{ CKPT_FRAMES = "{frames}" }}
 world = "none"
 
 [[role]]
 name = "drafter"
-cpu = 3
+cpu = {ranks}
 spool = "consume"
 command = ["python", "{PAYLOADS / 'ckpt_rank.py'}"]
 env = {{ CKPT_KILL = "{kill}", CKPT_WRAP = "{wrap}", CKPT_OUT = "{tmp_path}/final.pt", OMP_NUM_THREADS = "1"{drafter_env} }}
@@ -60,19 +67,22 @@ def run_to_end(launch, tmp_path, **kw):
     return r
 
 
-def logs(r):
-    return r.out + "".join(p.read_text(errors="replace") for p in r.run_dir.rglob("*.log"))
+def logs(r, skip=()):
+    """The run's console and log files, but the files in `skip` (an earlier launch's, when --resume continues it)."""
+    return r.out + "".join(p.read_text(errors="replace") for p in r.run_dir.rglob("*.log") if p not in skip)
 
 
-def assert_committed_exactly_once(r):
+def assert_committed_exactly_once(r, producers=2, frames=FRAMES):
     m = json.loads((r.run_dir / "spool.json").read_text())
-    assert m["final"] and m["exactly_once"] and m["frames_consumed"] == 2 * FRAMES and m["pending"] == 0, m
+    total = producers * frames
+    assert m["final"] and m["exactly_once"] and m["frames_consumed"] == total and m["pending"] == 0, m
     # Every frame's record names the checkpoint that committed it; together they count each frame once.
-    assert sum(m["committed_by_checkpoint"].values()) == 2 * FRAMES, m["committed_by_checkpoint"]
+    assert sum(m["committed_by_checkpoint"].values()) == total, m["committed_by_checkpoint"]
+    assert len(m["producers"]) == producers, m["producers"]
     for prod in m["producers"].values():
         runs = prod["committed_by"]
         assert all(ck and "/drafter/step-" in ck for _, _, ck in runs), runs
-        assert sum(last - first + 1 for first, last, _ in runs) == FRAMES, runs
+        assert sum(last - first + 1 for first, last, _ in runs) == frames, runs
     return m
 
 
@@ -95,7 +105,7 @@ def assert_the_story_names_the_killed_rank(r, victim, resumed_from, died_at=None
     took down), the step it had reached, the step its world resumed from; the training table counts the steps of
     both attempts and says where the restart resumed and what it redid."""
     s = r.summary()
-    killed, peers = f"drafter:{victim}", [f"drafter:{k}" for k in range(3) if k != victim]
+    killed, peers = f"drafter:{victim}", [f"drafter:{k}" for k in range(RANKS) if k != victim]
     assert len(s["restarts"]) == 1, s["restarts"]
     story = s["restarts"][0]
     assert (story["process"], story["signal"], story["attempt"], story["restarted_with"]) == (killed, "SIGKILL", 0,
@@ -120,7 +130,7 @@ def assert_the_story_names_the_killed_rank(r, victim, resumed_from, died_at=None
 
 @pytest.mark.parametrize("kill, resumed_from, died_at", [
     ("1:step:4", None, None),  # mid-step (step 3's checkpoint may still be in flight: either is right)
-    ("2:write:6", 3, 6),       # mid-write of step 6's: the previous one (3) is what the world resumes from
+    ("1:write:6", 3, 6),       # mid-write of step 6's: the previous one (3) is what the world resumes from
     ("0:commit:3", 3, None),   # checkpoint 3 renamed into place, its frames not yet moved: restore commits them
 ], ids=["mid-step", "mid-checkpoint-write", "just-after-commit"])
 def test_a_kill_at_any_moment_ends_with_the_weights_of_a_run_never_killed(launch, tmp_path, uninterrupted, kill,
@@ -133,7 +143,7 @@ def test_a_kill_at_any_moment_ends_with_the_weights_of_a_run_never_killed(launch
     assert_the_story_names_the_killed_rank(r, int(kill.split(":")[0]), resumed_from, died_at)
     s = r.summary()
     drafters = [p for p in s["processes"] if p["role"] == "drafter"]
-    assert [p["restarts"] for p in drafters] == [1, 1, 1], [p["restarts"] for p in drafters]
+    assert [p["restarts"] for p in drafters] == [1] * RANKS, [p["restarts"] for p in drafters]
     assert s["checkpoints"]["drafter"] == {"path": str(r.run_dir / "checkpoints" / "drafter" / "step-0000000010"),
                                            "step": 10}, s["checkpoints"]
     got = weights(tmp_path / "final.pt")
@@ -152,39 +162,53 @@ def test_a_kill_at_any_moment_ends_with_the_weights_of_a_run_never_killed(launch
 def test_fsdp2_on_three_cpu_ranks_resumes(launch, tmp_path):
     """FSDP2 (fully_shard, DTensor shards) through the same Checkpoint: a rank killed mid-step, the world resumes
     from the last checkpoint (each rank loads its own shard), and every frame is committed once."""
-    r = run_to_end(launch, tmp_path, kill="1:step:7", wrap="fsdp2", drafter_env=', CKPT_ASYNC = "0"')
+    r = run_to_end(launch, tmp_path, kill="1:step:7", wrap="fsdp2", drafter_env=', CKPT_ASYNC = "0"', ranks=3,
+                   producers=1, frames=30)
     text = logs(r)
     assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text)) == {"6"}, text[-3000:]
-    assert_committed_exactly_once(r)
+    assert_committed_exactly_once(r, producers=1, frames=30)
 
 
-@pytest.mark.parametrize("sent", ["SIGTERM", "SIGUSR1"])
-def test_a_stop_writes_a_checkpoint_the_next_run_resumes_from(launch, tmp_path, sent):
+def test_a_stop_writes_a_checkpoint_the_next_run_resumes_from(launch, tmp_path):
     """A stop mid-run: `ctl stop`'s SIGTERM, or a scheduler's preemption notice named in `[run] stop_signals` (here
     SIGUSR1, as Slurm's --signal=USR1@120 sends it). Each process gets its role's stop.signal (SIGTERM); every rank
     agrees on it at its next step, the world writes and commits a checkpoint within stop.grace and ends, and the
     supervisor waits for it (no restart). The run continued (--resume: same run dir, same spool) resumes from that
-    step and ends with every frame committed once."""
+    step. One run, three launches: stopped by SIGTERM, continued and stopped by SIGUSR1, continued to the end with
+    every frame committed once (each stop's checkpoint is resumed from)."""
     from supervise import wait_until
-    extra = f'checkpoint_dir = "{tmp_path}/ckpt"' + ('\nstop_signals = ["SIGUSR1"]' if sent == "SIGUSR1" else "")
-    cfg = config(tmp_path, extra=extra, drafter_env=', CKPT_SLEEP_MS = "300", CKPT_EVERY = "1000"')
-    r = launch(cfg, env=ENV, run_id="stopped")
-    assert wait_until(lambda: len(list((tmp_path / "spool" / "stopped" / "pending").glob("*/*"))) >= 6,
-                      timeout=120), r.out[-3000:]
-    os.kill(r.pid, getattr(signal, sent))
-    assert r.wait(timeout=120) == 128 + getattr(signal, sent), r.out[-3000:]
-    text = logs(r)
-    m = set(re.findall(r"(drafter:\d): SIGTERM: checkpoint at step (\d+) committed", text))
-    assert len(m) == 3 and len({step for _, step in m}) == 1, text[-3000:]  # every rank, at the same step
-    stopped_at = int(m.pop()[1])
-    assert 2 <= stopped_at < 10 and os.path.isdir(tmp_path / "ckpt" / "drafter" / f"step-{stopped_at:010d}")
-    assert not r.summary().get("restarts"), r.summary().get("restarts")  # a stop, not a failure
-    assert (tmp_path / "spool" / "stopped" / "done").is_dir()  # kept for --resume: the checkpoint names its frames
-    r2 = launch(cfg, env=ENV, run_id="stopped", args=["--resume"])
-    assert r2.wait(timeout=400) == 0, r2.out[-4000:] + r2.err[-2000:]
-    text2 = logs(r2)
-    assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text2)) == {str(stopped_at)}, text2[-3000:]
-    assert_committed_exactly_once(r2)
+    # One producer, 20 rounds of 2 (a sleep each): each stop lands with as many steps left as one stop in 10 had.
+    frames, steps = 40, 20
+    extra = f'checkpoint_dir = "{tmp_path}/ckpt"\nstop_signals = ["SIGUSR1"]'
+    cfg = config(tmp_path, extra=extra, drafter_env=', CKPT_SLEEP_MS = "300", CKPT_EVERY = "1000"', producers=1,
+                 frames=frames)
+    pending = tmp_path / "spool" / "stopped" / "pending"
+    resumed_from, earlier = None, set()  # the step the launch resumes from; the log files of the launches before it
+    for sent in ("SIGTERM", "SIGUSR1"):
+        r = launch(cfg, env=ENV, run_id="stopped", args=["--resume"] if resumed_from is not None else [])
+        if resumed_from is not None:  # then pending/ is empty: the stop's checkpoint committed its frames
+            assert wait_until(lambda: len(re.findall(r"drafter:\d: resumed from step", logs(r, earlier))) >= RANKS,
+                              timeout=120), r.out[-3000:]
+        # 2 steps past the start (or the resume), so the stop's checkpoint holds something new
+        assert wait_until(lambda: len(list(pending.glob("*/*"))) >= 2 * RANKS, timeout=120), r.out[-3000:]
+        os.kill(r.pid, getattr(signal, sent))
+        assert r.wait(timeout=120) == 128 + getattr(signal, sent), r.out[-3000:]
+        text = logs(r, earlier)
+        if resumed_from is not None:
+            assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text)) == {str(resumed_from)}, text[-3000:]
+        m = set(re.findall(r"(drafter:\d): SIGTERM: checkpoint at step (\d+) committed", text))
+        assert len(m) == RANKS and len({step for _, step in m}) == 1, text[-3000:]  # every rank, at the same step
+        stopped_at = int(m.pop()[1])
+        assert (resumed_from or 0) + 2 <= stopped_at < steps, (sent, resumed_from, stopped_at)
+        assert os.path.isdir(tmp_path / "ckpt" / "drafter" / f"step-{stopped_at:010d}")
+        assert not r.summary().get("restarts"), r.summary().get("restarts")  # a stop, not a failure
+        assert (tmp_path / "spool" / "stopped" / "done").is_dir()  # kept for --resume: the checkpoint names its frames
+        resumed_from, earlier = stopped_at, set(r.run_dir.rglob("*.log"))
+    r3 = launch(cfg, env=ENV, run_id="stopped", args=["--resume"])
+    assert r3.wait(timeout=400) == 0, r3.out[-4000:] + r3.err[-2000:]
+    text3 = logs(r3, earlier)
+    assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text3)) == {str(resumed_from)}, text3[-3000:]
+    assert_committed_exactly_once(r3, producers=1, frames=frames)
 
 
 def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_path):
@@ -192,7 +216,7 @@ def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_p
     outside after its world's first checkpoint, the world resumes from it, and every frame is committed once."""
     from supervise import wait_until
     from test_spool import payload_of
-    cfg = config(tmp_path)
+    cfg = config(tmp_path, producers=1, frames=2 * FRAMES)
     text = cfg.read_text().replace(
         f'command = ["python", "{PAYLOADS / "ckpt_rank.py"}"]',
         'command = ["python", "-m", "dflash_launch.roles.reference_drafter", "--ddp", "--source", "spool", "--no-compile",\n'
@@ -211,7 +235,7 @@ def test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool(launch, tmp_p
     assert r.wait(timeout=400) == 0, r.out[-4000:] + r.err[-2000:]
     resumed = {int(x) for x in re.findall(r"drafter:\d: resumed from step (\d+)", logs(r))}
     assert len(resumed) == 1 and resumed.pop() >= 3, logs(r)[-3000:]
-    assert_committed_exactly_once(r)
+    assert_committed_exactly_once(r, producers=1, frames=2 * FRAMES)
 
 
 def test_a_stop_signal_away_from_the_loop_ends_the_process_as_before(tmp_path):

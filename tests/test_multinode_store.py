@@ -154,20 +154,21 @@ def test_scope_all_failure_on_node_1_restarts_both_nodes_processes(bin_dir, tmp_
     out = tmp_path / "out"
     out.mkdir()
     restart = 'restart = { policy = "on-failure", scope = "all", max = 1, window = "1h", backoff = "1s..1s" }'
-    # Rank 5 (node 1, a:3) fails before joining the world on its first attempt; the others wait for it in
-    # init_process_group until the round stops them.
-    cmd = json.dumps(["sh", "-c", f'[ "$RANK" = 5 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exit 3; '
+    # One process per role and node (4 ranks: the restart is the point, not the count). Rank 2 (node 1, a:1) fails
+    # before joining the world on its first attempt; the others wait for it in init_process_group until the round
+    # stops them.
+    cmd = json.dumps(["sh", "-c", f'[ "$RANK" = 2 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && exit 3; '
                                   f'exec {PY} {GLOO} {out}'])
     roles = f"""
         [[role]]
         name = "a"
-        cpu = 2
+        cpu = 1
         command = {cmd}
         {restart}
 
         [[role]]
         name = "b"
-        cpu = 2
+        cpu = 1
         command = {cmd}
         {restart}
         """
@@ -177,14 +178,14 @@ def test_scope_all_failure_on_node_1_restarts_both_nodes_processes(bin_dir, tmp_
         rc, _, err = finish(p, timeout=240)
         assert rc == 0, err
     res = results(out, "rd")
-    assert sorted(res) == list(range(8)) and all(r["sum"] == 36.0 for r in res.values())
+    assert sorted(res) == list(range(4)) and all(r["sum"] == 10.0 for r in res.values())
     for node in (0, 1):
         s = summary(tmp_path, "rd", node)
         for p in s["processes"]:
             assert len(p["attempts"]) == 2, (node, p["name"], p["attempts"])
             assert p["attempts"][0]["outcome"] == "restarted" and p["attempts"][1]["outcome"] == "succeeded"
-    a3 = next(p for p in summary(tmp_path, "rd", 1)["processes"] if p["name"] == "a:3")
-    assert a3["attempts"][0]["exit_code"] == 3
+    a1 = next(p for p in summary(tmp_path, "rd", 1)["processes"] if p["name"] == "a:1")
+    assert a1["attempts"][0]["exit_code"] == 3
 
 
 # ---- (d) a failure with no restart stops the other node ----

@@ -13,12 +13,13 @@ WORLD = ROOT / "tests" / "payloads" / "world_member.py"
 
 
 def world_config(tmp_path, world_line, target_restart, steps=100000):
+    """One gloo world of target:0, drafter:0 and drafter:1 (3 processes: each pays `import torch`, ~1.7 CPU-s)."""
     cmd = f'["{sys.executable}", "{WORLD}"]'
     env = f'env = {{ FAIL_PROCESS = "drafter:1", FAIL_CODE = "3", STEPS = "{steps}" }}'
     return write_config(tmp_path, f"""
 [[role]]
 name = "target"
-cpu = 2
+cpu = 1
 command = {cmd}
 {env}
 restart = {target_restart}
@@ -66,7 +67,7 @@ def test_one_world_scope_process_culprit_is_the_first_failure(launch, bin_dir, t
     # ended the run, but it is not the cause.
     failed = [p for n, p in by.items() if n.startswith("target") and p["attempts"][-1]["outcome"] == "failed"]
     assert failed and failed[0]["exit_code"] not in (0, 3), by
-    assert not by["target:0"]["culprit"] and not by["target:1"]["culprit"]
+    assert not by["target:0"]["culprit"]
     # Every transition is an event; the root cause's is there with its exit code.
     ev = events(r)
     assert all({"time", "t", "process", "from", "to", "reason", "attempt", "manual"} <= e.keys()
@@ -75,7 +76,7 @@ def test_one_world_scope_process_culprit_is_the_first_failure(launch, bin_dir, t
 
 
 def test_a_declared_world_restarts_as_one_unit(launch, bin_dir, tmp_path):
-    """world = "run": drafter:1's failure restarts all four ranks into a fresh world,
+    """world = "run": drafter:1's failure restarts all three ranks into a fresh world,
     which then finishes; nothing else fails. The drafters still say scope =
     "process": the world wins, and `check` says so."""
     config = world_config(tmp_path, 'world = "run"',
@@ -83,7 +84,7 @@ def test_a_declared_world_restarts_as_one_unit(launch, bin_dir, tmp_path):
                           steps=40)
     c = run([bin_dir / "dflash-launch", "check", config])
     assert c.returncode == 0, c.stderr
-    assert ('role[drafter].restart.scope: scope = "process", but the 4 processes of its torch world '
+    assert ('role[drafter].restart.scope: scope = "process", but the 3 processes of its torch world '
             '(world = "run") restart together') in c.stderr, c.stderr
     assert "role[target]" not in c.stderr, c.stderr  # scope = "all": nothing to say
     r = launch(config)
@@ -95,5 +96,5 @@ def test_a_declared_world_restarts_as_one_unit(launch, bin_dir, tmp_path):
     by = {p["name"]: p for p in s["processes"]}
     assert by["drafter:1"]["attempts"][0]["exit_code"] == 3
     # The others were stopped for the restart: no failure of theirs.
-    for n in ("target:0", "target:1", "drafter:0"):
+    for n in ("target:0", "drafter:0"):
         assert by[n]["attempts"][0]["outcome"] == "restarted", by[n]
