@@ -64,7 +64,7 @@ def check_training(r, steps, samples_total):
 @needs_builtin
 def test_demo_runs_shortened(launch, tmp_path):
     """configs/demo.toml: 5 builtin targets, 3 gated Python reference drafters
-    with torch.compile (one compiles ~30 s, two reuse)."""
+    with torch.compile (a warm-up compiles, ~30 CPU-s, and all three reuse its cache)."""
     r, report = run_demo(launch, shortened("demo.toml", tmp_path, samples=SAMPLES, steps=STEPS), timeout=900)
     procs = check_training(r, STEPS, 5 * SAMPLES)
     # Gate mode warmup (auto for 3 drafters): the warm-up compiled, then all three reused.
