@@ -23,10 +23,11 @@ DEMO = dict(target_layers=64, hidden=64, tapped_layers=[1, 16, 31, 46, 61], draf
 
 
 def model_env(**kw):
-    """The DFLASH_* variables dflash-launch would set for this [model]."""
+    """The DFLASH_* variables dflash-launch would set for this [model]; the suite's own DFLASH_TESTS_* stay (the
+    kernel store in front of g++, conftest.py: without them a compile here bypasses it)."""
     c = dict(DEMO, **kw)
     n = len(c["tapped_layers"])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_") or k.startswith("DFLASH_TESTS_")}
     env.update({
         "DFLASH_HIDDEN_SHAPE": f"{c['batch']},{c['seq_len']},{n * c['hidden']}",
         "DFLASH_TAPPED_LAYERS": ",".join(map(str, c["tapped_layers"])),

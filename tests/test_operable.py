@@ -103,21 +103,27 @@ def test_the_documented_ack_pattern_warns_nothing(tmp_path):
 
 
 def test_hf_target_progress_bars_only_when_asked(tmp_path):
-    make = textwrap.dedent("""
-        import sys, transformers
+    """One process (one import of transformers, not three): it saves a tiny Qwen3, loads it asking for progress,
+    then loads it without asking; what each load said to stderr lies between the markers. The quiet load comes
+    second, after a load that showed its bar, so the bar it lacks is one it turned off itself."""
+    code = textwrap.dedent("""
+        import sys, torch, transformers
+        from dflash_launch.roles.hf_target import load_pretrained
         c = transformers.Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                      num_attention_heads=2, num_key_value_heads=1, head_dim=8)
         transformers.Qwen3ForCausalLM(c).save_pretrained(sys.argv[1])
+        print("@@asked", file=sys.stderr, flush=True)
+        load_pretrained(transformers, sys.argv[1], torch.float32, progress=True)
+        print("@@quiet", file=sys.stderr, flush=True)
+        load_pretrained(transformers, sys.argv[1], torch.float32, progress=False)
+        print("@@end", file=sys.stderr, flush=True)
     """)
-    model = tmp_path / "model"
-    assert run([PY, "-c", make, model], env=ENV, timeout=300).returncode == 0
-    load = ("import sys, torch, transformers\nfrom dflash_launch.roles.hf_target import load_pretrained\n"
-            "load_pretrained(transformers, sys.argv[1], torch.float32, progress=sys.argv[2] == '1')")
-    quiet = run([PY, "-c", load, model, "0"], env=ENV, timeout=300)
-    asked = run([PY, "-c", load, model, "1"], env=ENV, timeout=300)
-    assert quiet.returncode == 0 and asked.returncode == 0, quiet.stderr + asked.stderr
-    assert "Loading weights" in asked.stderr  # the bar this test is about exists
-    assert "Loading weights" not in quiet.stderr, quiet.stderr
+    r = run([PY, "-c", code, tmp_path / "model"], env=ENV, timeout=300)
+    assert r.returncode == 0, r.stderr
+    asked = r.stderr.split("@@asked\n")[1].split("@@quiet\n")[0]
+    quiet = r.stderr.split("@@quiet\n")[1].split("@@end\n")[0]
+    assert "Loading weights" in asked, r.stderr  # the bar this test is about exists
+    assert "Loading weights" not in quiet, r.stderr
 
 
 def test_seed_verify_on_a_script_that_only_uses_training_metrics(bin_dir, tmp_path):
