@@ -147,7 +147,7 @@ def test_one_compile_in_the_whole_cluster(launch, tmp_path, redis_server):
 
 def test_a_leader_killed_mid_compile_hands_over_to_the_other_node(launch, tmp_path, redis_server):
     # The lease's hand-over is what is tested, not the model: the drafter at toy size (tests/payloads/tiny_drafter.py,
-    # a real compile of a training step, READY after it), 57 -> ~25 CPU-s. g++ itself (not the suite's kernel
+    # a real compile of a training step, READY after it), 57 -> ~22 CPU-s. g++ itself (not the suite's kernel
     # store): node 1 must start while node 0 still compiles, and its compile goes on ~15 s after Inductor's first
     # cache entry (measured on a loaded machine) where node 1's launcher needs about a second to wait on the lease.
     env = with_real_compiler(store_env(tmp_path, redis_server.url, DFLASH_GATE_LEASE_TTL="3s"))

@@ -99,7 +99,7 @@ def payload_of(worker_pid):
 
 def test_sigkill_of_the_leaders_payload_mid_compile(launch, tmp_path):
     # The gate's hand-over is what is tested, not the model: the drafter at toy size (tests/payloads/tiny_drafter.py,
-    # a real compile of a training step, READY after it, 3 steps), 33 -> ~20 CPU-s. Its leader is killed as soon as
+    # a real compile of a training step, READY after it, 3 steps), 33 -> ~26 CPU-s. Its leader is killed as soon as
     # Inductor's first entry is in the cache: seconds before its READY even when the suite's kernel store serves its
     # kernels (~2 s measured there on a loaded machine, ~15 s with g++ itself), and the test checks it was in time.
     body = drafters(payload=json.dumps(str(TINY_DRAFTER)),
