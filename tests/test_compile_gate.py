@@ -63,21 +63,22 @@ def test_three_drafters_one_leads_two_reuse(launch, tmp_path):
 
 
 def test_without_the_gate_every_drafter_compiles(launch, tmp_path):
-    # Without a gate nothing waits: what compiles does not matter, only that three processes on a cold cache
-    # each compile. The tiny real step (tests/payloads/tiny_compile.py), not the drafter: 50 -> ~20 s.
+    # Without a gate nothing waits: what compiles does not matter, only that the processes on a cold cache each
+    # compile. The tiny real step (tests/payloads/tiny_compile.py), not the drafter: 50 -> ~20 s; two of them,
+    # not three (how many is not the point): 16.5 -> ~11 CPU-s.
     body = f"""
 [[role]]
 name = "drafter"
-cpu = 3
+cpu = 2
 command = ["python", "{TINY}"]
 env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1" }}
 ready = {{ mode = "notify", timeout = "10m" }}
 """
     r = launch(write_config(tmp_path, body), env=ENV)
     assert r.wait(timeout=900) == 0, r.err
-    assert len(r.summary()["processes"]) == 3
+    assert len(r.summary()["processes"]) == 2
     for p in by_name(r.summary()).values():
-        # All three start together on a cold cache: each compiles on its own.
+        # Both start together on a cold cache: each compiles on its own.
         assert p["metrics"]["fxgraph_cache_miss"] > 0, p["name"]
         assert p["gate"] is None
 
