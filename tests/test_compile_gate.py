@@ -12,18 +12,21 @@ from supervise import SMALL_MODEL, reused_without_compiling, proc_table, wait_un
 VENV_BIN = os.path.dirname(sys.executable)
 ENV = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}")
 TINY = ROOT / "tests" / "payloads" / "tiny_compile.py"
+TINY_DRAFTER = ROOT / "tests" / "payloads" / "tiny_drafter.py"
+REFERENCE = '"-m", "dflash_launch.roles.reference_drafter"'
 
 
-def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }', mode="serial"):
-    """Independent drafters; mode "serial" (each takes the gate as it starts) is
-    what these tests are about, "warmup" is the default for several processes. Gated, the launcher's default
-    compile threads (the leader gets the host's, its waiting followers 1); ungated, three compiles share the
-    cores, one thread each."""
+def drafters(n=3, gate=True, extra="", steps=3, ready='{ mode = "notify", timeout = "10m" }', mode="serial",
+             payload=REFERENCE):
+    """Independent drafters (the reference drafter, or `payload`'s arguments to python); mode "serial" (each takes
+    the gate as it starts) is what these tests are about, "warmup" is the default for several processes. Gated, the
+    launcher's default compile threads (the leader gets the host's, its waiting followers 1); ungated, three
+    compiles share the cores, one thread each."""
     return SMALL_MODEL + f"""
 [[role]]
 name = "drafter"
 cpu = {n}
-command = ["python", "-m", "dflash_launch.roles.reference_drafter"]
+command = ["python", {payload}]
 env = {{ DFLASH_STEPS = "{steps}"{'' if gate else ', TORCHINDUCTOR_COMPILE_THREADS = "1"'} }}
 {f'gate = {{ timeout = "10m", mode = "{mode}" }}' if gate else ''}
 ready = {ready}
@@ -60,21 +63,22 @@ def test_three_drafters_one_leads_two_reuse(launch, tmp_path):
 
 
 def test_without_the_gate_every_drafter_compiles(launch, tmp_path):
-    # Without a gate nothing waits: what compiles does not matter, only that three processes on a cold cache
-    # each compile. The tiny real step (tests/payloads/tiny_compile.py), not the drafter: 50 -> ~20 s.
+    # Without a gate nothing waits: what compiles does not matter, only that the processes on a cold cache each
+    # compile. The tiny real step (tests/payloads/tiny_compile.py), not the drafter: 50 -> ~20 s; two of them,
+    # not three (how many is not the point): 16.5 -> ~11 CPU-s.
     body = f"""
 [[role]]
 name = "drafter"
-cpu = 3
+cpu = 2
 command = ["python", "{TINY}"]
 env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1" }}
 ready = {{ mode = "notify", timeout = "10m" }}
 """
     r = launch(write_config(tmp_path, body), env=ENV)
     assert r.wait(timeout=900) == 0, r.err
-    assert len(r.summary()["processes"]) == 3
+    assert len(r.summary()["processes"]) == 2
     for p in by_name(r.summary()).values():
-        # All three start together on a cold cache: each compiles on its own.
+        # Both start together on a cold cache: each compiles on its own.
         assert p["metrics"]["fxgraph_cache_miss"] > 0, p["name"]
         assert p["gate"] is None
 
@@ -89,13 +93,18 @@ def read(path):
 
 def payload_of(worker_pid):
     for pid, (ppid, state, cmd) in proc_table().items():
-        if ppid == worker_pid and "reference_drafter" in cmd:
+        if ppid == worker_pid and "tiny_drafter" in cmd:
             return pid
     return None
 
 
 def test_sigkill_of_the_leaders_payload_mid_compile(launch, tmp_path):
-    body = drafters(extra='restart = { policy = "on-failure", max = 2, window = "1h", backoff = "1s..1s" }')
+    # The gate's hand-over is what is tested, not the model: the drafter at toy size (tests/payloads/tiny_drafter.py,
+    # a real compile of a training step, READY after it, 3 steps), 33 -> ~26 CPU-s. Its leader is killed as soon as
+    # Inductor's first entry is in the cache: seconds before its READY even when the suite's kernel store serves its
+    # kernels (~2 s measured there on a loaded machine, ~15 s with g++ itself), and the test checks it was in time.
+    body = drafters(payload=json.dumps(str(TINY_DRAFTER)),
+                    extra='restart = { policy = "on-failure", max = 2, window = "1h", backoff = "1s..1s" }')
     r = launch(write_config(tmp_path, body), env=ENV)
     leaders = lambda: [i for i in range(3) if ": lead, compiling" in read(r.run_dir / f"attempt_0/drafter-{i}.stderr.log")]
     assert wait_until(leaders, timeout=300), "nobody led"
@@ -103,7 +112,7 @@ def test_sigkill_of_the_leaders_payload_mid_compile(launch, tmp_path):
     log = (r.run_dir / "supervisor.log").read_text()
     worker = int(log.split(f"drafter:{leader} STARTING (pid ")[1].split(",")[0])
     # Mid-compile, as an event: the leader's payload runs and Inductor has begun to fill the cache,
-    # but nothing is published yet (the compile takes tens of seconds after its first kernel).
+    # but nothing is published yet (the compile goes on for seconds after its first cache entry).
     cache = tmp_path / "cache"
     assert wait_until(lambda: payload_of(worker) and any(p.name != ".dflash" for p in cache.iterdir()),
                       timeout=300), "the leader's compile never wrote to the cache"
