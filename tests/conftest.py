@@ -53,28 +53,39 @@ def pytest_configure(config):
     os.environ["DFLASH_ARCHIVE_KEY"] = os.path.join(_SESSION_XDG, "archive.key")
 
 
-# The longest tests first (from `make test`'s slowest durations, longest first): pytest-xdist hands out tests in
-# collection order, so one of these collected last would run alone at the end while the other worker idles. A test
+# The longest tests first (from `make test`'s slowest durations, longest first, DFLASH_TESTS_CPU_LOG's wall column):
+# pytest-xdist hands out tests in collection order, so one of these collected last would run alone at the end while
+# the other workers idle. The builtin's compiled reference first: the demo and seed tests compile the same graphs
+# and find their kernels in the session's store only if they start after it. A test
 # renamed away from this list only loses its place; every worker sorts the same way, as xdist requires.
 SLOWEST_FIRST = [
-    "test_dflash_8gpu.py::test_the_cpu_twin_runs_to_the_end",
-    "test_builtin.py::test_compiled_reference_from_a_warm_up_agrees_on_the_spool",
+    "test_builtin.py::test_compiled_reference_from_a_warm_up_agrees_on_the_spool",  # fills the kernel store for
+    "test_dflash_8gpu.py::test_the_cpu_twin_runs_to_the_end",                       # the demo's graphs: the demo
+    "test_stack_example.py::test_the_stack_example_survives_its_target_servers_crashing",  # and seed tests come
+    "test_gate_follows_code.py::test_editing_the_imported_model_module_compiles_again_and_names_it",  # after it
+    "test_checkpoint.py::test_a_kill_at_any_moment_ends_with_the_weights_of_a_run_never_killed",
+    "test_trust_store.py::test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret",
+    "test_spool_world.py::test_a_killed_rank_restarts_its_world_and_nothing_is_lost",
+    "test_adversarial_cache.py::test_a_real_torch_compile_writes_only_what_the_cache_tools_know",
     "test_demo.py::test_demo_runs_shortened",
     "test_seed_cache.py::test_seed_verify_on_the_demo_then_every_drafter_reuses",
-    "test_compile_gate.py::test_three_drafters_one_leads_two_reuse",
-    "test_compile_gate.py::test_sigkill_of_the_leaders_payload_mid_compile",
-    "test_cluster_gate.py::test_a_leader_killed_mid_compile_hands_over_to_the_other_node",
-    "test_cluster_gate.py::test_one_compile_in_the_whole_cluster",
+    "test_isa_verdict.py::test_a_follower_takes_the_leaders_verdicts_and_runs_no_probe",
     "test_exact_values.py::test_ddp_and_fsdp2_train_bitwise_as_with_private_caches",
-    "test_gate_follows_code.py::test_editing_the_imported_model_module_compiles_again_and_names_it",
-    "test_stack_example.py::test_the_stack_example_survives_its_target_servers_crashing",
-    "test_gate_groups.py::test_ddp_role_gated_compiles_once_and_targets_do_not_wait",
+    "test_compile_gate.py::test_three_drafters_one_leads_two_reuse",
+    "test_cluster_gate.py::test_one_compile_in_the_whole_cluster",
+    "test_cluster_gate.py::test_a_leader_killed_mid_compile_hands_over_to_the_other_node",
+    "test_compile_gate.py::test_sigkill_of_the_leaders_payload_mid_compile",
+    "test_checkpoint.py::test_the_reference_drafter_resumes_in_a_ddp_world_on_the_spool",
+    "test_checkpoint.py::test_a_stop_writes_a_checkpoint_the_next_run_resumes_from",
+    "test_exact_values.py::test_a_precompile_entry_in_the_cache_is_never_loaded",
+    "test_spool_roles.py::test_a_python_target_role_of_two_and_gated_drafters_end_by_themselves",
     "test_exact_values.py::test_seed_then_run_computes_its_own_numbers",
     "test_exact_values.py::test_the_cluster_gate_ships_only_what_is_exact",
     "test_exact_values.py::test_a_process_computes_its_own_numbers",
-    "test_gate_groups.py::test_hold_one_holds_only_the_first_rank",
-    "test_trust_store.py::test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret",
     "test_spool_world.py::test_the_worked_example_trains_to_the_end",
+    "test_checkpoint.py::test_a_checkpoint_at_the_end_of_a_world_whose_rank_0_commits_late",
+    "test_checkpoint.py::test_fsdp2_on_three_cpu_ranks_resumes",
+    "test_gate_groups.py::test_hold_one_holds_only_the_first_rank",
     "test_gate_groups.py::test_collectives_inside_the_graph_need_the_real_world_size",
     "test_seed_cache.py::test_export_clear_import_verify",
 ]
