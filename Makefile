@@ -31,9 +31,11 @@ build-demo:
 	@cmake --build $(BUILD) -j $(JOBS) --target $(RUN_BINARIES)
 
 # The Python tests on three pytest-xdist workers on two cores: a quarter of the tests' time is waiting (signals,
-# timeouts, sleeping payloads), which a third worker fills with another test's CPU (docs/design.md, "Test time").
+# timeouts, sleeping payloads), which a third worker fills with another test's CPU. --maxschedchunk 1: a worker
+# gets its next test when it is ready for it; xdist's default hands each worker its first 39 tests at once, so the
+# slowest, collected first (tests/conftest.py), all went to one worker (docs/design.md, "Test time").
 # `PYTEST_ARGS=-n0` runs them one after another.
-PYTEST_ARGS ?= -n 3
+PYTEST_ARGS ?= -n 3 --maxschedchunk 1
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests
