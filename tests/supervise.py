@@ -48,6 +48,16 @@ def write_config(dir, body, name="t"):
     return path
 
 
+def run_to_the_end(bin_dir, cfg, env, timeout):
+    """A whole run of `cfg` that must exit 0 (for a module-scoped fixture: `launch` is per test); killed if not."""
+    r = Run(bin_dir, cfg, env=env)
+    try:
+        assert r.wait(timeout=timeout) == 0, r.out[-4000:] + r.err[-2000:]
+    finally:
+        r.kill()
+    return r
+
+
 class Run:
     """dflash-launch run CONFIG in the background."""
 

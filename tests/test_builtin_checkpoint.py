@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 from conftest import run
 
 from supervise import wait_until
-from test_spool import BUILTIN, ENV, SMALL, SMALL_ENV, by_name, needs_builtin, payload_of
+from test_spool import BUILTIN, ENV, SMALL_ENV, by_name, needs_builtin, payload_of
+from test_spool import config as spool_config
 
 pytestmark = needs_builtin
 
@@ -24,15 +25,8 @@ FRAMES, EVERY = 24, 4
 
 
 def config(tmp_path, drafter_env=""):
-    (tmp_path / "cache").mkdir(mode=0o700, exist_ok=True)
-    cfg = tmp_path / "run.toml"
     restart = 'restart = { policy = "on-failure", max = 2, window = "1h", backoff = "200ms..200ms" }'
-    cfg.write_text(f"""[run]
-name = "t"
-cache_dir = "cache"
-log_dir = "runs"
-spool_dir = "{tmp_path}/spool"
-{SMALL}
+    return spool_config(tmp_path, f"""
 [[role]]
 name = "target"
 cpu = 1
@@ -48,7 +42,6 @@ env = {{ DFLASH_CHECKPOINT_EVERY = "{EVERY}"{drafter_env} }}
 world = "none"
 {restart}
 """)
-    return cfg
 
 
 def checkpoints(r):
@@ -77,13 +70,9 @@ def assert_committed_exactly_once(r, every=EVERY):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, bin_dir):
-    from supervise import Run
+    from supervise import run_to_the_end
     tmp = tmp_path_factory.mktemp("uninterrupted")
-    r = Run(bin_dir, config(tmp), env=ENV)
-    try:
-        assert r.wait(timeout=300) == 0, r.out[-4000:] + r.err[-2000:]
-    finally:
-        r.kill()
+    r = run_to_the_end(bin_dir, config(tmp), ENV, timeout=300)
     assert_committed_exactly_once(r)
     assert "no checkpoint in" in r.out + "".join(p.read_text() for p in r.run_dir.rglob("*.log"))
     return final_state(r)

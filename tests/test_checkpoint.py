@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from test_spool import ENV, SMALL
+from test_spool import ENV
+from test_spool import config as spool_config
 
 PAYLOADS = ROOT / "tests" / "payloads"
 RANKS = 2
@@ -28,15 +29,7 @@ FRAMES = 10  # per producer: 20 frames, 10 rounds of 2; checkpoints at steps 3, 
 
 def config(tmp_path, kill="", wrap="ddp", extra="", drafter_env="", ranks=RANKS, producers=2, frames=FRAMES):
     """`producers` producers of `frames` frames each, a world of `ranks` ranks."""
-    (tmp_path / "cache").mkdir(mode=0o700, exist_ok=True)
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(f"""[run]
-name = "t"
-cache_dir = "cache"
-log_dir = "runs"
-spool_dir = "{tmp_path}/spool"
-{extra}
-{SMALL}
+    return spool_config(tmp_path, f"""
 [[role]]
 name = "target"
 cpu = {producers}
@@ -53,8 +46,7 @@ command = ["python", "{PAYLOADS / 'ckpt_rank.py'}"]
 env = {{ CKPT_KILL = "{kill}", CKPT_WRAP = "{wrap}", CKPT_OUT = "{tmp_path}/final.pt", OMP_NUM_THREADS = "1"{drafter_env} }}
 world = "role"
 restart = {{ policy = "on-failure", scope = "role", max = 2, backoff = "200ms..200ms" }}
-""")
-    return cfg
+""", run_extra=extra)
 
 
 def weights(path):
@@ -89,13 +81,9 @@ def assert_committed_exactly_once(r, producers=2, frames=FRAMES):
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, bin_dir):
     """The run never killed: its final weights, what the killed runs must end with bit for bit."""
-    from supervise import Run
+    from supervise import run_to_the_end
     tmp = tmp_path_factory.mktemp("uninterrupted")
-    r = Run(bin_dir, config(tmp), env=ENV)
-    try:
-        assert r.wait(timeout=400) == 0, r.out[-4000:] + r.err[-2000:]
-    finally:
-        r.kill()
+    r = run_to_the_end(bin_dir, config(tmp), ENV, timeout=400)
     assert_committed_exactly_once(r)
     return weights(tmp / "final.pt")
 

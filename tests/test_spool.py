@@ -48,8 +48,9 @@ SMALL_ENV = {
 CONTRACT = contract_from_env(SMALL_ENV)
 
 
-def config(tmp_path, roles):
-    return write_config(tmp_path, f'spool_dir = "{tmp_path}/spool"\n' + SMALL + roles)
+def config(tmp_path, roles, run_extra=""):
+    """run.toml in `tmp_path`: its spool under it, the small [model], `roles`; `run_extra`: more [run] keys."""
+    return write_config(tmp_path, f'spool_dir = "{tmp_path}/spool"\n{run_extra}\n' + SMALL + roles)
 
 
 def payload_of(run, name, marker="dflash-builtin"):

@@ -179,17 +179,10 @@ def test_a_killed_rank_restarts_its_world_and_nothing_is_lost(launch, tmp_path):
     one of the 120 frames is acknowledged exactly once."""
     import re
     from supervise import wait_until
-    from test_spool import SMALL, payload_of
+    from test_spool import config, payload_of
     if not (BIN / "dflash-builtin").exists():
         pytest.skip("dflash-builtin not built")
-    cfg = tmp_path / "run.toml"
-    (tmp_path / "cache").mkdir(mode=0o700)
-    cfg.write_text(f"""[run]
-name = "t"
-cache_dir = "cache"
-log_dir = "runs"
-spool_dir = "{tmp_path}/spool"
-{SMALL}
+    cfg = config(tmp_path, f"""
 [[role]]
 name = "target"
 cpu = 2

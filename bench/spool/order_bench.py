@@ -18,7 +18,6 @@ import datetime
 import json
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,9 +27,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
-CONTRACT_ENV = {"DFLASH_HIDDEN_SHAPE": "1,64,320", "DFLASH_TAPPED_LAYERS": "1,16,31,46,61",
-                "DFLASH_TARGET_LAYERS": "64", "DFLASH_HIDDEN": "64", "DFLASH_SEQ_LEN": "64", "DFLASH_BATCH": "1",
-                "DFLASH_DTYPE": "fp32", "DFLASH_VOCAB": "256", "DFLASH_SEED": "0"}
+sys.path.insert(0, str(ROOT / "bench" / "spool"))
+from world_bench import CONTRACT_ENV, free_port  # noqa: E402  (the same contract and port picking)
+
 # Every process says it is set up (torch imported, its world met), then waits for the common start the bench
 # writes: on a loaded machine the imports take seconds, and they are no part of what is measured.
 START = r"""
@@ -78,12 +77,6 @@ for s in src:
 print(json.dumps(done))
 dist.barrier()
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def one(kind, a):

@@ -174,15 +174,23 @@ TEST(SpoolCommit, ARestoredConsumerCommitsWhatItsCheckpointCoversAndReplaysTheRe
   }
 }
 
-TEST(SpoolCommit, ACommitInterruptedAfterTheRecordFinishesWhenRepeated) {
+// One frame published, and acknowledged by a consumer that holds frames for checkpoints: pending, not yet done.
+class OneHeldFrame : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    PublishFrames(root, 1);
+    ASSERT_TRUE(c.Open(&err) && c.HoldForCheckpoint(&err) && c.Restore(0, "", &err)) << err;
+    AckFrames(&c, 1);
+  }
+
   TempDir d;
   std::string err;
   const std::string root = d.path() + "/s";
-  PublishFrames(root, 1);
-  SpoolConsumer c(root, "d:0", 1);
-  ASSERT_TRUE(c.Open(&err) && c.HoldForCheckpoint(&err) && c.Restore(0, "", &err)) << err;
-  AckFrames(&c, 1);
+  SpoolConsumer c{root, "d:0", 1};
   const std::string f = FrameFile("t:0", 0);
+};
+
+TEST_F(OneHeldFrame, ACommitInterruptedAfterTheRecordFinishesWhenRepeated) {
   // The kill came between the record's rename into done/ and the pending file's unlink.
   ASSERT_TRUE(WriteFileAtomic(root + "/done/" + f, CommitRecord("/ck/step-1"), &err, 0600)) << err;
   int n = 0;
@@ -191,15 +199,7 @@ TEST(SpoolCommit, ACommitInterruptedAfterTheRecordFinishesWhenRepeated) {
   EXPECT_TRUE(fs::is_empty(root + "/pending/d:0"));
 }
 
-TEST(SpoolCommit, AFrameCommittedByAnotherCheckpointIsAnErrorNeverADouble) {
-  TempDir d;
-  std::string err;
-  const std::string root = d.path() + "/s";
-  PublishFrames(root, 1);
-  SpoolConsumer c(root, "d:0", 1);
-  ASSERT_TRUE(c.Open(&err) && c.HoldForCheckpoint(&err) && c.Restore(0, "", &err)) << err;
-  AckFrames(&c, 1);
-  const std::string f = FrameFile("t:0", 0);
+TEST_F(OneHeldFrame, AFrameCommittedByAnotherCheckpointIsAnErrorNeverADouble) {
   ASSERT_TRUE(WriteFileAtomic(root + "/done/" + f, CommitRecord("/ck/step-9"), &err, 0600)) << err;
   int n = 0;
   EXPECT_FALSE(c.Commit(1, "/ck/step-1", &n, &err));
