@@ -79,8 +79,9 @@ def uninterrupted(tmp_path_factory, bin_dir):
 
 
 def test_killed_mid_write_and_mid_step_it_resumes_and_ends_bitwise_equal(launch, tmp_path, uninterrupted):
-    # A pause between each checkpoint's write and its commit (a window to kill it in) and a slow step.
-    r = launch(config(tmp_path, ', DFLASH_CHECKPOINT_PAUSE_MS = "400", DFLASH_PACE_MS = "60"'), env=ENV)
+    # A pause between each checkpoint's write and its commit (a window to kill it in) and a slow step: wide enough
+    # for a test process slowed by a loaded machine (-n 3 on 2 cores) to land both kills where they must.
+    r = launch(config(tmp_path, ', DFLASH_CHECKPOINT_PAUSE_MS = "1000", DFLASH_PACE_MS = "120"'), env=ENV)
     ck = tmp_path / "runs" / "r" / "checkpoints" / "drafter" / "drafter:0"
     # 1. SIGKILL while step 8's (or, on a loaded machine, 12's) checkpoint is written but not committed: the one
     # before must be what it resumes from.
