@@ -165,6 +165,27 @@ def wait_until(pred, timeout=EVENT_TIMEOUT, step=0.02):
     return bool(pred())
 
 
+def stopped_when(pid, pred, timeout=EVENT_TIMEOUT):
+    """SIGSTOPs `pid` at a moment `pred` holds, asked while every thread of it is stopped (so the moment lasts
+    until the caller acts): True, the process left stopped for the caller to kill or SIGCONT; False, running,
+    when no such moment came within `timeout`. For a kill that must land in a state, not near it."""
+    def all_stopped():
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+            return all(open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] in "tT" for t in tasks)
+        except OSError:
+            return True  # gone: nothing runs
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        os.kill(pid, signal.SIGSTOP)
+        wait_until(all_stopped, timeout=10, step=0.002)
+        if pred():
+            return True
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    return False
+
+
 def holds_for(pred, seconds, step=0.02):
     """Whether `pred` holds throughout `seconds` (checked every `step`): for "and nothing else
     happens". Load only lengthens the look, so it can miss a late event but never fail a correct run;

@@ -246,6 +246,36 @@ def test_a_stop_signal_away_from_the_loop_ends_the_process_as_before(tmp_path):
     assert not [n for n in os.listdir(tmp_path / "ck") if n.startswith("step-")]
 
 
+def test_a_kill_mid_prune_leaves_exactly_the_last_k_after_the_next_restore(tmp_path):
+    """The CI saw a kill land while the oldest checkpoint was being removed: its marker file went first, and the
+    rest stayed forever under a step-N name no later prune counted. Here the first run dies at the worst moment of
+    its prune (the .metadata of the checkpoint it removes unlinked, nothing else); the next run's restore and saves
+    leave exactly the last `keep`."""
+    import subprocess
+    import sys
+    code = f"""
+import os, shutil, signal, sys, torch
+from dflash_launch import Checkpoint
+def dies_mid_removal(path, *a, **k):
+    os.unlink(os.path.join(path, ".metadata"))
+    os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[1] == "kill":
+    shutil.rmtree = dies_mid_removal
+c = Checkpoint(torch.nn.Linear(2, 2), None, every_steps=1, dir={str(tmp_path / 'ck')!r}, keep=2)
+start = c.restore()
+for step in range(start, start + 3):
+    c.step(step + 1)
+c.finish()
+"""
+    first = subprocess.run([sys.executable, "-c", code, "kill"], env=ENV, capture_output=True, text=True, timeout=120)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]
+    second = subprocess.run([sys.executable, "-c", code, "resume"], env=ENV, capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr[-2000:]
+    names = sorted(os.listdir(tmp_path / "ck"))
+    assert len(names) == 2 and all(n.startswith("step-") for n in names), names  # no step-0000000001, no .tmp-*
+
+
 def test_frames_waiting_for_a_checkpoint_past_their_byte_share_bring_it_forward(tmp_path):
     """Acknowledged frames wait in pending/ for the checkpoint that covers them, outside the producers' byte budget
     (counted there, they would stop the producers before the world reached that checkpoint). So when they hold more

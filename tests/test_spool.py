@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import BIN, ROOT, run
-from supervise import proc_table, wait_until, write_config
+from supervise import proc_table, stopped_when, wait_until, write_config
 
 sys.path.insert(0, str(ROOT / "python"))
 from dflash_launch import contract_from_env  # noqa: E402
@@ -93,8 +93,12 @@ env = {{ DFLASH_PACE_MS = "15" }}
     assert wait_until(lambda: done.exists() and len(os.listdir(done)) >= 60), "no progress"
     victims = {name: payload_of(r, name) for name in ("drafter:1", "target:1")}
     assert all(victims.values()), victims
+    # Mid-run: the drafter holds a frame (stopped while it does: a kill aimed near it could land between frames on
+    # a loaded machine), the target is publishing.
+    held = tmp_path / "spool" / "r" / "claimed" / "drafter:1"
+    assert stopped_when(victims["drafter:1"], lambda: any(n.endswith(".safetensors") for n in os.listdir(held)))
     for pid in victims.values():
-        os.kill(pid, signal.SIGKILL)  # mid-run: the drafter holds a frame, the target is publishing
+        os.kill(pid, signal.SIGKILL)
     assert r.wait(timeout=120) == 0, r.err
     s = by_name(r.summary())
     assert s["drafter:1"]["restarts"] == 1 and s["target:1"]["restarts"] == 1

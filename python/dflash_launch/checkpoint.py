@@ -394,7 +394,11 @@ class Checkpoint:
         if self.source is not None:
             self.source.commit(self._positions(final), final)
         for _, old in committed(self.dir)[:-self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            # Out of the committed names first: a kill mid-removal leaves a .tmp-* that restore() removes, never a
+            # step-N without its .metadata, which no later prune would see.
+            doomed = os.path.join(self.dir, ".tmp-old-" + os.path.basename(old))
+            os.rename(old, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
 
     def _release_groups(self):
         """At exit, while the interpreter is whole: destroys this Checkpoint's own gloo groups and drops them. Kept

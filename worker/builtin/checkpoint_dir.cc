@@ -119,8 +119,16 @@ bool CheckpointDir::Save(int64_t step, const std::function<bool(const std::strin
 bool CheckpointDir::Prune(std::string* err) {
   std::vector<std::pair<int64_t, std::string>> all;
   if (!Committed(&all, err)) return false;
-  for (size_t i = 0; i + static_cast<size_t>(keep_) < all.size(); ++i)
-    if (!RemoveTree(all[i].second, err)) return false;
+  for (size_t i = 0; i + static_cast<size_t>(keep_) < all.size(); ++i) {
+    // Renamed out of the committed names first: a kill mid-removal leaves a .tmp-* that the next Open removes,
+    // never a step-N without its file, which no later Prune would see.
+    const std::string doomed = dir_ + "/" + kTmpPrefix + "old-" + StepName(all[i].first);
+    if (::rename(all[i].second.c_str(), doomed.c_str()) != 0) {
+      *err = ErrnoMessage("rename(" + all[i].second + ", " + doomed + ")", errno);
+      return false;
+    }
+    if (!RemoveTree(doomed, err)) return false;
+  }
   return true;
 }
 

@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <gtest/gtest.h>
 
 #include "common/fd.h"
@@ -109,6 +111,46 @@ TEST(CheckpointDir, AProcessKilledMidWriteLeavesThePreviousCheckpointUsable) {
   std::string text;
   ASSERT_TRUE(ReadFile(all.back().second + "/state", &text, &err)) << err;
   EXPECT_EQ(text, "3");
+}
+
+// A kill at any moment of a prune (the CI saw one land mid-removal, which left a step-N without its file that no
+// later prune saw): the next Open and Prune leave exactly the last K, whatever the kill interrupted.
+TEST(CheckpointDir, AProcessKilledMidPruneLeavesExactlyTheLastKAfterTheNextOpen) {
+  for (int delay_us : {0, 500, 1000, 1500, 2000, 3000, 4000, 6000}) {
+    TempDir d;
+    std::string err, path;
+    const std::string dir = d.path() + "/ck";
+    {
+      CheckpointDir c(dir, 3, "state");
+      int removed = 0;
+      ASSERT_TRUE(c.Open(&removed, &err)) << err;
+      auto many = [](const std::string& tmp, std::string* e) {  // a removal that takes a while to kill inside
+        for (int i = 0; i < 300; ++i) std::ofstream(tmp + "/shard-" + std::to_string(i)) << i;
+        return WriteFileAtomic(tmp + "/state", "1", e, 0600);
+      };
+      ASSERT_TRUE(c.Save(1, many, &path, &err)) << err;
+      for (int64_t s : {2, 3, 4}) ASSERT_TRUE(c.Save(s, WriteStep(s), &path, &err)) << err;
+    }
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      CheckpointDir c(dir, 3, "state");
+      std::string e;
+      ::_exit(c.Prune(&e) ? 0 : 3);
+    }
+    ::usleep(delay_us);
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    CheckpointDir c(dir, 3, "state");
+    int removed = 0;
+    ASSERT_TRUE(c.Open(&removed, &err) && c.Prune(&err)) << err;
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"step-0000000002", "step-0000000003", "step-0000000004"}))
+        << "killed after " << delay_us << " us";
+  }
 }
 
 }  // namespace
