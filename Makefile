@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= $(shell nproc)
 
-.PHONY: setup build build-demo test demo demo-builtin bench fuzz clean wheel test-wheel gpu-check-bundle
+.PHONY: setup build build-demo test test-long demo demo-builtin bench fuzz clean wheel test-wheel gpu-check-bundle
 
 setup:
 	@scripts/setup
@@ -39,6 +39,11 @@ PYTEST_ARGS ?= -n 3 --maxschedchunk 1
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests
+
+# The long variants `make test` skips (tests/conftest.py, LONG_TESTS): the shipped examples and the 8-GPU job's CPU
+# twin end to end, about 3 minutes here. Run them before a release, or after a change to examples/ or configs/.
+test-long: build
+	DFLASH_LONG_TESTS=1 PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -m long $(PYTEST_ARGS) tests
 
 # The embedded default pipeline, end to end: 5 builtin LibTorch targets -> spool in /dev/shm -> 3 Python
 # reference drafters (torch.compile, gated); then the report and runs/<run_id>/loss.png.

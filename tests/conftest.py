@@ -45,8 +45,15 @@ def with_real_compiler(env):
     return dict(env, CXX=real) if real else dict(env)
 
 
+# `make test-long` (DFLASH_LONG_TESTS=1): the long variants, which `make test` skips. Each runs a shipped example or
+# job end to end; the properties they show (exactly once, resume, the gate, restarts and probes) have their own
+# shorter tests in `make test`, so the 12 minutes of a first `make test` go to those (docs/design.md, "Test time").
+LONG_TESTS = os.environ.get("DFLASH_LONG_TESTS") == "1"
+
+
 def pytest_configure(config):
     global _SESSION_XDG
+    config.addinivalue_line("markers", "long: a long variant, run by `make test-long` (DFLASH_LONG_TESTS=1)")
     _SESSION_XDG = tempfile.mkdtemp(prefix="dflash-tests-xdg-")  # 0700, ours
     os.environ["XDG_RUNTIME_DIR"] = _SESSION_XDG
     # `cache export` signs with the user's archive key (cachelock/archive_key.h): the session's own, not the user's.
@@ -68,7 +75,6 @@ SLOWEST_FIRST = [
     "test_spool_world.py::test_a_killed_rank_restarts_its_world_and_nothing_is_lost",
     "test_adversarial_cache.py::test_a_real_torch_compile_writes_only_what_the_cache_tools_know",
     "test_demo.py::test_demo_runs_shortened",
-    "test_seed_cache.py::test_seed_verify_on_the_demo_then_every_drafter_reuses",
     "test_isa_verdict.py::test_a_follower_takes_the_leaders_verdicts_and_runs_no_probe",
     "test_exact_values.py::test_ddp_and_fsdp2_train_bitwise_as_with_private_caches",
     "test_compile_gate.py::test_three_drafters_one_leads_two_reuse",
@@ -98,6 +104,11 @@ def pytest_collection_modifyitems(config, items):
         name = f"{item.path.name}::{item.originalname}"
         return rank.get(name, len(rank))
     items.sort(key=place)  # stable: the rest keep their order
+    if not LONG_TESTS:
+        skip = pytest.mark.skip(reason="a long variant: make test-long (DFLASH_LONG_TESTS=1) runs it")
+        for item in items:
+            if item.get_closest_marker("long"):
+                item.add_marker(skip)
 
 
 # DFLASH_TESTS_CPU_LOG=FILE: one line per test, its CPU seconds (this process and every descendant it reaped, with

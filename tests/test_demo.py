@@ -78,6 +78,14 @@ def test_demo_runs_shortened(launch, tmp_path):
             assert reused_without_compiling(p["metrics"]), p["metrics"]  # the warm-up's kernels
     assert "every frame consumed exactly once" in report and "compile gate: drafter:" in report
     assert f"{5 * SAMPLES} frames produced, {5 * SAMPLES} consumed" in report
+    # `seed --verify` on the run's cache: the seed derives the run's gate key and shapes (the warm-up that ships
+    # with the reference drafter, synthetic data, no target running), so it finds the drafter seeded and its verify
+    # loads every graph from the cache. Seeding a cold cache, then a run on it: test_exact_values.py, with values.
+    seed = run([BIN / "dflash-launch", "seed", r.config, "--verify"], env=ENV, timeout=600)
+    assert seed.returncode == 0, seed.stdout + seed.stderr
+    assert "drafter: already seeded: READY(drafter-" in seed.stdout and "compiling," not in seed.stdout, seed.stdout
+    assert "seeding target" not in seed.stdout and "target: already" not in seed.stdout  # only gated roles
+    assert "verify drafter: 0 FX-graph misses" in seed.stdout and "the cache is warm" in seed.stdout, seed.stdout
 
 
 @needs_builtin

@@ -79,6 +79,7 @@ def test_the_twin_changes_only_shapes_devices_frames_and_dirs(tmp_path):
         pipeline_twin.twin_config(SHIPPED.read_text().replace("[5, 6, 7]", "[5, 6]"), str(tmp_path))
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers is not installed")
 @pytest.mark.skipif(not (BIN / "dflash-launch").exists(), reason="dflash-launch is not built")
 def test_the_cpu_twin_runs_to_the_end(tmp_path):

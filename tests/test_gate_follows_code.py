@@ -17,15 +17,16 @@ PY = sys.executable
 
 
 def own_model_role(script="train_drafter.py"):
-    # Two processes: gate mode "auto" is a warm-up, then both ranks start on its cache.
+    # A warm-up, then the one rank starts on its cache (one is enough: each process is ~5 CPU-s of torch and
+    # Dynamo, and the run is made three times).
     return f"""
 [[role]]
 name = "drafter"
-cpu = 2
+cpu = 1
 command = ["{PY}", "{script}"]
 cwd = "work"
 env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1" }}
-gate = true
+gate = {{ mode = "warmup" }}
 ready = {{ mode = "notify", timeout = "10m" }}
 """
 
@@ -36,7 +37,7 @@ def run_once(launch, cfg, run_id):
     s = r.summary()
     (warm,) = s["warmups"]
     ranks = [p for p in s["processes"] if p["role"] == "drafter"]
-    assert len(ranks) == 2
+    assert len(ranks) == 1
     for p in ranks:  # the promise kept: nobody compiles on its own
         assert reused_without_compiling(p["metrics"]), (p["name"], p)
         assert p["metrics"]["gate_role"] == "reuse", p["metrics"]  # gate_role() in a warm-up-mode role

@@ -7,16 +7,15 @@ import tarfile
 import threading
 
 from conftest import ROOT, run
-from supervise import reused_without_compiling, wait_until, write_config
+from supervise import wait_until, write_config
 from test_compile_gate import ENV, drafters
-from test_demo import ENV as DEMO_ENV, needs_builtin, shortened
 
 TINY = ROOT / "tests" / "payloads" / "tiny_compile.py"
 
 
 def tiny_role():
     """One gated process of a tiny real torch.compile (tests/payloads/tiny_compile.py): the archive and verify
-    tests are about the cache tools on a real Inductor cache, not about the drafter, which the demo test seeds."""
+    tests are about the cache tools on a real Inductor cache, not about the drafter (the demo test seeds it)."""
     return f"""
 [[role]]
 name = "drafter"
@@ -32,33 +31,6 @@ def launch_cmd(bin_dir, *args, **kw):
     kw.setdefault("env", ENV)
     kw.setdefault("timeout", 600)
     return run([bin_dir / "dflash-launch", *args], **kw)
-
-
-@needs_builtin
-def test_seed_verify_on_the_demo_then_every_drafter_reuses(bin_dir, launch, tmp_path):
-    # The embedded default config, shortened (5 targets x 6 frames = 3 drafters x 10 steps: the real run only has
-    # to show that nobody compiles): the warm-up that ships with the reference drafter needs no target running
-    # (same shapes, synthetic data).
-    cfg = shortened("demo.toml", tmp_path, samples=6, steps=10)
-    r = launch_cmd(bin_dir, "seed", cfg, "--verify", env=DEMO_ENV)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "compiling," in r.stdout  # progress while it compiled
-    assert "(verify): compiling" not in r.stdout  # the verify loads from the cache and says so
-    assert "READY(drafter-" in r.stdout and "published" in r.stdout
-    assert "verify drafter: 0 FX-graph misses" in r.stdout and "the cache is warm" in r.stdout
-    assert "cache +" in r.stdout  # before/after
-    # Seeding again does nothing.
-    assert "seeding drafter" in r.stdout and "seeding target" not in r.stdout  # only gated roles
-    again = launch_cmd(bin_dir, "seed", cfg, env=DEMO_ENV)
-    assert again.returncode == 0 and "already seeded" in again.stdout and "compiling," not in again.stdout
-    # The real run: nobody compiles.
-    run_ = launch(cfg, env=DEMO_ENV)
-    assert run_.wait(timeout=600) == 0, run_.err
-    drafters = [p for p in run_.summary()["processes"] if p["role"] == "drafter"]
-    assert len(drafters) == 3
-    for p in drafters:
-        assert p["gate"]["role"] == "reuse", p["name"]
-        assert reused_without_compiling(p["metrics"]), p["metrics"]  # the seed's kernels
 
 
 def test_seed_refuses_a_stacked_layout_before_any_compile(bin_dir, tmp_path):

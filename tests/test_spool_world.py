@@ -141,6 +141,7 @@ def test_a_rank_whose_spool_fails_stops_its_peers_at_once(tmp_path):
     assert all(o is None for o in outs)
 
 
+@pytest.mark.long
 def test_the_worked_example_trains_to_the_end(launch, tmp_path):
     """examples/ddp-spool: a user's own DDP drafter (drafter.py: no spool glue) behind the gate, 2 builtin
     targets x 25 frames: every rank takes 17 steps (one padded), exactly once, its loss falls, and the run's

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "stack"
@@ -45,6 +47,7 @@ def stack_config(tmp_path):
     return path
 
 
+@pytest.mark.long
 def test_the_stack_example_survives_its_target_servers_crashing(launch, tmp_path):
     r = launch(stack_config(tmp_path))
     assert r.wait(timeout=600) == 0, r.err[-4000:]
