@@ -70,7 +70,7 @@ SLOWEST_FIRST = [
     "test_dflash_8gpu.py::test_the_cpu_twin_runs_to_the_end",                       # the demo's graphs: the demo
     "test_stack_example.py::test_the_stack_example_survives_its_target_servers_crashing",  # and seed tests come
     "test_gate_follows_code.py::test_editing_the_imported_model_module_compiles_again_and_names_it",  # after it
-    "test_checkpoint.py::test_a_kill_at_any_moment_ends_with_the_weights_of_a_run_never_killed",
+    "test_checkpoint.py::test_kills_at_every_moment_end_with_the_weights_of_a_run_never_killed",
     "test_trust_store.py::test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret",
     "test_spool_world.py::test_a_killed_rank_restarts_its_world_and_nothing_is_lost",
     "test_adversarial_cache.py::test_a_real_torch_compile_writes_only_what_the_cache_tools_know",

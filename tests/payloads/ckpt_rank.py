@@ -4,7 +4,8 @@ A small model with dropout (so the RNG states matter), AdamW, DDP (CKPT_WRAP=ddp
 WorldSource, a checkpoint every CKPT_EVERY steps. At the end rank 0 writes the final weights (CKPT_OUT, torch.save)
 and every rank the frames it stepped on (CKPT_OUT.<rank>.json).
 
-CKPT_KILL="RANK:MOMENT:STEP" kills rank RANK with SIGKILL in its first attempt (DFLASH_ATTEMPT=0):
+CKPT_KILL="RANK:MOMENT:STEP[;RANK:MOMENT:STEP...]": the k-th kills rank RANK with SIGKILL in attempt k
+(DFLASH_ATTEMPT=k; every rank of the world restarts with the one killed, so they count attempts together):
   step    mid-step: after step STEP's backward, before its optimizer step
   write   mid-checkpoint-write: the checkpoint of STEP steps has this rank's data on disk, not yet committed
   commit  just after the commit: checkpoint STEP renamed into place, its frames not yet moved to done/ (rank 0)
@@ -24,9 +25,10 @@ torch.set_num_threads(1)
 contract = contract_from_env()
 init_process_group("gloo")
 rank = torch.distributed.get_rank()
-kill = os.environ.get("CKPT_KILL", "")
-victim, moment, at = (kill.split(":") + ["", ""])[:3] if kill else ("", "", "")
-armed = kill and int(victim) == rank and os.environ.get("DFLASH_ATTEMPT", "0") == "0"
+kills = [k.split(":") for k in os.environ.get("CKPT_KILL", "").split(";") if k]
+attempt = int(os.environ.get("DFLASH_ATTEMPT", "0"))
+victim, moment, at = kills[attempt] if attempt < len(kills) else ("-1", "", "-1")
+armed = int(victim) == rank
 at = int(at) if armed else -1
 
 
