@@ -35,7 +35,7 @@ build-demo:
 # gets its next test when it is ready for it; xdist's default hands each worker its first 39 tests at once, so the
 # slowest, collected first (tests/conftest.py), all went to one worker (docs/design.md, "Test time").
 # `PYTEST_ARGS=-n0` runs them one after another.
-PYTEST_ARGS ?= -n 3 --maxschedchunk 1
+PYTEST_ARGS ?= -n 4 --maxschedchunk 1
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests

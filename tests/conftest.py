@@ -97,6 +97,21 @@ SLOWEST_FIRST = [
 ]
 
 
+# Files whose tests mostly wait (signals, timeouts, sleeping payloads, a paused process: under 0.35 CPU-s per wall-s
+# in DFLASH_TESTS_CPU_LOG). Collected last, they ran together at the end of the run with the cores idle; now they
+# are spread through it (WAIT_SLOTS), one worker's worth beside the compiling tests.
+WAIT_BOUND = {
+    "test_pause.py", "test_trust_store.py", "test_multinode_store.py", "test_supervisor.py", "test_network_ready.py",
+    "test_slurm.py", "test_metrics.py", "test_watchdog.py", "test_run_files.py", "test_adversarial_proc.py",
+    "test_trust_run.py", "test_live_view.py", "test_payload_claims.py", "test_stacks.py",
+    "test_direct_readiness.py", "test_redaction.py",
+}
+# Of the pytest-xdist workers (the Makefile's -n), how many the waiting tests fill and how many the rest; the wall
+# seconds a test is expected to take in each group, for the merge (the slowest: SLOWEST_FIRST).
+WAIT_SLOTS, BUSY_SLOTS = 1, 3
+WALL_S = {"slowest": 20.0, "busy": 3.0, "wait": 2.7}
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
 
@@ -104,11 +119,27 @@ def pytest_collection_modifyitems(config, items):
         name = f"{item.path.name}::{item.originalname}"
         return rank.get(name, len(rank))
     items.sort(key=place)  # stable: the rest keep their order
+    skipped = set()
     if not LONG_TESTS:
         skip = pytest.mark.skip(reason="a long variant: make test-long (DFLASH_LONG_TESTS=1) runs it")
         for item in items:
             if item.get_closest_marker("long"):
                 item.add_marker(skip)
+                skipped.add(id(item))
+    # Each group in its order, merged by when a test would start if WAIT_SLOTS workers ran the waiting group and
+    # BUSY_SLOTS the rest: the waiting tests run beside the others instead of after them.
+    busy, waiting = [], []
+    for item in items:
+        (waiting if item.path.name in WAIT_BOUND else busy).append(item)
+    starts = []
+    for group, slots in ((busy, BUSY_SLOTS), (waiting, WAIT_SLOTS)):
+        t = 0.0
+        for item in group:
+            starts.append((t / slots, item))
+            if id(item) not in skipped:
+                t += WALL_S["wait" if group is waiting else "slowest" if place(item) < len(rank) else "busy"]
+    order = {id(item): k for k, (_, item) in enumerate(sorted(starts, key=lambda s: s[0]))}
+    items.sort(key=lambda item: order[id(item)])
 
 
 # DFLASH_TESTS_CPU_LOG=FILE: one line per test, its CPU seconds (this process and every descendant it reaped, with
