@@ -30,14 +30,18 @@ build-demo:
 	@if [[ ! -f $(BUILD)/build.ninja ]]; then $(call configure,OFF); fi
 	@cmake --build $(BUILD) -j $(JOBS) --target $(RUN_BINARIES)
 
-# The Python tests on three pytest-xdist workers on two cores: a quarter of the tests' time is waiting (signals,
-# timeouts, sleeping payloads), which a third worker fills with another test's CPU. --maxschedchunk 1: a worker
-# gets its next test when it is ready for it; xdist's default hands each worker its first 39 tests at once, so the
-# slowest, collected first (tests/conftest.py), all went to one worker (docs/design.md, "Test time").
+# The Python tests on four pytest-xdist workers on two cores: a third of the tests' time is waiting (signals,
+# timeouts, sleeping payloads), which more workers fill with another test's CPU; tests/conftest.py spreads the
+# tests that mostly wait through the run (WAIT_BOUND), one worker's worth beside three busy ones. --maxschedchunk 1:
+# a worker gets its next test when it is ready for it; xdist's default hands each worker its first 39 tests at once,
+# so the slowest, collected first (tests/conftest.py), all went to one worker (docs/design.md, "Test time").
 # `PYTEST_ARGS=-n0` runs them one after another.
 PYTEST_ARGS ?= -n 4 --maxschedchunk 1
+# The gtest cases mostly wait (real processes, signals, deadlines: ~20 CPU-s in ~50 s of test time), so ctest runs
+# four per core: 26 -> 10 s here.
+CTEST_JOBS ?= $(shell echo $$(($(JOBS) * 4)))
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j $(CTEST_JOBS)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests
 
 # The long variants `make test` skips (tests/conftest.py, LONG_TESTS): the shipped examples and the 8-GPU job's CPU
