@@ -56,12 +56,20 @@ def test_one_world_scope_process_culprit_is_the_first_failure(launch, bin_dir, t
     assert s["format"] == "dflash-summary/2"
     assert s["culprit"] == "drafter:1" and s["culprit_attempt"] == 0, (s["culprit"], s["reason"])
     assert s["exit_code"] == 3
-    assert "drafter:1 exited with code 3" in s["reason"] and "restarted" in s["reason"], s["reason"]
-    # The table marks the root cause's attempt, not its last one (stopped with the run).
-    assert "<- culprit: exited with code 3 (attempt 0, restarted)" in r.out, r.out
     by = {p["name"]: p for p in s["processes"]}
     first = by["drafter:1"]["attempts"][0]
-    assert first["exit_code"] == 3 and first["outcome"] == "restarted" and first["restarted"] is True
+    # Its restart came after a 100 ms backoff, unless its peers' failure came first (a loaded machine): then the
+    # run stopped in the backoff, and nothing says "restarted" (the core's own test pins that order down).
+    if len(by["drafter:1"]["attempts"]) > 1:
+        assert s["reason"].startswith("drafter:1 exited with code 3 (attempt 0, restarted); then "), s["reason"]
+        # The table marks the root cause's attempt, not its last one (stopped with the run).
+        assert "<- culprit: exited with code 3 (attempt 0, restarted)" in r.out, r.out
+        assert first["outcome"] == "restarted" and first["restarted"] is True, first
+    else:
+        assert s["reason"].startswith("drafter:1 exited with code 3; then "), s["reason"]
+        assert "<- culprit: exited with code 3" in r.out and "restarted)" not in r.out, r.out
+        assert first["outcome"] == "failed" and first["restarted"] is False, first
+    assert first["exit_code"] == 3
     assert first["end_s"] >= first["start_s"] >= 0
     # A target failed after it (its peer was gone: exit 1, or gloo aborts): that
     # ended the run, but it is not the cause.

@@ -175,14 +175,16 @@ RunVerdict Incident::Verdict(const std::string& start_error, const TrainingOf& t
     const AttemptRecord* a = culprit_attempt();
     v.culprit = c.name();
     v.culprit_attempt = a ? a->attempt : -1;
-    // The root cause may be an earlier attempt, restarted then: name that one.
-    v.culprit_why = a && static_cast<size_t>(a->attempt) + 1 < c.view().attempts.size()
-                        ? a->reason + " (attempt " + std::to_string(a->attempt) + ", restarted)"
-                        : c.view().reason;
+    // The root cause may be an earlier attempt, restarted then: name that one. "Restarted" only when a later
+    // attempt started: a restart still in its backoff when the run stopped never came.
+    const bool restarted = a && static_cast<size_t>(a->attempt) + 1 < c.view().attempts.size();
+    const std::string attempt_words = restarted ? a->reason + " (attempt " + std::to_string(a->attempt) + ", restarted)"
+                                      : a       ? a->reason
+                                                : c.view().reason;
+    v.culprit_why = restarted ? attempt_words : c.view().reason;
     if (a) v.exit_code = a->ready_timeout ? exit_code::kTimeout : a->exit_code > 0 ? a->exit_code : exit_code::kFailure;
-    // The root cause was restarted and something else ended the run: say both.
-    v.reason = culprit_restarted_ && a ? c.name() + " " + a->reason + " (attempt " + std::to_string(a->attempt) +
-                                             ", restarted); then " + stop_reason_
+    // The root cause's restart was decided and something else ended the run: say both.
+    v.reason = culprit_restarted_ && a ? c.name() + " " + attempt_words + "; then " + stop_reason_
                                        : c.name() + " " + c.view().reason;
   } else if (!start_error.empty()) {  // nothing ran: never "succeeded"
     v.exit_code = exit_code::kFailure;

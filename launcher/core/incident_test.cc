@@ -81,6 +81,25 @@ TEST(Incident, TheVerdictSaysTheCulpritsFailureInTheWordsOfItsRow) {
   EXPECT_EQ(none.core().Verdict().culprit_why, "") << "no culprit: no words";
 }
 
+TEST(Incident, ACulpritWhoseRestartTheStopCutShortIsNotCalledRestarted) {
+  // The CI's ordering under load: drafter:1 exits 3, and its peer's failure comes within the backoff, before the
+  // restart: the run stops, the restart never comes. Its row, the verdict and summary.json say what happened.
+  Harness h(Role("target", 2, "restart = { policy = \"never\" }") + Role("drafter", 2, kOnFailure3));
+  h.Start();
+  h.Exit("drafter:1", 3);
+  ASSERT_EQ(h.State("drafter:1"), "BACKOFF");
+  h.Exit("target:1", 1);
+  EXPECT_EQ(h.State("drafter:1"), "EXITED");
+  EXPECT_EQ(h.Spawns("drafter:1"), 1) << "no restart after the stop began";
+  RunVerdict v = h.core().Verdict();
+  EXPECT_EQ(v.culprit, "drafter:1");
+  EXPECT_EQ(v.exit_code, 3);
+  EXPECT_EQ(v.reason.rfind("drafter:1 exited with code 3; then target:1 exited with code 1", 0), 0u) << v.reason;
+  EXPECT_EQ(v.reason.find("restarted"), std::string::npos) << v.reason;
+  EXPECT_EQ(v.culprit_why.find("restarted"), std::string::npos) << v.culprit_why;
+  EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("drafter:1").last()->outcome)), "failed");
+}
+
 TEST(SupervisorCore, AFailureAfterTheRunHealedIsANewIncident) {
   Harness h(Role("target", 1, "restart = { policy = \"never\" }") +
             Role("drafter", 1, "restart = { policy = \"on-failure\", max = 3, backoff = \"1s..1s\", reset_after = \"1m\" }"));

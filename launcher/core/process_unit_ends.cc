@@ -33,6 +33,9 @@ void ProcessUnit::StopWithRun(bool live_dependents, const std::string& why_held)
       Stop(EndIntent::kStop, "stopping the run");
     }
   } else if (p_.state == ProcState::kBackoff) {
+    // Its restart never came: its own failure stands as such, a stop for its unit's restart as collateral.
+    if (p_.last() && p_.last()->outcome == AttemptOutcome::kRestarted)
+      SetOutcome(p_.last()->with_unit ? AttemptOutcome::kCollateral : AttemptOutcome::kFailed);
     Enter(ProcState::kExited, "not restarted: the run is stopping");
   } else if (p_.state == ProcState::kNotStarted) {
     p_.reason = "not started: the run stopped before its turn";
