@@ -66,6 +66,7 @@ demo-builtin:
 # Every benchmark, each against its named peer in the same run; results into docs/benchmarks.md.
 # Run it on a quiet machine (it takes ~15 minutes here; the compile section alone ~5).
 bench: build
+	@cmake --build $(BUILD) -j $(JOBS) --target benches
 	python3 bench/cachelock/run_bench.py --python $(PY) --n 1000
 	python3 bench/supervisor/run_bench.py --out docs/benchmarks.md
 	$(PY) bench/first_contact/run_bench.py --out docs/benchmarks.md

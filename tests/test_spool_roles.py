@@ -3,6 +3,7 @@ never takes a real frame (it gets synthetic ones, and is stopped if it never
 says READY); a Python target role says `spool = "produce"`, counts in
 DFLASH_SPOOL_PRODUCERS, and the drafters' sources end by themselves, exactly
 once; a producer's own contract error exits 65 and is never restarted."""
+import importlib.util
 import json
 import os
 import sys
@@ -18,11 +19,8 @@ sys.path.insert(0, str(ROOT / "python"))
 from dflash_launch.spool import (SpoolError, SpoolProducer, SpoolSource, WARMUP_FRAMES, WarmupSpent,  # noqa: E402
                                  FrameContractError)
 
-try:
-    import transformers  # noqa: F401
-    HAVE_TRANSFORMERS = True
-except ImportError:
-    HAVE_TRANSFORMERS = False
+# Found, not imported: every pytest worker collects this module, and the import costs ~0.7 CPU-s.
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 needs_transformers = pytest.mark.skipif(not HAVE_TRANSFORMERS, reason="transformers is not installed")
 
 # A drafter script that knows nothing of warm-ups (most do not): it reads the

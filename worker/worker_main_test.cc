@@ -57,7 +57,7 @@ class WorkerMain : public ::testing::Test {
 
 TEST_F(WorkerMain, SigtermFromOutsideIsForwardedAndTheStatusPassesUp) {
   WorkerRun r = StartWorker({"--ready", "log:^ready$", "--", "sh", "-c",
-                       "trap 'exit 42' TERM; echo ready; sleep 30 & wait"});
+                       "trap 'exit 42' TERM; sleep 30 & echo ready; wait"});  // the sleep is in the group by then
   std::string out;
   ASSERT_TRUE(test::ReadUntil(r.out.get(), "ready\n", &out)) << out;
   ::kill(r.child.pid, SIGTERM);
