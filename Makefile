@@ -45,7 +45,7 @@ test: build
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests
 
 # The long variants `make test` skips (tests/conftest.py, LONG_TESTS): the shipped examples and the 8-GPU job's CPU
-# twin end to end, about 3 minutes here. Run them before a release, or after a change to examples/ or configs/.
+# twin end to end, about 2 minutes here. Run them before a release, or after a change to examples/ or configs/.
 test-long: build
 	DFLASH_LONG_TESTS=1 PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q -m long $(PYTEST_ARGS) tests
 
