@@ -57,7 +57,9 @@ class WorkerMain : public ::testing::Test {
 
 TEST_F(WorkerMain, SigtermFromOutsideIsForwardedAndTheStatusPassesUp) {
   WorkerRun r = StartWorker({"--ready", "log:^ready$", "--", "sh", "-c",
-                       "trap 'exit 42' TERM; sleep 30 & echo ready; wait"});  // the sleep is in the group by then
+                       // No long-lived child: one forked just as the group's SIGTERM comes can take it before
+                       // its exec (sh's trap, not yet reset) and live on until the 10 s grace's SIGKILL.
+                       "trap 'exit 42' TERM; echo ready; while :; do sleep 0.1; done"});
   std::string out;
   ASSERT_TRUE(test::ReadUntil(r.out.get(), "ready\n", &out)) << out;
   ::kill(r.child.pid, SIGTERM);

@@ -397,6 +397,7 @@ class Checkpoint:
             # Out of the committed names first: a kill mid-removal leaves a .tmp-* that restore() removes, never a
             # step-N without its .metadata, which no later prune would see.
             doomed = os.path.join(self.dir, ".tmp-old-" + os.path.basename(old))
+            shutil.rmtree(doomed, ignore_errors=True)  # a leftover of the same name (restore() removes them)
             os.rename(old, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
 

@@ -123,6 +123,8 @@ bool CheckpointDir::Prune(std::string* err) {
     // Renamed out of the committed names first: a kill mid-removal leaves a .tmp-* that the next Open removes,
     // never a step-N without its file, which no later Prune would see.
     const std::string doomed = dir_ + "/" + kTmpPrefix + "old-" + StepName(all[i].first);
+    std::string ignored;
+    RemoveTree(doomed, &ignored);  // a leftover of the same name (Open removes them; a hand-made one, say)
     if (::rename(all[i].second.c_str(), doomed.c_str()) != 0) {
       *err = ErrnoMessage("rename(" + all[i].second + ", " + doomed + ")", errno);
       return false;
