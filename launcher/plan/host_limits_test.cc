@@ -16,7 +16,7 @@ Plan PlanOfText(const std::string& text) {
   return BuildPlan(c, po);
 }
 
-std::string Role(const std::string& name, int cpu, const std::string& extra = "") {
+std::string LimitsRole(const std::string& name, int cpu, const std::string& extra = "") {
   return "[[role]]\nname = \"" + name + "\"\ncpu = " + std::to_string(cpu) + "\ncommand = [\"sh\", \"-c\", \"true\"]\n" +
          extra;
 }
@@ -30,7 +30,7 @@ HostLimits Roomy() {
 
 TEST(HostLimits, ABigArgumentOrEnvValueIsRefusedAtItsKey) {
   std::string big(1 << 20, 'a');
-  Plan plan = PlanOfText("[run]\nname = \"x\"\n\n" + Role("r", 1, "") );
+  Plan plan = PlanOfText("[run]\nname = \"x\"\n\n" + LimitsRole("r", 1, "") );
   EXPECT_TRUE(CheckHostLimits(plan, {}, Roomy()).empty());
   // 1 MB argument: over MAX_ARG_STRLEN (and here over ARG_MAX too: one error names the argument).
   Plan arg = PlanOfText("[run]\nname = \"x\"\n\n[[role]]\nname = \"r\"\ncpu = 1\ncommand = [\"echo\", \"" + big + "\"]\n");
@@ -40,7 +40,7 @@ TEST(HostLimits, ABigArgumentOrEnvValueIsRefusedAtItsKey) {
   EXPECT_EQ(errors[0].pos.line, 7);
   EXPECT_NE(errors[0].message.find("MAX_ARG_STRLEN"), std::string::npos) << errors[0].message;
   // 200 KB env value: one string over 128 KiB.
-  Plan env = PlanOfText("[run]\nname = \"x\"\n\n" + Role("r", 1, "env = { BLOB = \"" + std::string(200 * 1024, 'b') + "\" }\n"));
+  Plan env = PlanOfText("[run]\nname = \"x\"\n\n" + LimitsRole("r", 1, "env = { BLOB = \"" + std::string(200 * 1024, 'b') + "\" }\n"));
   errors = CheckHostLimits(env, {}, Roomy());
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].key, "role[r].env.BLOB");
@@ -49,7 +49,7 @@ TEST(HostLimits, ABigArgumentOrEnvValueIsRefusedAtItsKey) {
   // Many values each under 128 KiB, together over ARG_MAX: the biggest part is named.
   std::string many = "env = { ";
   for (int i = 0; i < 20; ++i) many += (i ? ", " : "") + std::string("V") + std::to_string(i) + " = \"" + std::string(120 * 1024, 'c') + "\"";
-  Plan total = PlanOfText("[run]\nname = \"x\"\n\n" + Role("r", 1, many + " }\n"));
+  Plan total = PlanOfText("[run]\nname = \"x\"\n\n" + LimitsRole("r", 1, many + " }\n"));
   errors = CheckHostLimits(total, {}, Roomy());
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].message.find("ARG_MAX"), std::string::npos) << errors[0].message;
@@ -62,7 +62,7 @@ TEST(HostLimits, ABigArgumentOrEnvValueIsRefusedAtItsKey) {
 
 TEST(HostLimits, MoreProcessesThanPidsOrTheUsersLimitAreRefused) {
   std::string ten;
-  for (int i = 0; i < 10; ++i) ten += Role("r" + std::to_string(i), 4096) + "\n";
+  for (int i = 0; i < 10; ++i) ten += LimitsRole("r" + std::to_string(i), 4096) + "\n";
   Plan plan = PlanOfText("[run]\nname = \"x\"\n\n" + ten);
   ASSERT_EQ(plan.processes.size(), 40960u);
   HostLimits l = Roomy();
