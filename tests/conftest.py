@@ -108,7 +108,8 @@ WAIT_BOUND = {
 }
 # Of the pytest-xdist workers (the Makefile's -n), how many the waiting tests fill and how many the rest; the wall
 # seconds a test is expected to take in each group, for the merge (the slowest: SLOWEST_FIRST).
-WAIT_SLOTS, BUSY_SLOTS = 1, 3
+WAIT_SLOTS = 1
+BUSY_SLOTS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "4")) - WAIT_SLOTS)
 WALL_S = {"slowest": 20.0, "busy": 3.0, "wait": 2.7}
 
 

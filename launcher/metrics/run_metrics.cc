@@ -7,9 +7,17 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <exception>
+#include <thread>
 
 #include "launcher/metrics/proc_sample.h"
 #include "launcher/metrics/spool_count.h"
@@ -38,6 +46,39 @@ bool Number(const nlohmann::json& j, const char* key, double* out) {
   if (it == j.end() || !it->is_number()) return false;
   *out = it->get<double>();
   return true;
+}
+
+/// The IP literal a connect to a socket listening on `host` ("IP" or "[IPv6]") reaches it at: loopback for a
+/// wildcard.
+std::string WakeHost(std::string host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "0.0.0.0") return "127.0.0.1";
+  if (host == "::") return "::1";
+  return host;
+}
+
+/// Starts one TCP connection to host:port and drops it (non-blocking: a loopback SYN reaches the listener's
+/// queue inside connect()).
+void PokeOnce(const std::string& host, int port) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof *v4;
+  } else if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof *v6;
+  } else {
+    return;
+  }
+  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)::connect(fd, reinterpret_cast<sockaddr*>(&ss), len);
+  ::close(fd);
 }
 
 }  // namespace
@@ -138,7 +179,26 @@ struct RunMetrics::ProcessSeries {
 RunMetrics::RunMetrics()
     : registry_(std::make_shared<prometheus::Registry>()), f_(std::make_unique<Families>(*registry_)) {}
 
-RunMetrics::~RunMetrics() = default;
+RunMetrics::~RunMetrics() { StopServing(); }
+
+// civetweb's mg_stop (the exposer's destructor) sets a flag and waits for its master thread, which reads the flag
+// only when its poll() on the listening socket returns: with no scrape coming, after up to 2 s (civetweb's
+// SOCKET_TIMEOUT_QUANTUM), added to the end of every run. A connection to that socket wakes it at once, so a
+// thread of ours connects every few ms until the exposer is gone; a refused connect (the socket already closed)
+// costs nothing.
+void RunMetrics::StopServing() {
+  if (!exposer_) return;
+  std::atomic<bool> stopped{false};
+  std::thread waker([this, &stopped] {
+    while (!stopped.load()) {
+      PokeOnce(wake_host_, wake_port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer_.reset();
+  stopped.store(true);
+  waker.join();
+}
 
 bool RunMetrics::Available() { return true; }
 
@@ -161,6 +221,8 @@ bool RunMetrics::Serve(const std::string& address, std::string* err) {
   }
   std::string host = address.substr(0, address.rfind(':'));
   url_ = "http://" + host + ":" + std::to_string(ports[0]) + "/metrics";
+  wake_host_ = WakeHost(host);
+  wake_port_ = ports[0];
   return true;
 }
 

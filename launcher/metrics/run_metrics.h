@@ -52,9 +52,13 @@ class RunMetrics {
   void UpdateProcess(const ProcessSnapshot& p, double unix_now);
   void UpdateSpool(const RunSnapshot& s);
 
+  void StopServing();
+
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string url_;
+  std::string wake_host_;  // where a connect reaches the listening socket (StopServing)
+  int wake_port_ = 0;
   struct Families;
   std::unique_ptr<Families> f_;
   std::map<std::string, std::unique_ptr<ProcessSeries>> procs_;
