@@ -199,7 +199,8 @@ def test_a_node_that_cannot_prove_the_store_sends_a_squatter_no_secret(bin_dir, 
     out = tmp_path / "out"
     out.mkdir()
     secret = "s3cret-of-the-run-" + "x" * 20
-    config = write_config(tmp_path, f'store = "private"\nstore_barrier_timeout = "3s"\n'
+    # store_outage 3s: node 1 tries the squatter again until then (the real store may yet come), 30 s by default.
+    config = write_config(tmp_path, f'store = "private"\nstore_barrier_timeout = "3s"\nstore_outage = "3s"\n'
                                     f'store_password_file = "{secret_file(tmp_path, secret)}"\n' + waiters(out))
     plan = run([bin_dir / "dflash-launch", "check", config, "--json", "--run-id", "ts-rn", "--nnodes", "2",
                 "--node-rank", "1", "--master-addr", "127.0.0.1"])
