@@ -40,7 +40,10 @@ PYTEST_ARGS ?= -n 4 --maxschedchunk 1
 # The gtest cases mostly wait (real processes, signals, deadlines: ~20 CPU-s in ~50 s of test time), so ctest runs
 # four per core: 26 -> 10 s here.
 CTEST_JOBS ?= $(shell echo $$(($(JOBS) * 4)))
+# The repo's own Python byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, every process (hundreds in the
+# suite) would compile dflash_launch and each xdist worker the test modules again (quick when done: mtimes).
 test: build
+	@$(PY) -m compileall -q -j 0 python tests examples >/dev/null
 	ctest --test-dir $(BUILD) --output-on-failure -j $(CTEST_JOBS)
 	PATH="$(CURDIR)/$(BUILD)/bin:$$PATH" $(VENV)/bin/python -m pytest -q --durations=15 $(PYTEST_ARGS) tests
 

@@ -65,13 +65,15 @@ def test_three_drafters_one_leads_two_reuse(launch, tmp_path):
 def test_without_the_gate_every_drafter_compiles(launch, tmp_path):
     # Without a gate nothing waits: what compiles does not matter, only that the processes on a cold cache each
     # compile. The tiny real step (tests/payloads/tiny_compile.py), not the drafter: 50 -> ~20 s; two of them,
-    # not three (how many is not the point): 16.5 -> ~11 CPU-s.
+    # not three (how many is not the point): 16.5 -> ~11 CPU-s. Both compile at once (a barrier in the payload):
+    # on a loaded machine one started after the other's compile was in the cache, and found it there.
+    (tmp_path / "barrier").mkdir()
     body = f"""
 [[role]]
 name = "drafter"
 cpu = 2
 command = ["python", "{TINY}"]
-env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1" }}
+env = {{ TORCHINDUCTOR_COMPILE_THREADS = "1", DFLASH_TEST_BARRIER = "{tmp_path / 'barrier'}:2" }}
 ready = {{ mode = "notify", timeout = "10m" }}
 """
     r = launch(write_config(tmp_path, body), env=ENV)
