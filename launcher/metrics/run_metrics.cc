@@ -7,18 +7,13 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <exception>
 #include <thread>
 
+#include "common/net_probe.h"
 #include "launcher/metrics/proc_sample.h"
 #include "launcher/metrics/spool_count.h"
 
@@ -55,30 +50,6 @@ std::string WakeHost(std::string host) {
   if (host == "0.0.0.0") return "127.0.0.1";
   if (host == "::") return "::1";
   return host;
-}
-
-/// Starts one TCP connection to host:port and drops it (non-blocking: a loopback SYN reaches the listener's
-/// queue inside connect()).
-void PokeOnce(const std::string& host, int port) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (::inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(static_cast<uint16_t>(port));
-    len = sizeof *v4;
-  } else if (::inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(static_cast<uint16_t>(port));
-    len = sizeof *v6;
-  } else {
-    return;
-  }
-  int fd = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return;
-  (void)::connect(fd, reinterpret_cast<sockaddr*>(&ss), len);
-  ::close(fd);
 }
 
 }  // namespace
@@ -191,7 +162,7 @@ void RunMetrics::StopServing() {
   std::atomic<bool> stopped{false};
   std::thread waker([this, &stopped] {
     while (!stopped.load()) {
-      PokeOnce(wake_host_, wake_port_);
+      NetProbe().Start(wake_host_, wake_port_, "", 0);  // a non-blocking connect, dropped at once
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
