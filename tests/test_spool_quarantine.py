@@ -111,7 +111,7 @@ def test_an_io_error_is_not_a_bad_frame(tmp_path, monkeypatch):
     p.publish(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32)))
     import dflash_launch.spool.source as source_mod
 
-    def broken(path):
+    def broken(path, cache=None):
         raise OSError(5, "Input/output error (injected)", path)
     monkeypatch.setattr(source_mod, "MappedFrame", broken)
     src = SpoolSource(root, "d:0", CONTRACT, producers=1)

@@ -12,6 +12,7 @@ One JSON object per line on stdout. Times are medians of --repeat.
   safetensors.torch.load(bytes) + the token check.
 - publish: SpoolProducer.publish (contract check, fallocate, one writev, rename) and, before, safetensors save
   to bytes + write().
+- ring steady state: one producer and one consumer frame after frame, the ring of reused files on and off.
 - e2e: P producer processes publish F frames each, C consumer processes take them (next_sample, every page
   read, ack), from a start signal every process waits for (torch imported) to the last exit; against one process that writes the same frame bytes to a
   file in the same directory and reads them back, frame after frame (spool_bench.cc's copy).
@@ -29,7 +30,7 @@ import time
 
 import torch
 
-from dflash_launch.spool import SpoolProducer, SpoolSource, frame_bytes, frame_metadata, manifest
+from dflash_launch.spool import Paths, SpoolProducer, SpoolSource, frame_bytes, frame_metadata, manifest, ring
 from dflash_launch.spool.format import check_frame, parse_header
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -123,6 +124,65 @@ def per_frame(args, contract):
               flush=True)
 
 
+def ring_steady_state(args, contract):
+    """One producer and one consumer in this process, frame after frame (publish, then next_sample + a read of
+    every page + ack + release()), the ring on (ring.py: the acknowledged file goes back to the producer, the
+    consumer keeps its mapping) and off (as before it: a new file and a new mapping per frame, each truncated
+    after its ack), interleaved, against a memcpy in the same run. release() waits for the ack's truncate or
+    rename, which a consumer's thread does in a run: here it is counted."""
+    hidden, tokens = frame(contract)
+    nbytes = hidden.numel() * hidden.element_size() + tokens.numel() * 8
+    src_flat = hidden.reshape(-1).view(torch.uint8)
+    dst = torch.empty_like(src_flat)
+    dst.copy_(src_flat)
+    root = tempfile.mkdtemp(prefix="frame_bench.", dir=args.dir)
+    times = {k: [] for k in ("memcpy", "publish ring", "publish no ring", "consume ring", "consume no ring")}
+    try:
+        sides = {}
+        for ring_on in (True, False):
+            spool = os.path.join(root, "on" if ring_on else "off")
+            p = SpoolProducer(spool, "t:0", contract, max_ready=1000, producers=1)
+            s = SpoolSource(spool, "d:0", contract, producers=1)
+            if not ring_on:
+                s._maps.limit = 0  # every mapping closed at its release, as before the ring
+            sides[ring_on] = (p, s, spool)
+
+        def one(ring_on, timed):
+            p, s, spool = sides[ring_on]
+            tag = "ring" if ring_on else "no ring"
+            t0 = time.perf_counter()
+            p.publish(hidden, tokens)
+            t1 = time.perf_counter()
+            sample = s.next_sample()
+            touch_pages(sample["hidden"])
+            sample["ack"]()
+            del sample
+            s.release()
+            if not ring_on:
+                ring.drop_free(Paths(spool), "t:0")  # the file goes (truncated), as before the ring
+            t2 = time.perf_counter()
+            if timed:
+                times["publish " + tag].append((t1 - t0) * 1e3)
+                times["consume " + tag].append((t2 - t1) * 1e3)
+        one(True, False)
+        one(False, False)
+        for _ in range(args.repeat):
+            one(True, True)
+            one(False, True)
+            t0 = time.perf_counter()
+            dst.copy_(src_flat)
+            times["memcpy"].append((time.perf_counter() - t0) * 1e3)
+        reused = sides[True][1].stats()["mappings_reused"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    memcpy = statistics.median(times["memcpy"])
+    for what, ts in times.items():
+        med = statistics.median(ts)
+        print(json.dumps({"bench": "ring_steady_state", "what": what, "frame_mb": round(nbytes / 1e6, 1),
+                          "ms": round(med, 2), "min_ms": round(min(ts), 2), "max_ms": round(max(ts), 2),
+                          "x_memcpy": round(med / memcpy, 2), "mappings_reused": reused}), flush=True)
+
+
 def role_main(args):
     """One process of the e2e: --role producer:<i> or consumer:<i>."""
     contract = contract_for(args.shape, args.dtype)
@@ -194,7 +254,7 @@ def main():
     ap.add_argument("--e2e-frames", type=int, default=6, help="frames per producer")
     ap.add_argument("--producers", type=int, default=5)
     ap.add_argument("--consumers", type=int, default=3)
-    ap.add_argument("--skip", default="", help="per_frame and/or e2e, comma separated")
+    ap.add_argument("--skip", default="", help="per_frame, ring and/or e2e, comma separated")
     ap.add_argument("--role")
     ap.add_argument("--spool")
     args = ap.parse_args()
@@ -205,6 +265,8 @@ def main():
     skip = set(args.skip.split(","))
     if "per_frame" not in skip:
         per_frame(args, contract)
+    if "ring" not in skip:
+        ring_steady_state(args, contract)
     if "e2e" not in skip:
         e2e(args, contract)
 

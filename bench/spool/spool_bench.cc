@@ -10,7 +10,9 @@
 // drafter does) and touches every byte; `--consumer read` reads it into a
 // buffer instead (the drafter before issue #49). `--consumer-only`: one
 // consumer's time per frame of an already published file -- Map and touch,
-// Read -- against a memcpy of the frame's bytes, in the same run.
+// Read -- against a memcpy of the frame's bytes, in the same run; then one
+// producer and one consumer frame after frame, the spool's ring of reused
+// files (spool_ring.h, map_cache.h) on and off.
 //
 // One JSON object per line on stdout (docs/benchmarks.md reads them).
 #include <fcntl.h>
@@ -26,7 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "worker/builtin/map_cache.h"
 #include "worker/builtin/spool.h"
+#include "worker/builtin/spool_ring.h"
 
 namespace {
 
@@ -55,9 +59,10 @@ uint64_t Touch(const uint8_t* p, size_t n) {
 }
 
 /// Consumes one frame file the way `a` says: mapped (views) or read (a copy), every byte touched.
-bool Consume(const Args& a, const std::string& path, uint64_t* sum, std::string* err) {
+bool Consume(const Args& a, const std::string& path, uint64_t* sum, std::string* err,
+             std::shared_ptr<dflash::safetensors::MapCache> cache = nullptr) {
   dflash::safetensors::File file;
-  if (!(a.read ? file.Read(path, err) : file.Map(path, err))) return false;
+  if (!(a.read ? file.Read(path, err) : file.Map(path, err, cache))) return false;
   *sum += Touch(file.buffer().get(), file.size());
   return true;
 }
@@ -135,6 +140,7 @@ double Spool(const Args& a, const Frame& f) {
     if (pid == 0) {
       std::string err;
       dflash::spool::SpoolConsumer con(root, "drafter:" + std::to_string(c), a.producers);
+      auto maps = std::make_shared<dflash::safetensors::MapCache>();  // as the builtin drafter keeps them
       if (!con.Open(&err)) Fail(err);
       while (true) {
         dflash::spool::ClaimedFrame fr;
@@ -142,7 +148,7 @@ double Spool(const Args& a, const Frame& f) {
         if (!con.Next(&fr, &end, &err)) Fail(err);
         if (end) break;
         uint64_t sum = 0;  // every byte read, as a drafter does; the mapping gone before Ack truncates
-        if (!Consume(a, fr.path, &sum, &err) || !con.Ack(fr, &err)) Fail(err);
+        if (!Consume(a, fr.path, &sum, &err, maps) || !con.Ack(fr, &err)) Fail(err);
       }
       _exit(0);
     }
@@ -161,6 +167,72 @@ double Spool(const Args& a, const Frame& f) {
     Fail("the spool lost or duplicated frames: " + m.dump());
   std::filesystem::remove_all(root);
   return s;
+}
+
+/// One publish and one consume, frame after frame, through a spool in `dir` (one producer, one consumer, one
+/// process), per frame: the ring on (the acknowledged file goes back to the producer, its mapping kept) and off
+/// (as before the ring: each file truncated at the ack, each frame a new file and a new mapping), interleaved,
+/// against a memcpy of the frame's bytes. Medians over `frames` after one frame of warm-up each.
+void RingSteadyState(const Args& a, const Frame& f) {
+  const size_t n = f.FileBytes();
+  std::vector<uint8_t> src(n, 1), dst(n, 0);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  struct Side {
+    std::string root;
+    dflash::spool::SpoolProducer prod;
+    dflash::spool::SpoolConsumer con;
+    std::shared_ptr<dflash::safetensors::MapCache> maps;
+    std::vector<double> publish, consume;
+  };
+  auto make = [&](const std::string& tag, bool ring) {
+    std::string root = a.dir + "/spool_bench_ring_" + tag + "." + std::to_string(::getpid());
+    return Side{root, dflash::spool::SpoolProducer(root, "t:0", 1 << 20, int64_t{1} << 40),
+                dflash::spool::SpoolConsumer(root, "d:0", 1),
+                ring ? std::make_shared<dflash::safetensors::MapCache>() : nullptr, {}, {}};
+  };
+  Side on = make("on", true), off = make("off", false);
+  std::string err;
+  uint64_t sink = 0;
+  for (Side* s : {&on, &off})
+    if (!s->prod.Open(&err) || !s->con.Open(&err)) Fail(err);
+  auto one = [&](Side& s, bool timed) {
+    auto t0 = Clock::now();
+    if (!s.prod.Publish({}, f.refs, nullptr, &err)) Fail(err);
+    if (timed) s.publish.push_back(Since(t0));
+    t0 = Clock::now();
+    dflash::spool::ClaimedFrame fr;
+    bool end = false;
+    if (!s.con.Next(&fr, &end, &err) || end) Fail("no frame: " + err);
+    if (!Consume(a, fr.path, &sink, &err, s.maps) || !s.con.Ack(fr, &err)) Fail(err);
+    if (!s.maps) dflash::spool::DropFree(s.con.paths(), "t:0");  // the ring off: the ack's file goes
+    if (timed) s.consume.push_back(Since(t0));
+  };
+  one(on, false);
+  one(off, false);
+  std::vector<double> copy;
+  for (int i = 0; i < a.frames; ++i) {
+    one(on, true);
+    one(off, true);
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), n);
+    sink += dst[i % n];
+    copy.push_back(Since(t0));
+  }
+  const double cc = median(copy);
+  std::printf("{\"ring\": true, \"frame_bytes\": %zu, \"frames\": %d, \"memcpy_ms\": %.2f, "
+              "\"consume_ring_ms\": %.2f, \"consume_no_ring_ms\": %.2f, \"publish_ring_ms\": %.2f, "
+              "\"publish_no_ring_ms\": %.2f, \"consume_ring_vs_memcpy\": %.2f, \"consume_no_ring_vs_memcpy\": %.2f, "
+              "\"publish_ring_vs_memcpy\": %.2f, \"publish_no_ring_vs_memcpy\": %.2f, \"mappings_reused\": %d, "
+              "\"sink\": %llu}\n",
+              n, a.frames, cc * 1e3, median(on.consume) * 1e3, median(off.consume) * 1e3, median(on.publish) * 1e3,
+              median(off.publish) * 1e3, median(on.consume) / cc, median(off.consume) / cc, median(on.publish) / cc,
+              median(off.publish) / cc, on.maps->hits(), static_cast<unsigned long long>(sink % 10));
+  std::fflush(stdout);
+  std::filesystem::remove_all(on.root);
+  std::filesystem::remove_all(off.root);
 }
 
 /// Per-frame seconds (medians over `frames`) of one consumer: Map + touch, Read + touch, and a memcpy of
@@ -200,6 +272,7 @@ void ConsumerOnly(const Args& a, const Frame& f) {
     std::fflush(stdout);
   }
   ::unlink(path.c_str());
+  RingSteadyState(a, f);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "contract/env_vars.h"
 #include "worker/builtin/drafter_checkpoint.h"
 #include "worker/builtin/frame_contract.h"
+#include "worker/builtin/map_cache.h"
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles_internal.h"
 #include "worker/builtin/spool.h"
@@ -201,6 +202,8 @@ class DrafterRun {
   Drafter drafter_;
   spool::SpoolPaths paths_;
   spool::SpoolConsumer consumer_;
+  // The mappings of the spool ring's files, kept for the next frames written over them (map_cache.h).
+  std::shared_ptr<safetensors::MapCache> maps_ = std::make_shared<safetensors::MapCache>();
   std::optional<DrafterCheckpoints> checkpoints_;
   int64_t resumed_from_ = 0;  // the step the restored checkpoint recorded (0: none)
   std::vector<double> losses_;
@@ -366,7 +369,9 @@ int DrafterRun::TrainOn(const spool::ClaimedFrame& f) {
 
 bool DrafterRun::ReadCheckedFrame(const spool::ClaimedFrame& f, safetensors::File* file, std::string* violation) {
   std::string err;
-  bool ok = file->Map(f.path, &err);  // views of the file's pages, copy-on-write: no read() copy
+  // Views of the file's pages, copy-on-write: no read() copy. Not kept when checkpointing: a frame waits in
+  // pending/ and its commit unlinks it, so a kept mapping would hold its pages.
+  bool ok = file->Map(f.path, &err, checkpoints_ ? nullptr : maps_);
   if (!ok) *violation = "frame " + f.file + " from producer " + f.producer + " cannot be read: " + err;
   else if (CheckFrame(r_.m.frame, file->header(), f.file, violation)) {
     const safetensors::TensorEntry& t = *file->header().Find("tokens");
@@ -380,8 +385,9 @@ bool DrafterRun::ReadCheckedFrame(const spool::ClaimedFrame& f, safetensors::Fil
 
 bool DrafterRun::ReleaseFrame(const spool::ClaimedFrame& f, safetensors::File* file, at::Tensor* hidden,
                               at::Tensor* tokens) {
-  // Ack truncates the file: a page of a mapping still alive would be SIGBUS when touched. So every view goes
-  // first, and the mapping with the last one; a view kept anywhere (autograd) is a bug said here, not a crash later.
+  // Ack hands the file back to its producer, or truncates it: a view still alive would then read the producer's
+  // next frame, or SIGBUS. So every view goes first, and the mapping with the last one (back to maps_); a view
+  // kept anywhere (autograd) is a bug said here, not a wrong step or a crash later.
   std::weak_ptr<uint8_t> mapping = file->buffer();
   *hidden = at::Tensor();
   *tokens = at::Tensor();
@@ -422,6 +428,7 @@ void DrafterRun::Fill() {
   m_["losses"] = losses_;
   m_["taken_back"] = consumer_.taken_back();
   m_["frames_acked"] = consumer_.acked();
+  m_["mappings_reused"] = maps_->hits();  // frames read through a mapping kept from the spool ring
   if (checkpoints_) m_["frames_committed"] = consumer_.committed();
   m_["spool_wait_s"] = Round(consumer_.waited_s(), 3);
   m_["step_s"] = Round(losses_.empty() ? 0 : step_s_ / losses_.size(), 5);

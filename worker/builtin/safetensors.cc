@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "worker/builtin/map_cache.h"
 
 namespace dflash::safetensors {
 namespace {
@@ -280,7 +281,7 @@ bool File::Read(const std::string& path, std::string* err) {
   return true;
 }
 
-bool File::Map(const std::string& path, std::string* err) {
+bool File::Map(const std::string& path, std::string* err, std::shared_ptr<MapCache> cache) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {
     *err = ErrnoMessage("open(" + path + ")", errno);
@@ -299,12 +300,17 @@ bool File::Map(const std::string& path, std::string* err) {
     return false;
   }
   // PROT_WRITE on a read-only fd is allowed for MAP_PRIVATE: writes copy the page, the file never changes.
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
+  void* p = cache ? cache->Take(st) : nullptr;
+  if (!p) p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd.get(), 0);
   if (p == MAP_FAILED) {
     *err = ErrnoMessage("mmap(" + path + ")", errno);
     return false;
   }
-  std::shared_ptr<uint8_t> buf(static_cast<uint8_t*>(p), [size](uint8_t* q) { ::munmap(q, size); });
+  std::weak_ptr<MapCache> keep = cache;
+  std::shared_ptr<uint8_t> buf(static_cast<uint8_t*>(p), [size, keep, dev = st.st_dev, ino = st.st_ino](uint8_t* q) {
+    if (auto c = keep.lock()) c->Put(dev, ino, q, size);
+    else ::munmap(q, size);
+  });
   if (!ParseHeader(std::string_view(reinterpret_cast<const char*>(buf.get()), size), size, &h, err)) {
     *err = path + ": " + *err;
     return false;

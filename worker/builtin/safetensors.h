@@ -15,6 +15,7 @@
 
 namespace dflash::safetensors {
 
+class MapCache;  // map_cache.h
 using Metadata = std::map<std::string, std::string>;
 
 /// One tensor to write: bytes owned by the caller until Write returns.
@@ -80,7 +81,8 @@ class File {
   /// view copies that page without touching the file. The mapping goes when
   /// the last holder of buffer() does; the file must not shrink before that
   /// (a touched page past its end is SIGBUS): drop every view, then truncate.
-  bool Map(const std::string& path, std::string* err);
+  /// With `cache` the mapping the file had before is reused, and handed back to it when the last holder goes.
+  bool Map(const std::string& path, std::string* err, std::shared_ptr<MapCache> cache = nullptr);
   const Header& header() const { return header_; }
   const uint8_t* Data(const TensorEntry& t) const { return buf_.get() + header_.data_offset + t.begin; }
   size_t size() const { return size_; }

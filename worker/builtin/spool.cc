@@ -19,6 +19,7 @@
 #include "common/fd.h"
 #include "common/private_files.h"
 #include "worker/builtin/spool_commit.h"
+#include "worker/builtin/spool_ring.h"
 
 namespace dflash::spool {
 namespace {
@@ -43,6 +44,23 @@ namespace {
 bool FileExists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
+}
+
+/// The ring's file `from` (free/), renamed to `tmp` and resized to `size` bytes with every page allocated, open
+/// for writing at offset 0; an empty fd (the file dropped) if it is gone, not a plain file of ours that nothing
+/// else links, or cannot grow: the caller writes a new file then.
+UniqueFd OpenReused(const std::string& from, const std::string& tmp, uint64_t size) {
+  if (::rename(from.c_str(), tmp.c_str()) != 0) return UniqueFd();
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  bool ok = fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == ::geteuid();
+  const off_t n = static_cast<off_t>(size);
+  if (ok && st.st_size != n) ok = ::ftruncate(fd.get(), n) == 0;
+  if (ok && st.st_blocks * 512 < n) ok = ::posix_fallocate(fd.get(), 0, n) == 0;
+  if (ok) return fd;
+  fd.reset();
+  DropFile(tmp);
+  return UniqueFd();
 }
 
 /// [[first_seq, last_seq, checkpoint or null], ...]: `producer`'s consecutive sequence numbers committed by the
@@ -122,7 +140,7 @@ bool SpoolPaths::Create(std::string* err) const {
   if (!MakeDir(root, err)) return false;
   // Not pending/: only a consumer that checkpoints makes it (HoldForCheckpoint), and a failed run keeps a spool
   // that has it for `run --resume` (launcher/commands/run_command.cc).
-  for (const std::string& d : {Tmp(), Ready(), Claimed(), Done(), Rejected(), Producers()})
+  for (const std::string& d : {Tmp(), Ready(), Claimed(), Done(), Rejected(), Producers(), Free()})
     if (!MakeDir(d, err)) return false;
   return true;
 }
@@ -160,7 +178,7 @@ void Backoff::Sleep() {
 // ---------------------------------------------------------------------------
 
 bool SpoolBytes(const SpoolPaths& paths, int64_t* bytes, std::string* err, const std::string& owner) {
-  std::vector<std::string> dirs = {paths.Ready(), paths.Tmp()}, names;
+  std::vector<std::string> dirs = {paths.Ready(), paths.Tmp(), paths.Free()}, names;
   if (!ListDir(paths.Claimed(), &names, err, true)) return false;
   for (const std::string& c : names) dirs.push_back(paths.ClaimedBy(c));
   *bytes = 0;
@@ -224,7 +242,7 @@ bool SpoolProducer::Open(std::string* err) {
   return true;
 }
 
-bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* err) {
+bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reuse, std::string* err) {
   // Each producer keeps to its share of the budget (DFLASH_SPOOL_PRODUCERS, what dflash-launch sets; the Python
   // producer divides alike), so the producers together stay within it.
   int producers = 1;
@@ -265,7 +283,24 @@ bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* err)
         }
       int64_t held = 0;
       if (!SpoolBytes(paths_, &held, err, name_)) return false;
-      if (held + static_cast<int64_t>(size) <= share) break;
+      // The ring's file that best takes the frame (the smallest that holds it, else the largest): its bytes are
+      // counted already, only what the frame needs beyond them must fit.
+      auto files = FreeFiles(paths_, name_);
+      std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      auto best = std::find_if(files.begin(), files.end(),
+                               [&](const auto& f) { return f.second >= static_cast<int64_t>(size); });
+      if (best == files.end() && !files.empty()) best = files.end() - 1;
+      const int64_t have = best == files.end() ? 0 : best->second;
+      const int64_t need = std::max<int64_t>(0, static_cast<int64_t>(size) - have);
+      if (held + need > share && files.size() > 1) {  // kept for frames of another size: room for this one first
+        for (auto it = files.begin(); it != files.end(); ++it)
+          if (it != best) DropFile(it->first);
+        if (!SpoolBytes(paths_, &held, err, name_)) return false;
+      }
+      if (held + need <= share) {
+        *reuse = best == files.end() ? std::string() : best->first;
+        break;
+      }
       ::flock(lock->get(), LOCK_UN);
     }
     waited = true;
@@ -286,9 +321,17 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
   if (!safetensors::EncodedSize(metadata, tensors, &size, err)) return false;
   {
     UniqueFd budget;  // held until the frame's pages are allocated and written
-    if (!WaitForRoom(size, &budget, err)) return false;
+    std::string reuse;
+    if (!WaitForRoom(size, &budget, &reuse, err)) return false;
     int e = 0;
-    if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false, &e)) {
+    UniqueFd over = reuse.empty() ? UniqueFd() : OpenReused(reuse, tmp, size);
+    if (over) {
+      if (!safetensors::WriteFd(over.get(), metadata, tensors, err)) {
+        over.reset();
+        ::unlink(tmp.c_str());
+        return false;
+      }
+    } else if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false, &e)) {
       if (e == ENOSPC)
         *err = "the spool's filesystem cannot hold a frame of " + std::to_string(size) + " bytes (" + *err +
                "): nothing was published and no frame is lost; fix: give the spool room (a larger /dev/shm: docker "
@@ -314,6 +357,7 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
 bool SpoolProducer::Finish(std::string* err) {
   nlohmann::ordered_json j = {{"producer", name_}, {"frames", next_seq_}};
   if (!WriteFileAtomic(paths_.Producers() + "/" + name_ + ".done", j.dump() + "\n", err, 0600)) return false;
+  DropFree(paths_, name_);  // after the marker: no consumer hands a file back from now on
   finished_ = true;
   return true;
 }
@@ -343,6 +387,7 @@ SpoolConsumer::SpoolConsumer(std::string root, std::string name, int producers)
 
 bool SpoolConsumer::Open(std::string* err) {
   if (!paths_.Create(err) || !MakeDir(paths_.ClaimedBy(name_), err)) return false;
+  RemoveRingLeftovers(paths_);
   if (!ListFrames(paths_.ClaimedBy(name_), &take_back_, err)) return false;
   std::vector<Candidate> c;
   for (const std::string& f : take_back_) {
@@ -451,7 +496,8 @@ bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
                        : ErrnoMessage("rename(" + frame.path + ", done/)", e);
     return false;
   }
-  ::truncate(to.c_str(), 0);  // the name is the record; the bytes can go
+  // The name is the record; the bytes go back to the producer (the ring), or go.
+  if (!Recycle(paths_, to)) ::truncate(to.c_str(), 0);
   ++position_;
   ++acked_;
   return true;

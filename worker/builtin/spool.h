@@ -9,10 +9,12 @@
 //   <root>/ready/<p>-<seq>.safetensors   published (rename from tmp/, never replaces)
 //   <root>/claimed/<consumer>/...    claimed by exactly one consumer (rename from ready/)
 //   <root>/pending/<consumer>/<pos>.<f>  acknowledged by a checkpointing consumer, awaiting its checkpoint
-//   <root>/done/...                  acknowledged after the training step (truncated to 0 bytes), or
+//   <root>/done/...                  acknowledged after the training step (emptied: its bytes go to free/ or are
+//                                    truncated), or
 //                                    committed with a checkpoint (holding {"checkpoint": "<path>"})
 //   <root>/rejected/... (+ .reason)  violated the contract; never acknowledged
 //   <root>/producers/<p>.done        a producer's end: {"frames": n}
+//   <root>/free/<p>-<seq>...         acknowledged frames' files, for producer p to write over (spool_ring.h)
 //   <root>/weights.safetensors       the target's embedding and LM head (first publisher wins)
 #pragma once
 
@@ -50,13 +52,15 @@ struct SpoolPaths {
   std::string Rejected() const { return root + "/rejected"; }
   std::string Producers() const { return root + "/producers"; }
   std::string Weights() const { return root + "/weights.safetensors"; }
+  /// The ring's files: acknowledged frames' bytes kept for their producer's next frames (spool_ring.h).
+  std::string Free() const { return root + "/free"; }
   /// mkdir -p of the root (0700) and every subdirectory.
   bool Create(std::string* err) const;
 };
 
 /// The bytes the spool's frames hold against the byte budget (allocated
-/// blocks): ready/, tmp/ and every claimed/<consumer>/; not done/ (acknowledged
-/// frames are truncated). dflash_launch.spool.write.spool_bytes counts the same. `owner`: that producer's
+/// blocks): ready/, tmp/, free/ and every claimed/<consumer>/; not done/
+/// (acknowledged frames are emptied). dflash_launch.spool.write.spool_bytes counts the same. `owner`: that producer's
 /// frames only.
 bool SpoolBytes(const SpoolPaths& paths, int64_t* bytes, std::string* err, const std::string& owner = "");
 
@@ -127,8 +131,9 @@ class SpoolProducer {
                      const std::vector<safetensors::TensorRef>& tensors, bool* won, std::string* err);
 
  private:
-  /// Returns holding <root>/budget.lock (flock, in `lock`) once `size` more bytes fit.
-  bool WaitForRoom(uint64_t size, UniqueFd* lock, std::string* err);
+  /// Returns holding <root>/budget.lock (flock, in `lock`) once `size` more bytes fit; `*reuse`: a file of this
+  /// producer's in free/ to write the frame over (its bytes counted already), or empty for a new file.
+  bool WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reuse, std::string* err);
 
   SpoolPaths paths_;
   std::string name_;
@@ -170,7 +175,8 @@ class SpoolConsumer {
   bool stopped() const { return stopped_; }
 
   /// After the step: into done/ (RENAME_NOREPLACE: acknowledging a frame twice
-  /// is an error), then truncated to free the memory. Holding for a checkpoint:
+  /// is an error), then its bytes handed back to its producer (spool::Recycle)
+  /// or truncated. REQUIRES: nothing maps the frame any more. Holding for a checkpoint:
   /// into pending/<consumer>/<position>.<frame>, bytes kept, until Commit.
   /// Either way position() moves on by one.
   bool Ack(const ClaimedFrame& frame, std::string* err);

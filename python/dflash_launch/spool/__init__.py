@@ -5,7 +5,8 @@
     tmp/        a producer writes a frame here first
     ready/      published: <producer>-<seq:010d>.safetensors (rename, never replacing)
     claimed/<consumer>/   claimed by exactly one consumer (rename from ready/)
-    done/       acknowledged after the step (then truncated to 0 bytes)
+    done/       acknowledged after the step (then emptied: its bytes go to free/ or are truncated)
+    free/       acknowledged frames' files, for their producer to write its next frames over (ring)
     rejected/   violated the [model] contract (+ <frame>.reason); never acknowledged
     producers/<producer>.done   {"frames": n}: no more frames from it
     weights.safetensors         the target's embedding and LM head (first publisher wins)
@@ -36,7 +37,8 @@ leaves that to its caller (dflash_launch.use_exit_codes()).
 Its parts, one job each: the frame format and the errors (format), the
 directories, their renames and the manifest (dirs), what a warm-up sees
 (warmup), the consumer (source) and its mapped frames (mapped), the producer
-(producer) and how it writes a frame within the byte budget (write), a DDP
+(producer) and how it writes a frame within the byte budget (write), the ring
+of reused frame files between them (ring), a DDP
 world's equal steps (world) over a fixed order of frames (order). The names
 below are the package's API; a submodule's other names are its parts' own.
 """

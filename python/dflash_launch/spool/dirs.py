@@ -104,7 +104,7 @@ def create_private(path):
 class Paths:
     def __init__(self, root):
         self.root = str(root)
-        for d in ("tmp", "ready", "claimed", "pending", "done", "rejected", "producers"):
+        for d in ("tmp", "ready", "claimed", "pending", "done", "rejected", "producers", "free"):
             setattr(self, d, os.path.join(self.root, d))
         self.weights = os.path.join(self.root, "weights.safetensors")
 
@@ -119,7 +119,7 @@ class Paths:
         """Every state's directory but pending/: only a consumer that checkpoints makes it (hold_for_checkpoint),
         and dflash-launch keeps a failed run's spool for `run --resume` exactly when pending/ exists."""
         private_makedirs(self.root)
-        for d in (self.tmp, self.ready, self.claimed, self.done, self.rejected, self.producers):
+        for d in (self.tmp, self.ready, self.claimed, self.done, self.rejected, self.producers, self.free):
             private_makedirs(d)
 
 

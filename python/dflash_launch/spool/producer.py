@@ -6,6 +6,7 @@ import os
 
 from dflash_launch._extras import require
 from dflash_launch.exit_codes import use_exit_codes
+from dflash_launch.spool import ring
 from dflash_launch.spool.dirs import Paths, atomic_write, create_private, frame_names, default_manifest_path, \
     rename_noreplace, pending_frames, write_manifest_if_final, entries, spool_root_from_env
 from dflash_launch.spool.format import (WEIGHTS_FORMAT, FrameContractError, SpoolError,
@@ -22,7 +23,8 @@ class SpoolProducer:
     hold its share of `max_bytes` (max_bytes / producers: write.reserve_room;
     its own, so that a consumer in a fixed order never waits for a producer that
     the others' frames stopped). A frame is written once, from the tensors'
-    memory, into pages allocated first: a filesystem that cannot hold it raises
+    memory, into pages allocated first (over one of its acknowledged frames'
+    files where the drafters handed one back: ring.py): a filesystem that cannot hold it raises
     SpoolFull with nothing published. In a warm-up it checks and discards what
     it publishes."""
 
@@ -148,5 +150,6 @@ class SpoolProducer:
             return
         atomic_write(os.path.join(self.paths.producers, f"{self.name}.done"),
                       json.dumps({"producer": self.name, "frames": self.next_seq}) + "\n")
+        ring.drop_free(self.paths, self.name)  # after the marker: no consumer hands a file back from now on
         self.finished = True
         write_manifest_if_final(self.paths.root, self.producers, self.manifest_path)

@@ -11,7 +11,8 @@ from dflash_launch.spool.dirs import (Paths, atomic_write, frame_names, default_
                                       write_manifest_if_final, entries, spool_root_from_env)
 from dflash_launch.spool.format import (FrameContractError, SpoolError, check_frame,
                                         frame_file, parse_frame_file, parse_header)
-from dflash_launch.spool.mapped import MappedFrame, Released
+from dflash_launch.spool import ring
+from dflash_launch.spool.mapped import MapCache, MappedFrame, Released
 from dflash_launch.spool.warmup import WARMUP_FRAMES, in_warmup, synthetic_frame, warmup_spent
 from dflash_launch.spool.write import default_max_bytes
 
@@ -57,7 +58,11 @@ class SpoolSource:
         run). `warmup` (default: DFLASH_WARMUP=1): synthetic frames only."""
         self.paths, self.name, self.contract, self.producers = Paths(root), name, contract, int(producers)
         self.pin, self.pinned = bool(pin), 0
-        self._released = Released(require("torch", "reading spool frames as tensors") if pin else None)
+        # The ring (ring.py): acknowledged files go back to their producers, their mappings kept for the next
+        # frames written over them; not for pinned mappings (a registration per frame is the point there).
+        self._maps = None if self.pin else MapCache()
+        self._released = Released(require("torch", "reading spool frames as tensors") if pin else None,
+                                  cache=self._maps, recycle=lambda path: ring.recycle(self.paths, path))
         self.manifest_path = manifest_path or default_manifest_path(self.paths.root)
         self.warmup, self.warmup_frames = in_warmup(warmup), max(1, int(warmup_frames))
         self.taken_back = self.acked = self.synthetic = 0
@@ -72,6 +77,7 @@ class SpoolSource:
         if self.warmup:
             return  # a warm-up never touches the spool: no claim dir, nothing taken back
         self.paths.create()
+        ring.remove_leftovers(self.paths)
         self.mine = self.paths.claimed_by(name)
         private_makedirs(self.mine)
         self._take_back = sorted(frame_names(self.mine), key=lambda f: parse_frame_file(f)[::-1])
@@ -132,6 +138,7 @@ class SpoolSource:
 
     def stats(self):
         return {"taken_back": self.taken_back, "frames_acked": self.acked, "frames_committed": self.committed,
+                "mappings_reused": self._maps.hits if self._maps else 0,
                 "spool_wait_s": round(self.waited_s + (self.order.waited_s if self.order else 0.0), 3),
                 "manifest_written": self.manifest_written, "warmup": self.warmup, "synthetic_frames": self.synthetic}
 
@@ -331,9 +338,9 @@ class SpoolSource:
         self.write_manifest_if_final()
 
     def release(self):
-        """Drops the bytes of the acknowledged frames no tensor maps any more (truncated: the name in done/ is
-        the record) and waits until they are gone; how many still wait for their last view. Every claim and
-        acknowledgement does the same without the wait (a thread of the source's truncates)."""
+        """Drops the bytes of the acknowledged frames no tensor maps any more (back to their producers, or
+        truncated: the name in done/ is the record) and waits until they are gone; how many still wait for their
+        last view. Every claim and acknowledgement does the same without the wait (a thread of the source's)."""
         still = self._released.sweep()
         self._released.flush()
         return still
@@ -396,7 +403,7 @@ class SpoolSource:
     def _read(self, torch, c):
         """(hidden, tokens) of claimed frame `c`: views of its mapping, checked against [model] before any
         compute (the header, then every token id, read in the mapping)."""
-        c.mapped = m = MappedFrame(c.path)
+        c.mapped = m = MappedFrame(c.path, self._maps)
         meta = m.meta
         # The contract, before any compute.
         check_frame(self.contract, meta, {k: (v[0], v[1]) for k, v in m.layout.items()}, c.file)

@@ -1,5 +1,6 @@
 """The producer's write path and byte budget: a frame written once, from the tensors' own memory, into pages
-allocated before the first byte; and backpressure by the bytes the spool holds, not by its frame count.
+allocated before the first byte (a file of the ring's, ring.py, or a new one); and backpressure by the bytes the
+spool holds, not by its frame count.
 
 safetensors.torch.save builds the whole file in a bytes object first (a copy of the tensors) that write() then
 copies into the page cache; here the header is built (the format is 8 bytes of length, a JSON header padded to 8,
@@ -14,8 +15,10 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import time
 
+from dflash_launch.spool import ring
 from dflash_launch.spool.dirs import frame_names
 from dflash_launch.spool.format import SpoolError, st_dtype
 
@@ -47,24 +50,63 @@ def frame_layout(tensors, metadata):
     return len(text).to_bytes(8, "little") + text, bufs
 
 
+def _open_fresh(path, size):
+    """A new private file at `path` with `size` bytes of pages allocated (SpoolFull, the file removed, when the
+    filesystem cannot hold them; a filesystem without fallocate allocates as it is written)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        os.close(fd)
+        os.unlink(path)
+        if e.errno == errno.ENOSPC:
+            raise SpoolFull(_full_message(path, size)) from None
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return fd
+
+
+def _open_reused(path, size):
+    """The ring's file now at `path` (renamed there from free/), resized to `size` bytes with every page
+    allocated; None (the file dropped) if it is not a plain file of ours that nothing else links, or cannot grow."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        ring.drop(path)
+        return None
+    st = os.fstat(fd)
+    ok = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+    try:
+        if ok and st.st_size != size:
+            os.ftruncate(fd, size)
+        if ok and st.st_blocks * 512 < size:
+            os.posix_fallocate(fd, 0, size)
+    except OSError:
+        ok = False
+    if not ok:
+        os.close(fd)
+        ring.drop(path)
+    return fd if ok else None
+
+
 def write_frame(path, tensors, metadata, reserve=None):
-    """Writes `tensors` to a new private file at `path`: its pages allocated first (under `reserve(size)`, a
-    context manager: the byte budget's), then one writev from the tensors' memory. SpoolFull (the file removed)
-    if the filesystem cannot hold it. Returns the file's size."""
+    """Writes `tensors` to a new private file at `path`: under `reserve(size)` (a context manager, the byte
+    budget's, that may yield a file of the ring to write over: ring.py) it is that file, renamed to `path`, or a
+    new one with its pages allocated first; then one writev from the tensors' memory. SpoolFull (the file
+    removed) if the filesystem cannot hold it. Returns the file's size."""
     head, bufs = frame_layout(tensors, metadata)
     size = len(head) + sum(b.nbytes for b in bufs)
-    with (reserve(size) if reserve else contextlib.nullcontext()):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as e:
-            os.close(fd)
-            os.unlink(path)
-            if e.errno == errno.ENOSPC:
-                raise SpoolFull(_full_message(path, size)) from None
-            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with (reserve(size) if reserve else contextlib.nullcontext()) as reused:
+        fd = None
+        if reused is not None:
+            try:
+                os.rename(reused, path)
+                fd = _open_reused(path, size)
+            except FileNotFoundError:
+                pass  # dropped meanwhile (its producer's finish(), a restart's cleanup): a new file then
+        if fd is None:
+            fd = _open_fresh(path, size)
     try:
         iov = [memoryview(head)] + [memoryview(b).cast("B") for b in bufs]
         while iov:
@@ -117,10 +159,11 @@ def default_max_bytes(root, env=None):
 
 def spool_bytes(paths, owner=None):
     """The bytes the spool's frames hold against the budget (`owner`'s frames only, when given): ready/, every
-    claimed/<consumer>/ and tmp/ (frames being written, their pages allocated). Not done/: an acknowledged frame's bytes go once its last view dies,
+    claimed/<consumer>/, tmp/ (frames being written, their pages allocated) and free/ (the ring's files, kept
+    for their producer's next frames: ring.py). Not done/: an acknowledged frame's bytes go once its last view dies,
     and a consumer's loop still holds its last sample while it waits for the next, so counting them would let a
     budget of one frame stop producers and consumers alike; at most one such frame per consumer lingers."""
-    dirs = [paths.ready, paths.tmp]
+    dirs = [paths.ready, paths.tmp, paths.free]
     try:
         dirs += [paths.claimed_by(c) for c in os.listdir(paths.claimed)]
     except FileNotFoundError:
@@ -141,6 +184,17 @@ def spool_bytes(paths, owner=None):
     return total
 
 
+def _pick_free(paths, owner, size):
+    """(path, bytes) of the file in `owner`'s free/ that best takes a frame of `size` bytes (the smallest that
+    holds it, else the largest), and the others; (None, 0), [] without an owner or a free file."""
+    files = ring.free_files(paths, owner) if owner is not None else []
+    if not files:
+        return (None, 0), []
+    fits = [f for f in files if f[1] >= size]
+    best = min(fits, key=lambda f: f[1]) if fits else max(files, key=lambda f: f[1])
+    return best, [f for f in files if f is not best]
+
+
 @contextlib.contextmanager
 def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
     """Waits until the spool holds few enough bytes that `size` more stay within `max_bytes` and fewer than
@@ -148,7 +202,10 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
     caller allocates the frame's pages, so producers together never pass the budget. With `owner` (a producer's
     name) only its own frames count, against its share of the budget: a consumer in a fixed order
     (WorldSource) may wait for one producer's next frame while the others' fill ready/, and a shared bound would
-    stop the very producer it waits for. A frame larger than the budget would wait forever: SpoolError at once."""
+    stop the very producer it waits for. A frame larger than the budget would wait forever: SpoolError at once.
+    Yields the path of one of `owner`'s files in free/ to write the frame over (its bytes are counted already:
+    only what the frame needs beyond them must fit), or None for a new file; free files that stand in the way of
+    a frame that needs more are dropped."""
     if size > max_bytes:
         raise SpoolError(f"a frame of {size} bytes can never fit the spool's byte budget of {max_bytes} bytes; "
                          f"fix: raise [run] spool_max_bytes (dflash-launch check says what one frame needs)")
@@ -160,7 +217,12 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
             if len([f for f in frame_names(paths.ready) if owner is None or f.startswith(owner + "-")]) < max_ready:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 held = spool_bytes(paths, owner)
-                if held + size <= max_bytes:
+                (reuse, reuse_bytes), others = _pick_free(paths, owner, size)
+                if held + max(0, size - reuse_bytes) > max_bytes and others:
+                    for path, _ in others:  # kept for frames of another size: room for this one first
+                        ring.drop(path)
+                    held = spool_bytes(paths, owner)
+                if held + max(0, size - reuse_bytes) <= max_bytes:
                     break
                 fcntl.flock(fd, fcntl.LOCK_UN)
             else:
@@ -171,6 +233,6 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
                     f"{held if held is not None else spool_bytes(paths, owner)}, {len(frame_names(paths.ready))} frames ready")
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
-        yield
+        yield reuse
     finally:
         os.close(fd)  # releases the lock

@@ -1,0 +1,119 @@
+"""The ring of reused frame files: an acknowledged frame's file goes back to its producer (free/) instead of being
+truncated, and the producer's next frame is written over it.
+
+A fresh 100 MB frame costs its producer the allocation of 25,000 pages (posix_fallocate zeroes each) and the
+consumer the truncate that frees them again, each about a memcpy; written over a file whose pages exist, a frame
+costs one writev into the page cache. A consumer that keeps the mapping of a file (mapped.MapCache) reads the next
+frame written into it without a page fault.
+
+    done/<f> (acknowledged, its last view gone) ──RENAME_EXCHANGE with an empty tmp/<f>.tmp──> done/<f> is the
+             empty record, tmp/<f>.tmp holds the bytes ──rename──> free/<f>
+    free/<f> (a file of producer p's) ──rename, p only, under the budget lock──> tmp/<p's next frame>.tmp
+
+The exchange keeps the acknowledgement what it was (done/<f> exists at every instant: the manifest and a restart
+see the same), and a crash between the two renames leaves tmp/<f>.tmp, which the producer's restart removes
+(every <its frame>.tmp in tmp/ is its own leftover) and a consumer's start removes once done/<f> has the record.
+free/ counts against its producer's share of the byte budget (write.spool_bytes), so the ring never holds more
+than the budget did. A finished producer takes nothing back: a consumer truncates its frames as before, and
+finish() drops its free files. Where renameat2(RENAME_EXCHANGE) is missing the ring is off and nothing else
+changes.
+"""
+
+import ctypes
+import errno
+import os
+
+from dflash_launch.spool.dirs import _libc, frame_names, parse_frame_file, rename_noreplace
+
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a, b):
+    """Swaps two names atomically; False where the kernel or filesystem cannot (the caller truncates instead)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    e = ctypes.get_errno()
+    if e in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(e, os.strerror(e), b)
+
+
+def _finished(paths, producer):
+    return os.path.exists(os.path.join(paths.producers, f"{producer}.done"))
+
+
+def drop(path):
+    """Frees a file's pages and its name. Truncated first: a consumer's cached mapping of it (MapCache) would
+    otherwise keep an unlinked file's pages until that consumer exits."""
+    try:
+        os.truncate(path, 0)
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def recycle(paths, done_path):
+    """Hands acknowledged frame done/<f> back to its producer: free/<f> gets its bytes, done/<f> stays as the
+    empty record. REQUIRES: no view maps it (the producer will write over it). False when the frame's bytes were
+    not taken (its producer finished, or the filesystem cannot exchange names): the caller truncates them."""
+    f = os.path.basename(done_path)
+    pf = parse_frame_file(f)
+    if pf is None or _finished(paths, pf[0]):
+        return False
+    hold = os.path.join(paths.tmp, f + ".tmp")
+    try:
+        os.close(os.open(hold, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        return False
+    try:
+        swapped = _exchange(hold, done_path)
+    except FileNotFoundError:
+        swapped = False  # done/<f> moved on (the end of the run)
+    if not swapped:
+        drop(hold)
+        return False
+    try:
+        rename_noreplace(hold, os.path.join(paths.free, f))
+    except OSError:
+        drop(hold)
+        return True
+    if _finished(paths, pf[0]):  # it finished as we handed the file back: nobody will take it
+        drop(os.path.join(paths.free, f))
+    return True
+
+
+def free_files(paths, owner):
+    """[(path, allocated bytes)] of producer `owner`'s files in free/."""
+    out = []
+    try:
+        with os.scandir(paths.free) as it:
+            for e in it:
+                if e.name.startswith(owner + "-") and parse_frame_file(e.name):
+                    try:
+                        out.append((e.path, e.stat(follow_symlinks=False).st_blocks * 512))
+                    except FileNotFoundError:
+                        pass
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def drop_free(paths, owner):
+    """Drops every file of `owner`'s in free/ (its end: nobody writes over them any more)."""
+    for path, _ in free_files(paths, owner):
+        drop(path)
+
+
+def remove_leftovers(paths):
+    """tmp/<f>.tmp of a frame done/ has: a recycle that died between its two renames (the bytes go)."""
+    try:
+        names = os.listdir(paths.tmp)
+    except FileNotFoundError:
+        return
+    done = set(frame_names(paths.done))
+    for n in names:
+        if n.endswith(".tmp") and n[:-4] in done:
+            drop(os.path.join(paths.tmp, n))

@@ -1,0 +1,282 @@
+"""The ring of reused frame files (issue #49, item 2; dflash_launch/spool/ring.py): an acknowledged frame's file
+goes back to its producer and the next frame is written over it, the consumer reading it through the mapping it
+kept. Every promise of the spool holds through it: values (never an earlier frame's, never a write of the
+trainer's), a view kept past its ack, the byte budget, a finished producer, a kill between the ring's renames or
+in the middle of a write over a reused file, a filesystem without RENAME_EXCHANGE."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT
+from test_spool import CONTRACT, ENV, SMALL_ENV
+
+sys.path.insert(0, str(ROOT / "python"))
+from dflash_launch.spool import Paths, SpoolProducer, SpoolSource, frame_file, manifest, ring  # noqa: E402
+from dflash_launch.spool.write import reserve_room, spool_bytes  # noqa: E402
+
+
+def frame(seq):
+    g = torch.Generator().manual_seed(seq)
+    return torch.randn(1, 32, 96, generator=g), torch.randint(0, 63, (1, 32), generator=g)
+
+
+def ino(path):
+    return os.stat(path).st_ino
+
+
+def consume(src, want_seq, still_viewed=0):
+    """One sample: its values are frame(want_seq)'s; acknowledged, its views dropped, its release done (but for
+    `still_viewed` earlier frames a test keeps a view of)."""
+    s = src.next_sample()
+    hidden, tokens = frame(want_seq)
+    assert s["seq"] == want_seq and torch.equal(s["hidden"], hidden) and torch.equal(s["tokens"], tokens)
+    s["ack"]()
+    del s
+    assert src.release() == still_viewed
+
+
+def test_an_acknowledged_file_is_written_over_by_the_next_frame_and_read_through_the_kept_mapping(tmp_path):
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    p.publish(*frame(0))
+    first = ino(root / "ready" / frame_file("t:0", 0))
+    consume(src, 0)
+    assert os.listdir(root / "free") == [frame_file("t:0", 0)] and ino(root / "free" / frame_file("t:0", 0)) == first
+    assert os.path.getsize(root / "done" / frame_file("t:0", 0)) == 0  # the record, as before the ring
+    for seq in range(1, 5):
+        p.publish(*frame(seq))
+        assert os.listdir(root / "free") == [] and ino(root / "ready" / frame_file("t:0", seq)) == first
+        consume(src, seq)
+    assert src.stats()["mappings_reused"] == 4
+    p.finish()
+    assert src.next_sample() is None and os.listdir(root / "free") == []
+    m, final = manifest(root, 1)
+    assert final and m["exactly_once"] and m["frames_consumed"] == 5, m
+
+
+def test_a_write_to_a_view_never_shows_in_a_later_frame_written_over_its_file(tmp_path):
+    """The trainer's in-place ops copy pages for its process (MAP_PRIVATE); the kept mapping drops those copies
+    before a later frame is read through it, so the later frame's values are the file's, every one."""
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    for seq in range(4):
+        p.publish(*frame(seq))
+        s = src.next_sample()
+        hidden, tokens = frame(seq)
+        assert torch.equal(s["hidden"], hidden) and torch.equal(s["tokens"], tokens), seq
+        if seq % 2 == 0:
+            s["hidden"].mul_(0).add_(7)   # every page of hidden written
+        else:
+            s["tokens"][0, 3] = 1         # one word of one page
+            s["hidden"][0, 5, 7] = -1.0
+        s["ack"]()
+        del s
+        src.release()
+    assert src.stats()["mappings_reused"] == 3
+    p.finish()
+    assert src.next_sample() is None
+
+
+def test_a_view_kept_past_its_ack_keeps_the_file_out_of_the_ring_until_it_dies(tmp_path):
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    p.publish(*frame(0))
+    s = src.next_sample()
+    kept = s["hidden"][0, 1:3]
+    s["ack"]()
+    del s
+    src.release()
+    assert os.listdir(root / "free") == []  # still mapped by `kept`: not handed back
+    p.publish(*frame(1))                    # so this frame is a new file
+    consume(src, 1, still_viewed=1)
+    assert torch.equal(kept, frame(0)[0][0, 1:3])  # the producer wrote nothing over it
+    assert os.listdir(root / "free") == [frame_file("t:0", 1)]
+    del kept
+    assert src.release() == 0
+    assert sorted(os.listdir(root / "free")) == [frame_file("t:0", 0), frame_file("t:0", 1)]
+
+
+def test_the_rings_files_count_in_the_byte_budget_and_give_way_to_a_larger_frame(tmp_path):
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    paths = Paths(root)
+    for n, size in ((0, 40960), (1, 81920)):
+        with open(os.path.join(paths.free, frame_file("t:0", n)), "wb") as f:
+            f.write(b"x" * size)
+    with open(os.path.join(paths.free, frame_file("t:1", 0)), "wb") as f:
+        f.write(b"x" * 4096)  # another producer's: not ours to count or take
+    assert spool_bytes(paths, "t:0") == 40960 + 81920
+    # Room for what a frame needs beyond the file it reuses: the file that holds it best (the smaller one fits).
+    with reserve_room(paths, 30000, 40960 + 81920, max_ready=1, owner="t:0") as reuse:
+        assert reuse == os.path.join(paths.free, frame_file("t:0", 0))
+    # A larger frame than either file, in a budget they fill: the other file goes to make room, the larger is reused.
+    with reserve_room(paths, 100000, 40960 + 81920 + 10000, max_ready=1, owner="t:0") as reuse:
+        assert reuse == os.path.join(paths.free, frame_file("t:0", 1))
+        assert sorted(os.listdir(paths.free)) == [frame_file("t:0", 1), frame_file("t:1", 0)]
+    # A producer whose share the ring holds still publishes, over its files, and stays within it.
+    q = SpoolProducer(tmp_path / "s2", "t:0", CONTRACT, producers=1, max_bytes=3 * 16384)
+    src = SpoolSource(tmp_path / "s2", "d:0", CONTRACT, producers=1)
+    for seq in range(6):
+        q.publish(*frame(seq))
+        assert spool_bytes(Paths(tmp_path / "s2"), "t:0") <= 3 * 16384
+        consume(src, seq)
+    assert len(os.listdir(tmp_path / "s2" / "free")) == 1
+
+
+def test_a_finished_producer_takes_nothing_back(tmp_path):
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    for seq in range(3):
+        p.publish(*frame(seq))
+    consume(src, 0)
+    assert os.listdir(root / "free") == [frame_file("t:0", 0)]
+    p.finish()  # drops its files in free/
+    assert os.listdir(root / "free") == []
+    consume(src, 1)
+    consume(src, 2)  # acknowledged after the end: truncated, as before the ring
+    assert os.listdir(root / "free") == []
+    assert [os.path.getsize(root / "done" / frame_file("t:0", s)) for s in range(3)] == [0, 0, 0]
+    m, final = manifest(root, 1)
+    assert final and m["exactly_once"], m
+
+
+def test_without_rename_exchange_the_ack_truncates_as_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(ring, "_exchange", lambda a, b: False)
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    for seq in range(3):
+        p.publish(*frame(seq))
+        consume(src, seq)
+        assert os.listdir(root / "free") == [] and os.listdir(root / "tmp") == []
+        assert os.path.getsize(root / "done" / frame_file("t:0", seq)) == 0
+    assert src.stats()["mappings_reused"] == 0
+
+
+KILLED_IN_RECYCLE = """
+import os, signal, sys, torch
+sys.path.insert(0, {python!r})
+from dflash_launch import contract_from_env
+from dflash_launch.spool import SpoolSource, ring
+def die(*a):
+    os.kill(os.getpid(), signal.SIGKILL)  # between the exchange and the rename into free/
+ring.rename_noreplace = die
+src = SpoolSource({root!r}, "d:0", contract_from_env(), producers=1)
+s = src.next_sample()
+s["ack"]()
+del s
+src.release()
+"""
+
+KILLED_MID_WRITE = """
+import os, signal, sys, torch
+sys.path.insert(0, {python!r})
+from dflash_launch import contract_from_env
+from dflash_launch.spool import SpoolProducer, write
+real = os.writev
+def half(fd, bufs):
+    real(fd, [memoryview(bufs[0])[:len(bufs[0]) // 2]])
+    os.kill(os.getpid(), signal.SIGKILL)
+write.os.writev = half
+g = torch.Generator().manual_seed(1)
+SpoolProducer({root!r}, "t:0", contract_from_env(), producers=1).publish(torch.randn(1, 32, 96, generator=g),
+                                                                        torch.randint(0, 63, (1, 32), generator=g))
+"""
+
+
+def run_killed(script, root):
+    r = subprocess.run([sys.executable, "-c", script.format(python=str(ROOT / "python"), root=str(root))],
+                       env=dict(ENV, **SMALL_ENV), capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, (r.returncode, r.stderr)
+
+
+def test_a_consumer_killed_between_the_rings_renames_loses_nothing(tmp_path):
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    p.publish(*frame(0))
+    run_killed(KILLED_IN_RECYCLE, root)
+    f0 = frame_file("t:0", 0)
+    # The acknowledgement is whole (done/ has the empty record); the bytes wait in tmp/ for a cleanup.
+    assert os.path.getsize(root / "done" / f0) == 0 and os.path.getsize(root / "tmp" / (f0 + ".tmp")) > 0
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)  # its start removes them
+    assert os.listdir(root / "tmp") == []
+    p.publish(*frame(1))
+    consume(src, 1)
+    p.finish()
+    assert src.next_sample() is None
+    m, final = manifest(root, 1)
+    assert final and m["exactly_once"] and m["frames_consumed"] == 2, m
+
+
+def test_a_producer_killed_while_writing_over_a_reused_file_loses_nothing(tmp_path):
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    p.publish(*frame(0))
+    consume(src, 0)
+    assert os.listdir(root / "free") == [frame_file("t:0", 0)]
+    run_killed(KILLED_MID_WRITE, root)  # took the file from free/, wrote half of frame 1 over it, died
+    assert os.listdir(root / "free") == [] and os.listdir(root / "ready") == []
+    assert os.listdir(root / "tmp") == [frame_file("t:0", 1) + ".tmp"]
+    again = SpoolProducer(root, "t:0", CONTRACT, producers=1)  # its restart: the half frame goes, seq 1 again
+    assert again.next_seq == 1 and os.listdir(root / "tmp") == []
+    again.publish(*frame(1))
+    consume(src, 1)
+    again.finish()
+    assert src.next_sample() is None
+    m, final = manifest(root, 1)
+    assert final and m["exactly_once"] and m["frames_consumed"] == 2, m
+
+
+@pytest.mark.parametrize("consumers", [2])
+def test_producers_and_consumers_share_the_ring_in_separate_processes_exactly_once(tmp_path, consumers):
+    """Two producer and two consumer processes, 12 frames each producer, the ring on: every frame's values are
+    its producer's (each consumer checks every one), exactly once, and the files were reused."""
+    root = tmp_path / "spool"
+    script = """
+import os, sys, torch
+sys.path.insert(0, {python!r})
+from dflash_launch import contract_from_env
+from dflash_launch.spool import SpoolProducer, SpoolSource
+kind, i = sys.argv[1], int(sys.argv[2])
+def frame(p, seq):
+    g = torch.Generator().manual_seed(1000 * p + seq)
+    return torch.randn(1, 32, 96, generator=g), torch.randint(0, 63, (1, 32), generator=g)
+if kind == "p":
+    p = SpoolProducer({root!r}, f"t:{{i}}", contract_from_env(), producers=2, max_ready=2)
+    for seq in range(12):
+        p.publish(*frame(i, seq))
+    p.finish()
+else:
+    src = SpoolSource({root!r}, f"d:{{i}}", contract_from_env(), producers=2)
+    for s in src:
+        h, t = frame(int(s["producer"][2:]), s["seq"])
+        assert torch.equal(s["hidden"], h) and torch.equal(s["tokens"], t), s["frame"]
+        s["hidden"].add_(1)  # a trainer's in-place op
+        s["ack"]()
+    print(src.stats()["mappings_reused"])
+""".format(python=str(ROOT / "python"), root=str(root))
+    procs = [subprocess.Popen([sys.executable, "-c", script, k, str(i)], env=dict(ENV, **SMALL_ENV),
+                              stdout=subprocess.PIPE, text=True) for k in ("p", "c") for i in range(2)]
+    deadline = time.monotonic() + 180
+    while any(pr.poll() is None for pr in procs) and time.monotonic() < deadline:
+        if any(pr.poll() not in (None, 0) for pr in procs):
+            break  # one failed: its claim would keep the others waiting for the spool's end
+        time.sleep(0.05)
+    for pr in procs:
+        if pr.poll() is None:
+            pr.kill()
+    outs = [pr.communicate()[0] for pr in procs]
+    assert [pr.returncode for pr in procs] == [0] * 4, outs
+    m, final = manifest(root, 2)
+    assert final and m["exactly_once"] and m["frames_consumed"] == 24, m
+    assert sum(int(o) for o in outs[2:]) > 0, outs  # frames were read through kept mappings
+    assert os.listdir(root / "free") == []  # both producers finished: nothing kept

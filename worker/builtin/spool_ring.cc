@@ -1,0 +1,77 @@
+#include "worker/builtin/spool_ring.h"
+
+#include <fcntl.h>
+#include <stdio.h>  // renameat2 (glibc >= 2.28)
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <set>
+
+#include "common/fd.h"
+
+namespace dflash::spool {
+namespace {
+
+bool Finished(const SpoolPaths& paths, const std::string& producer) {
+  struct stat st {};
+  return ::stat((paths.Producers() + "/" + producer + ".done").c_str(), &st) == 0;
+}
+
+}  // namespace
+
+void DropFile(const std::string& path) {
+  if (::truncate(path.c_str(), 0) == 0) ::unlink(path.c_str());
+}
+
+bool Recycle(const SpoolPaths& paths, const std::string& done_path) {
+  const std::string f = done_path.substr(done_path.rfind('/') + 1);
+  std::string producer;
+  int64_t seq;
+  if (!ParseFrameFile(f, &producer, &seq) || Finished(paths, producer)) return false;
+  const std::string hold = paths.Tmp() + "/" + f + ".tmp";
+  UniqueFd fd(::open(hold.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return false;
+  fd.reset();
+  if (::renameat2(AT_FDCWD, hold.c_str(), AT_FDCWD, done_path.c_str(), RENAME_EXCHANGE) != 0) {
+    DropFile(hold);  // no exchange here (or done/<f> moved on): the caller truncates as before the ring
+    return false;
+  }
+  const std::string free_path = paths.Free() + "/" + f;
+  if (RenameNoReplace(hold, free_path) != 0) {
+    DropFile(hold);
+    return true;
+  }
+  if (Finished(paths, producer)) DropFile(free_path);  // it finished as we handed the file back
+  return true;
+}
+
+std::vector<std::pair<std::string, int64_t>> FreeFiles(const SpoolPaths& paths, const std::string& owner) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  std::vector<std::string> names;
+  std::string ignored;
+  if (!ListFrames(paths.Free(), &names, &ignored)) return out;
+  for (const std::string& n : names) {
+    if (n.rfind(owner + "-", 0) != 0) continue;
+    struct stat st {};
+    const std::string p = paths.Free() + "/" + n;
+    if (::lstat(p.c_str(), &st) == 0) out.emplace_back(p, static_cast<int64_t>(st.st_blocks) * 512);
+  }
+  return out;
+}
+
+void DropFree(const SpoolPaths& paths, const std::string& owner) {
+  for (const auto& [p, bytes] : FreeFiles(paths, owner)) DropFile(p);
+}
+
+void RemoveRingLeftovers(const SpoolPaths& paths) {
+  std::vector<std::string> tmp, done;
+  std::string ignored;
+  if (!ListDir(paths.Tmp(), &tmp, &ignored) || !ListFrames(paths.Done(), &done, &ignored)) return;
+  const std::set<std::string> acked(done.begin(), done.end());
+  for (const std::string& n : tmp)
+    if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0 && acked.count(n.substr(0, n.size() - 4)))
+      DropFile(paths.Tmp() + "/" + n);
+}
+
+}  // namespace dflash::spool

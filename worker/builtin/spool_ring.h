@@ -1,0 +1,40 @@
+// The ring of reused frame files (dflash_launch/spool/ring.py speaks the same): an acknowledged frame's file goes
+// back to its producer (free/) instead of being truncated, and the producer's next frame is written over it, so
+// a 100 MB frame costs neither the allocation of its pages nor the truncate that frees them.
+//
+//   done/<f> (acknowledged, no view left) --RENAME_EXCHANGE with an empty tmp/<f>.tmp--> done/<f> the empty
+//            record, tmp/<f>.tmp the bytes --rename--> free/<f>
+//   free/<f> (producer p's) --rename, by p under the budget lock--> tmp/<p's next frame>.tmp
+//
+// done/<f> exists at every instant (the acknowledgement is unchanged); a crash between the two renames leaves
+// tmp/<f>.tmp, which the producer's restart and a consumer's start remove. free/ counts against its producer's
+// share of the byte budget (SpoolBytes). A finished producer takes nothing back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/builtin/spool.h"
+
+namespace dflash::spool {
+
+/// Hands acknowledged frame done/<f> back to its producer (free/<f>), done/<f> staying as the empty record.
+/// REQUIRES: nothing maps it for reading any more. False when it was not taken (the producer finished, the
+/// filesystem cannot exchange names): the caller truncates it.
+bool Recycle(const SpoolPaths& paths, const std::string& done_path);
+
+/// [(path, allocated bytes)] of producer `owner`'s files in free/.
+std::vector<std::pair<std::string, int64_t>> FreeFiles(const SpoolPaths& paths, const std::string& owner);
+
+/// Truncates, then unlinks: a consumer's kept mapping (safetensors::MapCache) must not keep the pages.
+void DropFile(const std::string& path);
+
+/// Drops every file of `owner`'s in free/ (its end).
+void DropFree(const SpoolPaths& paths, const std::string& owner);
+
+/// Removes tmp/<f>.tmp where done/<f> exists: a recycle that died between its renames.
+void RemoveRingLeftovers(const SpoolPaths& paths);
+
+}  // namespace dflash::spool

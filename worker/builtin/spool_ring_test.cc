@@ -1,0 +1,131 @@
+// The ring of reused frame files (spool_ring.h) and the consumer's kept mappings (map_cache.h): an acknowledged
+// frame's file is written over by its producer's next frame and read through the same mapping, never showing an
+// earlier frame or a write of the consumer's; a finished producer takes nothing back; the ring counts in the
+// byte budget.
+#include "worker/builtin/spool_ring.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <gtest/gtest.h>
+#include <memory>
+
+#include "worker/builtin/map_cache.h"
+#include "worker/builtin/spool.h"
+#include "testing/temp_dir.h"
+
+namespace dflash::spool {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+constexpr size_t kFloats = 5000;  // ~20 KB: five pages, so the kept mapping has pages to get wrong
+
+std::vector<float> Values(int seq) {
+  std::vector<float> v(kFloats);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(seq * 100000 + i);
+  return v;
+}
+
+ino_t Ino(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+/// Claims the next frame, checks it holds Values(seq) through a mapping of `maps`, writes into the mapping as a
+/// trainer's in-place op would, drops it, acknowledges it.
+void ConsumeAndScribble(SpoolConsumer& c, int seq, const std::shared_ptr<safetensors::MapCache>& maps) {
+  std::string err;
+  ClaimedFrame f;
+  bool end = false;
+  ASSERT_TRUE(c.Next(&f, &end, &err)) << err;
+  ASSERT_FALSE(end);
+  ASSERT_EQ(f.seq, seq);
+  {
+    safetensors::File file;
+    ASSERT_TRUE(file.Map(f.path, &err, maps)) << err;
+    float* x = const_cast<float*>(reinterpret_cast<const float*>(file.Data(*file.header().Find("x"))));
+    const std::vector<float> want = Values(seq);
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), x)) << "frame " << seq << " does not read as published";
+    for (size_t i = 0; i < kFloats; i += 700) x[i] = -1.0f;  // copy-on-write: this process's pages only
+  }
+  ASSERT_TRUE(c.Ack(f, &err)) << err;
+}
+
+TEST(SpoolRing, AnAcknowledgedFileIsWrittenOverByTheNextFrameAndReadThroughTheKeptMapping) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path() + "/s", "t:0", 8);
+  SpoolConsumer c(d.path() + "/s", "d:0", 1);
+  ASSERT_TRUE(p.Open(&err) && c.Open(&err)) << err;
+  auto maps = std::make_shared<safetensors::MapCache>();
+  std::vector<float> v = Values(0);
+  const std::vector<safetensors::TensorRef> refs = {{"x", "F32", {kFloats}, v.data(), kFloats * 4}};
+  ASSERT_TRUE(p.Publish({}, refs, nullptr, &err)) << err;
+  const ino_t first = Ino(d.path() + "/s/ready/" + FrameFile("t:0", 0));
+  ConsumeAndScribble(c, 0, maps);
+  EXPECT_EQ(Ino(d.path() + "/s/free/" + FrameFile("t:0", 0)), first) << "the acknowledged file is not in free/";
+  EXPECT_EQ(fs::file_size(d.path() + "/s/done/" + FrameFile("t:0", 0)), 0u);  // the record, as before the ring
+  for (int seq = 1; seq < 5; ++seq) {
+    const std::vector<float> next = Values(seq);
+    std::copy(next.begin(), next.end(), v.begin());  // refs point at v
+    ASSERT_TRUE(p.Publish({}, refs, nullptr, &err)) << err;
+    EXPECT_EQ(Ino(d.path() + "/s/ready/" + FrameFile("t:0", seq)), first) << "frame " << seq << " is a new file";
+    ConsumeAndScribble(c, seq, maps);
+  }
+  EXPECT_EQ(maps->hits(), 4);
+  ASSERT_TRUE(p.Finish(&err)) << err;
+  EXPECT_TRUE(fs::is_empty(d.path() + "/s/free"));  // a finished producer's files go
+  nlohmann::ordered_json m;
+  bool final = false;
+  ASSERT_TRUE(Manifest(d.path() + "/s", 1, &m, &final, &err)) << err;
+  EXPECT_TRUE(final && m["exactly_once"].get<bool>()) << m.dump();
+}
+
+TEST(SpoolRing, AFinishedProducerTakesNothingBackAndTheRingCountsInTheBudget) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path() + "/s", "t:0", 8);
+  SpoolConsumer c(d.path() + "/s", "d:0", 1);
+  ASSERT_TRUE(p.Open(&err) && c.Open(&err)) << err;
+  auto maps = std::make_shared<safetensors::MapCache>();
+  std::vector<float> v = Values(0);
+  const std::vector<safetensors::TensorRef> refs = {{"x", "F32", {kFloats}, v.data(), kFloats * 4}};
+  for (int seq = 0; seq < 3; ++seq) {
+    const std::vector<float> next = Values(seq);
+    std::copy(next.begin(), next.end(), v.begin());  // refs point at v
+    ASSERT_TRUE(p.Publish({}, refs, nullptr, &err)) << err;
+  }
+  int64_t before = 0, after = 0;
+  ASSERT_TRUE(SpoolBytes(SpoolPaths{d.path() + "/s"}, &before, &err, "t:0")) << err;
+  ConsumeAndScribble(c, 0, maps);
+  ASSERT_EQ(FreeFiles(SpoolPaths{d.path() + "/s"}, "t:0").size(), 1u);
+  ASSERT_TRUE(SpoolBytes(SpoolPaths{d.path() + "/s"}, &after, &err, "t:0")) << err;
+  EXPECT_EQ(after, before) << "the file handed back left the budget's count";
+  ASSERT_TRUE(p.Finish(&err)) << err;
+  EXPECT_TRUE(fs::is_empty(d.path() + "/s/free"));
+  ConsumeAndScribble(c, 1, maps);
+  ConsumeAndScribble(c, 2, maps);
+  EXPECT_TRUE(fs::is_empty(d.path() + "/s/free")) << "a file went back to a producer that finished";
+  for (int seq = 0; seq < 3; ++seq) EXPECT_EQ(fs::file_size(d.path() + "/s/done/" + FrameFile("t:0", seq)), 0u);
+}
+
+TEST(SpoolRing, AStartRemovesTheBytesOfARecycleThatDiedBetweenItsRenames) {
+  TempDir d;
+  std::string err;
+  SpoolPaths paths{d.path() + "/s"};
+  ASSERT_TRUE(paths.Create(&err)) << err;
+  const std::string f = FrameFile("t:0", 0);
+  std::ofstream(paths.Done() + "/" + f).close();                        // acknowledged: the record
+  std::ofstream(paths.Tmp() + "/" + f + ".tmp") << std::string(4096, 'x');  // its bytes, mid-recycle
+  std::ofstream(paths.Tmp() + "/" + FrameFile("t:0", 1) + ".tmp") << "a frame being written";
+  SpoolConsumer c(paths.root, "d:0", 1);
+  ASSERT_TRUE(c.Open(&err)) << err;
+  EXPECT_FALSE(fs::exists(paths.Tmp() + "/" + f + ".tmp"));
+  EXPECT_TRUE(fs::exists(paths.Tmp() + "/" + FrameFile("t:0", 1) + ".tmp")) << "a producer's frame was removed";
+}
+
+}  // namespace
+}  // namespace dflash::spool
