@@ -280,3 +280,58 @@ else:
     assert final and m["exactly_once"] and m["frames_consumed"] == 24, m
     assert sum(int(o) for o in outs[2:]) > 0, outs  # frames were read through kept mappings
     assert os.listdir(root / "free") == []  # both producers finished: nothing kept
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "hardlink", "directory"])
+def test_what_stands_in_free_as_a_producers_file_is_never_written_through(tmp_path, planted):
+    """free/ is the spool's own (0700), but a file there is written over by a producer: a link to elsewhere, a
+    FIFO (an open that would block), a file with a second name, or a directory under a frame's name is dropped
+    or left, never written through, and the frame goes to a new file with its values."""
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me" * 4096)
+    planted_at = root / "free" / frame_file("t:0", 0)
+    if planted == "symlink":
+        os.symlink(victim, planted_at)
+    elif planted == "fifo":
+        os.mkfifo(planted_at)
+    elif planted == "hardlink":
+        os.link(victim, planted_at)
+    else:
+        os.mkdir(planted_at)
+    p.publish(*frame(0))
+    assert victim.read_bytes() == b"keep me" * 4096
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    consume(src, 0)
+    p.finish()
+    assert src.next_sample() is None and victim.read_bytes() == b"keep me" * 4096
+
+
+def test_without_pagemap_the_ring_goes_on_and_no_mapping_is_kept(tmp_path, monkeypatch):
+    """Where /proc/self/pagemap cannot be read (no /proc, a hardened kernel) a mapping's copied pages cannot be
+    found: it is not kept, and every frame is read from a new mapping, right."""
+    from dflash_launch.spool import mapped
+    real_open = os.open
+    monkeypatch.setattr(mapped.os, "open", lambda path, *a, **k: (_ for _ in ()).throw(PermissionError(13, "no"))
+                        if path == "/proc/self/pagemap" else real_open(path, *a, **k))
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    for seq in range(3):
+        p.publish(*frame(seq))
+        s = src.next_sample()
+        assert torch.equal(s["hidden"], frame(seq)[0])
+        s["hidden"].add_(1)
+        s["ack"]()
+        del s
+        src.release()
+    assert src.stats()["mappings_reused"] == 0 and len(os.listdir(root / "free")) == 1  # the files still reused
+
+
+def test_a_low_open_files_limit_keeps_fewer_mappings():
+    """Python's mmap holds a descriptor of its file: the kept mappings stay an eighth of RLIMIT_NOFILE."""
+    script = ("import resource, sys; sys.path.insert(0, %r); resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40)); "
+              "from dflash_launch.spool.mapped import MapCache; print(MapCache().limit)" % str(ROOT / "python"))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["5"], (r.stdout, r.stderr)

@@ -51,7 +51,7 @@ bool FileExists(const std::string& path) {
 /// else links, or cannot grow: the caller writes a new file then.
 UniqueFd OpenReused(const std::string& from, const std::string& tmp, uint64_t size) {
   if (::rename(from.c_str(), tmp.c_str()) != 0) return UniqueFd();
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));  // a FIFO must not block
   struct stat st {};
   bool ok = fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == ::geteuid();
   const off_t n = static_cast<off_t>(size);
@@ -497,7 +497,7 @@ bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
     return false;
   }
   // The name is the record; the bytes go back to the producer (the ring), or go.
-  if (!Recycle(paths_, to)) ::truncate(to.c_str(), 0);
+  if (!Recycle(paths_, to)) EmptyFile(to);
   ++position_;
   ++acked_;
   return true;

@@ -20,8 +20,16 @@ bool Finished(const SpoolPaths& paths, const std::string& producer) {
 
 }  // namespace
 
+void EmptyFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  // A second name's bytes are not ours to drop.
+  if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1) (void)::ftruncate(fd.get(), 0);
+}
+
 void DropFile(const std::string& path) {
-  if (::truncate(path.c_str(), 0) == 0) ::unlink(path.c_str());
+  EmptyFile(path);
+  ::unlink(path.c_str());
 }
 
 bool Recycle(const SpoolPaths& paths, const std::string& done_path) {
@@ -55,7 +63,9 @@ std::vector<std::pair<std::string, int64_t>> FreeFiles(const SpoolPaths& paths, 
     if (n.rfind(owner + "-", 0) != 0) continue;
     struct stat st {};
     const std::string p = paths.Free() + "/" + n;
-    if (::lstat(p.c_str(), &st) == 0) out.emplace_back(p, static_cast<int64_t>(st.st_blocks) * 512);
+    // Plain files with one name only: anything else standing there is never written over nor dropped.
+    if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1)
+      out.emplace_back(p, static_cast<int64_t>(st.st_blocks) * 512);
   }
   return out;
 }

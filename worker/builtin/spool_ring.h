@@ -25,10 +25,14 @@ namespace dflash::spool {
 /// filesystem cannot exchange names): the caller truncates it.
 bool Recycle(const SpoolPaths& paths, const std::string& done_path);
 
-/// [(path, allocated bytes)] of producer `owner`'s files in free/.
+/// [(path, allocated bytes)] of producer `owner`'s files in free/: plain files with one name only.
 std::vector<std::pair<std::string, int64_t>> FreeFiles(const SpoolPaths& paths, const std::string& owner);
 
-/// Truncates, then unlinks: a consumer's kept mapping (safetensors::MapCache) must not keep the pages.
+/// Truncates a plain file with one name to 0 bytes (its pages freed, whoever maps it); never through a link, never blocking on
+/// a FIFO; anything else is left as it is.
+void EmptyFile(const std::string& path);
+
+/// EmptyFile, then unlinks: a consumer's kept mapping (safetensors::MapCache) must not keep the pages.
 void DropFile(const std::string& path);
 
 /// Drops every file of `owner`'s in free/ (its end).

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <gtest/gtest.h>
 #include <memory>
 
@@ -125,6 +126,33 @@ TEST(SpoolRing, AStartRemovesTheBytesOfARecycleThatDiedBetweenItsRenames) {
   ASSERT_TRUE(c.Open(&err)) << err;
   EXPECT_FALSE(fs::exists(paths.Tmp() + "/" + f + ".tmp"));
   EXPECT_TRUE(fs::exists(paths.Tmp() + "/" + FrameFile("t:0", 1) + ".tmp")) << "a producer's frame was removed";
+}
+
+TEST(SpoolRing, WhatStandsInFreeAsAProducersFileIsNeverWrittenThrough) {
+  // A link to elsewhere, a FIFO (an open that would block), a file with a second name, a directory: each under
+  // the name of one of the producer's files in free/. The frame goes to a new file, the victim keeps its bytes.
+  for (const std::string planted : {"symlink", "fifo", "hardlink", "directory"}) {
+    TempDir d;
+    std::string err;
+    SpoolProducer p(d.path() + "/s", "t:0", 8);
+    ASSERT_TRUE(p.Open(&err)) << err;
+    const std::string victim = d.path() + "/victim", at = d.path() + "/s/free/" + FrameFile("t:0", 7);
+    std::ofstream(victim) << std::string(8192, 'k');
+    int made = -1;
+    if (planted == "symlink") made = ::symlink(victim.c_str(), at.c_str());
+    if (planted == "fifo") made = ::mkfifo(at.c_str(), 0600);
+    if (planted == "hardlink") made = ::link(victim.c_str(), at.c_str());
+    if (planted == "directory") made = ::mkdir(at.c_str(), 0700);
+    ASSERT_EQ(made, 0) << planted;
+    std::vector<float> v = Values(0);
+    ASSERT_TRUE(p.Publish({}, {{"x", "F32", {kFloats}, v.data(), kFloats * 4}}, nullptr, &err)) << planted << err;
+    ASSERT_TRUE(p.Finish(&err)) << err;  // drops its free files: none of these
+    EXPECT_EQ(fs::file_size(victim), 8192u) << planted;
+    SpoolConsumer c(d.path() + "/s", "d:0", 1);
+    ASSERT_TRUE(c.Open(&err)) << err;
+    ConsumeAndScribble(c, 0, std::make_shared<safetensors::MapCache>());
+    EXPECT_EQ(fs::file_size(victim), 8192u) << planted;
+  }
 }
 
 }  // namespace

@@ -19,9 +19,11 @@ import math
 import mmap
 import os
 import queue
+import resource
 import sys
 import threading
 
+from dflash_launch.spool import ring
 from dflash_launch.spool.format import header_layout
 
 _TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -40,9 +42,13 @@ class MapCache:
     copied for this process: put() drops those (MADV_DONTNEED of the pages /proc/self/pagemap says are private
     copies), so a later frame is read from the file, never from a copy of an earlier one. Where pagemap cannot be
     read the mapping is not kept. Keyed by (st_dev, st_ino): a kept mapping holds its file, so the number is not
-    reused while it is here. At most `limit` mappings, the oldest unmapped first."""
+    reused while it is here. At most `limit` mappings, the oldest unmapped first; by default 64, fewer under a
+    low open-files limit (Python's mmap keeps a descriptor of its file: an eighth of RLIMIT_NOFILE at most)."""
 
-    def __init__(self, limit=64):
+    def __init__(self, limit=None):
+        if limit is None:
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            limit = 64 if soft == resource.RLIM_INFINITY else min(64, soft // 8)
         self.limit, self.hits, self.misses = int(limit), 0, 0
         self._maps = collections.OrderedDict()
         self._pagemap = None
@@ -174,11 +180,6 @@ class MappedFrame:
         self.map = None
 
 
-def _truncate(path):
-    try:
-        os.truncate(path, 0)
-    except FileNotFoundError:
-        pass  # moved on (a cleanup, the end of the run): nothing to drop
 
 
 class Released:
@@ -233,7 +234,7 @@ class Released:
             path = self._queue.get()
             try:
                 if not (self.recycle and self.recycle(path)):
-                    _truncate(path)
+                    ring.empty(path)  # not taken by the ring: truncated, the name kept as the record
             except OSError:
                 pass  # the record (the name) is what counts; a byte count left over is only RAM until the end
             finally:

@@ -22,6 +22,7 @@ changes.
 import ctypes
 import errno
 import os
+import stat
 
 from dflash_launch.spool.dirs import _libc, frame_names, parse_frame_file, rename_noreplace
 
@@ -45,14 +46,29 @@ def _finished(paths, producer):
     return os.path.exists(os.path.join(paths.producers, f"{producer}.done"))
 
 
-def drop(path):
-    """Frees a file's pages and its name. Truncated first: a consumer's cached mapping of it (MapCache) would
-    otherwise keep an unlinked file's pages until that consumer exits."""
+def empty(path):
+    """Truncates a plain file with one name to 0 bytes (its pages freed, whoever maps it); never through a
+    link, never blocking on a FIFO; anything else is left as it is."""
     try:
-        os.truncate(path, 0)
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:  # a second name's bytes are not ours to drop
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+
+
+def drop(path):
+    """Frees a file's pages and its name. Emptied first: a consumer's kept mapping of it (MapCache) would
+    otherwise keep an unlinked file's pages until that consumer exits."""
+    empty(path)
+    try:
         os.unlink(path)
-    except FileNotFoundError:
-        pass
+    except OSError:
+        pass  # gone already, or not a file (nothing of the ring's)
 
 
 def recycle(paths, done_path):
@@ -86,16 +102,19 @@ def recycle(paths, done_path):
 
 
 def free_files(paths, owner):
-    """[(path, allocated bytes)] of producer `owner`'s files in free/."""
+    """[(path, allocated bytes)] of producer `owner`'s files in free/: plain files with one name only (anything
+    else standing there is never written over nor dropped)."""
     out = []
     try:
         with os.scandir(paths.free) as it:
             for e in it:
                 if e.name.startswith(owner + "-") and parse_frame_file(e.name):
                     try:
-                        out.append((e.path, e.stat(follow_symlinks=False).st_blocks * 512))
+                        st = e.stat(follow_symlinks=False)
                     except FileNotFoundError:
-                        pass
+                        continue
+                    if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                        out.append((e.path, st.st_blocks * 512))
     except FileNotFoundError:
         pass
     return out

@@ -71,7 +71,7 @@ def _open_reused(path, size):
     """The ring's file now at `path` (renamed there from free/), resized to `size` bytes with every page
     allocated; None (the file dropped) if it is not a plain file of ours that nothing else links, or cannot grow."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
     except OSError:
         ring.drop(path)
         return None
