@@ -70,35 +70,35 @@ def assert_committed_exactly_once(r, every=EVERY):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted_run(tmp_path_factory, bin_dir):
+def uninterrupted(tmp_path_factory, bin_dir):
     from supervise import run_to_the_end
     tmp = tmp_path_factory.mktemp("uninterrupted")
     r = run_to_the_end(bin_dir, config(tmp), ENV, timeout=300)
     assert_committed_exactly_once(r)
     assert "no checkpoint in" in r.out + "".join(p.read_text() for p in r.run_dir.rglob("*.log"))
-    return r
+    return final_state(r)
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(uninterrupted_run):
-    return final_state(uninterrupted_run)
-
-
-def test_without_checkpoints_the_drafter_reads_through_the_ring_and_trains_on_the_same_values(bin_dir, tmp_path,
-                                                                                           uninterrupted_run):
+def test_without_checkpoints_the_drafter_reads_through_the_ring_and_trains_on_the_same_values(bin_dir, tmp_path):
     """Without checkpoints the drafter hands each acknowledged file back to the target, which writes later frames
-    over it, and reads them through the mappings it kept (the spool's ring, docs/builtin.md); a checkpointing
-    drafter takes no part in the ring. The same frames, so each of the 24 losses is the same (to the 5 decimals
-    the metrics keep; a wrong frame moves the first): no step read an earlier frame's bytes or its own
-    copy-on-write pages."""
+    over it, and reads them through the mappings it kept (the spool's ring, docs/builtin.md; frames of ~300 KB,
+    over its 256 KiB minimum); a checkpointing drafter takes no part in the ring. The same frames, so each of the
+    24 losses is the same (to the 5 decimals the metrics keep; a wrong frame moves the first): no step read an
+    earlier frame's bytes or its own copy-on-write pages."""
     from supervise import run_to_the_end
-    r = run_to_the_end(bin_dir, config(tmp_path, every=0), ENV, timeout=300)
-    ring = by_name(r.summary())["drafter:0"]["metrics"]
-    plain = by_name(uninterrupted_run.summary())["drafter:0"]["metrics"]
+    got = {}
+    for every in (0, 1000):
+        d = tmp_path / f"every{every}"
+        d.mkdir()
+        cfg = config(d, every=every)
+        cfg.write_text(cfg.read_text().replace("hidden = 32\n", "hidden = 800\n"))
+        r = run_to_the_end(bin_dir, cfg, ENV, timeout=300)
+        got[every] = by_name(r.summary())["drafter:0"]["metrics"]
+        m = json.loads((r.run_dir / "spool.json").read_text())
+        assert m["final"] and m["exactly_once"] and m["frames_consumed"] == FRAMES, m
+    ring, plain = got[0], got[1000]
     assert ring["mappings_reused"] > 0 and plain["mappings_reused"] == 0, (ring, plain)
     assert len(ring["losses"]) == FRAMES and ring["losses"] == plain["losses"], (ring["losses"], plain["losses"])
-    m = json.loads((r.run_dir / "spool.json").read_text())
-    assert m["final"] and m["exactly_once"] and m["frames_consumed"] == FRAMES, m
 
 
 def test_killed_mid_write_and_mid_step_it_resumes_and_ends_bitwise_equal(launch, tmp_path, uninterrupted):

@@ -12,16 +12,22 @@ import pytest
 import torch
 
 from conftest import ROOT
-from test_spool import CONTRACT, ENV, SMALL_ENV
+from test_spool import ENV, SMALL_ENV
 
 sys.path.insert(0, str(ROOT / "python"))
+from dflash_launch import contract_from_env  # noqa: E402
 from dflash_launch.spool import Paths, SpoolProducer, SpoolSource, frame_file, manifest, ring  # noqa: E402
 from dflash_launch.spool.write import reserve_room, spool_bytes  # noqa: E402
 
+# Frames of ~300 KB: the ring takes files from ring.MIN_BYTES (256 KiB) on.
+RING_ENV = dict(SMALL_ENV, DFLASH_HIDDEN_SHAPE="1,32,2400", DFLASH_HIDDEN="800")
+CONTRACT = contract_from_env(RING_ENV)
+SMALL = contract_from_env(SMALL_ENV)
 
-def frame(seq):
+
+def frame(seq, width=2400):
     g = torch.Generator().manual_seed(seq)
-    return torch.randn(1, 32, 96, generator=g), torch.randint(0, 63, (1, 32), generator=g)
+    return torch.randn(1, 32, width, generator=g), torch.randint(0, 63, (1, 32), generator=g)
 
 
 def ino(path):
@@ -107,25 +113,32 @@ def test_the_rings_files_count_in_the_byte_budget_and_give_way_to_a_larger_frame
     root = tmp_path / "spool"
     p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
     paths = Paths(root)
-    for n, size in ((0, 40960), (1, 81920)):
+    K = 1024
+    for n, size in ((0, 300 * K), (1, 600 * K)):
         with open(os.path.join(paths.free, frame_file("t:0", n)), "wb") as f:
             f.write(b"x" * size)
     with open(os.path.join(paths.free, frame_file("t:1", 0)), "wb") as f:
         f.write(b"x" * 4096)  # another producer's: not ours to count or take
-    assert spool_bytes(paths, "t:0") == 40960 + 81920
+    assert spool_bytes(paths, "t:0") == 900 * K
     # Room for what a frame needs beyond the file it reuses: the file that holds it best (the smaller one fits).
-    with reserve_room(paths, 30000, 40960 + 81920, max_ready=1, owner="t:0") as reuse:
+    with reserve_room(paths, 280 * K, 900 * K, max_ready=1, owner="t:0") as reuse:
         assert reuse == os.path.join(paths.free, frame_file("t:0", 0))
     # A larger frame than either file, in a budget they fill: the other file goes to make room, the larger is reused.
-    with reserve_room(paths, 100000, 40960 + 81920 + 10000, max_ready=1, owner="t:0") as reuse:
+    with reserve_room(paths, 700 * K, 950 * K, max_ready=1, owner="t:0") as reuse:
         assert reuse == os.path.join(paths.free, frame_file("t:0", 1))
         assert sorted(os.listdir(paths.free)) == [frame_file("t:0", 1), frame_file("t:1", 0)]
+    # A frame under the ring's minimum is never written over a file of it; one that stands in its way goes.
+    with reserve_room(paths, 100 * K, 700 * K, max_ready=1, owner="t:0") as reuse:
+        assert reuse is None and spool_bytes(paths, "t:0") == 600 * K
+    with reserve_room(paths, 100 * K, 700 * K - 1, max_ready=1, owner="t:0") as reuse:
+        assert reuse is None and spool_bytes(paths, "t:0") == 0 and os.listdir(paths.free) == [frame_file("t:1", 0)]
     # A producer whose share the ring holds still publishes, over its files, and stays within it.
-    q = SpoolProducer(tmp_path / "s2", "t:0", CONTRACT, producers=1, max_bytes=3 * 16384)
+    size = 32 * 2400 * 4 + 32 * 8 + 4096  # a frame's allocated bytes, header included
+    q = SpoolProducer(tmp_path / "s2", "t:0", CONTRACT, producers=1, max_bytes=3 * size)
     src = SpoolSource(tmp_path / "s2", "d:0", CONTRACT, producers=1)
     for seq in range(6):
         q.publish(*frame(seq))
-        assert spool_bytes(Paths(tmp_path / "s2"), "t:0") <= 3 * 16384
+        assert spool_bytes(Paths(tmp_path / "s2"), "t:0") <= 3 * size
         consume(src, seq)
     assert len(os.listdir(tmp_path / "s2" / "free")) == 1
 
@@ -146,6 +159,23 @@ def test_a_finished_producer_takes_nothing_back(tmp_path):
     assert [os.path.getsize(root / "done" / frame_file("t:0", s)) for s in range(3)] == [0, 0, 0]
     m, final = manifest(root, 1)
     assert final and m["exactly_once"], m
+
+
+def test_a_frame_under_the_rings_minimum_is_truncated_at_its_ack_as_before(tmp_path):
+    """The demo's frames (12 KB here): a few pages cost less than the ring's renames, so no file is reused and no
+    mapping kept."""
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", SMALL, producers=1)
+    src = SpoolSource(root, "d:0", SMALL, producers=1)
+    for seq in range(3):
+        p.publish(*frame(seq, width=96))
+        s = src.next_sample()
+        assert torch.equal(s["hidden"], frame(seq, width=96)[0])
+        s["ack"]()
+        del s
+        assert src.release() == 0
+        assert os.listdir(root / "free") == [] and os.path.getsize(root / "done" / frame_file("t:0", seq)) == 0
+    assert src.stats()["mappings_reused"] == 0
 
 
 def test_without_rename_exchange_the_ack_truncates_as_before(tmp_path, monkeypatch):
@@ -187,14 +217,14 @@ def half(fd, bufs):
     os.kill(os.getpid(), signal.SIGKILL)
 write.os.writev = half
 g = torch.Generator().manual_seed(1)
-SpoolProducer({root!r}, "t:0", contract_from_env(), producers=1).publish(torch.randn(1, 32, 96, generator=g),
+SpoolProducer({root!r}, "t:0", contract_from_env(), producers=1).publish(torch.randn(1, 32, 2400, generator=g),
                                                                         torch.randint(0, 63, (1, 32), generator=g))
 """
 
 
 def run_killed(script, root):
     r = subprocess.run([sys.executable, "-c", script.format(python=str(ROOT / "python"), root=str(root))],
-                       env=dict(ENV, **SMALL_ENV), capture_output=True, text=True, timeout=120)
+                       env=dict(ENV, **RING_ENV), capture_output=True, text=True, timeout=120)
     assert r.returncode == -9, (r.returncode, r.stderr)
 
 
@@ -249,7 +279,7 @@ from dflash_launch.spool import SpoolProducer, SpoolSource
 kind, i = sys.argv[1], int(sys.argv[2])
 def frame(p, seq):
     g = torch.Generator().manual_seed(1000 * p + seq)
-    return torch.randn(1, 32, 96, generator=g), torch.randint(0, 63, (1, 32), generator=g)
+    return torch.randn(1, 32, 2400, generator=g), torch.randint(0, 63, (1, 32), generator=g)
 if kind == "p":
     p = SpoolProducer({root!r}, f"t:{{i}}", contract_from_env(), producers=2, max_ready=2)
     for seq in range(12):
@@ -264,7 +294,7 @@ else:
         s["ack"]()
     print(src.stats()["mappings_reused"])
 """.format(python=str(ROOT / "python"), root=str(root))
-    procs = [subprocess.Popen([sys.executable, "-c", script, k, str(i)], env=dict(ENV, **SMALL_ENV),
+    procs = [subprocess.Popen([sys.executable, "-c", script, k, str(i)], env=dict(ENV, **RING_ENV),
                               stdout=subprocess.PIPE, text=True) for k in ("p", "c") for i in range(2)]
     deadline = time.monotonic() + 180
     while any(pr.poll() is None for pr in procs) and time.monotonic() < deadline:

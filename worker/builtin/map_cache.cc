@@ -33,7 +33,7 @@ void* MapCache::Take(const struct stat& st) {
 
 void MapCache::Put(dev_t dev, ino_t ino, void* p, size_t size) {
   std::lock_guard<std::mutex> l(mu_);
-  if (limit_ == 0 || !DropPrivatePages(p, size)) {
+  if (limit_ == 0 || size < min_bytes_ || !DropPrivatePages(p, size)) {
     ::munmap(p, size);
     return;
   }

@@ -19,7 +19,8 @@ namespace dflash::safetensors {
 
 class MapCache {
  public:
-  explicit MapCache(size_t limit = 64) : limit_(limit) {}
+  /// At most `limit` mappings, none under `min_bytes` (spool::kRingMinBytes: smaller frames' files are not reused).
+  explicit MapCache(size_t limit = 64, size_t min_bytes = 256 * 1024) : limit_(limit), min_bytes_(min_bytes) {}
   ~MapCache();
   MapCache(const MapCache&) = delete;
   MapCache& operator=(const MapCache&) = delete;
@@ -44,7 +45,7 @@ class MapCache {
   bool DropPrivatePages(void* p, size_t size);
 
   std::mutex mu_;
-  size_t limit_;
+  size_t limit_, min_bytes_;
   std::list<Entry> kept_;  // oldest first
   int pagemap_ = -1;
   int hits_ = 0, misses_ = 0;

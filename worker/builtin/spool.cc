@@ -284,15 +284,20 @@ bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reus
       int64_t held = 0;
       if (!SpoolBytes(paths_, &held, err, name_)) return false;
       // The ring's file that best takes the frame (the smallest that holds it, else the largest): its bytes are
-      // counted already, only what the frame needs beyond them must fit.
-      auto files = FreeFiles(paths_, name_);
+      // counted already, only what the frame needs beyond them must fit. A frame under kRingMinBytes is never
+      // written over one (its acks truncate) and looks at them only when they stand in its way.
+      const bool small = static_cast<int64_t>(size) < kRingMinBytes;
+      std::vector<std::pair<std::string, int64_t>> files;
+      if (!small || held + static_cast<int64_t>(size) > share) files = FreeFiles(paths_, name_);
       std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
       auto best = std::find_if(files.begin(), files.end(),
                                [&](const auto& f) { return f.second >= static_cast<int64_t>(size); });
       if (best == files.end() && !files.empty()) best = files.end() - 1;
+      if (small) best = files.end();
       const int64_t have = best == files.end() ? 0 : best->second;
       const int64_t need = std::max<int64_t>(0, static_cast<int64_t>(size) - have);
-      if (held + need > share && files.size() > 1) {  // kept for frames of another size: room for this one first
+      const size_t others = files.size() - (best == files.end() ? 0 : 1);
+      if (held + need > share && others > 0) {  // kept for frames of another size: room for this one first
         for (auto it = files.begin(); it != files.end(); ++it)
           if (it != best) DropFile(it->first);
         if (!SpoolBytes(paths_, &held, err, name_)) return false;
@@ -497,7 +502,7 @@ bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
     return false;
   }
   // The name is the record; the bytes go back to the producer (the ring), or go.
-  if (!Recycle(paths_, to)) EmptyFile(to);
+  if (!Recycle(paths_, to)) TruncateFile(to);
   ++position_;
   ++acked_;
   return true;

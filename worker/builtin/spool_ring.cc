@@ -27,6 +27,10 @@ void EmptyFile(const std::string& path) {
   if (fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1) (void)::ftruncate(fd.get(), 0);
 }
 
+void TruncateFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+}
+
 void DropFile(const std::string& path) {
   EmptyFile(path);
   ::unlink(path.c_str());
@@ -36,6 +40,8 @@ bool Recycle(const SpoolPaths& paths, const std::string& done_path) {
   const std::string f = done_path.substr(done_path.rfind('/') + 1);
   std::string producer;
   int64_t seq;
+  struct stat st {};  // the size first: a small frame's ack pays one syscall for the ring
+  if (::lstat(done_path.c_str(), &st) != 0 || st.st_size < kRingMinBytes) return false;
   if (!ParseFrameFile(f, &producer, &seq) || Finished(paths, producer)) return false;
   const std::string hold = paths.Tmp() + "/" + f + ".tmp";
   UniqueFd fd(::open(hold.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));

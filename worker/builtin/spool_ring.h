@@ -20,9 +20,15 @@
 
 namespace dflash::spool {
 
+/// Frames smaller than this are truncated at their ack, as before the ring: a few pages cost less to allocate and
+/// fault in than the ring's renames and scans (the demo's 84 KB frame: 0.6-0.7x the frames/s without the ring; from
+/// 0.5 MB on the ring is faster, 2x at 1-2 MB: docs/benchmarks.md). safetensors::MapCache keeps no smaller
+/// mapping; dflash_launch/spool/ring.py MIN_BYTES is the same.
+inline constexpr int64_t kRingMinBytes = 256 * 1024;
+
 /// Hands acknowledged frame done/<f> back to its producer (free/<f>), done/<f> staying as the empty record.
-/// REQUIRES: nothing maps it for reading any more. False when it was not taken (the producer finished, the
-/// filesystem cannot exchange names): the caller truncates it.
+/// REQUIRES: nothing maps it for reading any more. False when it was not taken (a frame under kRingMinBytes, the
+/// producer finished, the filesystem cannot exchange names): the caller truncates it.
 bool Recycle(const SpoolPaths& paths, const std::string& done_path);
 
 /// [(path, allocated bytes)] of producer `owner`'s files in free/: plain files with one name only.
@@ -31,6 +37,10 @@ std::vector<std::pair<std::string, int64_t>> FreeFiles(const SpoolPaths& paths, 
 /// Truncates a plain file with one name to 0 bytes (its pages freed, whoever maps it); never through a link, never blocking on
 /// a FIFO; anything else is left as it is.
 void EmptyFile(const std::string& path);
+
+/// Truncates `path` to 0 bytes at its open (a frame the ack did not hand to the ring): never through a link,
+/// never blocking on a FIFO (it fails there).
+void TruncateFile(const std::string& path);
 
 /// EmptyFile, then unlinks: a consumer's kept mapping (safetensors::MapCache) must not keep the pages.
 void DropFile(const std::string& path);

@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::TempDir;
 
-constexpr size_t kFloats = 5000;  // ~20 KB: five pages, so the kept mapping has pages to get wrong
+constexpr size_t kFloats = 80000;  // ~320 KB: over kRingMinBytes, 79 pages for the kept mapping to get wrong
 
 std::vector<float> Values(int seq) {
   std::vector<float> v(kFloats);
@@ -50,7 +50,7 @@ void ConsumeAndScribble(SpoolConsumer& c, int seq, const std::shared_ptr<safeten
     float* x = const_cast<float*>(reinterpret_cast<const float*>(file.Data(*file.header().Find("x"))));
     const std::vector<float> want = Values(seq);
     ASSERT_TRUE(std::equal(want.begin(), want.end(), x)) << "frame " << seq << " does not read as published";
-    for (size_t i = 0; i < kFloats; i += 700) x[i] = -1.0f;  // copy-on-write: this process's pages only
+    for (size_t i = 0; i < kFloats; i += 7000) x[i] = -1.0f;  // copy-on-write: this process's pages only
   }
   ASSERT_TRUE(c.Ack(f, &err)) << err;
 }
@@ -126,6 +126,24 @@ TEST(SpoolRing, AStartRemovesTheBytesOfARecycleThatDiedBetweenItsRenames) {
   ASSERT_TRUE(c.Open(&err)) << err;
   EXPECT_FALSE(fs::exists(paths.Tmp() + "/" + f + ".tmp"));
   EXPECT_TRUE(fs::exists(paths.Tmp() + "/" + FrameFile("t:0", 1) + ".tmp")) << "a producer's frame was removed";
+}
+
+TEST(SpoolRing, AFrameUnderTheMinimumIsNeverWrittenOverARingFileButOneInItsWayGoes) {
+  TempDir d;
+  std::string err;
+  SpoolProducer p(d.path() + "/s", "t:0", 8, /*max_bytes=*/650 * 1024);
+  ASSERT_TRUE(p.Open(&err)) << err;
+  const std::string kept = d.path() + "/s/free/" + FrameFile("t:0", 9);
+  std::ofstream(kept) << std::string(600 * 1024, 'x');  // a big frame's file, kept for the next big frame
+  std::vector<float> small(5000, 1.0f);
+  // 20 KB: fits beside it, and is a new file (the ring's file is for frames over kRingMinBytes).
+  ASSERT_TRUE(p.Publish({}, {{"x", "F32", {5000}, small.data(), 20000}}, nullptr, &err)) << err;
+  EXPECT_TRUE(fs::exists(kept));
+  EXPECT_NE(Ino(d.path() + "/s/ready/" + FrameFile("t:0", 0)), Ino(kept));
+  // 40 KB more would pass the budget: the ring's file gives way, no wait for a frame that never comes.
+  std::vector<float> more(10000, 2.0f);
+  ASSERT_TRUE(p.Publish({}, {{"x", "F32", {10000}, more.data(), 40000}}, nullptr, &err)) << err;
+  EXPECT_FALSE(fs::exists(kept));
 }
 
 TEST(SpoolRing, WhatStandsInFreeAsAProducersFileIsNeverWrittenThrough) {

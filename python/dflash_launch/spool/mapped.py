@@ -67,8 +67,9 @@ class MapCache:
         return m
 
     def put(self, key, m):
-        """Keeps mapping `m` of file `key` (REQUIRES: no view of it lives); closes it where it cannot be cleaned."""
-        if self.limit <= 0 or not self._drop_private_pages(m):
+        """Keeps mapping `m` of file `key` (REQUIRES: no view of it lives); closes it where it cannot be cleaned,
+        or where its file is too small for the ring to take it back (ring.MIN_BYTES)."""
+        if self.limit <= 0 or len(m) < ring.MIN_BYTES or not self._drop_private_pages(m):
             m.close()
             return
         self._maps[key] = m

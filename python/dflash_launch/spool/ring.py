@@ -28,6 +28,11 @@ from dflash_launch.spool.dirs import _libc, frame_names, parse_frame_file, renam
 
 _RENAME_EXCHANGE = 2
 
+#: Frames smaller than this are truncated at their ack, as before the ring: a few pages cost less to allocate
+#: and fault in than the ring's renames and scans (the demo's 84 KB frame: 0.6-0.7x the frames/s without the ring;
+#: from 0.5 MB on the ring is faster, 2x at 1-2 MB: docs/benchmarks.md). worker/builtin/spool_ring.h: the same.
+MIN_BYTES = 256 * 1024
+
 
 def _exchange(a, b):
     """Swaps two names atomically; False where the kernel or filesystem cannot (the caller truncates instead)."""
@@ -74,7 +79,13 @@ def drop(path):
 def recycle(paths, done_path):
     """Hands acknowledged frame done/<f> back to its producer: free/<f> gets its bytes, done/<f> stays as the
     empty record. REQUIRES: no view maps it (the producer will write over it). False when the frame's bytes were
-    not taken (its producer finished, or the filesystem cannot exchange names): the caller truncates them."""
+    not taken (a frame under MIN_BYTES, its producer finished, or the filesystem cannot exchange names): the
+    caller truncates them."""
+    try:  # the size first: a small frame's ack pays one syscall for the ring
+        if os.stat(done_path, follow_symlinks=False).st_size < MIN_BYTES:
+            return False
+    except FileNotFoundError:
+        return False
     f = os.path.basename(done_path)
     pf = parse_frame_file(f)
     if pf is None or _finished(paths, pf[0]):

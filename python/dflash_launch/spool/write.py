@@ -186,10 +186,11 @@ def spool_bytes(paths, owner=None):
 
 def _pick_free(paths, owner, size):
     """(path, bytes) of the file in `owner`'s free/ that best takes a frame of `size` bytes (the smallest that
-    holds it, else the largest), and the others; (None, 0), [] without an owner or a free file."""
+    holds it, else the largest), and the others; (None, 0) and every file for a frame under ring.MIN_BYTES (never
+    written over a file of the ring's); (None, 0), [] without an owner or a free file."""
     files = ring.free_files(paths, owner) if owner is not None else []
-    if not files:
-        return (None, 0), []
+    if not files or size < ring.MIN_BYTES:
+        return (None, 0), files
     fits = [f for f in files if f[1] >= size]
     best = min(fits, key=lambda f: f[1]) if fits else max(files, key=lambda f: f[1])
     return best, [f for f in files if f is not best]
@@ -217,7 +218,9 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
             if len([f for f in frame_names(paths.ready) if owner is None or f.startswith(owner + "-")]) < max_ready:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 held = spool_bytes(paths, owner)
-                (reuse, reuse_bytes), others = _pick_free(paths, owner, size)
+                # A small frame that fits looks no further (its acks truncate: nothing of the ring's for it).
+                (reuse, reuse_bytes), others = ((None, 0), []) if size < ring.MIN_BYTES and held + size <= max_bytes \
+                    else _pick_free(paths, owner, size)
                 if held + max(0, size - reuse_bytes) > max_bytes and others:
                     for path, _ in others:  # kept for frames of another size: room for this one first
                         ring.drop(path)
