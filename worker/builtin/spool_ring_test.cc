@@ -4,7 +4,9 @@
 // byte budget.
 #include "worker/builtin/spool_ring.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "worker/builtin/map_cache.h"
 #include "worker/builtin/spool.h"
 #include "testing/temp_dir.h"
+#include "testing/wait.h"
 
 namespace dflash::spool {
 namespace {
@@ -171,6 +174,84 @@ TEST(SpoolRing, WhatStandsInFreeAsAProducersFileIsNeverWrittenThrough) {
     ConsumeAndScribble(c, 0, std::make_shared<safetensors::MapCache>());
     EXPECT_EQ(fs::file_size(victim), 8192u) << planted;
   }
+}
+
+TEST(SpoolRing, ExactlyOnceAndEveryValueRightWhenProcessesDieMidRing) {
+  // Spool.ExactlyOnceWhenProcessesDie with frames the ring takes: two producers, three consumers reading through
+  // kept mappings (and scribbling on them), a consumer and a producer SIGKILLed a third of the way and restarted.
+  TempDir d;
+  const std::string root = d.path() + "/s";
+  constexpr int kFrames = 150;
+  auto value = [](int producer, int64_t seq, size_t i) { return static_cast<float>(producer * 1000000 + seq * 1000 + i % 997); };
+  auto producer = [&](int n) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string e;
+      SpoolProducer p(root, "t:" + std::to_string(n), 4);
+      if (!p.Open(&e)) _exit(2);
+      std::vector<float> v(kFloats);
+      while (p.next_seq() < kFrames) {
+        for (size_t i = 0; i < kFloats; ++i) v[i] = value(n, p.next_seq(), i);
+        if (!p.Publish({}, {{"x", "F32", {kFloats}, v.data(), kFloats * 4}}, nullptr, &e)) _exit(3);
+      }
+      _exit(p.Finish(&e) ? 0 : 4);
+    }
+    return pid;
+  };
+  auto consumer = [&](const std::string& name) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      std::string e;
+      SpoolConsumer c(root, name, 2);
+      auto maps = std::make_shared<safetensors::MapCache>();
+      if (!c.Open(&e)) _exit(2);
+      while (true) {
+        ClaimedFrame f;
+        bool end = false;
+        if (!c.Next(&f, &end, &e)) _exit(3);
+        if (end) break;
+        {
+          safetensors::File file;
+          if (!file.Map(f.path, &e, maps)) _exit(5);
+          float* x = const_cast<float*>(reinterpret_cast<const float*>(file.Data(*file.header().Find("x"))));
+          const int n = f.producer == "t:0" ? 0 : 1;
+          for (size_t i = 0; i < kFloats; ++i)
+            if (x[i] != value(n, f.seq, i)) _exit(7);  // an earlier frame's bytes, or a copy of ours
+          for (size_t i = 0; i < kFloats; i += 5000) x[i] = -1.0f;
+        }
+        ::usleep(1000);  // a "step"
+        if (!c.Ack(f, &e)) _exit(4);
+      }
+      _exit(maps->hits() > 0 ? 0 : 8);
+    }
+    return pid;
+  };
+  std::vector<pid_t> pids = {producer(0), producer(1), consumer("d:0"), consumer("d:1"), consumer("d:2")};
+  std::string err;
+  EXPECT_TRUE(test::WaitUntil([&] {
+    std::vector<std::string> done;
+    return ListFrames(root + "/done", &done, &err) && done.size() >= kFrames * 2 / 3;
+  })) << err;
+  ::kill(pids[3], SIGKILL);
+  ::kill(pids[1], SIGKILL);
+  int killed_consumer = 0, killed_producer = 0;
+  ::waitpid(pids[3], &killed_consumer, 0);
+  ::waitpid(pids[1], &killed_producer, 0);
+  // Killed mid-run, not after their end.
+  EXPECT_TRUE(WIFSIGNALED(killed_consumer) && WIFSIGNALED(killed_producer)) << killed_consumer << " " << killed_producer;
+  pids[3] = consumer("d:1");
+  pids[1] = producer(1);
+  for (pid_t pid : pids) {
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << pid << " status " << st;
+  }
+  nlohmann::ordered_json m;
+  bool final = false;
+  ASSERT_TRUE(Manifest(root, 2, &m, &final, &err)) << err;
+  EXPECT_TRUE(final && m["exactly_once"].get<bool>()) << m.dump(2);
+  EXPECT_EQ(m["frames_consumed"], 2 * kFrames);
+  EXPECT_TRUE(fs::is_empty(root + "/free"));  // both producers finished
 }
 
 }  // namespace
