@@ -34,12 +34,15 @@ def ino(path):
     return os.stat(path).st_ino
 
 
-def consume(src, want_seq, still_viewed=0):
-    """One sample: its values are frame(want_seq)'s; acknowledged, its views dropped, its release done (but for
-    `still_viewed` earlier frames a test keeps a view of)."""
+def consume(src, want_seq, still_viewed=0, scribble=None, width=2400):
+    """One sample: its values are frame(want_seq)'s; `scribble(sample)` (a trainer's in-place ops), then
+    acknowledged, its views dropped, its release done (but for `still_viewed` earlier frames a test keeps a view
+    of)."""
     s = src.next_sample()
-    hidden, tokens = frame(want_seq)
+    hidden, tokens = frame(want_seq, width)
     assert s["seq"] == want_seq and torch.equal(s["hidden"], hidden) and torch.equal(s["tokens"], tokens)
+    if scribble:
+        scribble(s)
     s["ack"]()
     del s
     assert src.release() == still_viewed
@@ -71,19 +74,15 @@ def test_a_write_to_a_view_never_shows_in_a_later_frame_written_over_its_file(tm
     root = tmp_path / "spool"
     p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
     src = SpoolSource(root, "d:0", CONTRACT, producers=1)
+    def every_page(s):
+        s["hidden"].mul_(0).add_(7)
+
+    def one_word(s):
+        s["tokens"][0, 3] = 1
+        s["hidden"][0, 5, 7] = -1.0
     for seq in range(4):
         p.publish(*frame(seq))
-        s = src.next_sample()
-        hidden, tokens = frame(seq)
-        assert torch.equal(s["hidden"], hidden) and torch.equal(s["tokens"], tokens), seq
-        if seq % 2 == 0:
-            s["hidden"].mul_(0).add_(7)   # every page of hidden written
-        else:
-            s["tokens"][0, 3] = 1         # one word of one page
-            s["hidden"][0, 5, 7] = -1.0
-        s["ack"]()
-        del s
-        src.release()
+        consume(src, seq, scribble=one_word if seq % 2 else every_page)
     assert src.stats()["mappings_reused"] == 3
     p.finish()
     assert src.next_sample() is None
@@ -169,11 +168,7 @@ def test_a_frame_under_the_rings_minimum_is_truncated_at_its_ack_as_before(tmp_p
     src = SpoolSource(root, "d:0", SMALL, producers=1)
     for seq in range(3):
         p.publish(*frame(seq, width=96))
-        s = src.next_sample()
-        assert torch.equal(s["hidden"], frame(seq, width=96)[0])
-        s["ack"]()
-        del s
-        assert src.release() == 0
+        consume(src, seq, width=96)
         assert os.listdir(root / "free") == [] and os.path.getsize(root / "done" / frame_file("t:0", seq)) == 0
     assert src.stats()["mappings_reused"] == 0
 
@@ -350,12 +345,7 @@ def test_without_pagemap_the_ring_goes_on_and_no_mapping_is_kept(tmp_path, monke
     src = SpoolSource(root, "d:0", CONTRACT, producers=1)
     for seq in range(3):
         p.publish(*frame(seq))
-        s = src.next_sample()
-        assert torch.equal(s["hidden"], frame(seq)[0])
-        s["hidden"].add_(1)
-        s["ack"]()
-        del s
-        src.release()
+        consume(src, seq, scribble=lambda s: s["hidden"].add_(1))
     assert src.stats()["mappings_reused"] == 0 and len(os.listdir(root / "free")) == 1  # the files still reused
 
 

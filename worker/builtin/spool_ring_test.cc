@@ -58,62 +58,64 @@ void ConsumeAndScribble(SpoolConsumer& c, int seq, const std::shared_ptr<safeten
   ASSERT_TRUE(c.Ack(f, &err)) << err;
 }
 
-TEST(SpoolRing, AnAcknowledgedFileIsWrittenOverByTheNextFrameAndReadThroughTheKeptMapping) {
+/// One producer and one consumer of a spool in a temp dir, the consumer's kept mappings, frames of kFloats.
+struct OneToOne {
   TempDir d;
   std::string err;
-  SpoolProducer p(d.path() + "/s", "t:0", 8);
-  SpoolConsumer c(d.path() + "/s", "d:0", 1);
-  ASSERT_TRUE(p.Open(&err) && c.Open(&err)) << err;
-  auto maps = std::make_shared<safetensors::MapCache>();
+  SpoolProducer p{d.path() + "/s", "t:0", 8};
+  SpoolConsumer c{d.path() + "/s", "d:0", 1};
+  std::shared_ptr<safetensors::MapCache> maps = std::make_shared<safetensors::MapCache>();
   std::vector<float> v = Values(0);
-  const std::vector<safetensors::TensorRef> refs = {{"x", "F32", {kFloats}, v.data(), kFloats * 4}};
-  ASSERT_TRUE(p.Publish({}, refs, nullptr, &err)) << err;
-  const ino_t first = Ino(d.path() + "/s/ready/" + FrameFile("t:0", 0));
-  ConsumeAndScribble(c, 0, maps);
-  EXPECT_EQ(Ino(d.path() + "/s/free/" + FrameFile("t:0", 0)), first) << "the acknowledged file is not in free/";
-  EXPECT_EQ(fs::file_size(d.path() + "/s/done/" + FrameFile("t:0", 0)), 0u);  // the record, as before the ring
-  for (int seq = 1; seq < 5; ++seq) {
-    const std::vector<float> next = Values(seq);
-    std::copy(next.begin(), next.end(), v.begin());  // refs point at v
-    ASSERT_TRUE(p.Publish({}, refs, nullptr, &err)) << err;
-    EXPECT_EQ(Ino(d.path() + "/s/ready/" + FrameFile("t:0", seq)), first) << "frame " << seq << " is a new file";
-    ConsumeAndScribble(c, seq, maps);
+
+  OneToOne() { EXPECT_TRUE(p.Open(&err) && c.Open(&err)) << err; }
+  std::string In(const std::string& dir, int64_t seq) const {
+    return d.path() + "/s/" + dir + "/" + FrameFile("t:0", seq);
   }
-  EXPECT_EQ(maps->hits(), 4);
-  ASSERT_TRUE(p.Finish(&err)) << err;
-  EXPECT_TRUE(fs::is_empty(d.path() + "/s/free"));  // a finished producer's files go
+  /// Publishes Values(p.next_seq()).
+  void Publish() {
+    const std::vector<float> next = Values(static_cast<int>(p.next_seq()));
+    std::copy(next.begin(), next.end(), v.begin());
+    ASSERT_TRUE(p.Publish({}, {{"x", "F32", {kFloats}, v.data(), kFloats * 4}}, nullptr, &err)) << err;
+  }
+};
+
+TEST(SpoolRing, AnAcknowledgedFileIsWrittenOverByTheNextFrameAndReadThroughTheKeptMapping) {
+  OneToOne s;
+  s.Publish();
+  const ino_t first = Ino(s.In("ready", 0));
+  ConsumeAndScribble(s.c, 0, s.maps);
+  EXPECT_EQ(Ino(s.In("free", 0)), first) << "the acknowledged file is not in free/";
+  EXPECT_EQ(fs::file_size(s.In("done", 0)), 0u);  // the record, as before the ring
+  for (int seq = 1; seq < 5; ++seq) {
+    s.Publish();
+    EXPECT_EQ(Ino(s.In("ready", seq)), first) << "frame " << seq << " is a new file";
+    ConsumeAndScribble(s.c, seq, s.maps);
+  }
+  EXPECT_EQ(s.maps->hits(), 4);
+  ASSERT_TRUE(s.p.Finish(&s.err)) << s.err;
+  EXPECT_TRUE(fs::is_empty(s.d.path() + "/s/free"));  // a finished producer's files go
   nlohmann::ordered_json m;
   bool final = false;
-  ASSERT_TRUE(Manifest(d.path() + "/s", 1, &m, &final, &err)) << err;
+  ASSERT_TRUE(Manifest(s.d.path() + "/s", 1, &m, &final, &s.err)) << s.err;
   EXPECT_TRUE(final && m["exactly_once"].get<bool>()) << m.dump();
 }
 
 TEST(SpoolRing, AFinishedProducerTakesNothingBackAndTheRingCountsInTheBudget) {
-  TempDir d;
-  std::string err;
-  SpoolProducer p(d.path() + "/s", "t:0", 8);
-  SpoolConsumer c(d.path() + "/s", "d:0", 1);
-  ASSERT_TRUE(p.Open(&err) && c.Open(&err)) << err;
-  auto maps = std::make_shared<safetensors::MapCache>();
-  std::vector<float> v = Values(0);
-  const std::vector<safetensors::TensorRef> refs = {{"x", "F32", {kFloats}, v.data(), kFloats * 4}};
-  for (int seq = 0; seq < 3; ++seq) {
-    const std::vector<float> next = Values(seq);
-    std::copy(next.begin(), next.end(), v.begin());  // refs point at v
-    ASSERT_TRUE(p.Publish({}, refs, nullptr, &err)) << err;
-  }
+  OneToOne s;
+  const SpoolPaths paths{s.d.path() + "/s"};
+  for (int seq = 0; seq < 3; ++seq) s.Publish();
   int64_t before = 0, after = 0;
-  ASSERT_TRUE(SpoolBytes(SpoolPaths{d.path() + "/s"}, &before, &err, "t:0")) << err;
-  ConsumeAndScribble(c, 0, maps);
-  ASSERT_EQ(FreeFiles(SpoolPaths{d.path() + "/s"}, "t:0").size(), 1u);
-  ASSERT_TRUE(SpoolBytes(SpoolPaths{d.path() + "/s"}, &after, &err, "t:0")) << err;
+  ASSERT_TRUE(SpoolBytes(paths, &before, &s.err, "t:0")) << s.err;
+  ConsumeAndScribble(s.c, 0, s.maps);
+  ASSERT_EQ(FreeFiles(paths, "t:0").size(), 1u);
+  ASSERT_TRUE(SpoolBytes(paths, &after, &s.err, "t:0")) << s.err;
   EXPECT_EQ(after, before) << "the file handed back left the budget's count";
-  ASSERT_TRUE(p.Finish(&err)) << err;
-  EXPECT_TRUE(fs::is_empty(d.path() + "/s/free"));
-  ConsumeAndScribble(c, 1, maps);
-  ConsumeAndScribble(c, 2, maps);
-  EXPECT_TRUE(fs::is_empty(d.path() + "/s/free")) << "a file went back to a producer that finished";
-  for (int seq = 0; seq < 3; ++seq) EXPECT_EQ(fs::file_size(d.path() + "/s/done/" + FrameFile("t:0", seq)), 0u);
+  ASSERT_TRUE(s.p.Finish(&s.err)) << s.err;
+  EXPECT_TRUE(fs::is_empty(paths.Free()));
+  ConsumeAndScribble(s.c, 1, s.maps);
+  ConsumeAndScribble(s.c, 2, s.maps);
+  EXPECT_TRUE(fs::is_empty(paths.Free())) << "a file went back to a producer that finished";
+  for (int seq = 0; seq < 3; ++seq) EXPECT_EQ(fs::file_size(s.In("done", seq)), 0u);
 }
 
 TEST(SpoolRing, AStartRemovesTheBytesOfARecycleThatDiedBetweenItsRenames) {
@@ -176,23 +178,28 @@ TEST(SpoolRing, WhatStandsInFreeAsAProducersFileIsNeverWrittenThrough) {
   }
 }
 
-TEST(SpoolRing, ExactlyOnceAndEveryValueRightWhenProcessesDieMidRing) {
-  // Spool.ExactlyOnceWhenProcessesDie with frames the ring takes: two producers, three consumers reading through
-  // kept mappings (and scribbling on them), a consumer and a producer SIGKILLed a third of the way and restarted.
+/// Two producers of `frames` frames of `floats` each, three consumers mapping them as the drafter does (kept
+/// mappings, a scribble on each frame, a `step_us` step), every value checked; a consumer and a producer SIGKILLed
+/// a third of the way and restarted. Exactly once, every value right, and the ring used exactly when the frames
+/// are large enough for it.
+void ExactlyOnceWhenProcessesDie(size_t floats, int frames, int step_us) {
   TempDir d;
   const std::string root = d.path() + "/s";
-  constexpr int kFrames = 150;
-  auto value = [](int producer, int64_t seq, size_t i) { return static_cast<float>(producer * 1000000 + seq * 1000 + i % 997); };
+  const int kFrames = frames;
+  const bool ring = floats * 4 >= static_cast<size_t>(kRingMinBytes);
+  auto value = [](int producer, int64_t seq, size_t i) {
+    return static_cast<float>(producer * 1000000 + seq * 1000 + i % 997);
+  };
   auto producer = [&](int n) {
     pid_t pid = ::fork();
     if (pid == 0) {
       std::string e;
       SpoolProducer p(root, "t:" + std::to_string(n), 4);
       if (!p.Open(&e)) _exit(2);
-      std::vector<float> v(kFloats);
+      std::vector<float> v(floats);
       while (p.next_seq() < kFrames) {
-        for (size_t i = 0; i < kFloats; ++i) v[i] = value(n, p.next_seq(), i);
-        if (!p.Publish({}, {{"x", "F32", {kFloats}, v.data(), kFloats * 4}}, nullptr, &e)) _exit(3);
+        for (size_t i = 0; i < floats; ++i) v[i] = value(n, p.next_seq(), i);
+        if (!p.Publish({}, {{"x", "F32", {static_cast<int64_t>(floats)}, v.data(), floats * 4}}, nullptr, &e)) _exit(3);
       }
       _exit(p.Finish(&e) ? 0 : 4);
     }
@@ -215,14 +222,14 @@ TEST(SpoolRing, ExactlyOnceAndEveryValueRightWhenProcessesDieMidRing) {
           if (!file.Map(f.path, &e, maps)) _exit(5);
           float* x = const_cast<float*>(reinterpret_cast<const float*>(file.Data(*file.header().Find("x"))));
           const int n = f.producer == "t:0" ? 0 : 1;
-          for (size_t i = 0; i < kFloats; ++i)
+          for (size_t i = 0; i < floats; ++i)
             if (x[i] != value(n, f.seq, i)) _exit(7);  // an earlier frame's bytes, or a copy of ours
-          for (size_t i = 0; i < kFloats; i += 5000) x[i] = -1.0f;
+          for (size_t i = 0; i < floats; i += 5000) x[i] = -1.0f;
         }
-        ::usleep(1000);  // a "step"
+        ::usleep(step_us);  // a "step"
         if (!c.Ack(f, &e)) _exit(4);
       }
-      _exit(maps->hits() > 0 ? 0 : 8);
+      _exit((maps->hits() > 0) == ring ? 0 : 8);
     }
     return pid;
   };
@@ -230,7 +237,7 @@ TEST(SpoolRing, ExactlyOnceAndEveryValueRightWhenProcessesDieMidRing) {
   std::string err;
   EXPECT_TRUE(test::WaitUntil([&] {
     std::vector<std::string> done;
-    return ListFrames(root + "/done", &done, &err) && done.size() >= kFrames * 2 / 3;
+    return ListFrames(root + "/done", &done, &err) && static_cast<int>(done.size()) >= kFrames * 2 / 3;
   })) << err;
   ::kill(pids[3], SIGKILL);
   ::kill(pids[1], SIGKILL);
@@ -238,7 +245,8 @@ TEST(SpoolRing, ExactlyOnceAndEveryValueRightWhenProcessesDieMidRing) {
   ::waitpid(pids[3], &killed_consumer, 0);
   ::waitpid(pids[1], &killed_producer, 0);
   // Killed mid-run, not after their end.
-  EXPECT_TRUE(WIFSIGNALED(killed_consumer) && WIFSIGNALED(killed_producer)) << killed_consumer << " " << killed_producer;
+  EXPECT_TRUE(WIFSIGNALED(killed_consumer) && WIFSIGNALED(killed_producer))
+      << killed_consumer << " " << killed_producer;
   pids[3] = consumer("d:1");
   pids[1] = producer(1);
   for (pid_t pid : pids) {
@@ -251,7 +259,14 @@ TEST(SpoolRing, ExactlyOnceAndEveryValueRightWhenProcessesDieMidRing) {
   ASSERT_TRUE(Manifest(root, 2, &m, &final, &err)) << err;
   EXPECT_TRUE(final && m["exactly_once"].get<bool>()) << m.dump(2);
   EXPECT_EQ(m["frames_consumed"], 2 * kFrames);
+  EXPECT_EQ(m["producers"]["t:1"]["published"], kFrames);
   EXPECT_TRUE(fs::is_empty(root + "/free"));  // both producers finished
+}
+
+TEST(Spool, ExactlyOnceWhenProcessesDie) { ExactlyOnceWhenProcessesDie(256, 300, 200); }
+
+TEST(SpoolRing, ExactlyOnceAndEveryValueRightWhenProcessesDieMidRing) {
+  ExactlyOnceWhenProcessesDie(kFloats, 150, 1000);
 }
 
 }  // namespace
