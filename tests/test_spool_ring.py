@@ -173,6 +173,43 @@ def test_a_frame_under_the_rings_minimum_is_truncated_at_its_ack_as_before(tmp_p
     assert src.stats()["mappings_reused"] == 0
 
 
+@pytest.mark.parametrize("ring_on", [True, False])
+def test_a_checkpoints_commit_hands_its_own_unviewed_frames_to_the_ring(tmp_path, monkeypatch, ring_on):
+    """A checkpointing consumer's frames wait in pending/ until a checkpoint commits them; then the committing
+    consumer's own frames that no view maps go to the ring. One it still views, and another consumer's (a rank
+    of another process may hold its views), are unlinked as before; DFLASH_SPOOL_RING=0 takes none."""
+    if not ring_on:
+        monkeypatch.setenv("DFLASH_SPOOL_RING", "0")
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    a, b = (SpoolSource(root, f"d:{i}", CONTRACT, producers=1) for i in range(2))
+    a.hold_for_checkpoint()
+    b.hold_for_checkpoint()
+    for seq in range(3):
+        p.publish(*frame(seq))
+    inodes = [ino(root / "ready" / frame_file("t:0", seq)) for seq in range(3)]
+    consume(a, 0)
+    s = a.next_sample()
+    kept = s["hidden"]  # a view of frame 1 past its ack
+    s["ack"]()
+    del s
+    consume(b, 2)
+    assert a.commit({"d:0": 2, "d:1": 1}, "ck-1") == 3
+    assert os.listdir(root / "pending" / "d:0") == [] and os.listdir(root / "pending" / "d:1") == []
+    assert sorted(os.listdir(root / "free")) == ([frame_file("t:0", 0)] if ring_on else [])
+    p.publish(*frame(3))
+    assert (ino(root / "ready" / frame_file("t:0", 3)) == inodes[0]) == ring_on
+    assert torch.equal(kept, frame(1)[0])  # its file unlinked, never written over
+    p.finish()
+    consume(b, 3, still_viewed=0)
+    del kept
+    m, final = manifest(root, 1)
+    assert m["exactly_once"] is False and m["pending"] == 1  # frame 3 waits for b's next checkpoint
+    b.commit({"d:1": 2}, "ck-2")
+    m, final = manifest(root, 1)
+    assert final and m["exactly_once"] and m["committed_by_checkpoint"] == {"ck-1": 3, "ck-2": 1}, m
+
+
 def test_without_rename_exchange_the_ack_truncates_as_before(tmp_path, monkeypatch):
     monkeypatch.setattr(ring, "_exchange", lambda a, b: False)
     root = tmp_path / "spool"

@@ -27,6 +27,7 @@
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles_internal.h"
 #include "worker/builtin/spool.h"
+#include "worker/builtin/spool_ring.h"
 
 namespace dflash::builtin {
 
@@ -369,9 +370,8 @@ int DrafterRun::TrainOn(const spool::ClaimedFrame& f) {
 
 bool DrafterRun::ReadCheckedFrame(const spool::ClaimedFrame& f, safetensors::File* file, std::string* violation) {
   std::string err;
-  // Views of the file's pages, copy-on-write: no read() copy. Not kept when checkpointing: a frame waits in
-  // pending/ and its commit unlinks it, so a kept mapping would hold its pages.
-  bool ok = file->Map(f.path, &err, checkpoints_ ? nullptr : maps_);
+  // Views of the file's pages, copy-on-write: no read() copy; the mapping kept for a later frame over the file.
+  bool ok = file->Map(f.path, &err, spool::RingEnabled() ? maps_ : nullptr);
   if (!ok) *violation = "frame " + f.file + " from producer " + f.producer + " cannot be read: " + err;
   else if (CheckFrame(r_.m.frame, file->header(), f.file, violation)) {
     const safetensors::TensorEntry& t = *file->header().Find("tokens");

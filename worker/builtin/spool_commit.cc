@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "worker/builtin/spool_ring.h"
 
 namespace dflash::spool {
 
@@ -108,6 +109,14 @@ bool CommitPending(const SpoolPaths& paths, const std::map<std::string, int64_t>
         }
         // This commit, repeated (a kill between the record's rename and the unlink): finish it.
       }
+      // Its bytes: back to the producer (the ring), or gone. Emptied before the unlink: the C++ consumer maps
+      // nothing of a frame after its ack, and a mapping it kept (safetensors::MapCache) must not hold the pages
+      // of an unlinked file.
+      if (RecycleCommitted(paths, p.path, p.frame)) {
+        ++*committed;
+        continue;
+      }
+      EmptyFile(p.path);
       if (::unlink(p.path.c_str()) != 0 && errno != ENOENT) {
         *err = ErrnoMessage("unlink(" + p.path + ")", errno);
         return false;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <set>
 
 #include "common/fd.h"
@@ -36,13 +37,36 @@ void DropFile(const std::string& path) {
   ::unlink(path.c_str());
 }
 
+bool RingEnabled() {
+  const char* v = std::getenv("DFLASH_SPOOL_RING");
+  return !(v && std::string(v) == "0");
+}
+
+namespace {
+
+/// Whether the ring takes frame file `f`, at `path`: on, large enough, its producer still publishing.
+bool Takes(const SpoolPaths& paths, const std::string& path, const std::string& f, std::string* producer) {
+  int64_t seq;
+  struct stat st {};  // the size first: a small frame's ack pays one syscall for the ring
+  return RingEnabled() && ::lstat(path.c_str(), &st) == 0 && st.st_size >= kRingMinBytes &&
+         ParseFrameFile(f, producer, &seq) && !Finished(paths, *producer);
+}
+
+}  // namespace
+
+bool RecycleCommitted(const SpoolPaths& paths, const std::string& pending_path, const std::string& frame) {
+  std::string producer;
+  if (!Takes(paths, pending_path, frame, &producer)) return false;
+  const std::string free_path = paths.Free() + "/" + frame;
+  if (RenameNoReplace(pending_path, free_path) != 0) return false;
+  if (Finished(paths, producer)) DropFile(free_path);  // it finished as we handed the file back
+  return true;
+}
+
 bool Recycle(const SpoolPaths& paths, const std::string& done_path) {
   const std::string f = done_path.substr(done_path.rfind('/') + 1);
   std::string producer;
-  int64_t seq;
-  struct stat st {};  // the size first: a small frame's ack pays one syscall for the ring
-  if (::lstat(done_path.c_str(), &st) != 0 || st.st_size < kRingMinBytes) return false;
-  if (!ParseFrameFile(f, &producer, &seq) || Finished(paths, producer)) return false;
+  if (!Takes(paths, done_path, f, &producer)) return false;
   const std::string hold = paths.Tmp() + "/" + f + ".tmp";
   UniqueFd fd(::open(hold.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd) return false;

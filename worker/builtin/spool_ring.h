@@ -26,6 +26,15 @@ namespace dflash::spool {
 /// mapping; dflash_launch/spool/ring.py MIN_BYTES is the same.
 inline constexpr int64_t kRingMinBytes = 256 * 1024;
 
+/// False when DFLASH_SPOOL_RING=0: every ack truncates and every frame is a new file, as before the ring (to rule
+/// the ring out when a run misbehaves; dflash_launch/spool/ring.py reads the same).
+bool RingEnabled();
+
+/// A checkpoint's commit (spool_commit.h) of frame `frame`, still at `pending_path`: its bytes go back to its
+/// producer (free/<frame>). REQUIRES: nothing maps it for reading any more. False when not taken (as Recycle): the
+/// caller removes it.
+bool RecycleCommitted(const SpoolPaths& paths, const std::string& pending_path, const std::string& frame);
+
 /// Hands acknowledged frame done/<f> back to its producer (free/<f>), done/<f> staying as the empty record.
 /// REQUIRES: nothing maps it for reading any more. False when it was not taken (a frame under kRingMinBytes, the
 /// producer finished, the filesystem cannot exchange names): the caller truncates it.

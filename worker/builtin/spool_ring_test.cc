@@ -13,6 +13,7 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <memory>
+#include <set>
 
 #include "worker/builtin/map_cache.h"
 #include "worker/builtin/spool.h"
@@ -116,6 +117,39 @@ TEST(SpoolRing, AFinishedProducerTakesNothingBackAndTheRingCountsInTheBudget) {
   ConsumeAndScribble(s.c, 2, s.maps);
   EXPECT_TRUE(fs::is_empty(paths.Free())) << "a file went back to a producer that finished";
   for (int seq = 0; seq < 3; ++seq) EXPECT_EQ(fs::file_size(s.In("done", seq)), 0u);
+}
+
+TEST(SpoolRing, ACheckpointsCommitHandsTheFramesToTheRing) {
+  OneToOne s;
+  ASSERT_TRUE(s.c.HoldForCheckpoint(&s.err)) << s.err;
+  std::set<ino_t> files;
+  for (int seq = 0; seq < 3; ++seq) {
+    s.Publish();
+    files.insert(Ino(s.In("ready", seq)));
+  }
+  for (int seq = 0; seq < 3; ++seq) ConsumeAndScribble(s.c, seq, s.maps);
+  EXPECT_TRUE(fs::is_empty(s.d.path() + "/s/free"));  // pending: kept for a replay until the commit
+  int committed = 0;
+  ASSERT_TRUE(s.c.Commit(3, "ck", &committed, &s.err)) << s.err;
+  EXPECT_EQ(committed, 3);
+  EXPECT_EQ(FreeFiles(SpoolPaths{s.d.path() + "/s"}, "t:0").size(), 3u);
+  s.Publish();
+  EXPECT_EQ(files.count(Ino(s.In("ready", 3))), 1u) << "not written over a committed frame's file";
+  ConsumeAndScribble(s.c, 3, s.maps);  // through the mapping kept since that frame
+  EXPECT_EQ(s.maps->hits(), 1);
+}
+
+TEST(SpoolRing, DflashSpoolRingZeroTurnsItOff) {
+  ::setenv("DFLASH_SPOOL_RING", "0", 1);
+  OneToOne s;
+  for (int seq = 0; seq < 3; ++seq) {
+    s.Publish();
+    ConsumeAndScribble(s.c, seq, s.maps);
+    EXPECT_TRUE(fs::is_empty(s.d.path() + "/s/free"));
+    EXPECT_EQ(fs::file_size(s.In("done", seq)), 0u);
+  }
+  ::unsetenv("DFLASH_SPOOL_RING");
+  EXPECT_EQ(s.maps->hits(), 0);
 }
 
 TEST(SpoolRing, AStartRemovesTheBytesOfARecycleThatDiedBetweenItsRenames) {

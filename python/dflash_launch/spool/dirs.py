@@ -186,12 +186,13 @@ def _pending_count(p):
         return 0
 
 
-def commit_pending(root, positions, checkpoint):
+def commit_pending(root, positions, checkpoint, recycle=None):
     """The commit of a checkpoint on the spool: every frame a consumer acknowledged before its position in the
     checkpoint (`positions`: {consumer: position}) moves pending/ -> done/, its record naming `checkpoint`.
     Idempotent (a restore repeats it for the checkpoint it restores: a kill between the checkpoint's rename and
     these renames loses nothing). Returns how many frames it committed. A frame done/ already has was committed
-    twice: an error (SpoolError), never silently."""
+    twice: an error (SpoolError), never silently. `recycle(consumer, frame, path)`: True if it took the frame's
+    bytes (the ring, for a frame the caller knows no view maps); else the file is unlinked."""
     p = Paths(root)
     record = json.dumps({"checkpoint": str(checkpoint)}).encode() + b"\n"
     n = 0
@@ -216,10 +217,11 @@ def commit_pending(root, positions, checkpoint):
                     raise SpoolError(f"frame {frame} was committed before (done/ has it) and again by {checkpoint}: "
                                      f"it entered the model twice; the checkpoint dir and the spool disagree") from None
                 # This commit, repeated (a kill between the record's rename and the unlink): finish it.
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            if recycle is None or not recycle(consumer, frame, path):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             n += 1
     return n
 

@@ -121,6 +121,7 @@ class MappedFrame:
     reused (and handed back by release())."""
 
     def __init__(self, path, cache=None):
+        self.file = os.path.basename(path)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             st = os.fstat(fd)
@@ -216,6 +217,10 @@ class Released:
                 self._drop_later(path)
         self.waiting = still
         return len(still)
+
+    def viewed(self):
+        """The frame files a view still maps (by name)."""
+        return {frame.file for frame, _ in self.waiting if frame is not None}
 
     def flush(self):
         """Waits until every truncate handed to the thread is done."""

@@ -47,6 +47,26 @@ def _exchange(a, b):
     raise OSError(e, os.strerror(e), b)
 
 
+def enabled(env=None):
+    """False when DFLASH_SPOOL_RING=0: every ack truncates and every frame is a new file, as before the ring (to
+    rule the ring out when a run misbehaves; worker/builtin/spool_ring.h reads the same)."""
+    return (os.environ if env is None else env).get("DFLASH_SPOOL_RING", "1") != "0"
+
+
+def _takes(paths, path, f):
+    """The producer of frame file `f` at `path` if the ring takes it (on, large enough, its producer still
+    publishing), else None."""
+    if not enabled():
+        return None
+    try:  # the size first: a small frame's ack pays one syscall for the ring
+        if os.stat(path, follow_symlinks=False).st_size < MIN_BYTES:
+            return None
+    except FileNotFoundError:
+        return None
+    pf = parse_frame_file(f)
+    return pf[0] if pf is not None and not _finished(paths, pf[0]) else None
+
+
 def _finished(paths, producer):
     return os.path.exists(os.path.join(paths.producers, f"{producer}.done"))
 
@@ -81,14 +101,9 @@ def recycle(paths, done_path):
     empty record. REQUIRES: no view maps it (the producer will write over it). False when the frame's bytes were
     not taken (a frame under MIN_BYTES, its producer finished, or the filesystem cannot exchange names): the
     caller truncates them."""
-    try:  # the size first: a small frame's ack pays one syscall for the ring
-        if os.stat(done_path, follow_symlinks=False).st_size < MIN_BYTES:
-            return False
-    except FileNotFoundError:
-        return False
     f = os.path.basename(done_path)
-    pf = parse_frame_file(f)
-    if pf is None or _finished(paths, pf[0]):
+    producer = _takes(paths, done_path, f)
+    if producer is None:
         return False
     hold = os.path.join(paths.tmp, f + ".tmp")
     try:
@@ -107,8 +122,24 @@ def recycle(paths, done_path):
     except OSError:
         drop(hold)
         return True
-    if _finished(paths, pf[0]):  # it finished as we handed the file back: nobody will take it
+    if _finished(paths, producer):  # it finished as we handed the file back: nobody will take it
         drop(os.path.join(paths.free, f))
+    return True
+
+
+def recycle_committed(paths, pending_path, frame):
+    """A checkpoint's commit (dirs.commit_pending) of `frame`, still at `pending_path`: its bytes go back to its
+    producer (free/<frame>). REQUIRES: no view maps it (the caller knows: its own frame, its views gone). False
+    when not taken (as recycle): the caller removes it."""
+    producer = _takes(paths, pending_path, frame)
+    if producer is None:
+        return False
+    try:
+        rename_noreplace(pending_path, os.path.join(paths.free, frame))
+    except OSError:
+        return False
+    if _finished(paths, producer):
+        drop(os.path.join(paths.free, frame))
     return True
 
 

@@ -60,7 +60,7 @@ class SpoolSource:
         self.pin, self.pinned = bool(pin), 0
         # The ring (ring.py): acknowledged files go back to their producers, their mappings kept for the next
         # frames written over them; not for pinned mappings (a registration per frame is the point there).
-        self._maps = None if self.pin else MapCache()
+        self._maps = None if self.pin or not ring.enabled() else MapCache()
         self._released = Released(require("torch", "reading spool frames as tensors") if pin else None,
                                   cache=self._maps, recycle=lambda path: ring.recycle(self.paths, path))
         self.manifest_path = manifest_path or default_manifest_path(self.paths.root)
@@ -284,7 +284,8 @@ class SpoolSource:
         if self.warmup:
             return
         if checkpoint is not None:
-            self.committed += commit_pending(self.paths.root, positions or {self.name: position}, checkpoint)
+            self.committed += commit_pending(self.paths.root, positions or {self.name: position}, checkpoint,
+                                             self._recycle_committed)
         replay = [(pos, f, path) for pos, f, path in pending_frames(self.paths.root, self.name) if pos >= position]
         self._replay = {f: path for _, f, path in replay}
         if self.order is None:
@@ -302,10 +303,18 @@ class SpoolSource:
         final."""
         if self.warmup:
             return 0
-        n = commit_pending(self.paths.root, positions, checkpoint)
+        self._released.sweep()  # the views gone since the last claim: their frames' bytes may go to the ring
+        n = commit_pending(self.paths.root, positions, checkpoint, self._recycle_committed)
         self.committed += n
         self.write_manifest_if_final()
         return n
+
+    def _recycle_committed(self, consumer, frame, path):
+        """A committed frame's bytes to the ring: only this consumer's own, and none a view of it still maps
+        (another consumer's, a rank of another process, may still hold its last sample's views)."""
+        if consumer != self.name or frame in self._released.viewed():
+            return False
+        return ring.recycle_committed(self.paths, path, frame)
 
     def reject(self, claimed, reason):
         """Quarantines a claimed frame: rejected/<frame> and its reason beside it; never delivered again (a
