@@ -13,7 +13,7 @@ from dflash_launch.spool.format import SpoolError, frame_file, parse_frame_file
 
 def rename_noreplace(src, dst):
     """rename(2) with RENAME_NOREPLACE (glibc renameat2); link+unlink where unsupported."""
-    libc = _libc()
+    libc = glibc()
     if libc is not None:
         r = libc.renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), 1)  # AT_FDCWD, RENAME_NOREPLACE
         if r == 0:
@@ -28,7 +28,8 @@ def rename_noreplace(src, dst):
 _LIBC = []
 
 
-def _libc():
+def glibc():
+    """The C library (ctypes, errno kept), or None where renameat2 is missing (glibc < 2.28)."""
     if not _LIBC:
         try:
             libc = ctypes.CDLL(None, use_errno=True)

@@ -14,9 +14,10 @@ The exchange keeps the acknowledgement what it was (done/<f> exists at every ins
 see the same), and a crash between the two renames leaves tmp/<f>.tmp, which the producer's restart removes
 (every <its frame>.tmp in tmp/ is its own leftover) and a consumer's start removes once done/<f> has the record.
 free/ counts against its producer's share of the byte budget (write.spool_bytes), so the ring never holds more
-than the budget did. A finished producer takes nothing back: a consumer truncates its frames as before, and
-finish() drops its free files. Where renameat2(RENAME_EXCHANGE) is missing the ring is off and nothing else
-changes.
+than the budget did. A checkpoint's commit moves pending/ -> free/ the committing consumer's own frames that no
+view maps (recycle_committed). A finished producer takes nothing back: a consumer truncates its frames as before,
+and finish() drops its free files. Frames under MIN_BYTES, a filesystem without renameat2(RENAME_EXCHANGE), and
+DFLASH_SPOOL_RING=0 leave the ring off; nothing else changes.
 """
 
 import ctypes
@@ -24,7 +25,7 @@ import errno
 import os
 import stat
 
-from dflash_launch.spool.dirs import _libc, frame_names, parse_frame_file, rename_noreplace
+from dflash_launch.spool.dirs import frame_names, glibc, parse_frame_file, rename_noreplace
 
 _RENAME_EXCHANGE = 2
 
@@ -36,7 +37,7 @@ MIN_BYTES = 256 * 1024
 
 def _exchange(a, b):
     """Swaps two names atomically; False where the kernel or filesystem cannot (the caller truncates instead)."""
-    libc = _libc()
+    libc = glibc()
     if libc is None:
         return False
     if libc.renameat2(-100, os.fsencode(a), -100, os.fsencode(b), _RENAME_EXCHANGE) == 0:
