@@ -307,10 +307,11 @@ bool File::Map(const std::string& path, std::string* err, std::shared_ptr<MapCac
     return false;
   }
   std::weak_ptr<MapCache> keep = cache;
-  std::shared_ptr<uint8_t> buf(static_cast<uint8_t*>(p), [size, keep, dev = st.st_dev, ino = st.st_ino](uint8_t* q) {
-    if (auto c = keep.lock()) c->Put(dev, ino, q, size);
+  auto unmap = [size, keep, dev = st.st_dev, ino = st.st_ino](uint8_t* q) {
+    if (auto c = keep.lock()) c->Put(dev, ino, q, size);  // kept for a later frame over the file
     else ::munmap(q, size);
-  });
+  };
+  std::shared_ptr<uint8_t> buf(static_cast<uint8_t*>(p), unmap);
   if (!ParseHeader(std::string_view(reinterpret_cast<const char*>(buf.get()), size), size, &h, err)) {
     *err = path + ": " + *err;
     return false;

@@ -46,23 +46,6 @@ bool FileExists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-/// The ring's file `from` (free/), renamed to `tmp` and resized to `size` bytes with every page allocated, open
-/// for writing at offset 0; an empty fd (the file dropped) if it is gone, not a plain file of ours that nothing
-/// else links, or cannot grow: the caller writes a new file then.
-UniqueFd OpenReused(const std::string& from, const std::string& tmp, uint64_t size) {
-  if (::rename(from.c_str(), tmp.c_str()) != 0) return UniqueFd();
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));  // a FIFO must not block
-  struct stat st {};
-  bool ok = fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == ::geteuid();
-  const off_t n = static_cast<off_t>(size);
-  if (ok && st.st_size != n) ok = ::ftruncate(fd.get(), n) == 0;
-  if (ok && st.st_blocks * 512 < n) ok = ::posix_fallocate(fd.get(), 0, n) == 0;
-  if (ok) return fd;
-  fd.reset();
-  DropFile(tmp);
-  return UniqueFd();
-}
-
 /// [[first_seq, last_seq, checkpoint or null], ...]: `producer`'s consecutive sequence numbers committed by the
 /// same checkpoint (dflash_launch.spool.dirs._runs).
 nlohmann::ordered_json CommittedRuns(const std::string& producer, const std::set<int64_t>& seqs,
@@ -329,7 +312,7 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
     std::string reuse;
     if (!WaitForRoom(size, &budget, &reuse, err)) return false;
     int e = 0;
-    UniqueFd over = reuse.empty() ? UniqueFd() : OpenReused(reuse, tmp, size);
+    UniqueFd over = reuse.empty() ? UniqueFd() : OpenFreeFile(reuse, tmp, size);
     if (over) {
       if (!safetensors::WriteFd(over.get(), metadata, tensors, err)) {
         over.reset();

@@ -100,6 +100,20 @@ std::vector<std::pair<std::string, int64_t>> FreeFiles(const SpoolPaths& paths, 
   return out;
 }
 
+UniqueFd OpenFreeFile(const std::string& free_path, const std::string& tmp, uint64_t size) {
+  if (::rename(free_path.c_str(), tmp.c_str()) != 0) return UniqueFd();
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));  // a FIFO must not block
+  struct stat st {};
+  bool ok = fd && ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == ::geteuid();
+  const off_t n = static_cast<off_t>(size);
+  if (ok && st.st_size != n) ok = ::ftruncate(fd.get(), n) == 0;
+  if (ok && st.st_blocks * 512 < n) ok = ::posix_fallocate(fd.get(), 0, n) == 0;
+  if (ok) return fd;
+  fd.reset();
+  DropFile(tmp);
+  return UniqueFd();
+}
+
 void DropFree(const SpoolPaths& paths, const std::string& owner) {
   for (const auto& [p, bytes] : FreeFiles(paths, owner)) DropFile(p);
 }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/fd.h"
 #include "worker/builtin/spool.h"
 
 namespace dflash::spool {
@@ -43,8 +44,13 @@ bool Recycle(const SpoolPaths& paths, const std::string& done_path);
 /// [(path, allocated bytes)] of producer `owner`'s files in free/: plain files with one name only.
 std::vector<std::pair<std::string, int64_t>> FreeFiles(const SpoolPaths& paths, const std::string& owner);
 
-/// Truncates a plain file with one name to 0 bytes (its pages freed, whoever maps it); never through a link, never blocking on
-/// a FIFO; anything else is left as it is.
+/// The producer's side: its file `free_path` (one of FreeFiles), renamed to `tmp` and resized to `size` bytes with
+/// every page allocated, open for writing at offset 0. An empty fd (the file dropped) if it is gone, not a plain
+/// file of ours that nothing else links, or cannot grow: the caller writes a new file then.
+UniqueFd OpenFreeFile(const std::string& free_path, const std::string& tmp, uint64_t size);
+
+/// Truncates a plain file with one name to 0 bytes (its pages freed, whoever maps it); never through a link, never
+/// blocking on a FIFO; anything else is left as it is.
 void EmptyFile(const std::string& path);
 
 /// Truncates `path` to 0 bytes at its open (a frame the ack did not hand to the ring): never through a link,

@@ -76,13 +76,6 @@ class MapCache:
         while len(self._maps) > self.limit:
             self._maps.popitem(last=False)[1].close()
 
-    def close(self):
-        while self._maps:
-            self._maps.popitem()[1].close()
-        if self._pagemap is not None:
-            os.close(self._pagemap)
-            self._pagemap = None
-
     def _drop_private_pages(self, m):
         page = mmap.PAGESIZE
         try:
@@ -180,8 +173,6 @@ class MappedFrame:
         else:
             self.map.close()
         self.map = None
-
-
 
 
 class Released:

@@ -163,6 +163,33 @@ def free_files(paths, owner):
     return out
 
 
+def open_free_file(free_path, path, size):
+    """The producer's side: its file `free_path` (one of free_files), renamed to `path` and resized to `size`
+    bytes with every page allocated, open for writing at offset 0. None (the file dropped) if it is gone, not a
+    plain file of ours that nothing else links, or cannot grow: the caller writes a new file then."""
+    try:
+        os.rename(free_path, path)
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
+    except FileNotFoundError:
+        return None  # dropped meanwhile (its producer's finish(), a restart's cleanup)
+    except OSError:
+        drop(path)
+        return None
+    st = os.fstat(fd)
+    ok = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
+    try:
+        if ok and st.st_size != size:
+            os.ftruncate(fd, size)
+        if ok and st.st_blocks * 512 < size:
+            os.posix_fallocate(fd, 0, size)
+    except OSError:
+        ok = False
+    if not ok:
+        os.close(fd)
+        drop(path)
+    return fd if ok else None
+
+
 def drop_free(paths, owner):
     """Drops every file of `owner`'s in free/ (its end: nobody writes over them any more)."""
     for path, _ in free_files(paths, owner):

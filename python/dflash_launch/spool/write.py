@@ -15,7 +15,6 @@ import fcntl
 import json
 import os
 import shutil
-import stat
 import time
 
 from dflash_launch.spool import ring
@@ -67,29 +66,6 @@ def _open_fresh(path, size):
     return fd
 
 
-def _open_reused(path, size):
-    """The ring's file now at `path` (renamed there from free/), resized to `size` bytes with every page
-    allocated; None (the file dropped) if it is not a plain file of ours that nothing else links, or cannot grow."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
-    except OSError:
-        ring.drop(path)
-        return None
-    st = os.fstat(fd)
-    ok = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.geteuid()
-    try:
-        if ok and st.st_size != size:
-            os.ftruncate(fd, size)
-        if ok and st.st_blocks * 512 < size:
-            os.posix_fallocate(fd, 0, size)
-    except OSError:
-        ok = False
-    if not ok:
-        os.close(fd)
-        ring.drop(path)
-    return fd if ok else None
-
-
 def write_frame(path, tensors, metadata, reserve=None):
     """Writes `tensors` to a new private file at `path`: under `reserve(size)` (a context manager, the byte
     budget's, that may yield a file of the ring to write over: ring.py) it is that file, renamed to `path`, or a
@@ -98,13 +74,7 @@ def write_frame(path, tensors, metadata, reserve=None):
     head, bufs = frame_layout(tensors, metadata)
     size = len(head) + sum(b.nbytes for b in bufs)
     with (reserve(size) if reserve else contextlib.nullcontext()) as reused:
-        fd = None
-        if reused is not None:
-            try:
-                os.rename(reused, path)
-                fd = _open_reused(path, size)
-            except FileNotFoundError:
-                pass  # dropped meanwhile (its producer's finish(), a restart's cleanup): a new file then
+        fd = ring.open_free_file(reused, path, size) if reused is not None else None
         if fd is None:
             fd = _open_fresh(path, size)
     try:
@@ -218,9 +188,9 @@ def reserve_room(paths, size, max_bytes, max_ready, say=None, owner=None):
             if len([f for f in frame_names(paths.ready) if owner is None or f.startswith(owner + "-")]) < max_ready:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 held = spool_bytes(paths, owner)
-                # A small frame that fits looks no further (its acks truncate: nothing of the ring's for it).
-                (reuse, reuse_bytes), others = ((None, 0), []) if size < ring.MIN_BYTES and held + size <= max_bytes \
-                    else _pick_free(paths, owner, size)
+                (reuse, reuse_bytes), others = (None, 0), []
+                if size >= ring.MIN_BYTES or held + size > max_bytes:  # a small frame that fits looks no further
+                    (reuse, reuse_bytes), others = _pick_free(paths, owner, size)
                 if held + max(0, size - reuse_bytes) > max_bytes and others:
                     for path, _ in others:  # kept for frames of another size: room for this one first
                         ring.drop(path)
