@@ -4,6 +4,7 @@ kept. Every promise of the spool holds through it: values (never an earlier fram
 trainer's), a view kept past its ack, the byte budget, a finished producer, a kill between the ring's renames or
 in the middle of a write over a reused file, a filesystem without RENAME_EXCHANGE."""
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -392,3 +393,49 @@ def test_a_low_open_files_limit_keeps_fewer_mappings():
               "from dflash_launch.spool.mapped import MapCache; print(MapCache().limit)" % str(ROOT / "python"))
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["5"], (r.stdout, r.stderr)
+
+
+PAUSED_WITH_A_VIEW = """
+import os, signal, sys, torch
+sys.path.insert(0, {python!r})
+from dflash_launch import contract_from_env
+from dflash_launch.spool import SpoolSource
+src = SpoolSource({root!r}, "d:0", contract_from_env(), producers=1)
+s = src.next_sample()
+kept, want = s["hidden"], s["hidden"].clone()
+s["ack"]()
+del s
+src.release()
+os.kill(os.getpid(), signal.SIGSTOP)  # paused with a view of its acknowledged frame
+sys.exit(0 if torch.equal(kept, want) else 3)
+"""
+
+
+def test_a_consumer_paused_with_a_view_keeps_its_file_out_of_the_ring(tmp_path):
+    """SIGSTOP at the worst moment: a consumer paused while a view of its acknowledged frame lives. Its file only
+    goes back when that process sees the view die, so while it is stopped the others' frames go to new files and
+    its view is unchanged when it runs again."""
+    root = tmp_path / "spool"
+    p = SpoolProducer(root, "t:0", CONTRACT, producers=1)
+    p.publish(*frame(0))
+    child = subprocess.Popen([sys.executable, "-c", PAUSED_WITH_A_VIEW.format(python=str(ROOT / "python"),
+                                                                                root=str(root))],
+                             env=dict(ENV, **RING_ENV))
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # stopped: /proc says T
+            with open(f"/proc/{child.pid}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("T"):
+                    break
+            assert child.poll() is None
+            time.sleep(0.05)
+        first = ino(root / "done" / frame_file("t:0", 0))
+        src = SpoolSource(root, "d:1", CONTRACT, producers=1)
+        for seq in range(1, 4):
+            p.publish(*frame(seq))
+            assert ino(root / "ready" / frame_file("t:0", seq)) != first
+            consume(src, seq)
+        assert frame_file("t:0", 0) not in os.listdir(root / "free")
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+    assert child.wait(timeout=120) == 0  # its view read frame 0, untouched
