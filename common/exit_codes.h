@@ -18,6 +18,7 @@ constexpr int kCannotCreate = 73;   // the cache/gate/run directory cannot be cr
 constexpr int kTimeout = 75;        // timed out: waiting for the gate, for a process to become ready, or for every node at the start barrier (EX_TEMPFAIL)
 constexpr int kDeposed = 76;        // store mode: this node stopped because the run moved on without it (its registration was deleted, expired or taken by another launcher, or node 0's session ended); it never re-registers into it
 constexpr int kRefused = 77;        // `ctl`/`ps`: refused: the run's control socket or run dir could be another user's (EX_NOPERM)
+constexpr int kCheckpointRefused = 78;  // a checkpoint cannot be restored exactly (another run's, damaged with frames it committed, or frames committed by a checkpoint that is gone); never restarted
 constexpr int kNotExecutable = 126; // the command exists but cannot be executed
 constexpr int kNotFound = 127;      // the command was not found
 constexpr int kSignalBase = 128;    // the process was killed by signal N (exit 128+N)

@@ -19,6 +19,11 @@ RestartDecision RestartTracker::OnExit(int exit_code, Millis runtime, SteadyTime
   if (exit_code == exit_code::kFrameContract)
     return {Kind::kNoRestart, Millis(0),
             "exit code 65: a hidden-state frame violates the [model] contract (never restarted)"};
+  // A checkpoint that cannot be restored exactly is refused again by every restart (it is still there, or its
+  // frames are still gone): the person must choose (docs/checkpoints.md).
+  if (exit_code == exit_code::kCheckpointRefused)
+    return {Kind::kNoRestart, Millis(0),
+            "exit code 78: a checkpoint cannot be restored exactly (never restarted)"};
   const auto& codes = spec_.no_restart_exit_codes;
   if (std::find(codes.begin(), codes.end(), exit_code) != codes.end())
     return {Kind::kNoRestart, Millis(0), "exit code " + std::to_string(exit_code) + " is in no_restart_exit_codes"};

@@ -109,6 +109,16 @@ class CheckpointDiverged(RuntimeError):
     collective the others never enter."""
 
 
+EXIT_CHECKPOINT_REFUSED = 78  # common/exit_codes.h's kCheckpointRefused: the supervisor never restarts it
+
+
+class CheckpointRefused(RuntimeError):
+    """A checkpoint that cannot be restored exactly: another run's, damaged after it committed frames, or one whose
+    frames a newer (removed) checkpoint committed. Restarting meets the same checkpoint, so the process ends with
+    78 (in a process that opted in to exit codes) and the message says what to do."""
+    exit_code = EXIT_CHECKPOINT_REFUSED
+
+
 class Checkpoint:
     def __init__(self, model, optimizer=None, every_steps=None, every=None, dir=None, keep=3, source=None,
                  async_save=True, stop_signals=(signal.SIGTERM,), stop_wait_s=5.0, metrics=None, say=None, env=None):
