@@ -31,6 +31,8 @@ neither restores nor saves. docs/checkpoints.md.
 """
 
 import atexit
+import copy
+import json
 import os
 import random
 import re
@@ -40,6 +42,8 @@ import sys
 import time
 
 from dflash_launch._extras import require
+from dflash_launch.checkpoint_identity import (ADOPT_VAR, IDENTITY_FILE, frames_said, identity_of, judge,
+                                               read_identity, tensor_specs)
 from dflash_launch.exit_codes import release_process_groups_at_exit
 from dflash_launch.spool.dirs import private_makedirs
 
@@ -103,6 +107,16 @@ def _set_rng_state(torch, state):
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
 
 
+def _error_said(error):
+    """One line for a failed load: DCP's CheckpointException by each failed rank's own exception (its text is their
+    whole tracebacks), anything else by its type and message."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        return "; ".join(f"{type(exc).__name__}: {exc}".rstrip(": ") + f" on rank {r}"
+                         for r, (exc, _) in sorted(failures.items()))
+    return f"{type(error).__name__}: {error}".rstrip(": ")
+
+
 class CheckpointDiverged(RuntimeError):
     """The ranks of a world reached different points of the Checkpoint's protocol (a bug, or a loop that calls
     step()/save()/finish() differently per rank): raised on every rank at once, rather than each waiting forever in a
@@ -143,6 +157,8 @@ class Checkpoint:
         self.metrics = metrics if metrics is not None else getattr(source, "metrics", None)
         self.warmup = env.get("DFLASH_WARMUP") == "1"
         self.process = env.get("DFLASH_PROCESS", "")
+        self.env = env                              # whose checkpoints these are (checkpoint_identity)
+        self.adopt = env.get(ADOPT_VAR) == "1"      # another run's checkpoint, taken on purpose
         self.in_world = self.dist.is_available() and self.dist.is_initialized() and not self.warmup
         self.rank = self.dist.get_rank() if self.in_world else 0
         self.world = self.dist.get_world_size() if self.in_world else 1
@@ -198,55 +214,153 @@ class Checkpoint:
 
     def restore(self):
         """Loads the last committed checkpoint (model, optimizer, RNG states, the source's position) and returns
-        the step to go on from; 0 when there is none. Rank 0 removes what a killed save left half-written."""
+        the step to go on from; 0 when there is none. Rank 0 removes what a killed save left half-written.
+
+        Refused (CheckpointRefused, exit 78 where the process opted in to exit codes; every rank raises it) when
+        the restore cannot be exact: another run's checkpoint (unless DFLASH_CHECKPOINT_ADOPT=1), another [model],
+        world size or tensor dtype/shape, or frames done/ credits to a checkpoint newer than the one it would
+        restore (removed, or damaged: docs/checkpoints.md, "Identity" and "A restore that cannot be exact")."""
         self._install_signals()
         if self.warmup:
             return 0
         torch = self.torch
-        choice = None
+        from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: named to be caught
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        msd, osd = get_state_dict(self.model, self.optimizers)
+        mine = identity_of(self.env, self.world, self._spool_root(), tensor_specs({"model": msd, "optim": osd}))
         if self.rank == 0:
             private_makedirs(self.dir)
             for n in os.listdir(self.dir):
                 if n.startswith(".tmp-"):
                     shutil.rmtree(os.path.join(self.dir, n), ignore_errors=True)  # a kill mid-write
-            ok = [(s, p) for s, p in committed(self.dir)
-                  if all(os.path.exists(self._rank_file(p, r)) for r in range(self.world))]
-            found = committed(self.dir)
-            choice = ok[-1] if ok else None
-            if found and not ok:
-                choice = (None, f"Checkpoint: {found[-1][1]} was written by a world of another size (it lacks rank "
-                                f"files for {self.world} ranks); restore it with that many ranks, or use another "
-                                f"checkpoint dir")
-        choice = self._broadcast(choice)
-        if choice is not None and choice[0] is None:
-            raise RuntimeError(choice[1])  # on every rank: none waits for another in a collective
-        if choice is None:
-            if self.source is not None:
-                self.source.restore(None)
-            self.say(f"{self._who()}: no checkpoint in {self.dir}: starting at step 0")
-            self._report(resumed_from_step=0)  # the run's summary: a restart with none yet redoes every step
-            return 0
-        step, path = choice
-        t0 = time.monotonic()
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-        msd, osd = get_state_dict(self.model, self.optimizers)
-        state = {"model": msd, "optim": osd}
-        self.dcp.load(state, checkpoint_id=path, process_group=self.save_group)
+        records = self._records() if self.rank == 0 else {}
+        while True:
+            choice = self._broadcast(self._choose(mine, records) if self.rank == 0 else None)
+            if choice[0] == "refuse":
+                raise CheckpointRefused(f"{self._who()}: {choice[1]}")  # on every rank: none waits in a collective
+            if choice[0] == "none":
+                if self.source is not None:
+                    self.source.restore(None)
+                self.say(f"{self._who()}: no checkpoint in {self.dir}: starting at step 0")
+                self._report(resumed_from_step=0)  # the run's summary: a restart with none yet redoes every step
+                return 0
+            _, step, path, verdict, same_spool, why, oldest = choice
+            t0 = time.monotonic()
+            error = None
+            try:
+                msd, osd = get_state_dict(self.model, self.optimizers)
+                state = {"model": msd, "optim": osd}
+                if oldest:  # DCP loads in place: a failed load must leave the model as built, with none to fall back on
+                    state = copy.deepcopy(state)
+                self.dcp.load(state, checkpoint_id=path, process_group=self.save_group)
+                extra = torch.load(self._rank_file(path, self.rank), weights_only=True)
+            except (Exception, CheckpointException) as e:  # noqa: BLE001 - damaged: every rank learns it below
+                error = _error_said(e)
+            errors = self._gather(error)
+            if not any(errors):
+                break
+            # Damaged: an older one only if this one committed no frames (else they would train twice).
+            verdict_of_damage = self._damaged(path, errors, records) if self.rank == 0 else None
+            verdict_of_damage = self._broadcast(verdict_of_damage)
+            if verdict_of_damage[0] == "refuse":
+                raise CheckpointRefused(f"{self._who()}: {verdict_of_damage[1]}")
+            self.say(f"{self._who()}: {verdict_of_damage[1]}")
         set_state_dict(self.model, self.optimizers, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        extra = torch.load(self._rank_file(path, self.rank), weights_only=True)
         _set_rng_state(torch, extra["rng"])
+        if verdict == "adopt":
+            self.say(f"{self._who()}: {why}")
+            self._report(checkpoint_adopted=path)
+        source_state = extra.get("source") if same_spool else None
         if self.source is not None:
-            positions = self._positions(path) if self.rank == 0 else None
-            self.source.restore(extra.get("source"), positions, path if self.rank == 0 else None)
+            if same_spool:
+                positions = self._positions(path) if self.rank == 0 else None
+                self.source.restore(source_state, positions, path if self.rank == 0 else None)
+            else:
+                self.source.restore(None)  # adopted from another spool: its place there means nothing here
         self.done_steps = self.resumed_from = int(extra["step"])
         self.last = (self.resumed_from, path)
-        self._last_source = extra.get("source")
+        self._last_source = source_state
         self._last_save_t = time.monotonic()
         took = time.monotonic() - t0
         self.say(f"{self._who()}: resumed from step {self.resumed_from} ({path}, {took:.2f}s)")
         self._report(resumed_from_step=self.resumed_from, restore_s=round(took, 3),
                      checkpoint={"path": path, "step": self.resumed_from})
         return self.resumed_from
+
+    def _spool_root(self):
+        return getattr(self.source, "spool_root", None) or ""
+
+    def _records(self):
+        """{frame: checkpoint} of the spool's done/ records that name a checkpoint of this directory (rank 0)."""
+        if self.source is None or not hasattr(self.source, "committed_records"):
+            return {}
+        return {f: ck for f, ck in self.source.committed_records().items()
+                if ck and os.path.dirname(ck) == self.dir}
+
+    def _choose(self, mine, records):
+        """Rank 0: what restore() does, for every rank: ("none",), ("refuse", why) or ("load", step, path, verdict,
+        same_spool, why) of the newest committed checkpoint (judge() on its identity)."""
+        found = committed(self.dir)
+        ok = [(s, p) for s, p in found if all(os.path.exists(self._rank_file(p, r)) for r in range(self.world))]
+        if found and not ok:
+            return ("refuse", f"checkpoint {found[-1][1]} was written by a world of another size (it lacks rank "
+                              f"files for {self.world} ranks); restore it with that many ranks, or use another "
+                              f"checkpoint dir")
+        newest = _key(os.path.basename(ok[-1][1])) if ok else None
+        # Frames done/ credits to a checkpoint newer than the one at hand (or to one when there is none): they
+        # entered a model this restore would not have, and would train again (or, in a fixed order, be missing).
+        ahead = {f: ck for f, ck in records.items() if newest is None or _key(os.path.basename(ck)) > newest}
+        if ahead:
+            return ("refuse", self._ahead_said(ahead, ok[-1][1] if ok else None))
+        if not ok:
+            return ("none",)
+        step, path = ok[-1]
+        verdict, same_spool, why = judge(mine, read_identity(path), self.adopt, path)
+        if verdict == "refuse":
+            return ("refuse", why)
+        return ("load", step, path, verdict, same_spool, why, len(ok) == 1)
+
+    def _ahead_said(self, ahead, restorable):
+        by = {}
+        for f, ck in ahead.items():
+            by.setdefault(ck, []).append(f)
+        named = "; ".join(f"{os.path.basename(ck)} ({'in ' + self.dir if os.path.isdir(ck) else 'gone'}) committed "
+                          f"{len(fs)}: {frames_said(fs)}" for ck, fs in sorted(by.items()))
+        here = f"the newest it can restore is {restorable}" if restorable else f"{self.dir} holds none"
+        return (f"the spool's done/ records credit frames to checkpoints newer than what this restore can take "
+                f"({here}): {named}. Those frames entered a model no checkpoint here holds; resuming would train "
+                f"them again or skip them, never exactly. Fix: put the checkpoint that committed them back "
+                f"(never remove the newest checkpoint to resume from the one before), or start over with a fresh "
+                f"run (a new run id: a new spool) and another [run] checkpoint_dir")
+
+    def _damaged(self, path, errors, records):
+        """Rank 0, after `path` failed to load on some rank (`errors`: each rank's, or None): ("refuse", why) if
+        done/ credits frames to it, else ("skip", what was done) having moved it aside (damaged-step-N), so the
+        next choice is the one before it and no later save meets its name."""
+        said = "; ".join(dict.fromkeys(e for e in errors if e))  # DCP's error is every rank's: said once
+        if len(said) > 2000:
+            said = said[:2000] + " ..."
+        mine = sorted(f for f, ck in records.items() if ck == path)
+        if mine:
+            return ("refuse", f"checkpoint {path} cannot be loaded ({said}), and the spool's done/ records credit "
+                              f"{len(mine)} frames to it ({frames_said(mine)}): an older checkpoint would train "
+                              f"them again. Fix: put back an intact copy of {path}, or start over with a fresh run "
+                              f"(a new run id: a new spool) and another [run] checkpoint_dir")
+        aside, n = os.path.join(self.dir, "damaged-" + os.path.basename(path)), 0
+        while os.path.lexists(aside):  # an earlier one of the same name: both kept, for whoever looks
+            n += 1
+            aside = os.path.join(self.dir, f"damaged-{os.path.basename(path)}.{n}")
+        os.rename(path, aside)
+        return ("skip", f"checkpoint {path} cannot be loaded ({said}); it committed no frames, so the one before it "
+                        f"is exact: moved to {aside}, trying the next")
+
+    def _gather(self, value):
+        """Every rank's `value` (picklable), in rank order; [value] outside a world."""
+        if not self.in_world:
+            return [value]
+        every = [None] * self.world
+        self.dist.all_gather_object(every, value, group=self.agree_group)
+        return every
 
     def _positions(self, path):
         """{consumer: position}: every rank's source position as the checkpoint at `path` recorded it."""
@@ -316,6 +430,12 @@ class Checkpoint:
         from torch.distributed.checkpoint.state_dict import get_state_dict
         msd, osd = get_state_dict(self.model, self.optimizers)
         state = {"model": msd, "optim": osd}
+        if self.rank == 0:  # whose it is: restore() takes only this run's (checkpoint_identity)
+            identity = identity_of(self.env, self.world, self._spool_root(), tensor_specs(state))
+            with open(os.path.join(tmp, IDENTITY_FILE), "w") as f:
+                json.dump(identity, f)
+                f.flush()
+                os.fsync(f.fileno())  # on disk before the rename commits it, as DCP's files are
         if self.async_save and not wait:
             future = dcp.async_save(state, checkpoint_id=tmp, process_group=self.save_group)
             future = getattr(future, "upload_completion", future)

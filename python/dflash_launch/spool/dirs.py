@@ -241,6 +241,13 @@ def _committed_by(done_dir, frames):
     return out
 
 
+def committed_records(root):
+    """{frame: checkpoint} of every done/ frame whose record names the checkpoint that committed it (a restore
+    checks them against the checkpoints it can take: dflash_launch.Checkpoint)."""
+    done = Paths(root).done
+    return {f: ck for f, ck in _committed_by(done, frame_names(done)).items() if ck}
+
+
 def _runs(seqs, by):
     """[[first_seq, last_seq, checkpoint]]: consecutive sequence numbers committed by the same checkpoint."""
     runs = []

@@ -9,6 +9,12 @@ An entry is known once its producer published it (it is somewhere in the spool) 
 (producers/<name>.done); until then the ranks wait: the cost of a fixed order is that a slow producer paces the
 world (docs/benchmarks.md, "Ordered delivery"). The producers' names must all be known before cycle 0 (each
 producer's first frame or its end marker names it); the count comes from DFLASH_SPOOL_PRODUCERS.
+
+A frame quarantined in rejected/ before the walk began is not in the order: every rank of the world skips it alike
+(each builds its order at the world's start, when rejected/ holds the same frames for all), so a world stopped by a
+bad frame resumes past it, in step, instead of meeting it again. A frame is rejected only by the round that meets it,
+and that round ends the world (exit 65): every checkpoint the world resumes from lies before it, so the entries up
+to the restored round are the same with or without it.
 """
 
 import json
@@ -16,7 +22,7 @@ import os
 import time
 
 from dflash_launch.spool.dirs import Paths, frame_names, parse_pending
-from dflash_launch.spool.format import SpoolError, parse_frame_file
+from dflash_launch.spool.format import SpoolError, frame_file, parse_frame_file
 
 
 class SpoolOrder:
@@ -35,6 +41,8 @@ class SpoolOrder:
         self.index = 0               # entries walked so far
         self.waited_s = 0.0
         self._skip = int(start_round) * self.world + self.rank
+        self.rejected = set(frame_names(self.paths.rejected))  # out of the order (above)
+        self.skipped = []            # the rejected frames the walk passed, in order
 
     # What the spool holds --------------------------------------------------------------------------------------
 
@@ -129,6 +137,9 @@ class SpoolOrder:
             entry = self._next_entry()
             if entry is None:
                 return None
+            if frame_file(*entry) in self.rejected:
+                self.skipped.append(frame_file(*entry))
+                continue
             i = self.index
             self.index += 1
             if i >= self._skip and (i - self.rank) % self.world == 0:

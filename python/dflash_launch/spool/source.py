@@ -7,8 +7,8 @@ import time
 from dflash_launch._extras import require
 from dflash_launch.exit_codes import use_exit_codes
 from dflash_launch.spool.dirs import (Paths, atomic_write, frame_names, default_manifest_path, rename_noreplace,
-                                      commit_pending, pending_frames, pending_name, private_makedirs,
-                                      write_manifest_if_final, entries, spool_root_from_env)
+                                      commit_pending, committed_records, pending_frames, pending_name,
+                                      private_makedirs, write_manifest_if_final, entries, spool_root_from_env)
 from dflash_launch.spool.format import (FrameContractError, SpoolError, check_frame,
                                         frame_file, parse_frame_file, parse_header)
 from dflash_launch.spool import ring
@@ -274,6 +274,15 @@ class SpoolSource:
 
     def state_dict(self):
         return {"position": self.position}
+
+    @property
+    def spool_root(self):
+        """The spool this source consumes: part of a checkpoint's identity (dflash_launch.checkpoint_identity)."""
+        return os.path.abspath(self.paths.root)
+
+    def committed_records(self):
+        """{frame: checkpoint} of done/'s records (a restore checks them against the checkpoints it can take)."""
+        return {} if self.warmup else committed_records(self.paths.root)
 
     def restore(self, state, positions=None, checkpoint=None):
         """Back to the position a checkpoint recorded (`state`: state_dict(); None: the start). With `checkpoint`

@@ -124,12 +124,18 @@ class WorldSource:
         self.fixed = order == "fixed" and self.world > 1
         self.on_end = []      # called once when the loop ends (a Checkpoint's last save)
         self._ended = False
+        self._said_rejected = set()
         self._set_order(0)
 
     def _set_order(self, start_round):
         if self.fixed:
-            self.source.order = SpoolOrder(self.source.paths.root, self.source.producers, self.rank, self.world,
-                                           start_round)
+            order = SpoolOrder(self.source.paths.root, self.source.producers, self.rank, self.world, start_round)
+            self.source.order = order
+            if order.rejected and order.rejected != self._said_rejected:
+                self._said_rejected = order.rejected
+                self.say(f"{self.name}: the fixed order skips the {len(order.rejected)} quarantined frame(s) in "
+                         f"rejected/ ({', '.join(sorted(order.rejected))}; each with its .reason) on every rank: "
+                         f"the world stays in step past them")
 
     @classmethod
     def from_env(cls, contract, name=None, tail="pad", group=None, metrics=None, env=None, order="fixed", **kwargs):
@@ -145,8 +151,10 @@ class WorldSource:
         return self.source.shared_weights(**kwargs)
 
     def stats(self):
+        skipped = list(self.source.order.skipped) if self.fixed and self.source.order is not None else []
         return dict(self.source.stats(), world=self.world, rounds=self.rounds, frames_padded=self.padded,
-                    frames_dropped=self.dropped, tail=self.tail, order="fixed" if self.fixed else "arrival")
+                    frames_dropped=self.dropped, tail=self.tail, order="fixed" if self.fixed else "arrival",
+                    rejected_skipped=skipped)
 
     # With a checkpoint (dflash_launch.Checkpoint) -------------------------------
 
@@ -171,6 +179,13 @@ class WorldSource:
 
     def state_dict(self):
         return {"rounds": self.rounds, "source": self.source.state_dict()}
+
+    @property
+    def spool_root(self):
+        return self.source.spool_root
+
+    def committed_records(self):
+        return self.source.committed_records()
 
     def restore(self, state, positions=None, checkpoint=None):
         """Back to the round a checkpoint recorded (None: the start); see SpoolSource.restore."""
