@@ -71,8 +71,8 @@ ControlReply ControlVerbs::Apply(const ControlRequest& req, const RunStatus& bas
     case ControlVerb::kSignal:
       if (!Signal(targets, req.signal, &reply.error)) return reply;
       break;
-    case ControlVerb::kStop: req.target == "all" ? StopAll(targets) : Stop(targets); break;
-    case ControlVerb::kStart: Start(targets); break;
+    case ControlVerb::kStop: req.target == "all" ? StopAll(targets) : Stop(WithTheirWorlds(targets)); break;
+    case ControlVerb::kStart: Start(WithTheirWorlds(targets)); break;
     case ControlVerb::kRestart: Restart(targets); break;
   }
   reply.ok = true;
@@ -113,7 +113,24 @@ void ControlVerbs::StopAll(const std::vector<size_t>& targets) {
                      (unfinished.empty() ? "" : "; stopped by ctl before it finished: " + unfinished));
 }
 
-void ControlVerbs::Stop(const std::vector<size_t>& targets) {
+std::vector<size_t> ControlVerbs::WithTheirWorlds(const std::vector<size_t>& targets) const {
+  std::vector<bool> in(table_->units().size(), false);
+  for (size_t i : targets)
+    for (size_t j : table_->TorchWorldOf(i)) in[j] = true;
+  std::vector<size_t> out;
+  for (size_t j = 0; j < in.size(); ++j)
+    if (in[j]) out.push_back(j);
+  return out;
+}
+
+void ControlVerbs::StopRestOfWorld(size_t i, const std::string& why) {
+  std::vector<size_t> rest;
+  for (size_t j : table_->TorchWorldOf(i))
+    if (j != i) rest.push_back(j);
+  Stop(rest, why);
+}
+
+void ControlVerbs::Stop(const std::vector<size_t>& targets, const std::string& why) {
   for (size_t i : targets) {
     ProcessUnit& u = table_->units()[i];
     u.Hold();
@@ -121,7 +138,7 @@ void ControlVerbs::Stop(const std::vector<size_t>& targets) {
     Affected(i);
     if (u.alive()) {
       if (u.intent() == EndIntent::kRestart || u.intent() == EndIntent::kHung) u.SetIntent(EndIntent::kStop);
-      else u.Stop(EndIntent::kStop, "stopped by ctl");
+      else u.Stop(EndIntent::kStop, why);
     } else if (u.state() == ProcState::kBackoff) {
       u.Enter(ProcState::kExited, "stopped by ctl; not restarted");
     } else {

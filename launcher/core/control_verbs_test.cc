@@ -115,6 +115,116 @@ TEST(SupervisorCoreControl, RestartOfAWorldMemberRestartsItsWorld) {
   for (const char* n : {"target:0", "target:1"}) EXPECT_EQ(h.Spawns(n), 1) << n;
 }
 
+// Issue #55 item 6: one rank's stop is its world's stop, asked by hand, never a failure.
+Harness WorldOfThree() {
+  return Harness(Role("target", 1, kOnFailure3) +
+                     Role("drafter", 3,
+                          "restart = { policy = \"on-failure\", scope = \"role\", max = 3, window = \"1h\", "
+                          "backoff = \"1s..1s\" }"),
+                 [](RunConfig* c) { c->roles[1].world = TorchWorld::kRole; });
+}
+
+TEST(SupervisorCoreControl, StopOfOneRankStopsItsWorldAndStartBringsItBack) {
+  Harness h = WorldOfThree();
+  h.Start();
+  ControlReply r = h.Ctl(ControlVerb::kStop, "drafter:1");
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.body["affected"], nlohmann::json::array({"drafter:0", "drafter:1", "drafter:2"}));
+  for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) {
+    EXPECT_EQ(h.TakeSignals(n), std::vector<int>{SIGTERM}) << n;
+    h.Killed(n, SIGTERM);
+  }
+  h.Advance(Millis(60000));
+  for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) {
+    EXPECT_EQ(h.State(n), "EXITED") << n;
+    EXPECT_TRUE(h.Proc(n).held) << n << ": rank 0 would wait for a rank held by hand";
+    EXPECT_EQ(h.Spawns(n), 1) << n;
+    EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc(n).attempts[0].outcome)), "stopped by ctl") << n;
+  }
+  EXPECT_EQ(h.State("target:0"), "RUNNING") << "not of the world";
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStart, "drafter:2").ok);
+  for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) {
+    EXPECT_EQ(h.Spawns(n), 2) << n << ": a rank starts with its world";
+    EXPECT_FALSE(h.Proc(n).held) << n;
+    EXPECT_EQ(h.Proc(n).restarts, 0) << n;
+  }
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "all").ok);
+  for (const char* n : {"target:0", "drafter:0", "drafter:1", "drafter:2"}) h.Killed(n, SIGTERM);
+  EXPECT_TRUE(h.core().Done());
+  EXPECT_EQ(h.core().ExitCode(), 0) << h.core().ExitReason();
+  EXPECT_EQ(h.core().culprit(), -1);
+}
+
+TEST(SupervisorCoreControl, AStopSignalSentByHandToOneRankIsItsWorldsStopWhoeverEndsFirst) {
+  for (const char* first : {"drafter:1", "drafter:0"}) {
+    Harness h = WorldOfThree();
+    h.Start();
+    ASSERT_TRUE(h.Ctl(ControlVerb::kSignal, "drafter:1", SIGTERM).ok);
+    EXPECT_EQ(h.TakeSignals("drafter:0"), std::vector<int>{}) << "ctl signal reaches its target only";
+    // The world agreed on drafter:1's SIGTERM: every rank ends by it, the ones that got none too (exit 143 here).
+    if (std::string(first) == "drafter:0") h.Exit("drafter:0", 128 + SIGTERM);
+    else h.Killed("drafter:1", SIGTERM);
+    for (const char* n : {"drafter:0", "drafter:2"})
+      if (n != std::string(first)) EXPECT_EQ(h.TakeSignals(n), std::vector<int>{SIGTERM}) << first << " " << n;
+    for (const char* n : {"drafter:0", "drafter:1", "drafter:2"})
+      if (n != std::string(first)) h.Killed(n, SIGTERM);
+    h.Advance(Millis(60000));
+    for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) {
+      EXPECT_EQ(h.State(n), "EXITED") << first << " " << n;
+      EXPECT_TRUE(h.Proc(n).held) << first << " " << n;
+      EXPECT_EQ(h.Spawns(n), 1) << first << " " << n;
+      EXPECT_EQ(h.Proc(n).restarts, 0) << first << " " << n;
+      EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc(n).attempts[0].outcome)), "stopped by ctl") << first << n;
+    }
+    EXPECT_FALSE(h.core().stopping());
+    // Said once per rank: the first one's EXITED, the others' STOPPING.
+    EXPECT_EQ(h.Said("SIGTERM sent to drafter:1 by ctl; its torch world stops with it"), 3) << first;
+    ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "all").ok);
+    h.Killed("target:0", SIGTERM);
+    EXPECT_TRUE(h.core().Done());
+    EXPECT_EQ(h.core().ExitCode(), 0) << h.core().ExitReason();
+    EXPECT_EQ(h.core().culprit(), -1);
+  }
+}
+
+TEST(SupervisorCoreControl, OnlyAStopSignalSentByHandIsAStop) {
+  {  // a kill by hand is a failure, as a kill from anywhere: its world restarts by policy
+    Harness h = WorldOfThree();
+    h.Start();
+    ASSERT_TRUE(h.Ctl(ControlVerb::kSignal, "drafter:1", SIGKILL).ok);
+    h.Killed("drafter:1", SIGKILL);
+    EXPECT_EQ(h.State("drafter:1"), "BACKOFF");
+    EXPECT_EQ(h.Proc("drafter:1").restarts, 1);
+    EXPECT_FALSE(h.Proc("drafter:1").held);
+  }
+  {  // SIGTERM from elsewhere (no ctl): a failure, as before
+    Harness h = WorldOfThree();
+    h.Start();
+    h.Killed("drafter:1", SIGTERM);
+    EXPECT_EQ(h.State("drafter:1"), "BACKOFF");
+    EXPECT_EQ(h.Proc("drafter:1").restarts, 1);
+  }
+  {  // ctl sent SIGTERM, but the process failed otherwise: its failure
+    Harness h = WorldOfThree();
+    h.Start();
+    ASSERT_TRUE(h.Ctl(ControlVerb::kSignal, "drafter:1", SIGTERM).ok);
+    h.Exit("drafter:0", 1);
+    EXPECT_EQ(h.State("drafter:0"), "BACKOFF");
+    EXPECT_EQ(h.Proc("drafter:0").restarts, 1);
+  }
+  {  // a stop signal by hand to a process of no world: stopped by hand, alone
+    Harness h(Role("a", 2, kOnFailure3));
+    h.Start();
+    ASSERT_TRUE(h.Ctl(ControlVerb::kSignal, "a:1", SIGTERM).ok);
+    h.Killed("a:1", SIGTERM);
+    EXPECT_EQ(h.State("a:1"), "EXITED");
+    EXPECT_TRUE(h.Proc("a:1").held);
+    EXPECT_EQ(h.Proc("a:1").restarts, 0);
+    EXPECT_EQ(h.State("a:0"), "RUNNING");
+    EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{});
+  }
+}
+
 TEST(SupervisorCoreControl, BadTargetsAndSignals) {
   Harness h(Role("a", 2, ""));
   h.Start();

@@ -88,6 +88,7 @@ void ProcessUnit::BeginAttempt(std::optional<GateRole> after_warmup) {
   p_.worker_error.clear();
   p_.payload_exit.clear();
   p_.payload_signal = 0;
+  p_.ctl_signal = 0;
   p_.status.clear();
   p_.kill_at = p_.watchdog_at = p_.probe_at = SteadyTime::max();
   p_.probe_out = false;
@@ -341,6 +342,7 @@ void ProcessUnit::SignalByHand(int sig) {
   CoreAction a = CoreAction::For(CoreAction::Kind::kSignal, index_);
   a.signal = sig;
   sink_->Emit(std::move(a));
+  p_.ctl_signal = sig;  // an end by it is a stop asked by hand, if it is a stop signal (SupervisorCore::JudgeExit)
   Info(name() + ": " + SignalName(sig) + " sent by ctl");
   Note(SignalName(sig) + " sent by ctl", /*by_hand=*/true);
 }

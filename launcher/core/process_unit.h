@@ -58,6 +58,7 @@ struct CoreProc {
   std::optional<std::string> stop_after_exec;
   bool manual = false;        ///< the current stop/restart was asked by ctl
   bool held = false;          ///< stopped by hand: stays stopped until `ctl start`
+  int ctl_signal = 0;         ///< the last signal `ctl signal` sent this attempt (0: none)
   bool stops_after_dependents = false;  ///< the run stops: its signal waits until what starts after it has ended
   int restarts = 0;           ///< restarts by policy
   int manual_restarts = 0;    ///< restarts asked by hand
@@ -232,6 +233,9 @@ class ProcessUnit {
   /// Ended (`how`) while the run stops, or stopped by us: a failure to start is its own failure; else stopped by
   /// hand, collateral (`blamed_elsewhere`: a culprit other than it came first, here or on another node), or stopped.
   void EndWhileStopping(bool blamed_elsewhere, const std::string& how);
+  /// Ended (`how`) by a stop asked by hand otherwise than by `ctl stop` (`why`: a stop signal `ctl signal` sent
+  /// to it or to a peer of its world): held as if by `ctl stop`, no failure.
+  void EndStoppedByHand(const std::string& why, const std::string& how);
   /// Its end (`how`) as a service's: a service runs until the run ends, so any end before that, 0 included, is a
   /// failure; true (and `how` and its record say so) if it was one that ended 0.
   bool ServiceEndedEarly(std::string* how);

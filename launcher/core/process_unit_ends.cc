@@ -68,6 +68,13 @@ void ProcessUnit::EndWhileStopping(bool blamed_elsewhere, const std::string& how
   Enter(ProcState::kExited, (p_.intent == EndIntent::kStop ? (by_hand ? "stopped by ctl; " : "stopped; ") : "") + how);
 }
 
+void ProcessUnit::EndStoppedByHand(const std::string& why, const std::string& how) {
+  p_.held = true;
+  p_.manual = true;
+  SetOutcome(AttemptOutcome::kStoppedByCtl);
+  Enter(ProcState::kExited, "stopped by ctl (" + why + "); " + how);
+}
+
 std::string ProcessUnit::ReadyTimedOut() {
   p_.current().ready_timeout = true;
   return "(pid " + std::to_string(p_.pid) + ") " + (p_.readiness ? p_.readiness->TimeoutText() : "not ready in time");

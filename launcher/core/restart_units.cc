@@ -20,6 +20,20 @@ std::vector<size_t> RestartUnits::Members(size_t i) const {
   return unit;
 }
 
+std::vector<size_t> RestartUnits::World(size_t i) const {
+  const ProcessPlan& pp = units_[i].plan();
+  const TorchWorld world = units_[i].role().world;
+  if (pp.warmup || world == TorchWorld::kNone) return {i};
+  std::vector<size_t> members;
+  for (size_t j = 0; j < units_.size(); ++j) {
+    const ProcessPlan& q = units_[j].plan();
+    if (q.warmup) continue;
+    if (world == TorchWorld::kRole ? q.role_index == pp.role_index : units_[j].role().world == TorchWorld::kRun)
+      members.push_back(j);
+  }
+  return members;
+}
+
 std::string RestartUnits::What(size_t i) const {
   const RoleSpec& role = units_[i].role();
   return role.restart.scope == RestartScope::kAll ? "run"

@@ -19,6 +19,9 @@ class RestartUnits {
 
   /// The processes restarted together with `i` (its unit, `i` included); a warm-up is a unit of its own.
   std::vector<size_t> Members(size_t i) const;
+  /// The processes of `i`'s torch world (RoleSpec::world), `i` included; `i` alone when it is in none (or is a
+  /// warm-up). A rank cannot stop, start or restart without them: its peers would wait for it forever.
+  std::vector<size_t> World(size_t i) const;
   /// "run", "torch world" or "role": what restarts with `i`, in words (the why of its members' BACKOFF).
   std::string What(size_t i) const;
   /// Whether `i`'s unit is wider than `i` (a scope "role"/"all", or a torch world): in store mode a round of

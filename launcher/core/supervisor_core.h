@@ -153,6 +153,8 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   SteadyTime started_at() const { return t0_; }
   /// The processes restarted together with `i` (RestartUnits::Members).
   std::vector<size_t> RestartUnit(size_t i) const override { return restarts_.Members(i); }
+  /// The processes of `i`'s torch world (RestartUnits::World).
+  std::vector<size_t> TorchWorldOf(size_t i) const override { return restarts_.World(i); }
   /// How the run ended, as everyone says it (Incident::Verdict); `start_error`: the loop never started.
   /// `training`: each attempt's training step, from its metrics file (the story names the steps).
   RunVerdict Verdict(const std::string& start_error = "", const TrainingOf& training = {}) const {
@@ -178,6 +180,12 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   /// A restart by policy: its unit (or, in store mode, a round of every node) starts again.
   void Restart(size_t i, const RestartDecision& d, const std::string& how);
   void Fail(size_t i, const std::string& reason, bool fatal);
+  /// A signal that asks a process of `i`'s role to stop: its stop.signal, or one that stops the run (SIGINT,
+  /// SIGTERM, SIGHUP, [run] stop_signals).
+  bool IsStopSignal(size_t i, int sig) const;
+  /// `i` ended by a stop signal that `ctl signal` sent to it or to a peer of its torch world this attempt: that
+  /// stop in words ("SIGTERM sent to drafter:1 by ctl; ..."); "" when its end was no stop asked by hand.
+  std::string StopAskedOfWorld(size_t i) const;
   void BeginStop(const std::string& reason);
   void MarkReady(size_t i, const std::string& why);
   void OnWarmupExit(size_t i, const std::string& how);

@@ -2,7 +2,9 @@
 // success), whether it restarts and with which others, and the failure that stops the run (the incident's
 // culprit: incident.h).
 #include <algorithm>
+#include <csignal>
 
+#include "common/signal_names.h"
 #include "launcher/core/supervisor_core.h"
 
 namespace dflash {
@@ -37,6 +39,12 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
     u.EndWhileStopping(incident_.BlamesOther(i), how);
     return;
   }
+  if (std::string asked = StopAskedOfWorld(i); !asked.empty()) {
+    // A stop asked by hand, not a failure: the world is held as by `ctl stop`, nothing restarts or is charged.
+    u.EndStoppedByHand(asked, how);
+    control_.StopRestOfWorld(i, asked);
+    return;
+  }
   const AttemptRecord& rec = *u.view().last();
   bool service_ended = u.ServiceEndedEarly(&how);
   if (rec.exit_code != 0 || service_ended) NoteFailure(i);
@@ -47,6 +55,28 @@ void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string
   }
   bool fatal = false;
   if (std::string failure = u.EndByPolicy(d, service_ended, how, &fatal); !failure.empty()) Fail(i, failure, fatal);
+}
+
+bool SupervisorCore::IsStopSignal(size_t i, int sig) const {
+  return sig == units_[i].role().stop.signal || sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
+         std::find(stop_signals.begin(), stop_signals.end(), sig) != stop_signals.end();
+}
+
+std::string SupervisorCore::StopAskedOfWorld(size_t i) const {
+  const AttemptRecord& rec = *units_[i].view().last();
+  // Ended by signal N: killed by it, or exited 128+N as a shell (or a payload's fallback) says it.
+  int sig = rec.signal != 0 ? rec.signal
+            : rec.exit_code > exit_code::kSignalBase && rec.exit_code < exit_code::kSignalBase + NSIG
+                ? rec.exit_code - exit_code::kSignalBase
+                : 0;
+  if (sig == 0 || !IsStopSignal(i, sig)) return "";
+  // The very signal ctl sent to it, or to a peer of its world: a dflash_launch.Checkpoint world agrees on one
+  // rank's stop signal and every rank ends by it (docs/checkpoints.md, "Stopping with grace").
+  for (size_t j : restarts_.World(i))
+    if (units_[j].view().ctl_signal == sig)
+      return SignalName(sig) + " sent to " + units_[j].name() + " by ctl" +
+             (restarts_.World(i).size() > 1 ? "; its torch world stops with it" : "");
+  return "";
 }
 
 void SupervisorCore::Restart(size_t i, const RestartDecision& d, const std::string& how) {

@@ -22,6 +22,8 @@ class UnitTable {
   virtual void StartOrHold(size_t i, const std::string& prefix) = 0;
   /// The units restarted together with `i` (its restart scope, widened to its torch world).
   virtual std::vector<size_t> RestartUnit(size_t i) const = 0;
+  /// The units of `i`'s torch world, `i` included (`i` alone outside one).
+  virtual std::vector<size_t> TorchWorldOf(size_t i) const = 0;
   /// `ctl stop all`: the run ends, by hand, for `reason`.
   virtual void StopByHand(const std::string& reason) = 0;
 
