@@ -196,27 +196,37 @@ def test_a_checkpoint_setting_that_cannot_work_is_a_clear_error(tmp_path, every,
     assert not (tmp_path / "spool").exists() and not (tmp_path / "ck").exists()  # nothing touched
 
 
-@pytest.mark.parametrize("kind", ["garbage", "weights-only", "another-model"])
+@pytest.mark.parametrize("kind", ["damaged", "weights-only", "no-identity", "another-model"])
 def test_a_checkpoint_it_cannot_resume_from_is_refused_by_name(tmp_path, kind):
-    """Never a silent fresh start, never a converted tensor: the newest committed checkpoint is unreadable, not a
-    drafter checkpoint, or of another [model]: exit 1 naming it and the fix; it stays where it is."""
+    """Never a silent fresh start, never a converted tensor: the newest committed checkpoint is unreadable with a
+    frame in done/ naming it, not a drafter checkpoint, without a run identity (an older build's), or of another
+    [model] (even with DFLASH_CHECKPOINT_ADOPT=1): exit 78 (a restart would find the same) naming it and what to do;
+    it stays where it is."""
     (tmp_path / "spool").mkdir(mode=0o700)
     env = drafter_env(tmp_path, DFLASH_CHECKPOINT_EVERY="2", DFLASH_CHECKPOINT_DIR=str(tmp_path / "ck"))
     assert run([BUILTIN, "export-target", "--out", tmp_path / "spool" / "weights.safetensors"], env=env).returncode == 0
     step = tmp_path / "ck" / "drafter:0" / "step-0000000004"
     step.mkdir(parents=True, mode=0o700)
     bad = step / "drafter.safetensors"
-    if kind == "garbage":
+    old_meta = {"format": "dflash-builtin-checkpoint/1", "step": "4", "optimizer_step": "4", "position": "4",
+                "consumer": "drafter:0"}
+    if kind == "damaged":
         bad.write_bytes(b"not a safetensors file")
+        (tmp_path / "spool" / "done").mkdir(mode=0o700)
+        (tmp_path / "spool" / "done" / "t:0-0000000003.safetensors").write_text(json.dumps({"checkpoint": str(step)}))
     elif kind == "weights-only":
         assert run([BUILTIN, "init-drafter", "--out", bad], env=env).returncode == 0
+    elif kind == "no-identity":
+        save_file({"fc.weight": torch.zeros(3, 3)}, str(bad), metadata=old_meta)
     else:
-        meta = {"format": "dflash-builtin-checkpoint/1", "step": "4", "optimizer_step": "4", "position": "4",
-                "consumer": "drafter:0"}
-        save_file({"fc.weight": torch.zeros(3, 3)}, str(bad), metadata=meta)
+        save_file({"fc.weight": torch.zeros(3, 3)}, str(bad), metadata=old_meta)
+        env["DFLASH_CHECKPOINT_ADOPT"] = "1"
     r = run([BUILTIN, "drafter"], env=env)
-    assert r.returncode == 1, r.stderr
-    said = {"garbage": "cannot be read", "weights-only": "is not a builtin drafter checkpoint",
+    assert r.returncode == 78, r.stderr
+    said = {"damaged": "is damaged (", "weights-only": "is not a builtin drafter checkpoint",
+            "no-identity": "has no run identity (written before dflash-launch recorded one)",
             "another-model": "does not match this drafter ([model]): fc.weight is F32 [3, 3]"}[kind]
+    fix = {"damaged": "committed frame t:0-0000000003.safetensors (done/ names it)",
+           "no-identity": "dflash-launch run --resume --run-id"}.get(kind, "fix:")
     assert f"drafter:0: cannot resume: " in r.stderr and said in r.stderr and str(step) in r.stderr, r.stderr
-    assert "fix:" in r.stderr and bad.exists()
+    assert fix in r.stderr and bad.exists(), r.stderr

@@ -134,4 +134,32 @@ bool CheckpointDir::Prune(std::string* err) {
   return true;
 }
 
+bool CheckpointDir::SetAside(const std::string& path, std::string* aside, std::string* err) {
+  const std::string base = dir_ + "/damaged-" + path.substr(path.rfind('/') + 1);
+  for (int k = 1; k <= 1000; ++k) {
+    *aside = k == 1 ? base : base + "." + std::to_string(k);
+    // RENAME_NOREPLACE: an earlier damaged one of the same name stays what it is.
+    int e = spool::RenameNoReplace(path, *aside);
+    if (e == 0) return FsyncDir(dir_, err);
+    if (e != EEXIST && e != ENOTEMPTY) {
+      *err = ErrnoMessage("rename(" + path + ", " + *aside + ")", e);
+      return false;
+    }
+  }
+  *err = "cannot set " + path + " aside: " + base + " and 999 more names are taken";
+  return false;
+}
+
+std::vector<std::string> CheckpointDir::Uncovered(const std::map<std::string, std::vector<std::string>>& commits,
+                                                  int64_t restored_step, const std::string& restored) {
+  std::vector<std::string> out;
+  for (const auto& [path, frames] : commits) {
+    if (path == restored) continue;
+    int64_t step = StepOf(path.substr(path.rfind('/') + 1));
+    // A name that is no step-N of ours: unknown, so never taken as covered.
+    if (step < 0 || step >= restored_step) out.push_back(path);
+  }
+  return out;
+}
+
 }  // namespace dflash::builtin

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,18 @@ class CheckpointDir {
 
   /// Removes the oldest committed checkpoints beyond `keep`.
   bool Prune(std::string* err);
+
+  /// A damaged checkpoint (`path`, committed) out of the committed names, kept for a look: renamed to
+  /// <dir>/damaged-<name> (".2", ".3", ... if taken), the dir fsynced. A later save of its step then neither
+  /// collides with it nor is it tried again. `*aside`: where it went.
+  bool SetAside(const std::string& path, std::string* aside, std::string* err);
+
+  /// The checkpoints that done/ records name (`commits`: CommitsInto of this dir) which a restore of `restored`
+  /// (its step and path; step -1 and "" for none) does not cover: a greater step, or its step under another name,
+  /// there or not. Their frames are in done/, so they would be skipped, and a later save could take the name.
+  /// Smaller steps are not listed: `keep` prunes old checkpoints, their frames are in the restored one.
+  static std::vector<std::string> Uncovered(const std::map<std::string, std::vector<std::string>>& commits,
+                                            int64_t restored_step, const std::string& restored);
 
   const std::string& dir() const { return dir_; }
   const std::string& file() const { return file_; }

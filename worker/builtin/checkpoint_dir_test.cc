@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <gtest/gtest.h>
 
 #include "common/fd.h"
@@ -151,6 +152,49 @@ TEST(CheckpointDir, AProcessKilledMidPruneLeavesExactlyTheLastKAfterTheNextOpen)
     EXPECT_EQ(names, (std::vector<std::string>{"step-0000000002", "step-0000000003", "step-0000000004"}))
         << "killed after " << delay_us << " us";
   }
+}
+
+TEST(CheckpointDir, UncoveredListsWhatDoneCreditsToANewerOrRenamedCheckpoint) {
+  const std::string d = "/ck/drafter:0";
+  std::map<std::string, std::vector<std::string>> commits = {
+      {d + "/step-0000000002", {"t:0-0000000000.safetensors"}},  // older: pruned or there, covered
+      {d + "/step-0000000004", {"t:0-0000000002.safetensors"}},
+      {d + "/step-0000000006", {"t:0-0000000004.safetensors"}},
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(CheckpointDir::Uncovered(commits, 6, d + "/step-0000000006"), V{});
+  // The newest removed, the one before restored: step 6's frames would be skipped.
+  EXPECT_EQ(CheckpointDir::Uncovered(commits, 4, d + "/step-0000000004"), V{d + "/step-0000000006"});
+  // Nothing restored: every checkpoint done/ names.
+  EXPECT_EQ(CheckpointDir::Uncovered(commits, -1, "").size(), 3u);
+  // The restored step under another name, or a name that is no step-N: never taken as covered.
+  commits[d + "/step-0000000006.1"] = {"t:0-0000000005.safetensors"};
+  commits[d + "/odd"] = {"t:0-0000000006.safetensors"};
+  EXPECT_EQ(CheckpointDir::Uncovered(commits, 6, d + "/step-0000000006"),
+            (V{d + "/odd", d + "/step-0000000006.1"}));
+}
+
+TEST(CheckpointDir, ADamagedCheckpointSetAsideLeavesTheCommittedNamesAndItsStepFree) {
+  TempDir d;
+  std::string err, path, aside;
+  CheckpointDir c(d.path() + "/ck", 3, "state");
+  int removed = 0;
+  ASSERT_TRUE(c.Open(&removed, &err)) << err;
+  ASSERT_TRUE(c.Save(4, WriteStep(4), &path, &err)) << err;
+  ASSERT_TRUE(c.SetAside(path, &aside, &err)) << err;
+  EXPECT_EQ(aside, d.path() + "/ck/damaged-step-0000000004");
+  EXPECT_TRUE(fs::exists(aside + "/state"));
+  Steps all;
+  ASSERT_TRUE(c.Committed(&all, &err)) << err;
+  EXPECT_TRUE(all.empty());
+  // Its step saved again, damaged again: the first one set aside stays what it is.
+  ASSERT_TRUE(c.Save(4, WriteStep(4), &path, &err)) << err;
+  ASSERT_TRUE(c.SetAside(path, &aside, &err)) << err;
+  EXPECT_EQ(aside, d.path() + "/ck/damaged-step-0000000004.2");
+  // Open's sweep of a killed save's leftovers leaves them for a look.
+  ASSERT_TRUE(c.Open(&removed, &err)) << err;
+  EXPECT_EQ(removed, 0);
+  EXPECT_TRUE(fs::exists(d.path() + "/ck/damaged-step-0000000004") && fs::exists(aside));
 }
 
 }  // namespace

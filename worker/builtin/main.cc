@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   o.checkpoint_every = EnvNumber<int64_t>("DFLASH_CHECKPOINT_EVERY", o.checkpoint_every);
   o.checkpoint_keep = EnvNumber<int>("DFLASH_CHECKPOINT_KEEP", o.checkpoint_keep);
   o.checkpoint_pause_ms = EnvNumber<int64_t>("DFLASH_CHECKPOINT_PAUSE_MS", o.checkpoint_pause_ms);
+  o.checkpoint_adopt = EnvNumber<int>("DFLASH_CHECKPOINT_ADOPT", 0) == 1;
 
   CLI::App app{"The builtin LibTorch roles of dflash-launch (target, drafter) and their tools. The [model] "
                "contract comes from the DFLASH_* environment that dflash-launch sets."};
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
   drafter->add_option("--checkpoint-keep", o.checkpoint_keep, "keep the last K checkpoints (DFLASH_CHECKPOINT_KEEP)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  drafter->add_flag("--checkpoint-adopt", o.checkpoint_adopt,
+                    "may resume from another run's checkpoint (or one without a run identity) on purpose "
+                    "(DFLASH_CHECKPOINT_ADOPT=1); without it that is refused, exit 78");
   auto* export_target = app.add_subcommand("export-target", "write the target's seeded weights (safetensors)");
   export_target->add_option("--out", o.out, "output file")->required();
   auto* init_drafter = app.add_subcommand("init-drafter", "write the drafter's seeded initial weights (safetensors)");

@@ -168,8 +168,10 @@ class DrafterRun {
         paths_{root},
         consumer_(root, r.name, producers) {
     if (!checkpoint_dir.empty())
-      checkpoints_.emplace(checkpoint_dir,
-                           CheckpointOptions{o.checkpoint_every, o.checkpoint_keep, o.checkpoint_pause_ms});
+      checkpoints_.emplace(
+          checkpoint_dir,
+          CheckpointOptions{o.checkpoint_every, o.checkpoint_keep, o.checkpoint_pause_ms, o.checkpoint_adopt},
+          CheckpointIdentity::FromEnv(root));
     m_ = {{"process", r.name}, {"role", "drafter"}, {"impl", "builtin"}, {"torch_version", DFLASH_LIBTORCH_VERSION},
           {"source", "spool"}};
   }
@@ -191,8 +193,8 @@ class DrafterRun {
   void Fill();
   /// After a stop signal's checkpoint: says so, then ends by that signal (as without a checkpoint).
   int EndByStop();
-  /// Resumes from the last checkpoint (if any). False: said why.
-  bool Restore();
+  /// Resumes from the last checkpoint (if any). Not kOk: said why, and the exit code (78: refused).
+  int Restore();
   /// A checkpoint of the steps done, if any since the last; its frames committed. False: said why.
   bool Checkpoint();
 
@@ -221,7 +223,7 @@ int DrafterRun::Run() {
     return exit_code::kFailure;
   }
   if (checkpoints_) {
-    if (!Restore()) return exit_code::kFailure;
+    if (int code = Restore(); code != exit_code::kOk) return code;
     // A stop (the supervisor's, `ctl stop`, a forwarded preemption) writes a checkpoint first (docs/checkpoints.md).
     struct sigaction sa {};
     sa.sa_handler = OnStop;
@@ -269,16 +271,20 @@ int DrafterRun::EndByStop() {
   return exit_code::kFailure;  // not reached: the signal's default action ends the process
 }
 
-bool DrafterRun::Restore() {
+int DrafterRun::Restore() {
   std::string err, path;
+  std::vector<std::string> notes;
   auto t0 = Clock::now();
-  if (!checkpoints_->Restore(&drafter_, &consumer_, &resumed_from_, &path, &err)) {
+  RestoreResult r = checkpoints_->Restore(&drafter_, &consumer_, &resumed_from_, &path, &notes, &err);
+  for (const std::string& n : notes) Say(r_.name, "%s", n.c_str());
+  if (r != RestoreResult::kOk) {
+    // Refused: a restart would find the same checkpoints and done/ (exit 78 is never restarted).
     Complain(r_.name, "cannot resume: " + err);
-    return false;
+    return r == RestoreResult::kRefused ? exit_code::kCheckpointRefused : exit_code::kFailure;
   }
   if (path.empty()) {
     Say(r_.name, "no checkpoint in %s: starting at step 0", checkpoints_->dir().c_str());
-    return true;
+    return exit_code::kOk;
   }
   const double took = Since(t0);
   Say(r_.name, "resumed from step %lld (%s, %.2fs)", static_cast<long long>(resumed_from_), path.c_str(), took);
@@ -288,7 +294,7 @@ bool DrafterRun::Restore() {
   m_["checkpoint"] = {{"path", path}, {"step", resumed_from_}};
   Fill();
   WriteMetrics(r_.name, m_);
-  return true;
+  return exit_code::kOk;
 }
 
 bool DrafterRun::Checkpoint() {

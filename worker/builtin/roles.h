@@ -22,6 +22,7 @@ struct BuiltinOptions {
   int64_t checkpoint_every = 0;  // every N steps and at the end; 0: none, frames straight to done/ (DFLASH_CHECKPOINT_EVERY)
   int checkpoint_keep = 3;       // the last K committed stay (DFLASH_CHECKPOINT_KEEP)
   int64_t checkpoint_pause_ms = 0;  // sleep between a checkpoint's write and its commit (tests: a kill mid-write)
+  bool checkpoint_adopt = false;  // may start from another run's checkpoint (DFLASH_CHECKPOINT_ADOPT=1, docs/checkpoints.md)
   // tools
   std::string out, weights, frame;
   int64_t rank = 0, seq = 0;

@@ -62,7 +62,8 @@ std::string CommitRecord(const std::string& checkpoint) {
 
 void CommittedBy(const std::string& done_file, std::string* checkpoint, bool* has) {
   *has = false;
-  UniqueFd fd(::open(done_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // O_NONBLOCK: a FIFO planted in done/ reads as no record instead of stopping a restore.
+  UniqueFd fd(::open(done_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd) return;
   char buf[4096];
   ssize_t n = ::read(fd.get(), buf, sizeof buf);
@@ -72,6 +73,24 @@ void CommittedBy(const std::string& done_file, std::string* checkpoint, bool* ha
     *checkpoint = j["checkpoint"].get<std::string>();
     *has = true;
   }
+}
+
+bool CommitsInto(const SpoolPaths& paths, const std::string& checkpoint_dir,
+                 std::map<std::string, std::vector<std::string>>* out, std::string* err) {
+  out->clear();
+  std::vector<std::string> names;
+  if (!ListDir(paths.Done(), &names, err)) return false;
+  std::string by;
+  bool has = false;
+  for (const std::string& n : names) {
+    CommittedBy(paths.Done() + "/" + n, &by, &has);
+    size_t slash = by.rfind('/');
+    if (has && slash != std::string::npos && by.compare(0, slash, checkpoint_dir) == 0 &&
+        slash == checkpoint_dir.size())
+      (*out)[by].push_back(n);
+  }
+  for (auto& [checkpoint, frames] : *out) std::sort(frames.begin(), frames.end());
+  return true;
 }
 
 bool CommitPending(const SpoolPaths& paths, const std::map<std::string, int64_t>& positions,

@@ -34,6 +34,12 @@ std::string CommitRecord(const std::string& checkpoint);
 /// a record that cannot be read.
 void CommittedBy(const std::string& done_file, std::string* checkpoint, bool* has);
 
+/// The frames done/ holds committed by a checkpoint directly inside `checkpoint_dir` (one process's; the
+/// record's path minus its last component is that dir, as written): checkpoint path -> its frames, sorted. What a
+/// restore checks before it trusts the checkpoint it picked to cover every committed frame.
+bool CommitsInto(const SpoolPaths& paths, const std::string& checkpoint_dir,
+                 std::map<std::string, std::vector<std::string>>* out, std::string* err);
+
 /// The commit of a checkpoint on the spool: every frame a consumer acknowledged before its position in the
 /// checkpoint (`positions`: consumer -> position) moves pending/ -> done/ (a new file holding CommitRecord; the
 /// pending file is unlinked, never truncated: a consumer may still map it). Idempotent: a restore repeats it for

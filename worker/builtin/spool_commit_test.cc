@@ -3,7 +3,10 @@
 // consumer delivering its pending frames again, first and in order.
 #include "worker/builtin/spool_commit.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <map>
 #include <gtest/gtest.h>
 
 #include "common/fd.h"
@@ -207,6 +210,26 @@ TEST_F(OneHeldFrame, AFrameCommittedByAnotherCheckpointIsAnErrorNeverADouble) {
             std::string::npos)
       << err;
   EXPECT_EQ(FileText(root + "/done/" + f), CommitRecord("/ck/step-9"));  // untouched
+}
+
+TEST_F(OneHeldFrame, CommitsIntoNamesOnlyTheFramesOfCheckpointsInThatDir) {
+  int n = 0;
+  ASSERT_TRUE(c.Commit(1, "/ck/d:0/step-0000000001", &n, &err)) << err;
+  ASSERT_EQ(n, 1);
+  // Another process's dir (a prefix of this one's name), a plain ack, a hand-made record, a FIFO: not this dir's.
+  ASSERT_TRUE(WriteFileAtomic(root + "/done/t:1-0000000000.safetensors", CommitRecord("/ck/d:0x/step-0000000001"),
+                              &err, 0600)) << err;
+  ASSERT_TRUE(WriteFileAtomic(root + "/done/t:1-0000000001.safetensors", "", &err, 0600)) << err;
+  ASSERT_TRUE(WriteFileAtomic(root + "/done/t:1-0000000002.safetensors", CommitRecord("/ck/d:0/x/step-2"), &err,
+                              0600)) << err;
+  ASSERT_EQ(::mkfifo((root + "/done/t:1-0000000003.safetensors").c_str(), 0600), 0);
+  ASSERT_TRUE(WriteFileAtomic(root + "/done/t:1-0000000004.safetensors", CommitRecord("/ck/d:0/step-0000000009"),
+                              &err, 0600)) << err;
+  std::map<std::string, std::vector<std::string>> got;
+  ASSERT_TRUE(CommitsInto(SpoolPaths{root}, "/ck/d:0", &got, &err)) << err;
+  EXPECT_EQ(got, (std::map<std::string, std::vector<std::string>>{
+                     {"/ck/d:0/step-0000000001", {f}},
+                     {"/ck/d:0/step-0000000009", {"t:1-0000000004.safetensors"}}}));
 }
 
 }  // namespace
