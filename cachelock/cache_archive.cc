@@ -248,6 +248,7 @@ bool ExportCache(const std::string& dir, const std::string& file, const ArchiveF
   m.torch_version = facts.torch_version;
   m.device = facts.device;
   m.gpu = facts.gpu;
+  m.cpu = facts.cpu;
   m.host = HostName();
   m.created = static_cast<int64_t>(std::time(nullptr));
   std::vector<CacheFile> files;

@@ -24,6 +24,10 @@ struct ArchiveFacts {
   /// "cpu" or the GPU model(s), compute capability, CUDA and Triton versions the kernels are for
   /// (launcher/plan RolePlan::gpu_identity); empty: unknown (then not checked).
   std::string gpu;
+  /// The CPU identity its entries are keyed for (common/cpu_identity.h; RolePlan::cpu_identity): Inductor's CPU
+  /// keys do not see the vector ISA, so an archive of another CPU is refused. Empty: unknown (an archive made
+  /// before it was recorded is refused as well when `here` knows its own).
+  std::string cpu;
 };
 
 struct ExportReport {

@@ -105,6 +105,39 @@ TEST(CacheArchive, CudaContentTravelsAndAnotherGpuRefusesIt) {
   EXPECT_TRUE(fs::exists(other + "/" + best) && fs::exists(other + "/" + timings) && fs::exists(other + "/" + cute));
 }
 
+// Inductor's CPU keys do not see the vector ISA (common/cpu_identity.h): an archive made for another CPU, or one
+// that does not say (an older version's), is refused, and nothing is written; the same CPU imports it.
+TEST(CacheArchive, AnotherCpusKernelsAreRefused) {
+  TempDir t;
+  std::string cache = t.path() + "/cache", other = t.path() + "/other";
+  const std::string kernel = "yv/cyvtb6lnvmsyxf4dc7y5psuvbja2k5deiclziipns6qqkyl42ii7.py";
+  WriteText(cache + "/" + kernel, "kernel");
+  const std::string avx512 = "x86_64 GenuineIntel family 6 model 143, best ISA avx512, flags 1, ATEN_CPU_CAPABILITY unset";
+  const std::string avx2 = "x86_64 AuthenticAMD family 23 model 49, best ISA avx2, flags 2, ATEN_CPU_CAPABILITY unset";
+  ExportReport report;
+  std::string err, file = t.path() + "/c.tar.zst", old = t.path() + "/old.tar.zst";
+  ASSERT_TRUE(ExportCache(cache, file, {"2.13.0+cpu", "cpu", "cpu", avx512}, &report, &err)) << err;
+  ASSERT_TRUE(ExportCache(cache, old, {"2.13.0+cpu", "cpu", "cpu", ""}, &report, &err)) << err;
+  CacheManifest m;
+  ASSERT_TRUE(ReadArchiveManifest(file, &m, &err)) << err;
+  EXPECT_EQ(m.cpu, avx512);
+  fs::create_directories(other + "/.dflash");
+  ImportReport r;
+  ArchiveTrust vouched;
+  vouched.vouched = true;
+  EXPECT_EQ(ImportCache(file, other, {"2.13.0+cpu", "cpu", "cpu", avx2}, false, vouched, &r, &err),
+            ImportResult::kMismatch);
+  EXPECT_NE(err.find("compiled for the CPU " + avx512), std::string::npos) << err;
+  EXPECT_EQ(ImportCache(old, other, {"2.13.0+cpu", "cpu", "cpu", avx2}, false, vouched, &r, &err),
+            ImportResult::kMismatch);
+  EXPECT_NE(err.find("does not say which CPU"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(other + "/" + kernel));
+  ASSERT_EQ(ImportCache(file, other, {"2.13.0+cpu", "cpu", "cpu", avx512}, false, vouched, &r, &err),
+            ImportResult::kOk)
+      << err;
+  EXPECT_TRUE(fs::exists(other + "/" + kernel));
+}
+
 // An archive is code: only one signed with the importer's key (or vouched for) is unpacked, and a refusal
 // writes nothing. The signature follows the manifest, which names every file's hash.
 TEST(CacheArchive, OnlyAnArchiveSignedWithTheImportersKeyOrVouchedForIsImported) {

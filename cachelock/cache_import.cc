@@ -149,6 +149,19 @@ ImportResult ImportCache(const std::string& file, const std::string& dir, const 
            "keys). Use --force to import anyway";
     return ImportResult::kMismatch;
   }
+  // Inductor's CPU kernels are built for the vector ISA the process picks and with -march=native, and its FX-graph
+  // key does not see either (common/cpu_identity.h): kernels of another CPU are never brought in. An archive that
+  // does not say its CPU (made before dflash-launch recorded it) cannot show they are ours.
+  if (!force && !here.cpu.empty() && m.cpu != here.cpu) {
+    *err = (m.cpu.empty() ? std::string("the archive does not say which CPU its kernels were compiled for (made by an "
+                                        "older dflash-launch)")
+                          : "the archive's kernels were compiled for the CPU " + m.cpu) +
+           "; this run's are for " + here.cpu +
+           ": Inductor's CPU cache keys do not cover the vector ISA, so another CPU's entries could be loaded and "
+           "compute wrong values. Export the cache on a machine with this CPU (and the same ATEN_CPU_CAPABILITY), or "
+           "use --force to import anyway (this run's processes still never load them: their keys carry this CPU)";
+    return ImportResult::kMismatch;
+  }
   std::map<std::string, const ManifestFile*> want;
   for (const ManifestFile& f : m.files) {
     if (!SafeEntryPath(f.path)) {

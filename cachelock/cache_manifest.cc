@@ -46,6 +46,7 @@ std::string CacheManifest::Encode() const {
   json j = {{"format", kFormat}, {"torch_version", torch_version}, {"device", device}, {"created", created},
             {"host", host},     {"keys", keys},                   {"files", json::array()}};
   if (!gpu.empty()) j["gpu"] = gpu;
+  if (!cpu.empty()) j["cpu"] = cpu;
   for (const ManifestFile& f : files) j["files"].push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }
@@ -78,6 +79,13 @@ bool ParseManifest(std::string_view text, CacheManifest* out, std::string* err) 
       return false;
     }
     m.gpu = it->get<std::string>();
+  }
+  if (auto it = j.find("cpu"); it != j.end()) {  // optional: archives made before it was recorded
+    if (!it->is_string()) {
+      *err = "\"cpu\" must be a string, got " + Shown(*it);
+      return false;
+    }
+    m.cpu = it->get<std::string>();
   }
   if (auto it = j.find("host"); it != j.end()) {
     if (!it->is_string()) {

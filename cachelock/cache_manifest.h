@@ -27,6 +27,7 @@ struct CacheManifest {
   std::string torch_version;
   std::string device;  // "cpu" or "cuda"
   std::string gpu;     // the GPU identity it was compiled for (ArchiveFacts::gpu); empty in older archives
+  std::string cpu;     // the CPU identity it was compiled for (ArchiveFacts::cpu); empty in older archives
   std::string host;
   int64_t created = 0;
   nlohmann::json keys = nlohmann::json::array();  // the READY records, as exported

@@ -81,12 +81,20 @@ GateError CompileGate::Enter(std::string* err) {
   return GateError::kOk;
 }
 
+bool CompileGate::WarmForUs(const std::string& key, ReadyRecord* marker) const {
+  if (!backend_->ReadReady(key, marker)) return false;
+  // A READY made for another CPU (a shared cache dir, an explicit key), or by a version that did not record its
+  // CPU, promises nothing here: our processes' Inductor keys carry our CPU (common/cpu_identity.h), so they would
+  // miss every entry it stands for. We lead, and our READY replaces it.
+  return options_.cpu.empty() || marker->cpu == options_.cpu;
+}
+
 GateError CompileGate::Acquire(const std::string& key, AcquireResult* result, std::string* err) {
   if (!ValidGateKey(key, err)) return GateError::kBadKey;
   if (GateError e = Enter(err); e != GateError::kOk) return e;
   *result = AcquireResult{};
   // First look: no lock at all, so a warm cache costs one file read.
-  if (backend_->ReadReady(key, &result->marker)) {
+  if (WarmForUs(key, &result->marker)) {
     result->decision = GateDecision::kReuse;
     busy_ = false;
     return GateError::kOk;
@@ -99,7 +107,7 @@ GateError CompileGate::Acquire(const std::string& key, AcquireResult* result, st
     return e;
   }
   // Second look, under the lock: the leader we waited for may have published.
-  if (backend_->ReadReady(key, &result->marker)) {
+  if (WarmForUs(key, &result->marker)) {
     ReleaseLevels();
     result->decision = GateDecision::kReuse;
     result->took_lock = true;
@@ -254,6 +262,7 @@ GateError CompileGate::Publish(std::string* err) {
   r.torch_version = options_.torch_version;
   r.sources = options_.sources;
   r.gpu = options_.gpu;
+  r.cpu = options_.cpu;
   r.compile_seconds = std::round(Seconds(clock_->Now() - lead_since_) * 1000) / 1000;
   if (!backend_->PublishReady(r, err)) return GateError::kIo;
   return GateError::kOk;

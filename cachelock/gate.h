@@ -40,6 +40,7 @@ struct GateOptions {
   std::string torch_version;       ///< goes into READY markers; empty if unknown
   std::vector<ReadySource> sources;  ///< the derived key's files, into READY markers
   std::string gpu;                 ///< the GPU identity, into READY markers likewise
+  std::string cpu;                 ///< the CPU identity (common/cpu_identity.h), into READY markers likewise
   std::chrono::milliseconds timeout = kDefaultGateTimeout;  ///< bound on any wait
   std::chrono::milliseconds progress_every = std::chrono::seconds(5);
   /// Called every `progress_every` while waiting with a ready-made line:
@@ -121,6 +122,8 @@ class CompileGate {
   struct Wait;
   GateError Enter(std::string* err);
   GateError LockBoth(Wait& w, bool* recovered, std::string* err, OwnerRecord* dead_holder = nullptr);
+  /// READY(key) is there and was made for our CPU (GateOptions::cpu; unchecked when that is empty).
+  bool WarmForUs(const std::string& key, ReadyRecord* marker) const;
   GateError LockFileLevel(Wait& w, std::string* err);
   GateError Tick(Wait& w, std::string* err);
   bool ShouldRecover(Wait& w, OwnerRecord* judged, bool* judged_empty);

@@ -17,10 +17,12 @@ using testing::FakeWorld;
 
 class GateTest : public ::testing::Test {
  protected:
-  std::unique_ptr<CompileGate> Gate(pid_t pid, const std::string& role, milliseconds timeout = seconds(60)) {
+  std::unique_ptr<CompileGate> Gate(pid_t pid, const std::string& role, milliseconds timeout = seconds(60),
+                                    const std::string& cpu = "") {
     GateOptions o;
     o.dir = "/cache";
     o.role = role;
+    o.cpu = cpu;
     o.torch_version = "2.13.0";
     o.timeout = timeout;
     o.progress_every = seconds(5);
@@ -54,6 +56,31 @@ TEST_F(GateTest, MarkerPresentMeansReuseAtOnceWithoutTouchingEitherLock) {
   EXPECT_EQ(w_.local_lock_calls, 0);
   EXPECT_EQ(w_.file_lock_calls, 0);
   EXPECT_FALSE(g->holding());
+}
+
+// Inductor's CPU keys do not see the vector ISA; ours carry the CPU (common/cpu_identity.h). A READY made for
+// another CPU, or one that does not say (an older version's), stands for entries we would miss: we lead, and
+// our READY (with our CPU) replaces it; the next process of our CPU reuses it.
+TEST_F(GateTest, AReadyOfAnotherCpuIsNotAWarmCache) {
+  ReadyRecord avx512{"k", "drafter:0", 7, "hostA", 1.7e9, "2.13.0", "cpu", 12.5};
+  avx512.cpu = "x86_64 GenuineIntel family 6 model 143, best ISA avx512, flags 1, ATEN_CPU_CAPABILITY unset";
+  const std::string avx2 = "x86_64 AuthenticAMD family 23 model 49, best ISA avx2, flags 2, ATEN_CPU_CAPABILITY unset";
+  for (const std::string& theirs : {avx512.cpu, std::string()}) {
+    ReadyRecord r = avx512;
+    r.cpu = theirs;
+    w_.ready["k"] = r;
+    auto g = Gate(1, "drafter:1", seconds(60), avx2);
+    AcquireResult got;
+    EXPECT_EQ(MustAcquire(*g, "k", &got), GateDecision::kLead) << theirs;
+    std::string err;
+    ASSERT_EQ(g->Publish(&err), GateError::kOk) << err;
+    EXPECT_EQ(w_.ready["k"].cpu, avx2);
+    g->Release();
+    auto next = Gate(2, "drafter:2", seconds(60), avx2);
+    EXPECT_EQ(MustAcquire(*next, "k"), GateDecision::kReuse);
+  }
+  auto unknown = Gate(3, "drafter:3");  // a gate that does not know its CPU checks nothing (as before)
+  EXPECT_EQ(MustAcquire(*unknown, "k"), GateDecision::kReuse);
 }
 
 TEST_F(GateTest, LeaderHoldsBothLevelsWithRecordsAndReleaseFreesThem) {

@@ -56,6 +56,7 @@ json ReadyToJson(const ReadyRecord& r) {
               {"published_at", r.published_at},
               {"torch_version", r.torch_version},
               {"gpu", r.gpu},
+              {"cpu", r.cpu},
               {"compile_seconds", r.compile_seconds},
               {"sources", [&] {
                  json a = json::array();
@@ -83,6 +84,7 @@ bool DecodeReady(std::string_view text, ReadyRecord* out, std::string* err) {
     r.published_at = j.at("published_at").get<double>();
     r.torch_version = j.value("torch_version", "");
     if (auto it = j.find("gpu"); it != j.end() && it->is_string()) r.gpu = it->get<std::string>();
+    if (auto it = j.find("cpu"); it != j.end() && it->is_string()) r.cpu = it->get<std::string>();
     r.compile_seconds = j.value("compile_seconds", 0.0);
     if (j.contains("sources") && j["sources"].is_array())
       for (const json& f : j["sources"])

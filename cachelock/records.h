@@ -52,6 +52,7 @@ struct ReadyRecord {
   std::string gpu;             ///< the GPU identity it was compiled for ("cpu", "NVIDIA H200 sm 9.0; cuda ..."); may be empty
   double compile_seconds = 0;  ///< from "lead" to publish()
   std::vector<ReadySource> sources;  ///< the key's files (GateOptions::sources); absent in older markers
+  std::string cpu;             ///< the CPU identity it was compiled for (common/cpu_identity.h); empty in older markers
 };
 
 /// Which files differ between the sources of an older READY and ours, for

@@ -64,6 +64,11 @@ inline constexpr char kInductorCompileThreads[] = "TORCHINDUCTOR_COMPILE_THREADS
 // Dynamo's precompile cache: never set by us, and refused where a process is gated (it computes wrong values:
 // docs/cachelock.md, "What is exact"); the plan and dflash-worker check it.
 inline constexpr char kTorchCachingPrecompile[] = "TORCH_CACHING_PRECOMPILE";
+// The CPU in every compile key (common/cpu_identity.h): torch.compiler.config.cache_key_tag, which Inductor's
+// FX-graph and AOTAutograd keys hash, carries the CPU identity of each process; ATEN_CPU_CAPABILITY picks the
+// vector ISA Inductor compiles for, so it is part of that identity.
+inline constexpr char kTorchCompileCacheKeyTag[] = "TORCH_COMPILE_CACHE_KEY_TAG";
+inline constexpr char kAtenCpuCapability[] = "ATEN_CPU_CAPABILITY";
 // The [model] contract.
 inline constexpr char kHiddenShape[] = "DFLASH_HIDDEN_SHAPE";
 inline constexpr char kTappedLayers[] = "DFLASH_TAPPED_LAYERS";

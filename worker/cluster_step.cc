@@ -41,7 +41,7 @@ Status ResolveCluster(const GatedRunOptions& o, CompileGate& gate, std::unique_p
   c.store = url;
   c.key = o.gate_key;
   c.cache_dir = o.gate_dir;
-  c.here = {o.torch_version, o.device, o.gpu_identity};
+  c.here = {o.torch_version, o.device, o.gpu_identity, o.cpu_identity};
   c.role = o.name.empty() ? o.argv[0] : o.name;
   c.lease_ttl = o.cluster_lease_ttl;
   c.timeout = o.gate_timeout;

@@ -125,7 +125,7 @@ Status Export(const Plan& plan, const CacheOptions& o) {
   HeldGate held;  // nobody compiles into it while we read it
   if (Status s = TakeGate(dir, "cache-export", o.timeout, &held); !s.ok()) return s;
   ExportReport report;
-  if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)}, &report,
+  if (!ExportCache(dir, o.file, {CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan), CacheCpuIdentity(plan)}, &report,
                    &err, key)) {
     return CacheError(exit_code::kFailure, "export failed: " + err);
   }
@@ -141,7 +141,7 @@ Status Export(const Plan& plan, const CacheOptions& o) {
 Status Import(const Plan& plan, const CacheOptions& o) {
   const std::string& dir = plan.config.run.cache_dir;
   if (Status s = CheckCacheDir(dir); !s.ok()) return s;
-  ArchiveFacts here{CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan)};
+  ArchiveFacts here{CacheTorchVersion(plan), DeviceKind(plan.config), CacheGpuIdentity(plan), CacheCpuIdentity(plan)};
   // Check before waiting for the gate: a wrong archive is refused at once.
   CacheManifest manifest;
   std::string err;
@@ -246,6 +246,14 @@ std::string CacheGpuIdentity(const Plan& plan) {
   for (size_t i = 0; i < c.roles.size(); ++i)
     if (c.roles[i].gate.enabled) return plan.roles[i].gpu_identity;
   return "";  // no gated role: unknown, not checked
+}
+
+std::string CacheCpuIdentity(const Plan& plan) {
+  const RunConfig& c = plan.config;
+  for (size_t i = 0; i < c.roles.size(); ++i)
+    if (c.roles[i].gate.enabled) return plan.roles[i].cpu_identity;
+  // No gated role: the first role's, since every process's Inductor keys carry its CPU (common/cpu_identity.h).
+  return plan.roles.empty() ? "" : plan.roles[0].cpu_identity;
 }
 
 int RunCache(const CacheOptions& o, char** env) {

@@ -83,5 +83,8 @@ std::string DeviceKind(const RunConfig& config);
 std::string CacheTorchVersion(const Plan& plan);
 /// The first gated role's GPU identity (RolePlan::gpu_identity): what archives record and imports check.
 std::string CacheGpuIdentity(const Plan& plan);
+/// The first gated role's CPU identity (RolePlan::cpu_identity; else the first role's): archives record it and
+/// imports refuse another (cachelock/cache_archive.h).
+std::string CacheCpuIdentity(const Plan& plan);
 
 }  // namespace dflash

@@ -6,9 +6,11 @@
 #include <cctype>
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "common/duration.h"
+#include "common/cpu_identity.h"
 #include "common/hash.h"
 #include "contract/env_vars.h"
 #include "worker/protocol.h"
@@ -65,7 +67,7 @@ std::string JoinInts(const std::vector<int64_t>& v, const char* sep) {
 
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files,
-                          const std::string& gpu_identity) {
+                          const std::string& gpu_identity, const std::string& cpu_identity) {
   std::map<std::string, std::string> env;
   for (const auto& [k, v] : launcher_env)
     if (AffectsCompile(k)) env[k] = v;
@@ -77,6 +79,9 @@ std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const st
   // Kernels tuned for one GPU model, CUDA and Triton are no promise for another (Inductor's
   // own keys see them too: a READY made elsewhere would promise a cache that misses).
   if (!gpu_identity.empty()) text += "gpu=" + gpu_identity + "\n";
+  // Inductor's CPU keys do not see the vector ISA (common/cpu_identity.h): a READY made on another CPU,
+  // or with another ATEN_CPU_CAPABILITY, promises nothing here.
+  if (!cpu_identity.empty()) text += "cpu=" + cpu_identity + "\n";
   for (const std::string& a : role.command) text += "arg=" + a + "\n";
   for (const auto& [k, v] : env) text += "env=" + k + "=" + v + "\n";
   for (const KeyFile& f : files)
@@ -157,11 +162,19 @@ std::vector<std::string> PlanRoles(const RunConfig& config, const PlanOptions& o
       gpu = GpuIdentityOf(role, inherited, options.host_gpus,
                           role.is_cpu() || !options.cuda_runtime ? "" : options.cuda_runtime(role));
     rp.gpu_identity = gpu;
+    std::optional<std::string> cap, user_tag;
+    for (const EnvList* env : {&options.launcher_env, &role.env})
+      for (const auto& [k, v] : *env) {
+        if (k == env::kAtenCpuCapability) cap = v;
+        if (k == env::kTorchCompileCacheKeyTag) user_tag = v;
+      }
+    rp.cpu_identity = CpuIdentity(HostCpu(), cap);
+    rp.cache_key_tag = WithCpuTag(user_tag.value_or(""), CpuCacheTag(rp.cpu_identity));
     std::string key;
     std::vector<KeyFile> files;
     if (role.gate.enabled && role.gate.key.empty()) {
       files = CollectKeyFiles(role, options.launcher_env);
-      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files, gpu);
+      key = DeriveGateKey(role, config.model, torch, options.launcher_env, files, gpu, rp.cpu_identity);
     } else if (role.gate.enabled) {
       key = role.gate.key;
     }

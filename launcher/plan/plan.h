@@ -68,6 +68,12 @@ struct RolePlan {
   /// with compute capability and the CUDA/Triton versions ("NVIDIA H200 sm 9.0; cuda 13.0 triton 3.6.0");
   /// empty for an ungated role.
   std::string gpu_identity;
+  /// The CPU its processes compile for (common/cpu_identity.h: this host's CPU and the ATEN_CPU_CAPABILITY they
+  /// run with), in its derived key, READY records and archives, for every role.
+  std::string cpu_identity;
+  /// TORCH_COMPILE_CACHE_KEY_TAG of its processes: the user's own tag (role env, else the launcher's) with
+  /// cpu_identity's tag, so no process loads an Inductor entry compiled for another CPU or ISA.
+  std::string cache_key_tag;
   std::vector<KeyFile> key_files;  ///< the files in its derived gate key
   int master_port = 0;         ///< ROLE_MASTER_PORT; 0 while "auto" is not resolved
   int warmup_master_port = 0;  ///< its warm-up's own MASTER_PORT; 0 likewise (or none)
@@ -196,7 +202,7 @@ int PrivateStorePort(int master_port, size_t roles);
 /// TORCH_COMPILE_*, TORCHDYNAMO_* and TRITON_* variable (launcher env, then role env).
 std::string DeriveGateKey(const RoleSpec& role, const ModelSpec& model, const std::string& torch_version,
                           const EnvList& launcher_env, const std::vector<KeyFile>& files = {},
-                          const std::string& gpu_identity = "");
+                          const std::string& gpu_identity = "", const std::string& cpu_identity = "");
 
 /// A derived key's files for the worker's --gate-sources: one "<sha256 or -> <path>" per line.
 std::string GateSources(const RolePlan& role);

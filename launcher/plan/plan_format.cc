@@ -243,6 +243,9 @@ std::string RoleText(const Plan& plan, size_t i) {
   if (r.gate.enabled) o += "  " + Pad("", 10) + "torch    " + plan.roles[i].torch_version + " (in the gate key)\n";
   if (r.gate.enabled && !plan.roles[i].gpu_identity.empty())
     o += "  " + Pad("", 10) + "gpu      " + plan.roles[i].gpu_identity + " (in the gate key, READY and exports)\n";
+  if (r.gate.enabled && !plan.roles[i].cpu_identity.empty())
+    o += "  " + Pad("", 10) + "cpu      " + plan.roles[i].cpu_identity + " (in the gate key, READY, exports and " +
+         "Inductor's keys: " + plan.roles[i].cache_key_tag + ")\n";
   return o;
 }
 

@@ -121,6 +121,8 @@ ojson RoleJson(const Plan& plan, size_t i) {
                                                                    : ojson()},
       {"torch_version", plan.roles[i].torch_version.empty() ? ojson() : ojson(plan.roles[i].torch_version)},
       {"gpu_identity", plan.roles[i].gpu_identity.empty() ? ojson() : ojson(plan.roles[i].gpu_identity)},
+      {"cpu_identity", plan.roles[i].cpu_identity.empty() ? ojson() : ojson(plan.roles[i].cpu_identity)},
+      {"cache_key_tag", plan.roles[i].cache_key_tag.empty() ? ojson() : ojson(plan.roles[i].cache_key_tag)},
       {"gate", {{"enabled", r.gate.enabled}, {"key", key.empty() ? ojson() : ojson(key)},
                 {"derived", r.gate.enabled && r.gate.key.empty()}, {"timeout_ms", r.gate.timeout.count()},
                 {"mode", GateModeName(r.gate_mode())}, {"hold", GateHoldName(r.gate_hold())},

@@ -193,6 +193,9 @@ EnvList Plan::ProcessEnv(const ProcessPlan& p, int attempt, const SpawnContext* 
     e.emplace_back(env::kWatchdogUsec, std::to_string(role.watchdog.count() * 1000));
   AddDefaults(*this, p, &e);
   e.insert(e.end(), role.env.begin(), role.env.end());
+  // After the role's env: its own tag is inside ours (RolePlan::cache_key_tag), never instead of it.
+  if (!roles[p.role_index].cache_key_tag.empty())
+    e.emplace_back(env::kTorchCompileCacheKeyTag, roles[p.role_index].cache_key_tag);
   return e;
 }
 
