@@ -15,6 +15,8 @@ import pytest
 from conftest import ROOT
 from test_spool import ENV
 
+from dflash_launch.checkpoint_identity import frames_said  # noqa: E402 (test_spool puts it on the path)
+
 EXIT_REFUSED = 78
 PY_ENV = dict(ENV, PYTHONPATH=f"{ROOT / 'tests'}:{ENV['PYTHONPATH']}")
 
@@ -230,3 +232,113 @@ def test_a_quarantined_frame_is_skipped_in_step_by_every_rank_on_resume(tmp_path
     for o, e in zip(outs, errs):
         assert o["stats"]["rejected_skipped"] == [bad], o["stats"]
         assert f"the fixed order skips the 1 quarantined frame(s) in rejected/ ({bad};" in e, e[-2000:]
+
+
+# --- under dflash-launch: a DDP world of 2 gloo ranks (tests/payloads/ckpt_rank.py) --------------------------------
+
+def drafters(r):
+    return [p for p in r.summary()["processes"] if p["role"] == "drafter"]
+
+
+def assert_refused_once(r, text):
+    """Run `r` ended 78: each drafter refused with `text` in its stderr, in its one attempt (never restarted)."""
+    assert r.wait(timeout=300) == EXIT_REFUSED, r.out[-3000:] + r.err[-2000:]
+    for p in drafters(r):
+        assert p["restarts"] == 0 and len(p["attempts"]) == 1, (p["name"], p["restarts"], p["attempts"])
+        err = (r.run_dir.parent.parent / p["log"]["stderr"]).read_text()
+        assert err.count("checkpoint.CheckpointRefused: ") == 1 and text in err, err[-3000:]
+        assert "resumed from step" not in err and "EOFError\n" not in err, err[-3000:]
+
+
+def test_two_runs_on_one_checkpoint_dir(launch, tmp_path):
+    """A fixed [run] checkpoint_dir, as docs/config.md's example has it. Run "a" is stopped (SIGTERM: the stop's
+    checkpoint commits its frames). Then, on the same directory:
+    - a fresh run "b" (no --resume): before, it restored a's weights, optimizer and round and trained 0 of its own
+      spool's frames, exit 0. Now every rank refuses (78, no restart), naming a's checkpoint, its run and the ways
+      on, and trains nothing;
+    - `run --resume` of "a" with a's newest checkpoint truncated: refused once, naming the checkpoint and the
+      frames it committed (an older one would train them twice);
+    - the intact copy put back, as the message says: "a" resumes from its stop and ends with every frame once;
+    - a fresh run "c" with DFLASH_CHECKPOINT_ADOPT=1: adopts a's last checkpoint (its step, weights, optimizer) and
+      trains all of its own spool's frames once, from their start."""
+    import shutil
+    from supervise import wait_until
+    from test_checkpoint import RANKS, assert_committed_exactly_once, config, logs
+    frames, ck = 16, tmp_path / "ckpt" / "drafter"
+    extra = f'checkpoint_dir = "{tmp_path}/ckpt"'
+    env = ', CKPT_SLEEP_MS = "300", CKPT_EVERY = "1000"'
+    cfg = config(tmp_path, extra=extra, drafter_env=env, producers=1, frames=frames)
+    a = launch(cfg, env=ENV, run_id="a")
+    pending = tmp_path / "spool" / "a" / "pending"
+    assert wait_until(lambda: len(list(pending.glob("*/*"))) >= 2 * RANKS, timeout=120), a.out[-3000:]
+    os.kill(a.pid, signal.SIGTERM)
+    assert a.wait(timeout=120) == 128 + signal.SIGTERM, a.out[-3000:]
+    stops = set(re.findall(r"drafter:\d: SIGTERM: checkpoint at step (\d+) committed", logs(a)))
+    assert len(stops) == 1, logs(a)[-3000:]
+    stopped_at = int(stops.pop())
+    newest = ck / f"step-{stopped_at:010d}"
+    assert sorted(os.listdir(ck)) == [newest.name], os.listdir(ck)
+    assert json.loads((newest / "identity.json").read_text())["run_id"] == "a"
+    committed = [f for f, rec in done_records(tmp_path / "spool" / "a").items() if rec and rec["checkpoint"] == str(newest)]
+    assert len(committed) >= 2, committed
+    earlier = set(a.run_dir.rglob("*.log"))
+
+    b = launch(cfg, env=ENV, run_id="b")
+    assert_refused_once(b, f"checkpoint {newest} belongs to run a (role drafter), not to this run b: a fresh run "
+                           f"never resumes another run's checkpoint. To continue that run: dflash-launch run --resume "
+                           f"--run-id a; to start from its state on purpose: DFLASH_CHECKPOINT_ADOPT=1 in the role's "
+                           f"env; or give this run another [run] checkpoint_dir")
+    assert sorted(os.listdir(ck)) == [newest.name] and not (tmp_path / "final.pt").exists()
+    assert not list((tmp_path / "spool" / "b" / "pending").glob("*/*"))  # nothing trained on b's frames
+
+    shutil.copytree(newest, tmp_path / "intact")
+    truncate_distcp(newest)
+    a2 = launch(cfg, env=ENV, run_id="a", args=["--resume"])
+    assert_refused_once(a2, f"checkpoint {newest} cannot be loaded (")
+    assert f"and the spool's done/ records credit {len(committed)} frames to it ({frames_said(committed)})" in \
+        logs(a2, earlier), logs(a2, earlier)[-3000:]
+    earlier = set(a2.run_dir.rglob("*.log"))
+
+    shutil.rmtree(newest)
+    shutil.copytree(tmp_path / "intact", newest)
+    a3 = launch(cfg, env=ENV, run_id="a", args=["--resume"])
+    assert a3.wait(timeout=400) == 0, a3.out[-4000:] + a3.err[-2000:]
+    assert set(re.findall(r"drafter:\d: resumed from step (\d+)", logs(a3, earlier))) == {str(stopped_at)}
+    assert_committed_exactly_once(a3, producers=1, frames=frames)
+    last = ck / f"step-{frames // RANKS:010d}"
+    assert last.is_dir(), os.listdir(ck)
+
+    cfg.write_text(cfg.read_text().replace('CKPT_EVERY = "1000"', 'CKPT_EVERY = "1000", DFLASH_CHECKPOINT_ADOPT = "1"'))
+    c = launch(cfg, env=ENV, run_id="c")
+    assert c.wait(timeout=400) == 0, c.out[-4000:] + c.err[-2000:]
+    text = logs(c, set(a3.run_dir.rglob("*.log")))
+    adopted = re.findall(r"(drafter:\d): " + re.escape(f"adopting {last} of run a (role drafter, "
+                                                       f"DFLASH_CHECKPOINT_ADOPT=1): its weights, optimizer and step; "
+                                                       f"this spool's frames from its start"), text)
+    assert set(adopted) == {f"drafter:{i}" for i in range(RANKS)}, text[-3000:]
+    assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text)) == {str(frames // RANKS)}, text[-3000:]
+    m = assert_committed_exactly_once(c, producers=1, frames=frames)
+    assert set(m["committed_by_checkpoint"]) == {str(ck / f"step-{2 * frames // RANKS:010d}")}, m
+    for p in drafters(c):
+        assert p["metrics"]["steps"] == frames // RANKS, p["metrics"]
+
+
+def test_a_damaged_checkpoint_whose_frames_were_not_yet_committed_is_skipped_by_the_world(launch, tmp_path):
+    """Rank 0 renames step-6 into place and dies before its frames move to done/, and step-6's data is lost (its
+    .distcp files truncated). Before: every restart's dcp.load raised EOFError until the budget was gone. Now the
+    restarted world finds that nothing in done/ names step-6: it moves it aside (damaged-step-0000000006), resumes
+    from step 3 on every rank, replays the frames step 6 covered, and ends with each frame committed once."""
+    from test_checkpoint import RANKS, assert_committed_exactly_once, config, logs
+    r = launch(config(tmp_path, kill="0:commit:6", drafter_env=', CKPT_DAMAGE = "1"'), env=ENV)
+    assert r.wait(timeout=400) == 0, r.out[-4000:] + r.err[-2000:]
+    text = logs(r)
+    ck = r.run_dir / "checkpoints" / "drafter"
+    assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text)) == {"3"}, text[-3000:]
+    skipped = re.findall(rf"(drafter:\d): checkpoint {re.escape(str(ck))}/step-0000000006 cannot be loaded \(", text)
+    assert set(skipped) == {f"drafter:{i}" for i in range(RANKS)}, text[-3000:]
+    assert f"it committed no frames, so the one before it is exact: moved to {ck}/damaged-step-0000000006" in text
+    assert [p["restarts"] for p in drafters(r)] == [1] * RANKS
+    m = assert_committed_exactly_once(r)
+    # Kept aside for whoever looks; the step-6 the resumed world wrote again is whole and committed its own frames.
+    assert "damaged-step-0000000006" in os.listdir(ck)
+    assert set(m["committed_by_checkpoint"]) == {str(ck / f"step-{s:010d}") for s in (3, 6, 9, 10)}, m

@@ -64,3 +64,10 @@ def test_pythons_frame_contract_code_is_the_headers():
     codes = {m.group(1): int(m.group(2))
              for m in re.finditer(r"constexpr int (k\w+) = (\d+);", read("common/exit_codes.h"))}
     assert spool.EXIT_FRAME_CONTRACT == codes["kFrameContract"]
+
+
+def test_pythons_checkpoint_refused_code_is_the_headers():
+    from dflash_launch import checkpoint
+    codes = {m.group(1): int(m.group(2))
+             for m in re.finditer(r"constexpr int (k\w+) = (\d+);", read("common/exit_codes.h"))}
+    assert checkpoint.EXIT_CHECKPOINT_REFUSED == codes["kCheckpointRefused"] == checkpoint.CheckpointRefused.exit_code

@@ -10,7 +10,8 @@ CKPT_KILL="RANK:MOMENT:STEP[;RANK:MOMENT:STEP...]": the k-th kills rank RANK wit
   write   mid-checkpoint-write: the checkpoint of STEP steps has this rank's data on disk, not yet committed
   commit  just after the commit: checkpoint STEP renamed into place, its frames not yet moved to done/ (rank 0)
 CKPT_SLEEP_MS: a pause per step (a kill from outside lands mid-run). CKPT_STOP_SIGNALS: the Checkpoint's stop_signals
-("SIGTERM,SIGUSR1"; default SIGTERM)."""
+("SIGTERM,SIGUSR1"; default SIGTERM). CKPT_DAMAGE=1 with a "commit" kill: the checkpoint's .distcp files are truncated
+before the kill (a disk that lost them: a checkpoint that cannot be loaded, whose frames were never committed)."""
 import json
 import os
 import signal
@@ -73,6 +74,10 @@ if armed and moment == "commit":
 
     def die_before_frames(positions, checkpoint):
         if checkpoint.endswith(f"step-{at:010d}"):
+            if os.environ.get("CKPT_DAMAGE") == "1":
+                for f in os.listdir(checkpoint):
+                    if f.endswith(".distcp"):
+                        os.truncate(os.path.join(checkpoint, f), 100)
             die(f"after {checkpoint} was renamed into place, before its frames were committed")
         return commit(positions, checkpoint)
     source.commit = die_before_frames
