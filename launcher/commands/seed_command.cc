@@ -157,7 +157,7 @@ int Verify(const Warmup& w) {
     SayProgress("verify " + name + ": the fresh process failed (exit " + std::to_string(rc) + ")");
     return rc;
   }
-  nlohmann::json m = ReadMetricsFile(w.metrics);
+  nlohmann::json m = ReadMetricsFile(w.metrics, w.plan->run_dir);
   auto get = [&](const char* k) { return static_cast<int>(JsonNumber(m, k, -1)); };
   int miss = get("fxgraph_cache_miss"), hit = get("fxgraph_cache_hit");
   if (miss < 0) {

@@ -34,8 +34,10 @@ struct ProcessSummary {
   std::string reason;       // "exited with code 3", "stopped (SIGTERM)"
   std::string stdout_log, stderr_log;
   nlohmann::json error_file;  // TORCHELASTIC_ERROR_FILE content, or null
+  std::string error_file_unreadable;  // why its error file was not read ("a FIFO, not a regular file"), or ""
   GateFacts gate;             // of its last attempt (none: null)
   nlohmann::json metrics;     // the payload's DFLASH_METRICS_FILE, or null
+  std::string metrics_unreadable;  // why its metrics file was not read, or ""
   int64_t memory_peak_bytes = -1;  // max memory.peak of its attempts' cgroups; -1: not measured
   std::vector<AttemptRecord> attempts;  // every attempt, first to last, as the core recorded them
   std::vector<std::pair<std::string, int>> ports;  // its role's named ports as given: ("http", 23456)

@@ -132,8 +132,10 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["reason"] = p.reason;
     e["log"] = {{"stdout", p.stdout_log}, {"stderr", p.stderr_log}};
     e["error_file"] = p.error_file.is_null() ? ojson() : ojson::parse(p.error_file.dump());
+    e["error_file_unreadable"] = p.error_file_unreadable.empty() ? ojson() : ojson(p.error_file_unreadable);
     e["gate"] = GateFactsJson<ojson>(p.gate);
     e["metrics"] = p.metrics.is_null() ? ojson() : ojson::parse(p.metrics.dump());
+    e["metrics_unreadable"] = p.metrics_unreadable.empty() ? ojson() : ojson(p.metrics_unreadable);
     e["memory_peak_bytes"] = p.memory_peak_bytes < 0 ? ojson() : ojson(p.memory_peak_bytes);
     // Training across its attempts: steps summed, the step reached, where the last resumed, the steps redone.
     TrainingAcross across = TrainingAcrossAttempts(p);

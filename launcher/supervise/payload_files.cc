@@ -1,13 +1,62 @@
 #include "launcher/supervise/payload_files.h"
 
-#include "common/fd.h"
+#include <algorithm>
+
+#include "common/untrusted_file.h"
 
 namespace dflash {
+namespace {
 
-nlohmann::json ReadErrorFile(const std::string& path, std::string* message) {
-  std::string text, err;
-  if (!ReadFile(path, &text, &err)) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+/// The file's text, or false (absent, or unreadable with `*unreadable` set).
+bool ReadPayloadFile(const std::string& path, const std::string& run_dir, size_t limit, std::string* text,
+                     std::string* unreadable) {
+  std::string why;
+  UntrustedFileRules rules;
+  rules.limit = limit;
+  rules.beneath = run_dir;
+  UntrustedRead r = ReadUntrustedFile(path, rules, text, &why);
+  if (unreadable) *unreadable = r == UntrustedRead::kUnreadable ? why : "";
+  return r == UntrustedRead::kOk;
+}
+
+/// How deep `text`'s arrays and objects nest (brackets inside strings do not count). nlohmann parses any depth
+/// but dumps (summary.json) recursively: a payload's "[[[[..." of a few MB would overflow the stack.
+int NestingDepth(const std::string& text) {
+  int depth = 0, most = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      most = std::max(most, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return most;
+}
+
+/// The payload file's JSON, or discarded (not JSON) or null with `*unreadable` set (nested too deep).
+nlohmann::json ParsePayloadJson(const std::string& text, std::string* unreadable) {
+  if (NestingDepth(text) > kPayloadJsonDepth) {
+    if (unreadable) *unreadable = "JSON nested deeper than " + std::to_string(kPayloadJsonDepth) + " levels";
+    return nullptr;
+  }
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+}  // namespace
+
+nlohmann::json ReadErrorFile(const std::string& path, const std::string& run_dir, std::string* message,
+                             std::string* unreadable) {
+  std::string text;
+  if (!ReadPayloadFile(path, run_dir, kErrorFileLimit, &text, unreadable)) return nullptr;
+  nlohmann::json j = ParsePayloadJson(text, unreadable);
+  if (j.is_null()) return nullptr;
   if (j.is_discarded()) return nlohmann::json{{"unparsed", text.substr(0, 4096)}};
   // torch.distributed.elastic writes {"message": {"message": "...", "extraInfo": {...}}}
   // (or "message" as a plain string in some versions).
@@ -20,10 +69,10 @@ nlohmann::json ReadErrorFile(const std::string& path, std::string* message) {
   return j;
 }
 
-nlohmann::json ReadMetricsFile(const std::string& path) {
-  std::string text, err;
-  if (!ReadFile(path, &text, &err)) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+nlohmann::json ReadMetricsFile(const std::string& path, const std::string& run_dir, std::string* unreadable) {
+  std::string text;
+  if (!ReadPayloadFile(path, run_dir, kMetricsFileLimit, &text, unreadable)) return nullptr;
+  nlohmann::json j = ParsePayloadJson(text, unreadable);
   if (j.is_discarded() || !j.is_object()) return nullptr;
   return j;
 }

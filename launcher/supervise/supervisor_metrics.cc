@@ -97,7 +97,7 @@ void Supervisor::Impl::RefreshMetrics(bool force) {
     e.gate_wait_s = g.wait_s;
     e.compile_s = g.compile_s;
     if (g.role) e.gate_role = GateRoleName(*g.role);
-    if (p.attempt >= 0) e.metrics = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"));
+    if (p.attempt >= 0) e.metrics = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"), plan_.run_dir);
     s.processes.push_back(std::move(e));
   }
   metrics_->Update(s);

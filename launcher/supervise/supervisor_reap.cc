@@ -13,6 +13,7 @@
 #include "common/proc_scan.h"
 #include "common/run_sweep.h"
 #include "common/spawn.h"
+#include "common/untrusted_file.h"
 #include "contract/env_vars.h"
 #include "launcher/supervise/orphan_owner.h"
 #include "launcher/supervise/payload_files.h"
@@ -21,6 +22,13 @@
 #include "launcher/supervise/supervisor_internal.h"
 
 namespace dflash {
+namespace {
+
+/// The most read of a gate key file to see whether it changed: its sources (a script, its imports, files the
+/// config names) are KBs; a larger one is said to have changed rather than read on the loop thread.
+constexpr size_t kKeyFileLimit = size_t{64} << 20;
+
+}  // namespace
 
 void Supervisor::Impl::Reap() {
   for (;;) {
@@ -63,8 +71,11 @@ void Supervisor::Impl::Reap() {
     for (int sid : {os_[i].out_stream, os_[i].err_stream})
       if (sid >= 0 && !router_.Drain(sid)) CloseStream(sid);
     const CoreProc& p = core_.proc(i);
-    std::string msg;
-    nlohmann::json ef = ReadErrorFile(plan_.AttemptPath(*p.plan, p.attempt, "error.json"), &msg);
+    std::string msg, unreadable;
+    const std::string error_path = plan_.AttemptPath(*p.plan, p.attempt, "error.json");
+    nlohmann::json ef = ReadErrorFile(error_path, plan_.run_dir, &msg, &unreadable);
+    if (!unreadable.empty() && log_)
+      log_->warn("{}'s error file {} is {}", p.plan->name, error_path, Unreadable(unreadable));
     core_.OnExit(i, DecodeWaitStatus(status), ef.is_null() ? std::string() : msg);
     Drain();
   }
@@ -146,10 +157,15 @@ void Supervisor::Impl::FinalSweep() {
 
 void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
   const CoreProc& p = core_.proc(i);
-  nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"));
+  nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"), plan_.run_dir);
+  // The key's files, as they are now: the payload may have replaced one with a FIFO (never waited for) or a
+  // link (followed, as the plan did: a key file may be one), so read as any file a payload could touch.
   auto sha256_now = [](const std::string& path) {
-    std::string text, err;
-    return ReadFile(path, &text, &err) ? Sha256Hex(text) : std::string();
+    std::string text, why;
+    UntrustedFileRules rules;
+    rules.limit = kKeyFileLimit;
+    rules.follow_link = rules.any_owner = true;
+    return ReadUntrustedFile(path, rules, &text, &why) == UntrustedRead::kOk ? Sha256Hex(text) : std::string();
   };
   std::string warning = ReuseMissWarning(p.plan->name, p.gate().key.value_or(""), MetricsCounter(m, "fxgraph_cache_miss"),
                                          plan_.roles[p.plan->role_index].key_files, sha256_now);
