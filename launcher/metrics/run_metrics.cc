@@ -175,10 +175,15 @@ bool RunMetrics::Available() { return true; }
 
 bool RunMetrics::Serve(const std::string& address, std::string* err) {
   try {
-    // Two worker threads: a scrape is one small GET, but a client that connects and says nothing holds a worker
-    // until it is dropped (10 s): the other one still answers Prometheus.
+    // Any local user can connect to a loopback port, and every client of it comes from 127.0.0.1 (no per-peer
+    // cap can tell a Prometheus from a squatter). A client that connects and says nothing holds one of civetweb's
+    // workers until its request timeout: with 2 workers and 10 s, two idle connections stopped every scrape. A
+    // scrape's GET comes in one packet, so 1 s is plenty to wait for it; 8 workers leave a worker free for up to
+    // 7 idle connections, and more than that delay a scrape by about a second per 8 of them, never for good.
+    // No keep-alive: a worker is never parked on a client between its requests.
     exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", address, "num_threads", "2", "request_timeout_ms", "10000"});
+        "listening_ports", address, "num_threads", std::to_string(kMetricsWorkers), "request_timeout_ms",
+        std::to_string(kMetricsRequestTimeoutMs), "enable_keep_alive", "no"});
   } catch (const std::exception& e) {
     *err = "cannot serve metrics on " + address + ": " + e.what();
     return false;

@@ -21,6 +21,11 @@ class Family;
 
 namespace dflash {
 
+/// civetweb's workers that answer scrapes, and how long one waits for a client's request before it drops the
+/// connection (run_metrics.cc says why; docs/metrics.md, "How it is built").
+inline constexpr int kMetricsWorkers = 8;
+inline constexpr int kMetricsRequestTimeoutMs = 1000;
+
 class RunMetrics {
  public:
   RunMetrics();
