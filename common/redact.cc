@@ -3,6 +3,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <utility>
 
 namespace dflash {
 namespace {
@@ -197,6 +198,241 @@ std::string RedactTokenValues(std::string_view text) {
   return out;
 }
 
+bool IsQuote(char c) { return c == '"' || c == '\''; }
+bool IsSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+std::string Lower(std::string_view s) {
+  std::string out;
+  for (char c : s) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+/// `text` with `hide` (sorted, non-overlapping [begin, end) ranges) each replaced by "***".
+std::string HideRanges(std::string_view text, const std::vector<std::pair<size_t, size_t>>& hide) {
+  std::string out;
+  size_t done = 0;
+  for (const auto& [b, e] : hide) {
+    if (b < done || e <= b) continue;
+    out.append(text.substr(done, b - done));
+    out += kRedactedUrlPassword;
+    done = e;
+  }
+  out.append(text.substr(done));
+  return out;
+}
+
+/// The value of every JSON (or Python dict) member whose key is a secret name: `"password": "x"`,
+/// `{'api_key': 'x'}` -> `"password": "***"`. Only a quoted value: a number or `true` under a secret-looking
+/// key (`"token_count": 5`) is a count, not a secret.
+std::string RedactJsonMembers(std::string_view text) {
+  std::vector<std::pair<size_t, size_t>> hide;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (!IsQuote(text[i])) continue;
+    const char q = text[i];
+    size_t key_end = text.find(q, i + 1);
+    if (key_end == std::string_view::npos) break;
+    std::string_view key = text.substr(i + 1, key_end - i - 1);
+    size_t k = key_end + 1;
+    while (k < text.size() && IsSpace(text[k])) ++k;
+    if (k >= text.size() || text[k] != ':' || key.empty() || key.size() > 64 || !IsSecretParam(key)) {
+      i = key_end - 1;  // the closing quote may open the next key
+      continue;
+    }
+    ++k;
+    while (k < text.size() && IsSpace(text[k])) ++k;
+    // JSON inside a string of its own ("{\"password\": \"x\"}"): the value ends at the next escaped quote.
+    const bool escaped = k + 1 < text.size() && text[k] == '\\' && IsQuote(text[k + 1]) && key.back() == '\\';
+    if (escaped) ++k;
+    if (k >= text.size() || !IsQuote(text[k])) continue;
+    const char vq = text[k];
+    size_t end = k + 1;
+    if (escaped) {
+      while (end < text.size() && !(text[end] == vq && text[end - 1] == '\\')) ++end;
+      if (end < text.size()) --end;  // the backslash before the quote stays
+    } else {
+      while (end < text.size() && text[end] != vq) end += text[end] == '\\' ? 2 : 1;
+    }
+    if (end > text.size()) end = text.size();
+    if (end > k + 1) hide.emplace_back(k + 1, end);
+    i = end;
+  }
+  return HideRanges(text, hide);
+}
+
+/// Whether `name` is an HTTP header that carries a credential: Authorization, Proxy-Authorization, Cookie, or a
+/// secret name with a '-' in it (X-Api-Key, X-Auth-Token, Private-Token). A plain word before a ':' ("key:",
+/// "password:" in prose) is not a header.
+bool IsSecretHeader(std::string_view name) {
+  const std::string l = Lower(name);
+  if (l == "authorization" || l == "proxy-authorization" || l == "cookie" || l == "set-cookie") return true;
+  return name.find('-') != std::string_view::npos && IsSecretEnvName(name);
+}
+
+/// The value of a credential header, `Authorization: Token X` -> `Authorization: Token ***`, `X-Api-Key: X` ->
+/// `X-Api-Key: ***`: after an Authorization header's scheme word (Token, Bearer, Basic, Digest, ...), or after
+/// the ':' of the others, up to the end of the line or a closing quote.
+std::string RedactHeaders(std::string_view text) {
+  std::vector<std::pair<size_t, size_t>> hide;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (i > 0 && !IsSpace(text[i - 1]) && !IsQuote(text[i - 1])) continue;
+    size_t j = i;
+    while (j < text.size() && (IsAlnum(text[j]) || text[j] == '-' || text[j] == '_')) ++j;
+    if (j == i || j >= text.size() || text[j] != ':' || !IsSecretHeader(text.substr(i, j - i))) continue;
+    size_t v = j + 1;
+    while (v < text.size() && (text[v] == ' ' || text[v] == '\t')) ++v;
+    const std::string header = Lower(text.substr(i, j - i));
+    if (header == "authorization" || header == "proxy-authorization") {
+      size_t w = v;
+      while (w < text.size() && std::isalpha(static_cast<unsigned char>(text[w]))) ++w;
+      if (w > v && w < text.size() && text[w] == ' ') {  // a scheme word, then the credential
+        v = w;
+        while (v < text.size() && text[v] == ' ') ++v;
+      }
+    }
+    size_t end = v;
+    while (end < text.size() && text[end] != '\n' && text[end] != '\r' && !IsQuote(text[end])) ++end;
+    while (end > v && IsSpace(text[end - 1])) --end;
+    if (end > v) hide.emplace_back(v, end);
+    i = end > i ? end - 1 : i;
+  }
+  return HideRanges(text, hide);
+}
+
+/// The password of a `.netrc` entry: `machine h login u password X` (or `default login u password X`) ->
+/// `password ***`. Only inside an entry, keyword after keyword: "the machine password is x" is prose.
+std::string RedactNetrc(std::string_view text) {
+  std::vector<std::pair<size_t, size_t>> words;
+  for (size_t i = 0; i < text.size();) {
+    while (i < text.size() && IsSpace(text[i])) ++i;
+    size_t j = i;
+    while (j < text.size() && !IsSpace(text[j])) ++j;
+    if (j > i) words.emplace_back(i, j);
+    i = j;
+  }
+  auto word = [&](size_t k) { return text.substr(words[k].first, words[k].second - words[k].first); };
+  std::vector<std::pair<size_t, size_t>> hide;
+  for (size_t k = 0; k < words.size(); ++k) {
+    size_t at = k;
+    if (word(k) == "machine" && k + 1 < words.size()) at = k + 2;
+    else if (word(k) == "default") at = k + 1;
+    else continue;
+    // keyword value pairs until a word that is not a keyword
+    while (at + 1 < words.size()) {
+      std::string_view kw = word(at);
+      if (kw != "login" && kw != "password" && kw != "account" && kw != "port") break;
+      if (kw == "password") hide.push_back(words[at + 1]);
+      at += 2;
+    }
+    k = at > k ? at - 1 : k;
+  }
+  return HideRanges(text, hide);
+}
+
+/// The password of `user:pass@host` without a scheme (`rsync u:p@h:/x`, `--dsn=u:p@h`): "u:***@h". Not
+/// `user@host`, `git@host:path`, a URL (its own rule), a path (`/a:b@c`), `mailto:a@b`, nor an image digest
+/// (`python:3.11@sha256:...`).
+std::string RedactBareUserPassword(std::string_view text) {
+  std::vector<std::pair<size_t, size_t>> hide;
+  for (size_t at = text.find('@'); at != std::string_view::npos; at = text.find('@', at + 1)) {
+    size_t start = at;
+    while (start > 0 && !IsSpace(text[start - 1]) && !IsQuote(text[start - 1]) &&
+           std::string_view("=,;(<>/@").find(text[start - 1]) == std::string_view::npos)
+      --start;
+    if (start > 0 && (text[start - 1] == '/' || text[start - 1] == '@')) continue;  // a URL's or a path's
+    size_t colon = text.find(':', start);
+    if (colon == std::string_view::npos || colon >= at || colon == start || colon + 1 == at) continue;
+    bool user_ok = true;
+    for (size_t k = start; k < colon; ++k)
+      user_ok = user_ok && (IsAlnum(text[k]) || std::string_view("._~%+-").find(text[k]) != std::string_view::npos);
+    const std::string user = Lower(text.substr(start, colon - start));
+    if (!user_ok || user == "mailto" || user == "sip" || user == "sips" || user == "xmpp" || user == "tel") continue;
+    const std::string host = Lower(text.substr(at + 1, 7));
+    if (at + 1 >= text.size() || !(IsAlnum(text[at + 1]) || text[at + 1] == '[') || host == "sha256:" ||
+        host == "sha384:" || host == "sha512:")
+      continue;
+    if (text.substr(colon + 1, at - colon - 1) != kRedactedUrlPassword) hide.emplace_back(colon + 1, at);
+  }
+  return HideRanges(text, hide);
+}
+
+/// A program whose command line can carry its password: sshpass (`-p X`, `-pX`) and the MySQL/MariaDB clients
+/// (`-pX`; their `-p X` asks at a prompt, and X is the database).
+enum class PasswordFlag { kNone, kSshpass, kMysql };
+
+PasswordFlag ProgramOf(std::string_view word) {
+  while (!word.empty() && IsQuote(word.front())) word.remove_prefix(1);
+  size_t slash = word.rfind('/');
+  if (slash != std::string_view::npos) word.remove_prefix(slash + 1);
+  if (word == "sshpass") return PasswordFlag::kSshpass;
+  for (std::string_view m : {"mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck",
+                             "mysqlslap", "mysqlpump", "mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import",
+                             "mariadb-show", "mariadb-check", "mariadb-slap"})
+    if (word == m) return PasswordFlag::kMysql;
+  return PasswordFlag::kNone;
+}
+
+/// Of a command's words, which hold a password given on the command line: for each, the offset its secret
+/// starts at (npos: none). sshpass's options end at its first non-option word (its command, whose own `-p`
+/// may be a port: `sshpass -p X ssh -p 2222 h`); a MySQL client's words to the next `;`, `&&`, `||` or `|`.
+std::vector<size_t> CommandLinePasswords(const std::vector<std::string_view>& words) {
+  std::vector<size_t> from(words.size(), std::string_view::npos);
+  PasswordFlag in = PasswordFlag::kNone;
+  for (size_t k = 0; k < words.size(); ++k) {
+    std::string_view w = words[k];
+    if (w == ";" || w == "&&" || w == "||" || w == "|" || w == "&") {
+      in = PasswordFlag::kNone;
+      continue;
+    }
+    if (in == PasswordFlag::kSshpass) {
+      if (w == "-p" && k + 1 < words.size()) {
+        from[++k] = 0;
+        continue;
+      }
+      if (StartsWith(w, "-p") && w.size() > 2) {
+        from[k] = 2;
+        continue;
+      }
+      if ((w == "-f" || w == "-d" || w == "-P") && k + 1 < words.size()) {
+        ++k;
+        continue;
+      }
+      if (StartsWith(w, "-")) continue;
+      in = PasswordFlag::kNone;  // its command: judged as any other word below
+    } else if (in == PasswordFlag::kMysql) {
+      if (StartsWith(w, "-p") && w.size() > 2 && !IsQuote(w[2])) from[k] = 2;
+      continue;
+    }
+    PasswordFlag p = ProgramOf(w);
+    if (p != PasswordFlag::kNone) in = p;
+  }
+  return from;
+}
+
+/// CommandLinePasswords over the white-space separated words of a text (a `sh -c` line, an env value).
+std::string RedactCommandLinePasswords(std::string_view text) {
+  std::vector<std::pair<size_t, size_t>> spans;
+  std::vector<std::string_view> words;
+  for (size_t i = 0; i < text.size();) {
+    while (i < text.size() && IsSpace(text[i])) ++i;
+    size_t j = i;
+    while (j < text.size() && !IsSpace(text[j])) ++j;
+    if (j > i) {
+      spans.emplace_back(i, j);
+      words.push_back(text.substr(i, j - i));
+    }
+    i = j;
+  }
+  std::vector<size_t> from = CommandLinePasswords(words);
+  std::vector<std::pair<size_t, size_t>> hide;
+  for (size_t k = 0; k < words.size(); ++k) {
+    if (from[k] == std::string_view::npos) continue;
+    size_t b = spans[k].first + from[k], e = spans[k].second;
+    while (e > b && IsQuote(text[e - 1])) --e;  // the quote that closes a `sh -c '...'` stays
+    if (e > b) hide.emplace_back(b, e);
+  }
+  return HideRanges(text, hide);
+}
+
 }  // namespace
 
 bool IsSecretEnvName(std::string_view name) {
@@ -246,7 +482,9 @@ std::string RedactUrlCredentials(std::string_view text) {
 }
 
 std::string RedactSecretsInText(std::string_view text) {
-  return RedactTokenValues(RedactWebhookPaths(RedactSecretParams(RedactUrlCredentials(text))));
+  std::string t = RedactBareUserPassword(RedactUrlCredentials(text));
+  t = RedactNetrc(RedactHeaders(RedactJsonMembers(t)));
+  return RedactTokenValues(RedactWebhookPaths(RedactSecretParams(RedactCommandLinePasswords(t))));
 }
 
 std::string RedactEnvValue(std::string_view name, std::string_view value) {
@@ -256,9 +494,13 @@ std::string RedactEnvValue(std::string_view name, std::string_view value) {
 
 std::vector<std::string> RedactArgv(const std::vector<std::string>& argv) {
   std::vector<std::string> out;
+  std::vector<size_t> password_from = CommandLinePasswords(std::vector<std::string_view>(argv.begin(), argv.end()));
   bool next_is_secret = false;
-  for (const std::string& a : argv) {
-    out.push_back(next_is_secret && !a.empty() ? std::string(kRedactedUrlPassword) : RedactSecretsInText(a));
+  for (size_t k = 0; k < argv.size(); ++k) {
+    const std::string& a = argv[k];
+    if (next_is_secret && !a.empty()) out.emplace_back(kRedactedUrlPassword);
+    else if (password_from[k] != std::string::npos) out.push_back(a.substr(0, password_from[k]) + kRedactedUrlPassword);
+    else out.push_back(RedactSecretsInText(a));
     next_is_secret = a.size() > 1 && a[0] == '-' && a.find('=') == std::string::npos && IsSecretEnvName(a);
   }
   return out;

@@ -152,6 +152,75 @@ TEST(Redact, ACommandLinesSecretFlagsAndTokenWords) {
                                       "--api_key=***", "--max-tokens", "4096", "***", "-p", "x"}));
 }
 
+// Issue #55 item 10: eight shapes `check` still showed, each hidden, and the innocent text beside them kept.
+TEST(Redact, JsonMembersWithSecretKeys) {
+  EXPECT_EQ(RedactSecretsInText(R"({"user": "bob", "password": "hunter2", "port": 5432})"),
+            R"({"user": "bob", "password": "***", "port": 5432})");
+  EXPECT_EQ(RedactSecretsInText(R"({"api_key":"k55","model":"m"})"), R"({"api_key":"***","model":"m"})");
+  EXPECT_EQ(RedactSecretsInText("{'password': 'hunter2'}"), "{'password': '***'}");  // a Python dict
+  EXPECT_EQ(RedactSecretsInText(R"({"password": "a \"quoted\" one"})"), R"({"password": "***"})");
+  EXPECT_EQ(RedactSecretsInText(R"("{\"password\": \"esc55\"}")"), R"("{\"password\": \"***\"}")");
+  // Not secrets: a count under a token-ish key, a key that merely mentions one, a secret word as a value.
+  for (const char* v : {R"({"token_count": 5})", R"({"tokenizer": "bpe"})", R"({"field": "password"})",
+                        R"({"note": "rotate the api_key monthly"})"})
+    EXPECT_EQ(RedactSecretsInText(v), v) << v;
+}
+
+TEST(Redact, CredentialHeaders) {
+  EXPECT_EQ(RedactSecretsInText("Authorization: Token tok55"), "Authorization: Token ***");
+  EXPECT_EQ(RedactSecretsInText("X-Api-Key: key55"), "X-Api-Key: ***");
+  EXPECT_EQ(RedactSecretsInText("curl -H 'X-Api-Key: key55' -H \"Authorization: Token tok55\" https://h/x"),
+            "curl -H 'X-Api-Key: ***' -H \"Authorization: Token ***\" https://h/x");
+  EXPECT_EQ(RedactSecretsInText("Proxy-Authorization: Basic dXNlcjpwYXNz"), "Proxy-Authorization: Basic ***");
+  EXPECT_EQ(RedactSecretsInText("Authorization: tok55"), "Authorization: ***");
+  EXPECT_EQ(RedactSecretsInText("X-Auth-Token: t\nAccept: json"), "X-Auth-Token: ***\nAccept: json");
+  for (const char* v : {"Accept: application/json", "Content-Type: text/plain", "the key: see the docs",
+                        "password: none set here", "X-Request-Id: 42", "Authorization:"})
+    EXPECT_EQ(RedactSecretsInText(v), v) << v;
+}
+
+TEST(Redact, PasswordsOnACommandLine) {
+  EXPECT_EQ(RedactSecretsInText("sshpass -p ssh55 ssh -p 2222 u@h"), "sshpass -p *** ssh -p 2222 u@h");
+  EXPECT_EQ(RedactSecretsInText("/usr/bin/sshpass -pssh55 scp a h:"), "/usr/bin/sshpass -p*** scp a h:");
+  EXPECT_EQ(RedactSecretsInText("mysql -u root -pmy55 train"), "mysql -u root -p*** train");
+  EXPECT_EQ(RedactSecretsInText("bash -c 'mysqldump -pmy55 db > x.sql'"), "bash -c 'mysqldump -p*** db > x.sql'");
+  EXPECT_EQ(RedactSecretsInText("sh -c 'mysql -pmy55'"), "sh -c 'mysql -p***'");
+  EXPECT_EQ(RedactArgv({"sshpass", "-p", "ssh55", "ssh", "-p", "22", "h"}),
+            (std::vector<std::string>{"sshpass", "-p", "***", "ssh", "-p", "22", "h"}));
+  EXPECT_EQ(RedactArgv({"/usr/bin/mysql", "-uroot", "-pmy55", "-P", "3306"}),
+            (std::vector<std::string>{"/usr/bin/mysql", "-uroot", "-p***", "-P", "3306"}));
+  EXPECT_EQ(RedactArgv({"bash", "-c", "sshpass -p ssh55 rsync a h:b"}),
+            (std::vector<std::string>{"bash", "-c", "sshpass -p *** rsync a h:b"}));
+  // A port, a prompt, another program's -p: kept.
+  for (const char* v : {"python -m http.server -p 8080", "docker run -p 8080:80 img", "ssh -p 2222 u@h",
+                        "mysql -p train", "mysql -P 3306 -h db", "sshpass -e ssh -p 22 h", "ls -p; mysql -u u"})
+    EXPECT_EQ(RedactSecretsInText(v), v) << v;
+  EXPECT_EQ(RedactArgv({"python", "serve.py", "-p", "8080", "-p8081"}),
+            (std::vector<std::string>{"python", "serve.py", "-p", "8080", "-p8081"}));
+}
+
+TEST(Redact, NetrcEntries) {
+  EXPECT_EQ(RedactSecretsInText("machine h login u password net55"), "machine h login u password ***");
+  EXPECT_EQ(RedactSecretsInText("machine a.example login u password n1\nmachine b password n2 login v\n"
+                                "default login anonymous password n3"),
+            "machine a.example login u password ***\nmachine b password *** login v\n"
+            "default login anonymous password ***");
+  for (const char* v : {"the machine password is in the vault", "reset your password and retry",
+                        "password", "enter the password", "machine learning login page"})
+    EXPECT_EQ(RedactSecretsInText(v), v) << v;
+}
+
+TEST(Redact, UserPasswordAtHostWithoutAScheme) {
+  EXPECT_EQ(RedactSecretsInText("user:pass55@host"), "user:***@host");
+  EXPECT_EQ(RedactSecretsInText("rsync -a d/ backup:pass55@10.0.0.5:/srv"), "rsync -a d/ backup:***@10.0.0.5:/srv");
+  EXPECT_EQ(RedactSecretsInText("--target=u:pass55@db.example:5432"), "--target=u:***@db.example:5432");
+  EXPECT_EQ(RedactSecretsInText("a:p:w@h"), "a:***@h");
+  for (const char* v : {"user@host", "git@github.com:o/r.git", "mailto:a@b.c", "/srv/a:b@c",
+                        "python:3.11@sha256:0123456789abcdef", "https://host/users/@me:x", "a@b:c", "@x", "a:@h",
+                        ":p@h", "u:p@", "build 12:30 @ noon"})
+    EXPECT_EQ(RedactSecretsInText(v), v) << v;
+}
+
 TEST(Redact, OrdinaryValuesStayVisible) {
   for (const char* v : {"1", "0", "8675309", "3.14", "true", "/usr/local/lib/python3.11/site-packages",
                         "/home/someone/projects/dflash-launch/build/bin:/usr/bin:/bin",

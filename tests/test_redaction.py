@@ -215,3 +215,56 @@ def test_secrets_by_name_part_and_by_value_show_nowhere_and_ordinary_values_stay
     env, argv = json.loads(dump.read_text())
     assert all(env[k] == v for k, v in MISSED_46.items())
     assert argv[-3:] == ["--hf-token", "argvtoken46", GH_TOKEN_VALUE]
+
+
+# Issue #55 item 10: eight shapes `check` still showed, in a role's env and its command (argv words and a
+# `sh -c` line), each with its secret; beside them the innocent text the new rules must leave alone.
+SHAPES_55 = {
+    "DB_SETTINGS": '{"user": "bob", "password": "jsonpw55"}',
+    "SERVICE_JSON": '{"api_key": "jsonkey55", "region": "eu"}',
+    "EXTRA_HEADER": "Authorization: Token authtoken55",
+    "API_HEADER": "X-Api-Key: xapikey55",
+    "COPY_CMD": "sshpass -p sshpass55 scp model.bin host:/srv",
+    "DUMP_CMD": "mysqldump -u root -pmysqlpw55 train",
+    "NETRC_LINE": "machine files.example login u password netrc55",
+    "BACKUP_TARGET": "backup:barepw55@10.0.0.5:/srv/backups",
+}
+SECRETS_55 = ["jsonpw55", "jsonkey55", "authtoken55", "xapikey55", "sshpass55", "mysqlpw55", "netrc55", "barepw55",
+              "argvsshpass55", "argvmysql55", "shline55"]
+INNOCENT_55 = {
+    "SERVE_CMD": "python -m http.server -p 8080",
+    "SSH_TARGET": "deploy@gpu-node-7",
+    "NOTE": "reset the password in the vault, then retry",
+    "PORTS": "docker run -p 8080:80 img",
+    "IMAGE": "python:3.11@sha256:0123456789abcdef0123456789abcdef",
+    "HEADERS": "Accept: application/json",
+}
+
+
+def test_the_eight_shapes_of_issue_55_show_nowhere_in_check_and_innocent_text_stays(bin_dir, tmp_path):
+    """Before: `check` printed every secret of SHAPES_55 (JSON members, two headers, sshpass -p, mysql -pX, a .netrc
+    line, user:pass@host) and of the command line. Now: hidden in `check` and `check --json`, each shape still
+    recognisable (`"password": "***"`, `Token ***`, `-p***`); the innocent values are shown as they are."""
+    env_lines = "\n".join(f"        {k} = {json.dumps(v)}" for k, v in {**SHAPES_55, **INNOCENT_55}.items())
+    command = ["sh", "-c", "sshpass -p shline55 rsync -a d/ h:/d; true", "sshpass", "-p", "argvsshpass55",
+               "mysql", "-uroot", "-pargvmysql55", "-p", "8080"]
+    config = write_config(tmp_path, f"""
+        [[role]]
+        name = "p"
+        cpu = 1
+        command = {json.dumps(command)}
+        [role.env]
+{env_lines}
+        """)
+    shown = ""
+    for args in ([], ["--json"]):
+        c = run([bin_dir / "dflash-launch", "check", config, *args])
+        assert c.returncode == 0, c.stderr
+        shown += c.stdout + c.stderr
+    for s in SECRETS_55:
+        assert s not in shown, f"{s!r} shown by check:\n{shown}"
+    for k, v in INNOCENT_55.items():
+        assert f"{k}={v}" in shown, f"{k}={v} changed by check:\n{shown}"
+    for hidden in ('"password": "***"', '"api_key": "***"', "Authorization: Token ***", "X-Api-Key: ***",
+                   "sshpass -p *** scp", "-u root -p*** train", "login u password ***", "backup:***@10.0.0.5"):
+        assert hidden in shown, f"{hidden!r} not in check:\n{shown}"
