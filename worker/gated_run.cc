@@ -1,5 +1,7 @@
 #include "worker/gated_run.h"
 
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,10 +15,12 @@
 #include "cachelock/holder_tree.h"
 #include "cachelock/records.h"
 #include "cachelock/status.h"
+#include "common/cpu_identity.h"
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/notify.h"
 #include "worker/cluster_step.h"
+#include "worker/compile_env_check.h"
 #include "worker/leader_hint.h"
 #include "worker/payload_host.h"
 #include "worker/protocol.h"
@@ -89,6 +93,10 @@ class GatedPayloadRun {
   /// Returns the payload's exit status (a process's, as `seed`'s steps do: docs/design.md, "Errors").
   int Finish(const PayloadResult& r);
   double Since(Clock::time_point t) const { return std::chrono::duration<double>(Clock::now() - t).count(); }
+  /// Refuses a payload that runs with what the gate cannot share under (worker/compile_env_check.h): what its
+  /// torch reported (`reported`, may be null), else its processes' environments. Once refused, the payload's
+  /// group is SIGKILLed, READY is never published, and the worker exits 2.
+  void Vet(const NotifyFields* reported);
 
   const GatedRunOptions& o_;
   std::unique_ptr<CompileGate> gate_;
@@ -99,7 +107,25 @@ class GatedPayloadRun {
   CacheSnapshot before_;
   PayloadHostOptions h_;
   Clock::time_point spawned_{};
+  CompileEnvExpect expect_;  // the payload's environment as we give it (Run)
+  pid_t payload_ = -1;
+  std::string refused_;      // why Vet refused the payload ("" while it has not)
 };
+
+void GatedPayloadRun::Vet(const NotifyFields* reported) {
+  if (!gate_ || !refused_.empty() || payload_ <= 0) return;
+  std::string why = reported ? ReportedCompileProblem(reported->payload_precompile, reported->payload_cache_key_tag,
+                                                      expect_)
+                             : "";
+  if (why.empty()) why = ForeignCompileEnv(payload_, expect_);
+  if (why.empty()) return;
+  refused_ = o_.name + " cannot share gate " + o_.gate_key + "'s cache: " + why;
+  Say("error: " + refused_);
+  Error(refused_);
+  // Its own values are already suspect: it must not train on, and a leader must not publish what it compiled.
+  ::kill(-payload_, SIGKILL);
+  ::kill(payload_, SIGKILL);
+}
 
 void GatedPayloadRun::Say(const std::string& line) const {
   if (o_.say) o_.say(line);  // the entry point's (dflash-worker, dflash-cachelock run): its stderr
@@ -138,6 +164,7 @@ Status GatedPayloadRun::TakeGate(bool* run_payload) {
   g.torch_version = o_.torch_version;
   g.sources = o_.sources;
   g.gpu = o_.gpu_identity;
+  g.cpu = o_.cpu_identity;
   g.timeout = o_.gate_timeout;
   g.progress_every = o_.progress_every;
   g.on_progress = [&](std::string_view line) {
@@ -249,7 +276,10 @@ NotifyFields GatedPayloadRun::Publish(double ready_s) {
 }
 
 void GatedPayloadRun::WireReports() {
+  h_.on_notify = [this](const NotifyFields& f) { Vet(&f); };
   h_.on_spawned = [this](pid_t pid) {
+    payload_ = pid;
+    Vet(nullptr);
     NotifyFields f;
     f.main_pid = pid;
     Report(f);
@@ -268,6 +298,8 @@ void GatedPayloadRun::WireReports() {
     Report(f);
   };
   h_.on_ready = [this] {
+    Vet(nullptr);
+    if (!refused_.empty()) return;  // killed: neither READY nor a publish
     double ready_s = Since(spawned_);
     NotifyFields facts;
     if (gate_ && lead_) facts = Publish(ready_s);
@@ -280,7 +312,7 @@ void GatedPayloadRun::WireReports() {
 
 int GatedPayloadRun::Finish(const PayloadResult& r) {
   if (!r.message.empty()) Say(r.message);
-  bool exited_ok = r.status && r.status->exited && r.status->code == 0;
+  bool exited_ok = r.status && r.status->exited && r.status->code == 0 && refused_.empty();
   if (gate_ && gate_->holding() && o_.warmup && exited_ok) {
     // A warm-up that honours DFLASH_WARMUP=1 compiles and exits 0.
     Report(Publish(Since(spawned_)));
@@ -310,6 +342,10 @@ int GatedPayloadRun::Finish(const PayloadResult& r) {
     Report(f);
   }
   if (!r.message.empty()) Error(r.message);
+  if (!refused_.empty()) {
+    Error(refused_);  // the last word: what the summary names
+    return exit_code::kConfig;
+  }
   return r.exit_code;
 }
 
@@ -330,6 +366,14 @@ int GatedPayloadRun::Run() {
   // Opt-in only: Inductor loads what its remote cache holds (pickles, and on GPU kernels) unsigned, so
   // anyone who can write the store could run code in the payload (docs/cachelock.md).
   if (!o_.cluster_store.empty() && o_.inductor_remote_cache) AddInductorRemoteCacheEnv(o_.cluster_store, &h_.extra_env);
+  // The payload's Inductor keys carry its CPU (common/cpu_identity.h): what the launcher set, or, for a worker
+  // run by hand or by torchrun, this host's CPU and the payload's ATEN_CPU_CAPABILITY. Gated or not, a process
+  // that shares this cache never loads an entry compiled for another CPU or ISA.
+  const char* user_tag = std::getenv(env::kTorchCompileCacheKeyTag);
+  const char* cap = std::getenv(env::kAtenCpuCapability);
+  expect_.cache_key_tag = WithCpuTag(user_tag ? user_tag : "", CpuCacheTag(o_.cpu_identity));
+  if (cap) expect_.aten_cpu_capability = cap;
+  h_.extra_env.emplace_back(env::kTorchCompileCacheKeyTag, expect_.cache_key_tag);
   h_.name = o_.name;
   h_.argv = o_.argv;
   h_.ready = o_.ready;
@@ -371,6 +415,13 @@ std::vector<ReadySource> ParseGateSources(const std::string& text) {
   return out;
 }
 
-int RunGatedPayload(const GatedRunOptions& options) { return GatedPayloadRun(options).Run(); }
+int RunGatedPayload(const GatedRunOptions& options) {
+  GatedRunOptions o = options;
+  if (o.cpu_identity.empty()) {
+    const char* cap = std::getenv(env::kAtenCpuCapability);
+    o.cpu_identity = CpuIdentity(HostCpu(), cap ? std::optional<std::string>(cap) : std::nullopt);
+  }
+  return GatedPayloadRun(o).Run();
+}
 
 }  // namespace dflash

@@ -38,6 +38,10 @@ struct GatedRunOptions {
   /// the file whose edit changed the key.
   std::vector<ReadySource> sources;
   std::string gpu_identity;   ///< recorded in READY and shipped archives, checked on fetch (--gpu-identity)
+  /// The CPU the payload compiles for (common/cpu_identity.h), from this host and the ATEN_CPU_CAPABILITY the
+  /// payload gets; empty: RunGatedPayload works it out. Recorded in READY and archives, checked on fetch, and its
+  /// tag put in the payload's TORCH_COMPILE_CACHE_KEY_TAG.
+  std::string cpu_identity;
   /// TORCHINDUCTOR_COMPILE_THREADS for the payload once it leads (--leader-compile-threads:
   /// the host's share; the launcher gave every gated process 1, a follower's value). Empty: unchanged.
   std::string leader_compile_threads;

@@ -61,6 +61,8 @@ struct PayloadHostOptions {
   /// Never for evidence (a READY=1, a matching line) that only a payload
   /// which then failed left behind: that one is judged by its exit status.
   std::function<void()> on_ready;
+  /// Every datagram the payload (or its process group) sends, before anything in it is acted on (its READY too).
+  std::function<void(const NotifyFields& fields)> on_notify;
   /// Each STATUS= line the payload (or its process group) sends in notify mode.
   std::function<void(std::string_view status)> on_status;
   /// Each WATCHDOG=1 the payload sends (relayed to the supervisor's watchdog).

@@ -45,6 +45,7 @@ void PayloadHost::OnNotify() {
     // run by a payload shell). Others on this host may know the address.
     if (m.pid != pid_ && !(m.pgid > 0 && m.pgid == pid_)) continue;
     NotifyFields f = DecodeNotify(m.fields);
+    if (o_.on_notify) o_.on_notify(f);
     if (f.status && o_.on_status) o_.on_status(*f.status);
     if (f.watchdog && o_.on_watchdog) o_.on_watchdog();
     if (f.ready) Evidence([&] { return readiness_->OnNotifyReady(); });

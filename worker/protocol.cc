@@ -303,6 +303,8 @@ const FieldCodec kFields[] = {
     DFLASH_COUNT_FIELD("X_DFLASH_GATE_FETCH_BYTES", gate_fetch_bytes),
     DFLASH_SECONDS_FIELD("X_DFLASH_GATE_FETCH_S", gate_fetch_s),
     DFLASH_COUNT_FIELD("X_DFLASH_GATE_PUBLISHED_BYTES", gate_published_bytes),
+    DFLASH_TEXT_FIELD("X_DFLASH_PRECOMPILE", payload_precompile),
+    DFLASH_TEXT_FIELD("X_DFLASH_CACHE_KEY_TAG", payload_cache_key_tag),
     DFLASH_FLAG_FIELD("READY", ready),
 };
 

@@ -101,6 +101,9 @@ struct NotifyFields {
   std::optional<int64_t> gate_fetch_bytes;        ///< X_DFLASH_GATE_FETCH_BYTES=: the archive fetched
   std::optional<double> gate_fetch_s;             ///< X_DFLASH_GATE_FETCH_S=: fetch + check + import
   std::optional<int64_t> gate_published_bytes;    ///< X_DFLASH_GATE_PUBLISHED_BYTES=: the archive the leader shipped
+  /// What a payload's own torch runs with, as dflash_launch.notify reports it (worker/compile_env_check.h).
+  std::optional<std::string> payload_precompile;     ///< X_DFLASH_PRECOMPILE=: torch._dynamo.config.caching_precompile, "1"/"0"
+  std::optional<std::string> payload_cache_key_tag;  ///< X_DFLASH_CACHE_KEY_TAG=: torch.compiler.config.cache_key_tag
 
   /// Lines Decode did not take: an unknown key ("BARRIER=1", a newer
   /// worker's field), or a known key with a garbled value ("MAINPID=abc",

@@ -12,6 +12,7 @@ that installs it (`pip install 'dflash-launch[torch]'`: dflash_launch/_extras.py
 """
 
 import os
+import sys
 import socket
 
 from dflash_launch._extras import MissingExtraError, require  # noqa: F401  (MissingExtraError: for callers)
@@ -60,13 +61,32 @@ def said_ready() -> bool:
     return bool(_said_ready)
 
 
+def _compile_facts():
+    """What this process's torch compiles with, where the gate must judge it (worker/compile_env_check.h): Dynamo's
+    precompile switch and Inductor's cache key tag, read from torch's config modules only if they are loaded
+    already (a notify never imports torch). The worker refuses READY when either differs from what the gate's
+    processes share entries under: a script or wrapper that sets them escapes every env table."""
+    lines = []
+    dynamo = sys.modules.get("torch._dynamo.config")
+    if dynamo is not None:
+        lines.append("X_DFLASH_PRECOMPILE=" + ("1" if getattr(dynamo, "caching_precompile", False) else "0"))
+    compiler = sys.modules.get("torch.compiler.config")
+    if compiler is not None:
+        tag = str(getattr(compiler, "cache_key_tag", ""))
+        if "\n" not in tag:
+            lines.append("X_DFLASH_CACHE_KEY_TAG=" + tag)
+    return lines
+
+
 def notify(message: str) -> bool:
-    """Sends one datagram ("KEY=VALUE" lines) to $NOTIFY_SOCKET. False when unset."""
+    """Sends one datagram ("KEY=VALUE" lines) to $NOTIFY_SOCKET, with what this process's torch compiles with
+    (_compile_facts). False when unset."""
     if "READY=1" in message.split("\n"):
         _said_ready.append(True)
     address = os.environ.get("NOTIFY_SOCKET", "")
     if not address:
         return False
+    message = "\n".join(_compile_facts() + [message])
     if address.startswith("@"):
         address = "\0" + address[1:]  # the abstract namespace
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:

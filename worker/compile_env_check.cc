@@ -1,0 +1,101 @@
+#include "worker/compile_env_check.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/proc_scan.h"
+#include "contract/env_vars.h"
+
+namespace dflash {
+namespace {
+
+/// A process's environ is at most ARG_MAX-ish; more is not one we read whole.
+constexpr size_t kEnvironCap = 4u << 20;
+
+std::optional<std::string> Lookup(std::string_view block, std::string_view name) {
+  std::optional<std::string> found;
+  size_t at = 0;
+  while (at < block.size()) {
+    size_t end = block.find('\0', at);
+    std::string_view entry = block.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    at = end == std::string_view::npos ? block.size() : end + 1;
+    if (entry.size() > name.size() && entry.substr(0, name.size()) == name && entry[name.size()] == '=')
+      found = std::string(entry.substr(name.size() + 1));  // the last one: what Python's os.environ keeps
+  }
+  return found;
+}
+
+std::string Shown(const std::optional<std::string>& v) { return v ? "\"" + *v + "\"" : std::string("unset"); }
+
+bool ReadEnviron(pid_t pid, std::string* out) {
+  std::string path = "/proc/" + std::to_string(pid) + "/environ";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  out->clear();
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || out->size() + static_cast<size_t>(n) > kEnvironCap) break;
+    out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+std::string Comm(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/comm", text;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "?";
+  char buf[64];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n > 0) text.assign(buf, static_cast<size_t>(n));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+  return text.empty() ? "?" : text;
+}
+
+}  // namespace
+
+std::string CompileEnvProblem(std::string_view block, const CompileEnvExpect& want) {
+  if (Lookup(block, env::kTorchCachingPrecompile) == std::optional<std::string>("1"))
+    return std::string(env::kTorchCachingPrecompile) + "=1: Dynamo's precompile cache computes wrong values in a "
+           "gated process (torch drops identity guards); unset it where it is set (a wrapper such as `env`, a shell "
+           "line, the script)";
+  std::optional<std::string> cap = Lookup(block, env::kAtenCpuCapability);
+  if (cap != want.aten_cpu_capability)
+    return std::string(env::kAtenCpuCapability) + " is " + Shown(cap) + " where the gate's processes run with " +
+           Shown(want.aten_cpu_capability) + ": it picks the vector ISA Inductor compiles for, and this process's "
+           "cache keys were made for the other one; set it in the role's env (it is then in the gate key and "
+           "every key) instead of a wrapper";
+  std::optional<std::string> tag = Lookup(block, env::kTorchCompileCacheKeyTag);
+  if (tag != std::optional<std::string>(want.cache_key_tag))
+    return std::string(env::kTorchCompileCacheKeyTag) + " is " + Shown(tag) + ", not " + Shown(want.cache_key_tag) +
+           ": the gate's processes share entries only under the tag that names their CPU; set your own tag in the "
+           "role's env (dflash-launch keeps it and adds the CPU's)";
+  return "";
+}
+
+std::string ForeignCompileEnv(pid_t root, const CompileEnvExpect& want) {
+  std::string block;
+  for (pid_t pid : ProcessTree(root)) {
+    if (!ReadEnviron(pid, &block)) continue;
+    if (std::string why = CompileEnvProblem(block, want); !why.empty())
+      return "pid " + std::to_string(pid) + " (" + Comm(pid) + "): " + why;
+  }
+  return "";
+}
+
+std::string ReportedCompileProblem(const std::optional<std::string>& precompile,
+                                   const std::optional<std::string>& cache_key_tag, const CompileEnvExpect& want) {
+  if (precompile == std::optional<std::string>("1"))
+    return "its torch runs with torch._dynamo.config.caching_precompile = True: Dynamo's precompile cache computes "
+           "wrong values in a gated process (torch drops identity guards); do not turn it on";
+  if (cache_key_tag && *cache_key_tag != want.cache_key_tag)
+    return "its torch runs with torch.compiler.config.cache_key_tag = \"" + *cache_key_tag + "\", not \"" +
+           want.cache_key_tag + "\": the gate's processes share entries only under the tag that names their CPU; "
+           "set your own tag in the role's env (dflash-launch keeps it and adds the CPU's)";
+  return "";
+}
+
+}  // namespace dflash
