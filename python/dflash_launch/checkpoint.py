@@ -66,6 +66,13 @@ def parse_interval(text):
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
+def _signal_name(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:  # a real-time signal has no name of its own
+        return f"signal {sig}"
+
+
 def _key(name):
     m = _NAME.match(name)
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
@@ -384,12 +391,15 @@ class Checkpoint:
         self._poll()
         due = bool(self.every_steps and self.done_steps % self.every_steps == 0)
         timed = self.every_s is not None and time.monotonic() - self._last_save_t >= self.every_s
-        stop = self._stop is not None
+        got_signal = self._stop is not None
         level = self._pending_level()
         full = level > 1 and self._inflight is None  # a checkpoint now commits them
         drain = level > 2 and self._inflight is not None  # still more while one is in flight: wait for its commit
-        # Every rank decides the same: the clocks, the signals' arrival and the frames held differ.
-        due, timed, stop, full, drain = self._agree(_STEP, due, timed, stop, full, drain)
+        # Every rank decides the same: the clocks, the signals' arrival and the frames held differ. The stop carries
+        # its signal's number: a rank that got none ends by the world's (one rank's stop is the world's stop).
+        due, timed, stop, full, drain = self._agree(_STEP, due, timed, self._stop or 0, full, drain)
+        if stop:
+            self._stop = stop  # also keeps a later signal (the supervisor's own stop, say) from arming a timer
         if drain:
             t0 = time.monotonic()
             self._wait_inflight()
@@ -404,7 +414,7 @@ class Checkpoint:
         if due or timed or stop or full:
             self.save(wait=stop)
         if stop:
-            self._end_by_signal()
+            self._end_by_signal(got_signal)
 
     def save(self, wait=False):
         """A checkpoint of the steps done so far (every rank at once). Async unless `wait` or async_save=False:
@@ -473,14 +483,15 @@ class Checkpoint:
         return moved
 
     def _agree(self, phase, *flags):
-        """`flags`, each OR-ed over the world, in one all_gather that also carries where each rank is (`phase`,
-        the step): ranks that reached different points raise CheckpointDiverged together instead of waiting in
-        different collectives. Outside a world: `flags` as given."""
+        """`flags` (bools, or non-negative ints such as a signal's number), each the largest over the world (an OR
+        for bools), in one all_gather that also carries where each rank is (`phase`, the step): ranks that reached
+        different points raise CheckpointDiverged together instead of waiting in different collectives. Outside a
+        world: `flags` as given."""
         if not self.in_world:
-            return [bool(f) for f in flags]
+            return [int(f) for f in flags]
         torch = self.torch
         # One size for every phase (gloo needs equal sizes to match two ranks' calls at all).
-        values = [phase, self.done_steps] + [int(bool(f)) for f in flags] + [0] * (_FLAGS - len(flags))
+        values = [phase, self.done_steps] + [int(f) for f in flags] + [0] * (_FLAGS - len(flags))
         mine = torch.tensor(values, dtype=torch.int64)
         every = [torch.zeros_like(mine) for _ in range(self.world)]
         self.dist.all_gather(every, mine, group=self.agree_group)
@@ -490,7 +501,7 @@ class Checkpoint:
             raise CheckpointDiverged(f"{self._who()}: the ranks of the world are at different points of the "
                                      f"checkpoint protocol ({said}); each would wait forever for the others. Every "
                                      f"rank must call step(), save() and finish() at the same points")
-        return [bool(v) for v in torch.stack(every)[:, 2:2 + len(flags)].amax(0).tolist()]
+        return [int(v) for v in torch.stack(every)[:, 2:2 + len(flags)].amax(0).tolist()]
 
     def _poll(self):
         if self._inflight is not None and self._inflight[4] is not None and self._inflight[4].done():
@@ -576,7 +587,7 @@ class Checkpoint:
 
     def _die_by(self, sig):
         """No step() came in time (the process waits elsewhere): end by the signal, as without a Checkpoint."""
-        self.say(f"{self._who()}: {signal.Signals(sig).name}: no step within {self._stop_wait_s:g}s; stopping "
+        self.say(f"{self._who()}: {_signal_name(sig)}: no step within {self._stop_wait_s:g}s; stopping "
                  f"without a checkpoint (the last one stands)")
         # From this thread signal.signal() is refused (main thread only) and the main thread may sit in C code:
         # the kernel's disposition goes back to the default through libc itself, then the signal is raised.
@@ -584,15 +595,21 @@ class Checkpoint:
         ctypes.CDLL(None).signal(int(sig), ctypes.c_void_p(0))  # SIG_DFL
         os.kill(os.getpid(), sig)
 
-    def _end_by_signal(self):
+    def _end_by_signal(self, got_it=True):
+        """Ends the process by the world's agreed stop signal, as a rank that got it itself: its default action (a
+        signal death the supervisor sees as such), on the ranks that got no signal too (`got_it` False)."""
         sig = self._stop
-        self.say(f"{self._who()}: {signal.Signals(sig).name}: checkpoint at step {self.done_steps} committed "
-                 f"({self.last[1] if self.last else '-'}); stopping")
+        whose = "" if got_it else " (another rank's: the world stops together)"
+        self.say(f"{self._who()}: {_signal_name(sig)}: checkpoint at step {self.done_steps} committed "
+                 f"({self.last[1] if self.last else '-'}); stopping{whose}")
         if self.metrics is not None:
             self.metrics.write()
         self._uninstall_signals()
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
+        # A signal whose default action does not end a process (SIGCHLD, SIGCONT, ...): the shell's way instead.
+        sys.stdout.flush()
+        os._exit(128 + sig)
 
     # Reporting -------------------------------------------------------------------------------------------------
 
