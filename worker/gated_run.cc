@@ -19,6 +19,7 @@
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/notify.h"
+#include "common/untrusted_file.h"
 #include "worker/cluster_step.h"
 #include "worker/compile_env_check.h"
 #include "worker/leader_hint.h"
@@ -36,10 +37,13 @@ using Clock = std::chrono::steady_clock;
 /// How long a new leader waits for a dead leader's tree to go after SIGKILL.
 constexpr auto kLeftoverWait = std::chrono::seconds(5);
 
-/// Cache hits the payload wrote to its metrics file (FX graph, AOTAutograd), or 0.
+/// Cache hits the payload wrote to its metrics file (FX graph, AOTAutograd), or 0. The payload controls that path:
+/// a FIFO or a link to /dev/zero there must not hold the gate (common/untrusted_file.h).
 int MetricsHits(const std::string& path) {
-  std::string text, err;
-  if (path.empty() || !ReadFile(path, &text, &err)) return 0;
+  std::string text, why;
+  UntrustedFileRules rules;
+  rules.limit = size_t{8} << 20;
+  if (path.empty() || ReadUntrustedFile(path, rules, &text, &why) != UntrustedRead::kOk) return 0;
   nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
   if (!m.is_object()) return 0;
   int hits = 0;
