@@ -163,7 +163,9 @@ TEST(UntrustedFile, AFileOfAnotherUserIsRefused) {
   EXPECT_EQ(Read(t / "m.json", AnyOwner()).r, UntrustedRead::kOk);
 }
 
-TEST(UntrustedFile, UnreadableSaysWhy) { EXPECT_EQ(Unreadable("a FIFO, not a regular file"), "unreadable (a FIFO, not a regular file)"); }
+TEST(UntrustedFile, UnreadableSaysWhy) {
+  EXPECT_EQ(Unreadable("a FIFO, not a regular file"), "unreadable (a FIFO, not a regular file)");
+}
 
 }  // namespace
 }  // namespace untrusted_file_test

@@ -17,8 +17,9 @@ from conftest import run
 from supervise import wait_until, write_config
 
 # The payload: replaces the file its env names (argv[1]) by argv[2] ("fifo", "fifo_held": a FIFO it holds open
-# for writing and never writes, "zero": a link to /dev/zero, "deep": JSON nested 400000 levels), says so, then
-# waits for argv[3] to appear (or SIGTERM) and exits with argv[4].
+# for writing and never writes, "zero": a link to /dev/zero, "deep": a JSON object nested 150000 levels, 0.9 MB:
+# the summary's dump of it overflowed the stack), says so, then waits for argv[3] to appear (or SIGTERM) and
+# exits with argv[4].
 PLANT = textwrap.dedent("""\
     import os, sys, time
     var, how, go, code = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -34,7 +35,7 @@ PLANT = textwrap.dedent("""\
         os.symlink("/dev/zero", path)
     elif how == "deep":
         with open(path, "w") as f:
-            f.write("[" * 400000 + "]" * 400000)
+            f.write('{"a":' * 150000 + "1" + "}" * 150000)
     print("planted", how, flush=True)
     while not os.path.exists(go):
         time.sleep(0.02)
