@@ -117,11 +117,13 @@ def _set_rng_state(torch, state):
 def _error_said(error):
     """One line for a failed load: DCP's CheckpointException by each failed rank's own exception (its text is their
     whole tracebacks), anything else by its type and message."""
+    def one(e):
+        text = f"{type(e).__name__}: {e}".rstrip(": ").splitlines()[0]
+        return text if len(text) <= 160 else text[:157] + "..."  # torch's own advice follows the reason: cut
     failures = getattr(error, "failures", None)
     if isinstance(failures, dict) and failures:
-        return "; ".join(f"{type(exc).__name__}: {exc}".rstrip(": ") + f" on rank {r}"
-                         for r, (exc, _) in sorted(failures.items()))
-    return f"{type(error).__name__}: {error}".rstrip(": ")
+        return "; ".join(f"{one(exc)} on rank {r}" for r, (exc, _) in sorted(failures.items()))
+    return one(error)
 
 
 class CheckpointDiverged(RuntimeError):
@@ -353,8 +355,8 @@ class Checkpoint:
                               f"{len(mine)} frames to it ({frames_said(mine)}): an older checkpoint would train "
                               f"them again. Fix: put back an intact copy of {path}, or start over with a fresh run "
                               f"(a new run id: a new spool) and another [run] checkpoint_dir")
-        aside, n = os.path.join(self.dir, "damaged-" + os.path.basename(path)), 0
-        while os.path.lexists(aside):  # an earlier one of the same name: both kept, for whoever looks
+        aside, n = os.path.join(self.dir, "damaged-" + os.path.basename(path)), 1
+        while os.path.lexists(aside):  # an earlier one of the same name: both kept (.2, .3, as the builtin does)
             n += 1
             aside = os.path.join(self.dir, f"damaged-{os.path.basename(path)}.{n}")
         os.rename(path, aside)
