@@ -303,8 +303,15 @@ class Checkpoint:
         """{frame: checkpoint} of the spool's done/ records that name a checkpoint of this directory (rank 0)."""
         if self.source is None or not hasattr(self.source, "committed_records"):
             return {}
-        return {f: ck for f, ck in self.source.committed_records().items()
-                if ck and os.path.dirname(ck) == self.dir}
+        here, same = os.path.realpath(self.dir), {}
+        out = {}
+        for f, ck in self.source.committed_records().items():
+            parent = os.path.dirname(ck)
+            if parent not in same:  # the path the writer used may reach this dir another way (a link)
+                same[parent] = parent == self.dir or os.path.realpath(parent) == here
+            if same[parent]:
+                out[f] = os.path.join(self.dir, os.path.basename(ck))
+        return out
 
     def _choose(self, mine, records):
         """Rank 0: what restore() does, for every rank: ("none",), ("refuse", why) or ("load", step, path, verdict,
@@ -324,7 +331,14 @@ class Checkpoint:
         if not ok:
             return ("none",)
         step, path = ok[-1]
-        verdict, same_spool, why = judge(mine, read_identity(path), self.adopt, path)
+        theirs = read_identity(path)
+        if isinstance(theirs, str):  # damaged like a .distcp that does not load: the same rule
+            damage = self._damaged(path, [theirs], records)
+            if damage[0] == "refuse":
+                return damage
+            self.say(f"{self._who()}: {damage[1]}")
+            return self._choose(mine, records)
+        verdict, same_spool, why = judge(mine, theirs, self.adopt, path)
         if verdict == "refuse":
             return ("refuse", why)
         return ("load", step, path, verdict, same_spool, why, len(ok) == 1)

@@ -34,15 +34,22 @@ def read_identity(path):
     """The identity in checkpoint `path`: a dict, None when it has none (written before identities), or the
     reason it cannot be read (a str)."""
     try:
-        with open(os.path.join(path, IDENTITY_FILE), "rb") as f:
-            data = json.loads(f.read(1 << 24))
+        fd = os.open(os.path.join(path, IDENTITY_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read(1 << 26))  # a model of very many tensors still fits; a planted /dev/zero does not
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
         return f"its {IDENTITY_FILE} cannot be read ({type(e).__name__}: {e})"
     keys = ("run_id", "role", "process", "world_size", "model", "spool")
-    if not isinstance(data, dict) or any(k not in data for k in keys) or not isinstance(data["model"], dict):
+    if not isinstance(data, dict) or any(k not in data for k in keys):
         return f"its {IDENTITY_FILE} lacks some of {', '.join(keys)}"
+    tensors = data.get("tensors", {})
+    if not (all(isinstance(data[k], str) for k in ("run_id", "role", "process", "spool")) and
+            isinstance(data["world_size"], int) and not isinstance(data["world_size"], bool) and
+            isinstance(data["model"], dict) and all(isinstance(v, str) for v in data["model"].values()) and
+            isinstance(tensors, dict) and all(isinstance(v, list) and len(v) == 2 for v in tensors.values())):
+        return f"its {IDENTITY_FILE} has a value of the wrong kind"
     return data
 
 
