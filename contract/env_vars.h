@@ -142,6 +142,8 @@ inline constexpr ProcessVar kProcessVars[] = {
     {kWatchdogUsec, VarKind::kOwned},       {kPythonUnbuffered, VarKind::kDefault},
     {kPythonFaultHandler, VarKind::kDefault}, {kOmpNumThreads, VarKind::kDefault},
     {kCudaDeviceOrder, VarKind::kDefault},  {kInductorCompileThreads, VarKind::kDefault},
+    // The role's (else the launcher's) value is kept inside the one dflash-launch sets, the CPU's tag after it.
+    {kTorchCompileCacheKeyTag, VarKind::kDefault},
 };
 
 /// A family of names dflash-launch sets: every name with this prefix and suffix

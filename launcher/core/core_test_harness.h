@@ -34,6 +34,8 @@ class Harness {
     po.bin_dir = "/opt/dflash/bin";
     po.run_id = "t-1";
     po.torch_version = [](const RoleSpec&) { return std::string("2.13.0+cpu"); };
+    // A fixed CPU: the derived keys the golden files record must not depend on the host's.
+    po.host_cpu = ParseCpuInfo("vendor_id : GenuineIntel\ncpu family : 6\nmodel : 143\nflags : avx2 fma\n", "x86_64");
     plan_ = BuildPlan(c, po);
     core_ = std::make_unique<SupervisorCore>(plan_, [this] {
       SteadyTime t = now_;

@@ -168,7 +168,7 @@ std::vector<std::string> PlanRoles(const RunConfig& config, const PlanOptions& o
         if (k == env::kAtenCpuCapability) cap = v;
         if (k == env::kTorchCompileCacheKeyTag) user_tag = v;
       }
-    rp.cpu_identity = CpuIdentity(HostCpu(), cap);
+    rp.cpu_identity = CpuIdentity(options.host_cpu, cap);
     rp.cache_key_tag = WithCpuTag(user_tag.value_or(""), CpuCacheTag(rp.cpu_identity));
     std::string key;
     std::vector<KeyFile> files;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_identity.h"
 #include "common/private_files.h"
 #include "launcher/config/config.h"
 #include "launcher/plan/gate_key_files.h"
@@ -59,6 +60,9 @@ struct PlanOptions {
   std::string master_addr;  // empty: [run] master_addr
   int master_port = -1;     // -1: [run] master_port; 0: auto; else this port (e.g. the scheduler's MASTER_PORT)
   std::string store;        // --store: "private" or a redis:// URL; empty: [run] store
+  /// The CPU this node's processes compile for (common/cpu_identity.h): this host's; a test that compares
+  /// derived keys with recorded ones names a fixed one.
+  CpuFacts host_cpu = HostCpu();
 };
 
 /// What the plan decided for one role (Plan::roles, one per [[role]], in order).
