@@ -60,12 +60,22 @@ void RemoveRunSpool(const Plan& plan, spdlog::logger* log) {
   ::rmdir(root.c_str());  // ENOTEMPTY while another run of this config uses it: that is fine
 }
 
-/// A run that did not succeed keeps a spool whose consumers checkpoint (it has pending/, made by
-/// dflash_launch.Checkpoint): the frames there and in done/ are what `run --resume` continues from, and the
-/// checkpoints name them (docs/checkpoints.md). Any other spool goes.
-void RemoveRunSpoolUnlessResumable(const Plan& plan, int rc, spdlog::logger* log) {
+/// Whether a process was stopped by hand before it finished (`ctl stop`, a stop signal by `ctl signal`, `ctl stop
+/// all`): the run exits 0 then, but its work is not done and its checkpoints are to be resumed.
+bool StoppedByHandBeforeItFinished(const RunSummary& summary) {
+  for (const ProcessSummary& p : summary.processes) {
+    const AttemptRecord* a = p.attempts.empty() ? nullptr : &p.attempts.back();
+    if (a && a->outcome == AttemptOutcome::kStoppedByCtl && (a->exit_code != 0 || a->signal != 0)) return true;
+  }
+  return false;
+}
+
+/// A run that did not finish (`unfinished`: it failed, or was stopped) keeps a spool whose consumers checkpoint (it
+/// has pending/, made by dflash_launch.Checkpoint): the frames there and in done/ are what `run --resume`
+/// continues from, and the checkpoints name them (docs/checkpoints.md). Any other spool goes.
+void RemoveRunSpoolUnlessResumable(const Plan& plan, bool unfinished, spdlog::logger* log) {
   struct stat st;
-  if (rc != 0 && ::lstat((plan.SpoolDir() + "/pending").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (unfinished && ::lstat((plan.SpoolDir() + "/pending").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     if (log)
       log->info("spool {} kept: its frames go with the run's checkpoints; `dflash-launch run --run-id {} --resume` "
                 "continues from them (remove it otherwise)", plan.SpoolDir(), plan.run_id);
@@ -429,7 +439,7 @@ int RunRun(const RunOptions& opts, char** env) {
   if (!Supervise(plan, so, &console, log, &store, &rc, &summary)) return exit_code::kFailure;
   // Done (and the failure, if ours) for the other nodes before this one unregisters.
   CloseStoreSession(plan, rc, summary.reason, log, &store);
-  RemoveRunSpoolUnlessResumable(plan, rc, log.get());
+  RemoveRunSpoolUnlessResumable(plan, rc != 0 || StoppedByHandBeforeItFinished(summary), log.get());
   // Every process has ended: their ports are free to go, and their fds are what the
   // summary's private write (a dir fd and a temp file) needs under a tight fd limit.
   ports.locks.clear();
