@@ -93,13 +93,15 @@ WRAPPED = {
     "shell": ["sh", "-c", "TORCH_CACHING_PRECOMPILE=1 " + PY + " {script} wrapper; true"],
     "script": [PY, "{script}", "script"],
     "isa": ["env", "ATEN_CPU_CAPABILITY=default", PY, "{script}", "wrapper"],
+    "script_isa": [PY, "{script}", "script_isa"],
 }
 
 
 @pytest.mark.parametrize("how", sorted(WRAPPED))
 def test_a_payload_that_changes_what_it_compiles_with_is_refused(launch, tmp_path, how):
     """The config's env tables are clean, so `check` and the plan pass; the payload's own process turns on Dynamo's
-    precompile cache (a wrapper, a shell line, the script itself) or picks another vector ISA. dflash-worker finds it
+    precompile cache (a wrapper, a shell line, the script itself) or picks another vector ISA (a wrapper, or the
+    script's os.environ before torch reads it). dflash-worker finds it
     (the process tree's environ; the torch config the payload reports with READY), kills the payload before it runs
     on, publishes no READY, and the process ends 2 with the reason."""
     command = [a.replace("{script}", str(PAYLOADS / "precompile_on.py")) for a in WRAPPED[how]]
@@ -115,6 +117,6 @@ ready = {{ mode = "notify", timeout = "5m" }}
     assert r.wait(timeout=300) == 2, r.out[-3000:] + r.err[-3000:]  # the payload sleeps 600 s: it was killed
     (p,) = r.summary()["processes"]
     assert p["exit_code"] == 2, p
-    want = "ATEN_CPU_CAPABILITY" if how == "isa" else "precompile"
+    want = "ATEN_CPU_CAPABILITY" if how in ("isa", "script_isa") else "precompile"
     assert want in json.dumps(p), p
     assert not (tmp_path / "cache" / ".dflash" / "ready" / "pc.json").exists()

@@ -24,7 +24,8 @@ struct CompileEnvExpect {
 };
 
 /// Why an environment (NUL-separated "K=V" entries, as /proc/<pid>/environ holds them) would not compute what the
-/// gate promises, or "" when it would.
+/// gate promises, or "" when it would: Dynamo's precompile on; or, in a process with a tag (one that shares the
+/// gate's entries: a tool run with an environment of its own has none), another tag or another ATEN_CPU_CAPABILITY.
 std::string CompileEnvProblem(std::string_view environ_block, const CompileEnvExpect& want);
 
 /// The first process of `root`'s tree (common/proc_scan.h ProcessTree) whose environment has a
@@ -33,8 +34,12 @@ std::string CompileEnvProblem(std::string_view environ_block, const CompileEnvEx
 std::string ForeignCompileEnv(pid_t root, const CompileEnvExpect& want);
 
 /// What the payload's own torch reported with its notify (dflash_launch.notify: X_DFLASH_PRECOMPILE,
-/// X_DFLASH_CACHE_KEY_TAG), judged the same way: "" when it agrees or said nothing.
-std::string ReportedCompileProblem(const std::optional<std::string>& precompile,
-                                   const std::optional<std::string>& cache_key_tag, const CompileEnvExpect& want);
+/// X_DFLASH_CACHE_KEY_TAG, X_DFLASH_CPU_CAPABILITY), judged the same way: "" when it agrees or said nothing.
+struct ReportedCompileFacts {
+  std::optional<std::string> precompile;      ///< "1" or "0"
+  std::optional<std::string> cache_key_tag;
+  std::optional<std::string> cpu_capability;  ///< "-": unset
+};
+std::string ReportedCompileProblem(const ReportedCompileFacts& reported, const CompileEnvExpect& want);
 
 }  // namespace dflash

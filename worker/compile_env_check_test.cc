@@ -38,41 +38,47 @@ TEST(CompileEnvCheck, PrecompileCapabilityOrTagChangedOnTheWayAreNamed) {
   std::string cap = CompileEnvProblem(Block({tag, "ATEN_CPU_CAPABILITY=avx2"}), kWant);
   EXPECT_NE(cap.find("ATEN_CPU_CAPABILITY is \"avx2\" where the gate's processes run with unset"), std::string::npos)
       << cap;
-  std::string dropped = CompileEnvProblem(Block({"PATH=/bin"}), kWant);
-  EXPECT_NE(dropped.find("TORCH_COMPILE_CACHE_KEY_TAG is unset"), std::string::npos) << dropped;
+  // A tool run with an environment of its own (no tag at all) shares none of the gate's entries.
+  EXPECT_EQ(CompileEnvProblem(Block({"PATH=/bin", "ATEN_CPU_CAPABILITY=avx2"}), kWant), "");
+  EXPECT_NE(CompileEnvProblem(Block({"PATH=/bin", "TORCH_CACHING_PRECOMPILE=1"}), kWant), "");
   // A later duplicate is what Python's os.environ (and so torch) reads.
   EXPECT_NE(CompileEnvProblem(Block({tag, "TORCH_COMPILE_CACHE_KEY_TAG=mine"}), kWant), "");
   EXPECT_EQ(CompileEnvProblem(Block({"TORCH_COMPILE_CACHE_KEY_TAG=mine", tag}), kWant), "");
 }
 
 TEST(CompileEnvCheck, WhatThePayloadsTorchReportedIsJudgedToo) {
-  EXPECT_EQ(ReportedCompileProblem(std::nullopt, std::nullopt, kWant), "");
-  EXPECT_EQ(ReportedCompileProblem(std::string("0"), kWant.cache_key_tag, kWant), "");
-  EXPECT_NE(ReportedCompileProblem(std::string("1"), kWant.cache_key_tag, kWant).find("caching_precompile"),
+  EXPECT_EQ(ReportedCompileProblem({}, kWant), "");
+  EXPECT_EQ(ReportedCompileProblem({"0", kWant.cache_key_tag, "-"}, kWant), "");
+  EXPECT_NE(ReportedCompileProblem({"1", kWant.cache_key_tag, "-"}, kWant).find("caching_precompile"),
             std::string::npos);
-  EXPECT_NE(ReportedCompileProblem(std::string("0"), std::string(""), kWant).find("cache_key_tag"), std::string::npos);
+  EXPECT_NE(ReportedCompileProblem({"0", "", "-"}, kWant).find("cache_key_tag"), std::string::npos);
+  // A script that set os.environ["ATEN_CPU_CAPABILITY"] before torch picked its ISA: not in /proc/<pid>/environ.
+  EXPECT_NE(ReportedCompileProblem({"0", kWant.cache_key_tag, "default"}, kWant).find("os.environ has"),
+            std::string::npos);
+  CompileEnvExpect avx2{kWant.cache_key_tag, std::string("avx2")};
+  EXPECT_EQ(ReportedCompileProblem({"0", kWant.cache_key_tag, "avx2"}, avx2), "");
+  EXPECT_NE(ReportedCompileProblem({"0", kWant.cache_key_tag, "-"}, avx2), "");
 }
 
-// A real tree: the child of a shell that set the variable on its own line is found, by pid.
+// A real tree: the child of a shell that set the variable on its own line is found, by pid. (Until each exec, a
+// forked process shows its parent's environ: the loop waits for the sleep itself.)
 TEST(CompileEnvCheck, FindsTheProcessOfTheTreeThatRunsWithIt) {
-  ::setenv("TORCH_COMPILE_CACHE_KEY_TAG", kWant.cache_key_tag.c_str(), 1);  // the shell's own is what we gave
+  std::string tag = "TORCH_COMPILE_CACHE_KEY_TAG=" + kWant.cache_key_tag;
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ::setsid();
-    ::execl("/bin/sh", "sh", "-c",
-            "TORCH_CACHING_PRECOMPILE=1 sleep 30 & wait",
-            static_cast<char*>(nullptr));
+    char* const envp[] = {tag.data(), const_cast<char*>("PATH=/bin:/usr/bin"), nullptr};
+    ::execle("/bin/sh", "sh", "-c", "TORCH_CACHING_PRECOMPILE=1 sleep 30 & wait", static_cast<char*>(nullptr), envp);
     ::_exit(127);
   }
   std::string found;
-  for (int i = 0; i < 3000 && found.empty(); ++i) {  // until the shell has forked its sleep (30 s: a hang detector)
+  for (int i = 0; i < 3000 && found.find("(sleep)") == std::string::npos; ++i) {  // 30 s: a hang detector
     found = ForeignCompileEnv(pid, kWant);
-    if (found.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (found.find("(sleep)") == std::string::npos) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(-pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
-  ::unsetenv("TORCH_COMPILE_CACHE_KEY_TAG");
   EXPECT_NE(found.find("(sleep): TORCH_CACHING_PRECOMPILE=1"), std::string::npos) << found;
 }
 

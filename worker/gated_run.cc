@@ -118,7 +118,8 @@ class GatedPayloadRun {
 
 void GatedPayloadRun::Vet(const NotifyFields* reported) {
   if (!gate_ || !refused_.empty() || payload_ <= 0) return;
-  std::string why = reported ? ReportedCompileProblem(reported->payload_precompile, reported->payload_cache_key_tag,
+  std::string why = reported ? ReportedCompileProblem({reported->payload_precompile, reported->payload_cache_key_tag,
+                                                       reported->payload_cpu_capability},
                                                       expect_)
                              : "";
   if (why.empty()) why = ForeignCompileEnv(payload_, expect_);

@@ -305,6 +305,7 @@ const FieldCodec kFields[] = {
     DFLASH_COUNT_FIELD("X_DFLASH_GATE_PUBLISHED_BYTES", gate_published_bytes),
     DFLASH_TEXT_FIELD("X_DFLASH_PRECOMPILE", payload_precompile),
     DFLASH_TEXT_FIELD("X_DFLASH_CACHE_KEY_TAG", payload_cache_key_tag),
+    DFLASH_TEXT_FIELD("X_DFLASH_CPU_CAPABILITY", payload_cpu_capability),
     DFLASH_FLAG_FIELD("READY", ready),
 };
 

@@ -104,6 +104,7 @@ struct NotifyFields {
   /// What a payload's own torch runs with, as dflash_launch.notify reports it (worker/compile_env_check.h).
   std::optional<std::string> payload_precompile;     ///< X_DFLASH_PRECOMPILE=: torch._dynamo.config.caching_precompile, "1"/"0"
   std::optional<std::string> payload_cache_key_tag;  ///< X_DFLASH_CACHE_KEY_TAG=: torch.compiler.config.cache_key_tag
+  std::optional<std::string> payload_cpu_capability;  ///< X_DFLASH_CPU_CAPABILITY=: its os.environ's ATEN_CPU_CAPABILITY ("-": unset)
 
   /// Lines Decode did not take: an unknown key ("BARRIER=1", a newer
   /// worker's field), or a known key with a garbled value ("MAINPID=abc",

@@ -75,6 +75,11 @@ def _compile_facts():
         tag = str(getattr(compiler, "cache_key_tag", ""))
         if "\n" not in tag:
             lines.append("X_DFLASH_CACHE_KEY_TAG=" + tag)
+        # Inductor reads it when it picks its vector ISA, from os.environ: a script that set it there escapes
+        # /proc/<pid>/environ ("-": unset).
+        capability = os.environ.get("ATEN_CPU_CAPABILITY")
+        if capability is None or "\n" not in capability:
+            lines.append("X_DFLASH_CPU_CAPABILITY=" + ("-" if capability is None else capability))
     return lines
 
 
