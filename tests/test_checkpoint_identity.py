@@ -206,25 +206,28 @@ def test_another_runs_or_an_unmarked_checkpoint_is_refused_unless_adopted(tmp_pa
     assert r.returncode == 0 and out["start"] == 6, r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("planted", ["[1, 2]", '{"run_id": 3, "role": "", "process": "", "world_size": "1", '
-                                     '"model": {}, "spool": ""}', "link"])
-def test_an_identity_that_cannot_be_read_is_damage_not_a_crash(tmp_path, planted):
+def test_an_identity_that_cannot_be_read_is_damage_not_a_crash(tmp_path):
     """step-4's identity.json replaced by a JSON list, by values of the wrong kind, or by a link to /dev/zero: the
     checkpoint is damaged like one whose .distcp does not load (it committed no frames here): set aside, step 2
     restored. Never a TypeError, never a read without end."""
-    ck = tmp_path / "ck"
-    r, _ = plain_process(ck, 4)
+    import shutil
+    r, _ = plain_process(tmp_path / "whole", 4)
     assert r.returncode == 0, r.stderr[-3000:]
-    identity = ck / "step-0000000004" / "identity.json"
-    identity.unlink()
-    if planted == "link":
-        identity.symlink_to("/dev/zero")
-    else:
-        identity.write_text(planted)
-    r, out = plain_process(ck, 4)
-    assert r.returncode == 0 and out["start"] == 2, r.stderr[-3000:]
-    assert f"checkpoint {ck}/step-0000000004 cannot be loaded (its identity.json " in r.stderr, r.stderr[-3000:]
-    assert "damaged-step-0000000004" in os.listdir(ck)
+    planted = {"list": "[1, 2]", "kinds": '{"run_id": 3, "role": "", "process": "", "world_size": "1", "model": {}, '
+               '"spool": ""}', "link": None}
+    for name, text in planted.items():
+        ck = tmp_path / name
+        shutil.copytree(tmp_path / "whole", ck, symlinks=True)
+        identity = ck / "step-0000000004" / "identity.json"
+        identity.unlink()
+        if text is None:
+            identity.symlink_to("/dev/zero")
+        else:
+            identity.write_text(text)
+        r, out = plain_process(ck, 4)
+        assert r.returncode == 0 and out["start"] == 2, (name, r.stderr[-3000:])
+        assert f"checkpoint {ck}/step-0000000004 cannot be loaded (its identity.json " in r.stderr, r.stderr[-3000:]
+        assert "damaged-step-0000000004" in os.listdir(ck)
 
 
 def test_a_quarantined_frame_is_skipped_in_step_by_every_rank_on_resume(tmp_path):
