@@ -303,7 +303,8 @@ def test_two_runs_on_one_checkpoint_dir(launch, tmp_path):
     newest = ck / f"step-{stopped_at:010d}"
     assert sorted(os.listdir(ck)) == [newest.name], os.listdir(ck)
     assert json.loads((newest / "identity.json").read_text())["run_id"] == "a"
-    committed = [f for f, rec in done_records(tmp_path / "spool" / "a").items() if rec and rec["checkpoint"] == str(newest)]
+    committed = [f for f, rec in done_records(tmp_path / "spool" / "a").items()
+                 if rec and rec["checkpoint"] == str(newest)]
     assert len(committed) >= 2, committed
     earlier = set(a.run_dir.rglob("*.log"))
 
