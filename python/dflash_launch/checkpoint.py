@@ -44,7 +44,7 @@ import time
 from dflash_launch._extras import require
 from dflash_launch.checkpoint_identity import (ADOPT_VAR, IDENTITY_FILE, frames_said, identity_of, judge,
                                                read_identity, tensor_specs)
-from dflash_launch.exit_codes import release_process_groups_at_exit
+from dflash_launch.exit_codes import end_by_signal, release_process_groups_at_exit
 from dflash_launch.spool.dirs import private_makedirs
 
 _NAME = re.compile(r"^step-(\d{10})(?:\.(\d+))?$")
@@ -621,11 +621,7 @@ class Checkpoint:
         if self.metrics is not None:
             self.metrics.write()
         self._uninstall_signals()
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        # A signal whose default action does not end a process (SIGCHLD, SIGCONT, ...): the shell's way instead.
-        sys.stdout.flush()
-        os._exit(128 + sig)
+        end_by_signal(sig)
 
     # Reporting -------------------------------------------------------------------------------------------------
 

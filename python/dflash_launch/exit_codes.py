@@ -71,6 +71,16 @@ def _release_process_groups(dist):
         pass
 
 
+def end_by_signal(sig) -> None:
+    """Ends this process by `sig`'s default action, as a process that got it itself (the supervisor sees the signal
+    death it would have seen): how every rank of a world ends on the stop one of them got (Checkpoint). A signal
+    whose default action does not end a process (SIGCHLD, SIGCONT, ...) ends it with 128+N, as a shell reports one."""
+    import signal
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    _exit_now(128 + int(sig))
+
+
 def _exit_now(code):
     for stream in (sys.stdout, sys.stderr):
         try:
