@@ -23,9 +23,13 @@ _SESSION_XDG = None
 # child dlopens each, ~8 CPU-s per leader and ~1 s per other process, a third of a small real compile. The suite
 # skips it (TORCHINDUCTOR_VEC_ISA_OK=1 reaches every process it starts, so leaders and followers keep one key);
 # tests/test_isa_verdict.py, which is about the probe, takes it out again. DFLASH_TESTS_ISA_PROBE=1 keeps it.
-ISA_PROBE_SKIPPED = os.environ.get("DFLASH_TESTS_ISA_PROBE") != "1" and "TORCHINDUCTOR_VEC_ISA_OK" not in os.environ
+# pytest-xdist's workers inherit the controller's environment, the variable included: the mark below tells them it
+# is the suite's, not the user's (without it a worker kept it for tests/test_isa_verdict.py too, and no probe ran).
+ISA_PROBE_SKIPPED = os.environ.get("DFLASH_TESTS_ISA_PROBE_SKIPPED") == "1" or (
+    os.environ.get("DFLASH_TESTS_ISA_PROBE") != "1" and "TORCHINDUCTOR_VEC_ISA_OK" not in os.environ)
 if ISA_PROBE_SKIPPED:
     os.environ["TORCHINDUCTOR_VEC_ISA_OK"] = "1"
+    os.environ["DFLASH_TESTS_ISA_PROBE_SKIPPED"] = "1"
 
 # Most real-compile tests compile the same small graphs, each in a cold cache of its own, and g++ is two thirds of a
 # leader's compile: CXX (what Inductor's config.cpp.cxx reads, and reaches every process the suite starts) is the

@@ -120,31 +120,40 @@ def test_a_truncated_newest_checkpoint_that_committed_frames_is_refused_by_name(
     assert sorted(os.listdir(tmp_path / "ck")) == ["step-0000000002", "step-0000000004"]
 
 
-# One process, no source: a checkpoint every 2 steps. argv: CKPT_DIR STEPS [bf16]. Prints the start and the weights.
-PLAIN_PROCESS = r"""
-import json, sys, torch
-from dflash_launch import Checkpoint, use_exit_codes
-use_exit_codes()
-torch.manual_seed(0)
-m = torch.nn.Linear(4, 4)
-if sys.argv[3:] == ["bf16"]:
-    m = m.to(torch.bfloat16)
-opt = torch.optim.AdamW(m.parameters(), lr=0.1)
-c = Checkpoint(m, opt, every_steps=2, dir=sys.argv[1], async_save=False)
-start = c.restore()
-for i in range(start, int(sys.argv[2])):
-    torch.manual_seed(100 + i)
-    m(torch.randn(2, 4, dtype=m.weight.dtype)).square().sum().backward(); opt.step(); opt.zero_grad()
-    c.step(i)
-print(json.dumps({"start": start, "w": m.weight.float().flatten().tolist()}))
-"""
+class Ended:
+    """What subprocess.run would have said of plain_process's run: its exit code and what it said."""
+
+    def __init__(self, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
 
 
 def plain_process(ckdir, steps, *more, env=None):
-    r = subprocess.run([sys.executable, "-c", PLAIN_PROCESS, str(ckdir), str(steps), *more],
-                       env=dict(PY_ENV, **(env or {})), capture_output=True, text=True, timeout=300)
-    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
-    return r, out
+    """One training process without a source, in this process (a torch import per case cost ~8 s each on the 2-core
+    box; the launcher-run tests below take the real process path and its exit code): a Linear(4, 4) with AdamW, a
+    checkpoint every 2 steps, steps from restore() to `steps`. `more` ("bf16",) builds the model in bf16. Returns
+    (Ended, {"start", "w"}); a refusal is Ended(78, its words), as `use_exit_codes()` ends such a process."""
+    import torch
+    from dflash_launch import Checkpoint
+    from dflash_launch.checkpoint import CheckpointRefused
+    said = []
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    if more == ("bf16",):
+        m = m.to(torch.bfloat16)
+    opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+    c = Checkpoint(m, opt, every_steps=2, dir=str(ckdir), async_save=False, stop_signals=(), say=said.append,
+                   env=dict(PY_ENV, **(env or {})))
+    try:
+        start = c.restore()
+    except CheckpointRefused as refused:
+        return Ended(refused.exit_code, "\n".join(said + [str(refused)])), None
+    for i in range(start, int(steps)):
+        torch.manual_seed(100 + i)
+        m(torch.randn(2, 4, dtype=m.weight.dtype)).square().sum().backward()
+        opt.step()
+        opt.zero_grad()
+        c.step(i)
+    return Ended(0, "\n".join(said)), {"start": start, "w": m.weight.float().flatten().tolist()}
 
 
 def test_a_truncated_newest_checkpoint_that_committed_nothing_falls_back_to_the_one_before(tmp_path):

@@ -81,14 +81,19 @@ def test_hold_one_holds_only_the_first_rank(launch, tmp_path):
 
 
 def test_ddp_role_ungated_every_rank_compiles(launch, tmp_path):
-    # Two ranks (not 3): every one of them compiles, in one world (1 + 2).
+    """Two ranks (not 3), no gate: no warm-up, nobody held, each rank traces and looks its graphs up for itself, in
+    one world (1 + 2). Both compile at once; a rank that a loaded machine starts its step seconds late may find the
+    other's entry, which is the shared cache doing its job, so the misses are counted over the world."""
     cfg = write_config(tmp_path, ddp_role(n=2, gate="false"))
     r = launch(cfg, env=ENV)
     assert r.wait(timeout=600) == 0, r.out + r.err
     s = r.summary()
     assert s["warmups"] == [] and len(s["processes"]) == 2
     for p in s["processes"]:
-        assert p["metrics"]["fxgraph_cache_miss"] > 0 and p["metrics"]["all_reduce_sum"] == 3.0, p["name"]
+        m = p["metrics"]
+        assert not p["gate"] and m["all_reduce_sum"] == 3.0, (p["name"], p["gate"])
+        assert m["fxgraph_cache_miss"] + m["fxgraph_cache_hit"] > 0, (p["name"], m)  # traced for itself
+    assert sum(p["metrics"]["fxgraph_cache_miss"] for p in s["processes"]) > 0
 
 
 def test_serial_mode_on_a_process_group_is_caught_by_the_idle_hint(launch, tmp_path):
