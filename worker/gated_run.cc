@@ -98,9 +98,10 @@ class GatedPayloadRun {
   int Finish(const PayloadResult& r);
   double Since(Clock::time_point t) const { return std::chrono::duration<double>(Clock::now() - t).count(); }
   /// Refuses a payload that runs with what the gate cannot share under (worker/compile_env_check.h): what its
-  /// torch reported (`reported`, may be null), else its processes' environments. Once refused, the payload's
-  /// group is SIGKILLed, READY is never published, and the worker exits 2.
-  void Vet(const NotifyFields* reported);
+  /// torch reported (`reported`, may be null), else its processes' environments (a scan of /proc: at most once a
+  /// second for a notify, always when `scan` says so). Once refused, the payload's group is SIGKILLed, READY is
+  /// never published, and the worker exits 2.
+  void Vet(const NotifyFields* reported, bool scan);
 
   const GatedRunOptions& o_;
   std::unique_ptr<CompileGate> gate_;
@@ -114,15 +115,19 @@ class GatedPayloadRun {
   CompileEnvExpect expect_;  // the payload's environment as we give it (Run)
   pid_t payload_ = -1;
   std::string refused_;      // why Vet refused the payload ("" while it has not)
+  Clock::time_point scanned_{};  // Vet's last scan of the tree: a payload's STATUS flood costs one a second
 };
 
-void GatedPayloadRun::Vet(const NotifyFields* reported) {
+void GatedPayloadRun::Vet(const NotifyFields* reported, bool scan) {
   if (!gate_ || !refused_.empty() || payload_ <= 0) return;
   std::string why = reported ? ReportedCompileProblem({reported->payload_precompile, reported->payload_cache_key_tag,
                                                        reported->payload_cpu_capability},
                                                       expect_)
                              : "";
-  if (why.empty()) why = ForeignCompileEnv(payload_, expect_);
+  if (why.empty() && (scan || Clock::now() - scanned_ >= std::chrono::seconds(1))) {
+    scanned_ = Clock::now();
+    why = ForeignCompileEnv(payload_, expect_);
+  }
   if (why.empty()) return;
   refused_ = o_.name + " cannot share gate " + o_.gate_key + "'s cache: " + why;
   Say("error: " + refused_);
@@ -281,10 +286,10 @@ NotifyFields GatedPayloadRun::Publish(double ready_s) {
 }
 
 void GatedPayloadRun::WireReports() {
-  h_.on_notify = [this](const NotifyFields& f) { Vet(&f); };
+  h_.on_notify = [this](const NotifyFields& f) { Vet(&f, /*scan=*/false); };  // on_ready scans, once
   h_.on_spawned = [this](pid_t pid) {
     payload_ = pid;
-    Vet(nullptr);
+    Vet(nullptr, /*scan=*/true);
     NotifyFields f;
     f.main_pid = pid;
     Report(f);
@@ -303,7 +308,7 @@ void GatedPayloadRun::WireReports() {
     Report(f);
   };
   h_.on_ready = [this] {
-    Vet(nullptr);
+    Vet(nullptr, /*scan=*/true);
     if (!refused_.empty()) return;  // killed: neither READY nor a publish
     double ready_s = Since(spawned_);
     NotifyFields facts;

@@ -44,7 +44,8 @@ std::vector<SectionSpec> MakeSchema() {
            {"checkpoint_dir", K::kPath, "<run_dir>/checkpoints",
             "Checkpoints of the training processes (dflash_launch.Checkpoint, docs/checkpoints.md): each role's in "
             "<checkpoint_dir>/<role> (DFLASH_CHECKPOINT_DIR). A restarted process resumes from its role's last "
-            "one, and so does a run continued with --resume. Past one node it must be storage every node shares.",
+            "one, and so does a run continued with --resume; another run's is refused (exit 78) unless the role's "
+            "env has DFLASH_CHECKPOINT_ADOPT=1. Past one node it must be storage every node shares.",
             "\"/shared/ckpt/qwen36-27b-dflash\""},
            {"spool_max_bytes", K::kInt, "<half the spool filesystem's free space>",
             "The spool's byte budget: a producer waits while the frames ready, claimed and being written on its "
