@@ -229,12 +229,12 @@ struct Node {
 };
 
 ClusterGateOptions Options(const test::RedisServer& server, const Node& node, const std::string& role,
-                           std::string torch = "2.13.0+cpu") {
+                           std::string torch = "2.13.0+cpu", std::string cpu = "") {
   ClusterGateOptions o;
   o.store = Url(server);
   o.key = "drafter-0123456789abcdef";
   o.cache_dir = node.cache;
-  o.here = {std::move(torch), "cpu", ""};
+  o.here = {std::move(torch), "cpu", "", std::move(cpu)};
   o.role = role;
   o.lease_ttl = Millis(10'000);
   o.timeout = std::chrono::seconds(60);
@@ -423,6 +423,27 @@ TEST_F(ClusterGateTest, KernelsOfAnotherTorchAreRefusedAndTheCacheIsUntouched) {
   EXPECT_NE(d1.warning.find("the cache is untouched"), std::string::npos) << d1.warning;
   EXPECT_NE(d1.warning.find("compiling locally"), std::string::npos) << d1.warning;
   EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
+  EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
+}
+
+// Issue #55: Inductor's CPU keys do not see the vector ISA; a node of another CPU (an explicit gate key, which does
+// not carry the CPU) never brings the leader's kernels in: refused, compiled locally, the cache untouched.
+TEST_F(ClusterGateTest, KernelsOfAnotherCpuAreRefusedAndTheCacheIsUntouched) {
+  const std::string avx512 = "x86_64 GenuineIntel family 6 model 143, best ISA avx512, flags 1, ATEN_CPU_CAPABILITY unset";
+  const std::string avx2 = "x86_64 AuthenticAMD family 25 model 1, best ISA avx2, flags 2, ATEN_CPU_CAPABILITY unset";
+  ClusterGate g0(Options(server, n0, "drafter:0", "2.13.0+cpu", avx512));
+  ClusterDecision d0, d1;
+  std::string err;
+  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
+  Compile(n0);
+  uint64_t bytes = 0;
+  ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
+  ClusterGate g1(Options(server, n1, "drafter:3", "2.13.0+cpu", avx2));
+  ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
+  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
+  EXPECT_NE(d1.warning.find("compiled for the CPU " + avx512), std::string::npos) << d1.warning;
+  EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
+  EXPECT_FALSE(fs::exists(n1.cache + "/fxgraph"));
   EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
 }
 
