@@ -258,6 +258,23 @@ void Compile(const Node& n) {
 class ClusterGateTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(server.Start()); }
+  /// n0 leads with `lead` and publishes its compile; n1 resolves with `fetch`: for kernels it must refuse, the
+  /// decision (a local fallback, checked) with n1's cache as it was.
+  ClusterDecision PublishedThenFetched(const ClusterGateOptions& lead, const ClusterGateOptions& fetch) {
+    ClusterGate g0(lead);
+    ClusterDecision d0, d1;
+    std::string err;
+    EXPECT_TRUE(g0.Resolve(&d0, &err)) << err;
+    Compile(n0);
+    uint64_t bytes = 0;
+    EXPECT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
+    ClusterGate g1(fetch);
+    EXPECT_TRUE(g1.Resolve(&d1, &err)) << err;
+    EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
+    EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
+    EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
+    return d1;
+  }
   test::RedisServer server;
   Node n0, n1;
 };
@@ -408,22 +425,12 @@ TEST_F(ClusterGateTest, ALeaderThatGivesUpLetsTheNextTakeTheLeaseAtOnce) {
 }
 
 TEST_F(ClusterGateTest, KernelsOfAnotherTorchAreRefusedAndTheCacheIsUntouched) {
-  ClusterGate g0(Options(server, n0, "drafter:0", "1.0.0"));
-  ClusterDecision d0, d1;
-  std::string err;
-  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
-  Compile(n0);
-  uint64_t bytes = 0;
-  ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
-  ClusterGate g1(Options(server, n1, "drafter:3", "2.13.0+cpu"));
-  ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
+  ClusterDecision d1 = PublishedThenFetched(Options(server, n0, "drafter:0", "1.0.0"),
+                                            Options(server, n1, "drafter:3", "2.13.0+cpu"));
   EXPECT_NE(d1.warning.find("were refused"), std::string::npos) << d1.warning;
   EXPECT_NE(d1.warning.find("1.0.0"), std::string::npos) << d1.warning;
   EXPECT_NE(d1.warning.find("the cache is untouched"), std::string::npos) << d1.warning;
   EXPECT_NE(d1.warning.find("compiling locally"), std::string::npos) << d1.warning;
-  EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
-  EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
 }
 
 // Issue #55: Inductor's CPU keys do not see the vector ISA; a node of another CPU (an explicit gate key, which does
@@ -431,20 +438,10 @@ TEST_F(ClusterGateTest, KernelsOfAnotherTorchAreRefusedAndTheCacheIsUntouched) {
 TEST_F(ClusterGateTest, KernelsOfAnotherCpuAreRefusedAndTheCacheIsUntouched) {
   const std::string avx512 = "x86_64 GenuineIntel family 6 model 143, best ISA avx512, flags 1, ATEN_CPU_CAPABILITY unset";
   const std::string avx2 = "x86_64 AuthenticAMD family 25 model 1, best ISA avx2, flags 2, ATEN_CPU_CAPABILITY unset";
-  ClusterGate g0(Options(server, n0, "drafter:0", "2.13.0+cpu", avx512));
-  ClusterDecision d0, d1;
-  std::string err;
-  ASSERT_TRUE(g0.Resolve(&d0, &err)) << err;
-  Compile(n0);
-  uint64_t bytes = 0;
-  ASSERT_TRUE(g0.Publish(3.0, &bytes, &err)) << err;
-  ClusterGate g1(Options(server, n1, "drafter:3", "2.13.0+cpu", avx2));
-  ASSERT_TRUE(g1.Resolve(&d1, &err)) << err;
-  EXPECT_EQ(d1.outcome, ClusterOutcome::kLocalFallback);
+  ClusterDecision d1 = PublishedThenFetched(Options(server, n0, "drafter:0", "2.13.0+cpu", avx512),
+                                            Options(server, n1, "drafter:3", "2.13.0+cpu", avx2));
   EXPECT_NE(d1.warning.find("compiled for the CPU " + avx512), std::string::npos) << d1.warning;
-  EXPECT_FALSE(fs::exists(n1.cache + "/ab"));
   EXPECT_FALSE(fs::exists(n1.cache + "/fxgraph"));
-  EXPECT_TRUE(fs::is_empty(n1.cache + "/.dflash/ready"));
 }
 
 TEST_F(ClusterGateTest, ACorruptArchiveIsRefusedAndTheCacheIsUntouched) {
