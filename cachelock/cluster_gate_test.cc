@@ -486,7 +486,7 @@ TEST(ClusterGate, AStoreThatIsDownFallsBackAtOnceWithAWarning) {
   ASSERT_TRUE(ParseStoreUrl("redis://127.0.0.1:" + std::to_string(test::FreeLoopbackPort()), &o.store, &err));
   o.key = "k";
   o.cache_dir = n1.cache;
-  o.here = {"2.13.0+cpu", "cpu", ""};
+  o.here = {"2.13.0+cpu", "cpu", "", ""};
   o.sign_key = kSecret;
   ClusterGate g(o);
   ClusterDecision d;
