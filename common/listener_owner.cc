@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "common/fd.h"
+#include "common/proc_info.h"
 #include "common/proc_scan.h"
 #include "common/secure_path.h"
 
@@ -127,13 +128,6 @@ bool ForEachSocket(pid_t pid, F each) {
   return false;
 }
 
-std::string CommandName(pid_t pid) {
-  std::string comm, err;
-  if (!ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &err)) return "?";
-  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
-  return comm;
-}
-
 }  // namespace
 
 bool ListTcpListeners(int port, std::vector<TcpListener>* out, std::string* err) {
@@ -179,7 +173,7 @@ PeerProof ProvePeer(int fd, pid_t root, std::string* who) {
     if (ForEachSocket(p, [&](ino_t i) { return i == far.inode; })) return PeerProof::kOurs;
   pid_t holder = FindSocketHolder(far.inode);
   *who = "uid " + std::to_string(far.uid) + " (" + UserNameOf(far.uid) + ")" +
-         (holder > 0 ? ", pid " + std::to_string(holder) + " (" + CommandName(holder) + ")" : "") +
+         (holder > 0 ? ", pid " + std::to_string(holder) + " (" + ProcessName(holder) + ")" : "") +
          ", its socket on " + their_addr + ":" + std::to_string(their_port);
   return PeerProof::kForeign;
 }
@@ -197,7 +191,7 @@ ListenerProof ProveListener(int port, pid_t root, std::string* who, std::string*
     if (l.inode != 0 && ours.count(l.inode)) continue;
     pid_t holder = l.inode != 0 ? FindSocketHolder(l.inode) : -1;
     *who = "uid " + std::to_string(l.uid) + " (" + UserNameOf(l.uid) + ")" +
-           (holder > 0 ? ", pid " + std::to_string(holder) + " (" + CommandName(holder) + ")" : "") +
+           (holder > 0 ? ", pid " + std::to_string(holder) + " (" + ProcessName(holder) + ")" : "") +
            ", listening on " + l.address;
     return ListenerProof::kForeign;
   }

@@ -1,7 +1,9 @@
 #include "common/proc_info.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -35,6 +37,29 @@ bool ProcessAlive(pid_t pid, uint64_t start_time) {
     if (p != std::string::npos && p + 2 < stat.size() && stat[p + 2] == 'Z') return false;
   }
   return start_time == 0 || now == start_time;
+}
+
+bool ReadProcEnviron(pid_t pid, std::string* block) {
+  // Read in chunks: environments of 100 KB+ exist (module systems, conda).
+  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/environ").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  block->clear();
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    block->append(buf, static_cast<size_t>(n));
+    if (block->size() > (8u << 20)) break;  // a hostile environ: enough
+  }
+  return true;
+}
+
+std::string ProcessName(pid_t pid) {
+  std::string comm, err;
+  if (!ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &err)) return "?";
+  while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  return comm.empty() ? "?" : comm;
 }
 
 std::string HostName() {

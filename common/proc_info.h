@@ -19,4 +19,11 @@ bool ProcessAlive(pid_t pid, uint64_t start_time);
 /// This machine's host name ("?" if unknown).
 std::string HostName();
 
+/// /proc/<pid>/environ: the NUL-separated "K=V" entries the process was exec'd with (at most 8 MiB of them: a
+/// hostile environ is cut there). False if it cannot be read (gone, another user's).
+bool ReadProcEnviron(pid_t pid, std::string* block);
+
+/// /proc/<pid>/comm without its newline ("?" if unreadable): a process's name for messages.
+std::string ProcessName(pid_t pid);
+
 }  // namespace dflash

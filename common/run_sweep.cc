@@ -34,18 +34,8 @@ std::string NewRunToken() {
 }
 
 std::optional<std::string> EnvironValue(pid_t pid, std::string_view name) {
-  // Read in chunks: environments of 100 KB+ exist (module systems, conda).
-  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/environ").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return std::nullopt;
   std::string data;
-  char buf[16384];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data.append(buf, static_cast<size_t>(n));
-    if (data.size() > (8u << 20)) break;  // a hostile environ: enough
-  }
+  if (!ReadProcEnviron(pid, &data)) return std::nullopt;
   size_t start = 0;
   while (start < data.size()) {
     size_t end = data.find('\0', start);

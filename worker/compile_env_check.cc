@@ -1,16 +1,11 @@
 #include "worker/compile_env_check.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
+#include "common/proc_info.h"
 #include "common/proc_scan.h"
 #include "contract/env_vars.h"
 
 namespace dflash {
 namespace {
-
-/// A process's environ is at most ARG_MAX-ish; more is not one we read whole.
-constexpr size_t kEnvironCap = 4u << 20;
 
 std::optional<std::string> Lookup(std::string_view block, std::string_view name) {
   std::optional<std::string> found;
@@ -26,34 +21,6 @@ std::optional<std::string> Lookup(std::string_view block, std::string_view name)
 }
 
 std::string Shown(const std::optional<std::string>& v) { return v ? "\"" + *v + "\"" : std::string("unset"); }
-
-bool ReadEnviron(pid_t pid, std::string* out) {
-  std::string path = "/proc/" + std::to_string(pid) + "/environ";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return false;
-  out->clear();
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 || out->size() + static_cast<size_t>(n) > kEnvironCap) break;
-    out->append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return true;
-}
-
-std::string Comm(pid_t pid) {
-  std::string path = "/proc/" + std::to_string(pid) + "/comm", text;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "?";
-  char buf[64];
-  ssize_t n = ::read(fd, buf, sizeof buf);
-  ::close(fd);
-  if (n > 0) text.assign(buf, static_cast<size_t>(n));
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
-  return text.empty() ? "?" : text;
-}
 
 }  // namespace
 
@@ -82,9 +49,9 @@ std::string CompileEnvProblem(std::string_view block, const CompileEnvExpect& wa
 std::string ForeignCompileEnv(pid_t root, const CompileEnvExpect& want) {
   std::string block;
   for (pid_t pid : ProcessTree(root)) {
-    if (!ReadEnviron(pid, &block)) continue;
+    if (!ReadProcEnviron(pid, &block)) continue;
     if (std::string why = CompileEnvProblem(block, want); !why.empty())
-      return "pid " + std::to_string(pid) + " (" + Comm(pid) + "): " + why;
+      return "pid " + std::to_string(pid) + " (" + ProcessName(pid) + "): " + why;
   }
   return "";
 }

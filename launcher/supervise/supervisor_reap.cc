@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 
+#include "common/proc_info.h"
 #include "common/exit_codes.h"
 #include "common/fd.h"
 #include "common/hash.h"
@@ -127,10 +128,7 @@ std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
              EnvironValue(pid, env::kAttempt)};
     OrphanVerdict v = JudgeOrphan(o, processes, run_token_, own_group, all);
     if (!v.kill) continue;
-    std::string comm, e;
-    ReadFile("/proc/" + std::to_string(pid) + "/comm", &comm, &e);
-    if (!comm.empty() && comm.back() == '\n') comm.pop_back();
-    if (log_) log_->info("killing leftover {} ({}) of {}", pid, comm, v.whose);
+    if (log_) log_->info("killing leftover {} ({}) of {}", pid, ProcessName(pid), v.whose);
     if (v.kill_group) ::kill(-st.pgid, SIGKILL);
     ::kill(pid, SIGKILL);
     killed.push_back(pid);
