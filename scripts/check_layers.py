@@ -17,6 +17,7 @@ LAYERS = [
     ("common", 0),          # OS helpers: fds, spawn, notify, durations, hashes
     ("contract", 1),        # what the processes agree on: shapes, readiness, shared defaults (no I/O)
     ("store", 1),           # the Redis client: multi-node coordination, the cluster-wide gate
+    ("spool", 1.5),         # the hidden-state spool's one implementation (no LibTorch): roles, metrics, Python
     ("cachelock", 2),       # the compile gate, its CLI, cache archives, the cluster lease (uses store/)
     ("worker/builtin", 2),  # the LibTorch roles: payloads like any other, they know no gate nor worker
     ("worker", 3),          # dflash-worker, dflash-cachelock-run, the worker's wire protocol
@@ -108,6 +109,7 @@ def self_test():
         ("store/redis_client.cc", '#include "launcher/plan/plan.h"'),
         ("contract/readiness.cc", '#include "worker/protocol.h"'),
         ("worker/builtin/roles.cc", '#include "cachelock/gate.h"'),  # same layer, another module
+        ("spool/spool.cc", '#include "worker/builtin/model.h"'),  # the spool knows no role that uses it
         ("worker/main.cc", '#include "launcher/supervise/supervisor.h"'),
         ("launcher/plan/plan.cc", '#include "launcher/supervise/supervisor.h"'),  # a room's arrow upward
         ("launcher/cluster/peer_tracker.h", '#include "launcher/supervise/supervisor.h"'),  # a sibling room
@@ -129,7 +131,8 @@ def self_test():
             "contract/readiness.cc": '#include "contract/readiness.h"\n#include "common/fd.h"\n',
             "cachelock/gate.h": '#include "contract/defaults.h"\n#include "common/fd.h"\n',
             "worker/builtin/roles.cc": '#include "worker/builtin/model.h"\n#include "contract/shape_contract.h"\n',
-            "worker/main.cc": '#include "cachelock/gate.h"\n#include "worker/builtin/frame_contract.h"\n',
+            "spool/spool.cc": '#include "spool/spool_ring.h"\n#include "contract/shape_contract.h"\n',
+            "worker/main.cc": '#include "cachelock/gate.h"\n#include "spool/frame_contract.h"\n',
             "launcher/plan/plan.cc": '#include "worker/protocol.h"\n#include "launcher/config/config.h"\n',
             "launcher/cluster/peer_tracker.h": '#include "launcher/plan/plan.h"\n#include "common/duration.h"\n',
             "launcher/core/incident.cc": '#include <sys/types.h>\n#include <csignal>\n#include "launcher/plan/plan.h"\n',

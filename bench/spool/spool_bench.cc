@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "worker/builtin/map_cache.h"
-#include "worker/builtin/spool.h"
-#include "worker/builtin/spool_ring.h"
+#include "spool/map_cache.h"
+#include "spool/spool.h"
+#include "spool/spool_ring.h"
 
 namespace {
 

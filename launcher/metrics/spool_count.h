@@ -1,4 +1,4 @@
-// How many hidden-state frames are in each state of a spool (worker/builtin/spool.h has the layout):
+// How many hidden-state frames are in each state of a spool (spool/spool.h has the layout):
 // every state of a frame is the directory it is in, so counting names is the whole reading.
 #pragma once
 

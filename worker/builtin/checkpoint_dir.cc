@@ -12,7 +12,7 @@
 
 #include "common/fd.h"
 #include "common/private_files.h"
-#include "worker/builtin/spool.h"
+#include "spool/spool.h"
 
 namespace dflash::builtin {
 namespace {

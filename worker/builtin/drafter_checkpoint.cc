@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "common/fd.h"
-#include "worker/builtin/safetensors.h"
-#include "worker/builtin/spool_commit.h"
+#include "spool/safetensors.h"
+#include "spool/spool_commit.h"
 
 namespace dflash::builtin {
 namespace {

@@ -15,7 +15,7 @@
 #include "worker/builtin/checkpoint_dir.h"
 #include "worker/builtin/checkpoint_identity.h"
 #include "worker/builtin/model.h"
-#include "worker/builtin/spool.h"
+#include "spool/spool.h"
 
 namespace dflash::builtin {
 

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "worker/builtin/frame_contract.h"
-#include "worker/builtin/safetensors.h"
+#include "spool/frame_contract.h"
+#include "spool/safetensors.h"
 
 namespace dflash::builtin {
 

@@ -22,12 +22,12 @@
 #include "common/notify.h"
 #include "contract/env_vars.h"
 #include "worker/builtin/drafter_checkpoint.h"
-#include "worker/builtin/frame_contract.h"
-#include "worker/builtin/map_cache.h"
+#include "spool/frame_contract.h"
+#include "spool/map_cache.h"
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles_internal.h"
-#include "worker/builtin/spool.h"
-#include "worker/builtin/spool_ring.h"
+#include "spool/spool.h"
+#include "spool/spool_ring.h"
 
 namespace dflash::builtin {
 

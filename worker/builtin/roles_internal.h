@@ -15,7 +15,7 @@
 
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles.h"
-#include "worker/builtin/safetensors.h"
+#include "spool/safetensors.h"
 
 namespace dflash::builtin {
 

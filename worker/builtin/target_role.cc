@@ -10,10 +10,10 @@
 #include "common/exit_codes.h"
 #include "common/notify.h"
 #include "contract/env_vars.h"
-#include "worker/builtin/frame_contract.h"
+#include "spool/frame_contract.h"
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles_internal.h"
-#include "worker/builtin/spool.h"
+#include "spool/spool.h"
 
 namespace dflash::builtin {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/builtin/spool_ring.h"
+#include "spool/spool_ring.h"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2 (glibc >= 2.28)

@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
-#include "worker/builtin/safetensors.h"
+#include "spool/safetensors.h"
 
 namespace dflash::spool {
 

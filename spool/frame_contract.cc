@@ -1,4 +1,4 @@
-#include "worker/builtin/frame_contract.h"
+#include "spool/frame_contract.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,5 +1,5 @@
 // The consumer's contract check of a frame, and the contract from the environment.
-#include "worker/builtin/frame_contract.h"
+#include "spool/frame_contract.h"
 
 #include <cstdlib>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "worker/builtin/map_cache.h"
+#include "spool/map_cache.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -9,7 +9,7 @@
 
 #include "common/exit_codes.h"
 #include "contract/shape_contract.h"
-#include "worker/builtin/safetensors.h"
+#include "spool/safetensors.h"
 
 namespace dflash {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/fd.h"
-#include "worker/builtin/spool.h"
+#include "spool/spool.h"
 
 namespace dflash::spool {
 

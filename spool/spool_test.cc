@@ -1,6 +1,6 @@
 // The spool protocol against the real kernel (a temp dir), including
 // processes that race for frames and die mid-way.
-#include "worker/builtin/spool.h"
+#include "spool/spool.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -2,7 +2,7 @@
 // frame's file is written over by its producer's next frame and read through the same mapping, never showing an
 // earlier frame or a write of the consumer's; a finished producer takes nothing back; the ring counts in the
 // byte budget.
-#include "worker/builtin/spool_ring.h"
+#include "spool/spool_ring.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -15,8 +15,8 @@
 #include <memory>
 #include <set>
 
-#include "worker/builtin/map_cache.h"
-#include "worker/builtin/spool.h"
+#include "spool/map_cache.h"
+#include "spool/spool.h"
 #include "testing/temp_dir.h"
 #include "testing/wait.h"
 

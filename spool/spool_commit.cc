@@ -1,4 +1,4 @@
-#include "worker/builtin/spool_commit.h"
+#include "spool/spool_commit.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
-#include "worker/builtin/spool_ring.h"
+#include "spool/spool_ring.h"
 
 namespace dflash::spool {
 

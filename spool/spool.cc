@@ -1,4 +1,4 @@
-#include "worker/builtin/spool.h"
+#include "spool/spool.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,8 +18,8 @@
 
 #include "common/fd.h"
 #include "common/private_files.h"
-#include "worker/builtin/spool_commit.h"
-#include "worker/builtin/spool_ring.h"
+#include "spool/spool_commit.h"
+#include "spool/spool_ring.h"
 
 namespace dflash::spool {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/builtin/safetensors.h"
+#include "spool/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
-#include "worker/builtin/map_cache.h"
+#include "spool/map_cache.h"
 
 namespace dflash::safetensors {
 namespace {

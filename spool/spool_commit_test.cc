@@ -1,7 +1,7 @@
 // Frames committed with a checkpoint, against the real kernel (a temp dir): the names and record bytes Python's
 // spool_dirs.py uses, the commit's moves, its repeat after a kill, a double commit refused, and a restored
 // consumer delivering its pending frames again, first and in order.
-#include "worker/builtin/spool_commit.h"
+#include "spool/spool_commit.h"
 
 #include <sys/stat.h>
 

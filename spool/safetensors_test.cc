@@ -1,5 +1,5 @@
 // The safetensors codec: what we write, the Rust reader (Python's safetensors) reads.
-#include "worker/builtin/safetensors.h"
+#include "spool/safetensors.h"
 
 #include <unistd.h>
 

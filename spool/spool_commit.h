@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "worker/builtin/spool.h"
+#include "spool/spool.h"
 
 namespace dflash::spool {
 
