@@ -5,14 +5,16 @@
 #include <sstream>
 
 #include "contract/env_vars.h"
+#include "contract/spool_layout.h"
 
 namespace dflash {
 namespace {
 
-constexpr const char* kFormat = "dflash-frame/1";
+namespace meta = spool::layout::meta;
+constexpr std::string_view kFormat = spool::layout::kFrameFormat;
 
-std::string Get(const safetensors::Metadata& m, const std::string& k) {
-  auto it = m.find(k);
+std::string Get(const safetensors::Metadata& m, std::string_view k) {
+  auto it = m.find(std::string(k));
   return it == m.end() ? "" : it->second;
 }
 
@@ -112,55 +114,56 @@ bool ModelFromEnv(ModelEnv* out, std::string* err) {
 }
 
 safetensors::Metadata FrameMetadata(const FrameContract& c) {
-  return {{"format", kFormat},
-          {"layer_ids", c.TapsString()},
-          {"hidden", std::to_string(c.shape.hidden)},
-          {"layout", "concat"},
-          {"dtype", c.dtype},
-          {"target_layers", std::to_string(c.target_layers)},
-          {"vocab", std::to_string(c.vocab)}};
+  auto k = [](std::string_view key) { return std::string(key); };
+  return {{k(meta::kFormat), std::string(kFormat)},
+          {k(meta::kLayerIds), c.TapsString()},
+          {k(meta::kHidden), std::to_string(c.shape.hidden)},
+          {k(meta::kLayout), "concat"},
+          {k(meta::kDType), c.dtype},
+          {k(meta::kTargetLayers), std::to_string(c.target_layers)},
+          {k(meta::kVocab), std::to_string(c.vocab)}};
 }
 
 bool CheckFrame(const FrameContract& c, const safetensors::Header& h, const std::string& frame,
                 std::string* message) {
   const safetensors::Metadata& m = h.metadata;
-  std::string producer = Get(m, "producer");
+  std::string producer = Get(m, meta::kProducer);
   if (producer.empty()) producer = "(unnamed)";
   auto fail = [&](const std::string& what, const std::string& expected, const std::string& found,
                   const std::string& fix) {
     *message = Violation(frame, producer, what, expected, found, fix);
     return false;
   };
-  if (Get(m, "format") != kFormat)
-    return fail("not a dflash hidden-state frame", std::string("metadata format = \"") + kFormat + "\"",
-                "format = \"" + Get(m, "format") + "\"",
+  if (Get(m, meta::kFormat) != kFormat)
+    return fail("not a dflash hidden-state frame", std::string("metadata format = \"") + std::string(kFormat) + "\"",
+                "format = \"" + Get(m, meta::kFormat) + "\"",
                 "publish with dflash_launch.spool.SpoolProducer or the builtin target");
   std::vector<int64_t> taps;
-  if (!ParseInts(Get(m, "layer_ids"), &taps) || taps != c.taps) {
+  if (!ParseInts(Get(m, meta::kLayerIds), &taps) || taps != c.taps) {
     std::string want = ShapeString(c.taps);
     return fail("tapped layers differ from [model] tapped_layers",
                 "layer ids " + want + " (id i = output of layer i = HF hidden_states[i+1])",
-                "layer ids [" + Get(m, "layer_ids") + "]",
+                "layer ids [" + Get(m, meta::kLayerIds) + "]",
                 "tap exactly " + want + ", concatenated in that order; or, if the producer is right, set "
                 "[model] tapped_layers to its list (every drafter must read the same taps)");
   }
-  if (Get(m, "hidden") != std::to_string(c.shape.hidden))
+  if (Get(m, meta::kHidden) != std::to_string(c.shape.hidden))
     return fail("hidden size differs from [model] hidden", "hidden = " + std::to_string(c.shape.hidden),
-                "hidden = " + Get(m, "hidden"), "publish the hidden states of the target [model] describes");
+                "hidden = " + Get(m, meta::kHidden), "publish the hidden states of the target [model] describes");
   const safetensors::TensorEntry* hid = h.Find("hidden");
   if (!hid)
     return fail("no \"hidden\" tensor", "tensors \"hidden\" " + ShapeString(c.shape.Shape()) + " and \"tokens\"",
                 "no \"hidden\"", "publish the concatenated taps as \"hidden\"");
-  if (Get(m, "layout") != "concat") {
+  if (Get(m, meta::kLayout) != "concat") {
     ContractViolation v = StackedLayoutViolation(c.shape);
-    v.found = "layout = \"" + Get(m, "layout") + "\", shape " + ShapeString(hid->shape);
+    v.found = "layout = \"" + Get(m, meta::kLayout) + "\", shape " + ShapeString(hid->shape);
     return fail(v.message, v.expected, v.found, v.hint);
   }
   ContractViolation v;
   if (!CheckHiddenShape(c.shape, hid->shape, &v)) return fail(v.message, v.expected, v.found, v.hint);
-  if (hid->dtype != c.TensorDType() || Get(m, "dtype") != c.dtype)
+  if (hid->dtype != c.TensorDType() || Get(m, meta::kDType) != c.dtype)
     return fail("dtype differs from [model] dtype", c.TensorDType() + " (dtype = \"" + c.dtype + "\")",
-                hid->dtype + " (metadata dtype = \"" + Get(m, "dtype") + "\")",
+                hid->dtype + " (metadata dtype = \"" + Get(m, meta::kDType) + "\")",
                 "cast the hidden states to " + c.dtype + " before publishing, or set [model] dtype");
   const safetensors::TensorEntry* tok = h.Find("tokens");
   std::vector<int64_t> want_tok = {c.shape.batch, c.shape.seq_len};

@@ -24,7 +24,7 @@
 namespace dflash::spool {
 namespace {
 
-constexpr std::string_view kExt = ".safetensors";
+namespace m = layout::manifest;
 
 double Since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -94,27 +94,6 @@ bool ListDir(const std::string& dir, std::vector<std::string>* names, std::strin
     names->push_back(std::move(n));
   }
   ::closedir(d);
-  return true;
-}
-
-std::string FrameFile(const std::string& producer, int64_t seq) {
-  char num[32];
-  std::snprintf(num, sizeof num, "%010lld", static_cast<long long>(seq));
-  return producer + "-" + num + std::string(kExt);
-}
-
-bool ParseFrameFile(std::string_view file, std::string* producer, int64_t* seq) {
-  if (file.size() <= kExt.size() || file.substr(file.size() - kExt.size()) != kExt) return false;
-  std::string_view stem = file.substr(0, file.size() - kExt.size());
-  size_t dash = stem.rfind('-');
-  if (dash == std::string_view::npos || dash == 0 || dash + 1 == stem.size()) return false;
-  int64_t v = 0;
-  for (char c : stem.substr(dash + 1)) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *producer = std::string(stem.substr(0, dash));
-  *seq = v;
   return true;
 }
 
@@ -196,12 +175,13 @@ bool SpoolProducer::Open(std::string* err) {
   for (const std::string& n : names) {
     std::string p;
     int64_t s;
-    bool mine = (n.size() > 4 && n.substr(n.size() - 4) == ".tmp" &&
-                 ParseFrameFile(std::string_view(n).substr(0, n.size() - 4), &p, &s) && p == name_) ||
-                n.find("@" + name_ + ".tmp") != std::string::npos;
+    const std::string_view ext = layout::kTmpExt;
+    bool mine = (n.size() > ext.size() && std::string_view(n).substr(n.size() - ext.size()) == ext &&
+                 ParseFrameFile(std::string_view(n).substr(0, n.size() - ext.size()), &p, &s) && p == name_) ||
+                n.find("@" + name_ + std::string(ext)) != std::string::npos;
     if (mine && ::unlink((paths_.Tmp() + "/" + n).c_str()) == 0) ++removed_tmp_;
   }
-  finished_ = FileExists(paths_.Producers() + "/" + name_ + ".done");
+  finished_ = FileExists(paths_.EndMarker(name_));
   // Resume after the highest sequence number this producer has anywhere. The
   // scan follows the frames' own direction (ready -> claimed -> done/rejected),
   // so a frame moving while we look is seen in the later directory.
@@ -240,7 +220,7 @@ bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reus
            "; fix: raise [run] spool_max_bytes (dflash-launch check says what one frame needs)";
     return false;
   }
-  const std::string lock_path = paths_.root + "/budget.lock";
+  const std::string lock_path = paths_.BudgetLock();
   *lock = UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!*lock) {
     *err = ErrnoMessage("open(" + lock_path + ")", errno);
@@ -302,9 +282,9 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
                             int64_t* seq, std::string* err) {
   const int64_t s = next_seq_;
   const std::string file = FrameFile(name_, s);
-  const std::string tmp = paths_.Tmp() + "/" + file + ".tmp";
-  metadata["producer"] = name_;
-  metadata["seq"] = std::to_string(s);
+  const std::string tmp = paths_.Tmp() + "/" + file + std::string(layout::kTmpExt);
+  metadata[std::string(layout::meta::kProducer)] = name_;
+  metadata[std::string(layout::meta::kSeq)] = std::to_string(s);
   uint64_t size = 0;
   if (!safetensors::EncodedSize(metadata, tensors, &size, err)) return false;
   {
@@ -343,8 +323,8 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
 }
 
 bool SpoolProducer::Finish(std::string* err) {
-  nlohmann::ordered_json j = {{"producer", name_}, {"frames", next_seq_}};
-  if (!WriteFileAtomic(paths_.Producers() + "/" + name_ + ".done", j.dump() + "\n", err, 0600)) return false;
+  nlohmann::ordered_json j = {{layout::kEndProducerKey, name_}, {layout::kEndFramesKey, next_seq_}};
+  if (!WriteFileAtomic(paths_.EndMarker(name_), j.dump() + "\n", err, 0600)) return false;
   DropFree(paths_, name_);  // after the marker: no consumer hands a file back from now on
   finished_ = true;
   return true;
@@ -355,7 +335,7 @@ bool SpoolProducer::PublishShared(const std::string& file, const safetensors::Me
   *won = false;
   const std::string dest = paths_.root + "/" + file;
   if (FileExists(dest)) return true;
-  const std::string tmp = paths_.Tmp() + "/" + file + "@" + name_ + ".tmp";
+  const std::string tmp = paths_.Tmp() + "/" + file + "@" + name_ + std::string(layout::kTmpExt);
   if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false)) return false;
   int e = RenameNoReplace(tmp, dest);
   if (e == 0) {
@@ -395,8 +375,8 @@ bool SpoolConsumer::ProducersDone(bool* all, std::string* err) {
   std::vector<std::string> names;
   if (!ListDir(paths_.Producers(), &names, err)) return false;
   int n = 0;
-  for (const std::string& f : names)
-    if (f.size() > 5 && f.substr(f.size() - 5) == ".done") ++n;
+  std::string p;
+  for (const std::string& f : names) n += layout::ParseEndMarkerFile(f, &p);
   *all = n >= producers_;
   return true;
 }
@@ -527,7 +507,7 @@ bool SpoolConsumer::Commit(int64_t position, const std::string& checkpoint, int*
 
 bool SpoolConsumer::Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err) {
   const std::string to = paths_.Rejected() + "/" + frame.file;
-  if (!WriteFileAtomic(to + ".reason", reason + "\n", err, 0600)) return false;
+  if (!WriteFileAtomic(to + std::string(layout::kReasonExt), reason + "\n", err, 0600)) return false;
   if (::rename(frame.path.c_str(), to.c_str()) != 0) {
     *err = ErrnoMessage("rename(" + frame.path + ", rejected/)", errno);
     return false;
@@ -548,8 +528,8 @@ bool WriteManifestIfFinal(const std::string& root, int producers, const std::str
   std::vector<std::string> names;
   if (!ListDir(paths.Producers(), &names, err)) return false;
   int finished = 0;
-  for (const std::string& f : names)
-    if (f.size() > 5 && f.substr(f.size() - 5) == ".done") ++finished;
+  std::string p;
+  for (const std::string& f : names) finished += layout::ParseEndMarkerFile(f, &p);
   if (finished < producers) return true;
   if (!ListFrames(paths.Ready(), &names, err)) return false;
   if (!names.empty()) return true;
@@ -570,12 +550,14 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
   // Producers that finished, and how many frames each published.
   std::map<std::string, int64_t> published;
   if (!ListDir(paths.Producers(), &names, err)) return false;
+  const std::string frames_key(layout::kEndFramesKey);
   for (const std::string& f : names) {
-    if (f.size() <= 5 || f.substr(f.size() - 5) != ".done") continue;
+    std::string producer;
+    if (!layout::ParseEndMarkerFile(f, &producer)) continue;
     std::string text;
     if (!ReadFile(paths.Producers() + "/" + f, &text, err)) return false;
-    nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
-    published[f.substr(0, f.size() - 5)] = m.is_object() && m["frames"].is_number() ? m["frames"].get<int64_t>() : -1;
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    published[producer] = j.is_object() && j[frames_key].is_number() ? j[frames_key].get<int64_t>() : -1;
   }
   // In flow order (see SpoolProducer::Open).
   std::vector<std::string> ready, rejected;
@@ -621,15 +603,15 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
       for (int64_t s : seqs)
         if (s >= n && ++n_unexpected <= 20) unexpected.push_back(s);
     }
-    per[p] = {{"published", n >= 0 ? nlohmann::ordered_json(n) : nlohmann::ordered_json()},
-              {"consumed", seqs.size()},
-              {"first_seq", seqs.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(*seqs.begin())},
-              {"last_seq", seqs.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(*seqs.rbegin())},
-              {"missing", n_missing},
-              {"missing_seqs", missing},
-              {"unexpected", n_unexpected},
-              {"unexpected_seqs", unexpected},
-              {"committed_by", CommittedRuns(p, seqs, by)}};
+    per[p] = {{m::kPublished, n >= 0 ? nlohmann::ordered_json(n) : nlohmann::ordered_json()},
+              {m::kConsumed, seqs.size()},
+              {m::kFirstSeq, seqs.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(*seqs.begin())},
+              {m::kLastSeq, seqs.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(*seqs.rbegin())},
+              {m::kMissing, n_missing},
+              {m::kMissingSeqs, missing},
+              {m::kUnexpected, n_unexpected},
+              {m::kUnexpectedSeqs, unexpected},
+              {m::kCommittedBy, CommittedRuns(p, seqs, by)}};
     total_pub += std::max<int64_t>(0, n);
     total_done += static_cast<int64_t>(seqs.size());
     missing_total += n_missing;
@@ -640,20 +622,20 @@ bool Manifest(const std::string& root, int producers, nlohmann::ordered_json* ou
   *final = producers > 0 && finished >= producers && ready.empty() && claimed == 0 && pending.empty();
   nlohmann::ordered_json rej = nlohmann::ordered_json::array();
   for (const std::string& f : rejected) rej.push_back(f);
-  *out = {{"format", "dflash-spool/1"},
-          {"final", *final},
-          {"producers_expected", producers},
-          {"producers_finished", finished},
-          {"frames_published", total_pub},
-          {"frames_consumed", total_done},
-          {"ready", ready.size()},
-          {"claimed", claimed},
-          {"pending", pending.size()},
-          {"rejected", rej},
-          {"committed_by_checkpoint", by_checkpoint},
-          {"exactly_once", *final && total_pub == total_done && missing_total == 0 && unexpected_total == 0 &&
-                               rejected.empty()},
-          {"producers", per}};
+  *out = {{m::kFormat, layout::kManifestFormat},
+          {m::kFinal, *final},
+          {m::kProducersExpected, producers},
+          {m::kProducersFinished, finished},
+          {m::kFramesPublished, total_pub},
+          {m::kFramesConsumed, total_done},
+          {m::kReady, ready.size()},
+          {m::kClaimed, claimed},
+          {m::kPending, pending.size()},
+          {m::kRejected, rej},
+          {m::kCommittedByCheckpoint, by_checkpoint},
+          {m::kExactlyOnce, *final && total_pub == total_done && missing_total == 0 && unexpected_total == 0 &&
+                                rejected.empty()},
+          {m::kProducers, per}};
   return true;
 }
 

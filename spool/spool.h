@@ -16,6 +16,7 @@
 //   <root>/producers/<p>.done        a producer's end: {"frames": n}
 //   <root>/free/<p>-<seq>...         acknowledged frames' files, for producer p to write over (spool_ring.h)
 //   <root>/weights.safetensors       the target's embedding and LM head (first publisher wins)
+// The names are contract/spool_layout.h's: spelled there once, for every side.
 #pragma once
 
 #include <csignal>
@@ -28,32 +29,37 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "contract/spool_layout.h"
 #include "spool/safetensors.h"
 
 namespace dflash::spool {
 
-/// "<producer>-<seq as 10 digits>.safetensors". Names sort by producer, then seq.
-std::string FrameFile(const std::string& producer, int64_t seq);
-/// Inverse of FrameFile; false for any other name (temp files, .reason files).
-bool ParseFrameFile(std::string_view file, std::string* producer, int64_t* seq);
+/// "<producer>-<seq as 10 digits>.safetensors" and its inverse (contract/spool_layout.h).
+using layout::FrameFile;
+using layout::ParseFrameFile;
 
 /// The directories of one spool.
 struct SpoolPaths {
   std::string root;
-  std::string Tmp() const { return root + "/tmp"; }
-  std::string Ready() const { return root + "/ready"; }
-  std::string Claimed() const { return root + "/claimed"; }
+  std::string Tmp() const { return layout::Under(root, layout::kTmp); }
+  std::string Ready() const { return layout::Under(root, layout::kReady); }
+  std::string Claimed() const { return layout::Under(root, layout::kClaimed); }
   std::string ClaimedBy(const std::string& consumer) const { return Claimed() + "/" + consumer; }
   /// Acknowledged by a consumer that checkpoints, awaiting the checkpoint that covers it
   /// (dflash_launch.Checkpoint, docs/checkpoints.md): pending/<consumer>/<position:010d>.<frame>.
-  std::string Pending() const { return root + "/pending"; }
+  std::string Pending() const { return layout::Under(root, layout::kPending); }
   std::string PendingOf(const std::string& consumer) const { return Pending() + "/" + consumer; }
-  std::string Done() const { return root + "/done"; }
-  std::string Rejected() const { return root + "/rejected"; }
-  std::string Producers() const { return root + "/producers"; }
-  std::string Weights() const { return root + "/weights.safetensors"; }
+  std::string Done() const { return layout::Under(root, layout::kDone); }
+  std::string Rejected() const { return layout::Under(root, layout::kRejected); }
+  std::string Producers() const { return layout::Under(root, layout::kProducers); }
+  /// producers/<producer>.done: its end marker.
+  std::string EndMarker(const std::string& producer) const {
+    return Producers() + "/" + layout::EndMarkerFile(producer);
+  }
+  std::string Weights() const { return layout::Under(root, layout::kWeightsFile); }
+  std::string BudgetLock() const { return layout::Under(root, layout::kBudgetLock); }
   /// The ring's files: acknowledged frames' bytes kept for their producer's next frames (spool_ring.h).
-  std::string Free() const { return root + "/free"; }
+  std::string Free() const { return layout::Under(root, layout::kFree); }
   /// mkdir -p of the root (0700) and every subdirectory.
   bool Create(std::string* err) const;
 };

@@ -14,28 +14,6 @@
 
 namespace dflash::spool {
 
-std::string PendingName(int64_t position, const std::string& frame) {
-  char num[32];
-  std::snprintf(num, sizeof num, "%010lld", static_cast<long long>(position));
-  return std::string(num) + "." + frame;
-}
-
-bool ParsePendingName(std::string_view name, int64_t* position, std::string* frame) {
-  size_t dot = name.find('.');
-  if (dot != 10) return false;
-  int64_t v = 0;
-  for (char c : name.substr(0, dot)) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  std::string producer;
-  int64_t seq;
-  if (!ParseFrameFile(name.substr(dot + 1), &producer, &seq)) return false;
-  *position = v;
-  *frame = std::string(name.substr(dot + 1));
-  return true;
-}
-
 bool PendingFramesOf(const SpoolPaths& paths, const std::string& consumer, std::vector<PendingFrame>* out,
                      std::string* err) {
   out->clear();
@@ -57,7 +35,8 @@ bool PendingFramesOf(const SpoolPaths& paths, const std::string& consumer, std::
 
 std::string CommitRecord(const std::string& checkpoint) {
   // json.dumps({"checkpoint": path}): ", " / ": " separators, non-ASCII as \uXXXX (ensure_ascii).
-  return "{\"checkpoint\": " + nlohmann::json(checkpoint).dump(-1, ' ', /*ensure_ascii=*/true) + "}\n";
+  return "{\"" + std::string(layout::kRecordCheckpointKey) +
+         "\": " + nlohmann::json(checkpoint).dump(-1, ' ', /*ensure_ascii=*/true) + "}\n";
 }
 
 void CommittedBy(const std::string& done_file, std::string* checkpoint, bool* has) {
@@ -69,8 +48,9 @@ void CommittedBy(const std::string& done_file, std::string* checkpoint, bool* ha
   ssize_t n = ::read(fd.get(), buf, sizeof buf);
   if (n <= 0) return;
   nlohmann::json j = nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, false);
-  if (j.is_object() && j.contains("checkpoint") && j["checkpoint"].is_string()) {
-    *checkpoint = j["checkpoint"].get<std::string>();
+  const std::string key(layout::kRecordCheckpointKey);
+  if (j.is_object() && j.contains(key) && j[key].is_string()) {
+    *checkpoint = j[key].get<std::string>();
     *has = true;
   }
 }
@@ -102,7 +82,7 @@ bool CommitPending(const SpoolPaths& paths, const std::map<std::string, int64_t>
     if (!PendingFramesOf(paths, consumer, &pending, err)) return false;
     for (const PendingFrame& p : pending) {
       if (p.position >= position) break;
-      const std::string tmp = paths.Tmp() + "/" + p.frame + ".commit.tmp";
+      const std::string tmp = paths.Tmp() + "/" + p.frame + std::string(layout::kCommitTmpExt);
       const std::string done = paths.Done() + "/" + p.frame;
       {
         UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));

@@ -14,10 +14,10 @@
 
 namespace dflash::spool {
 
-/// "<position as 10 digits>.<frame>": names that sort in the order the consumer stepped on the frames.
-std::string PendingName(int64_t position, const std::string& frame);
-/// Inverse of PendingName; false for any other name.
-bool ParsePendingName(std::string_view name, int64_t* position, std::string* frame);
+/// "<position as 10 digits>.<frame>": names that sort in the order the consumer stepped on the frames, and its
+/// inverse (contract/spool_layout.h).
+using layout::PendingName;
+using layout::ParsePendingName;
 
 struct PendingFrame {
   int64_t position = 0;

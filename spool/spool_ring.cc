@@ -16,7 +16,7 @@ namespace {
 
 bool Finished(const SpoolPaths& paths, const std::string& producer) {
   struct stat st {};
-  return ::stat((paths.Producers() + "/" + producer + ".done").c_str(), &st) == 0;
+  return ::stat(paths.EndMarker(producer).c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -67,7 +67,7 @@ bool Recycle(const SpoolPaths& paths, const std::string& done_path) {
   const std::string f = done_path.substr(done_path.rfind('/') + 1);
   std::string producer;
   if (!Takes(paths, done_path, f, &producer)) return false;
-  const std::string hold = paths.Tmp() + "/" + f + ".tmp";
+  const std::string hold = paths.Tmp() + "/" + f + std::string(layout::kTmpExt);
   UniqueFd fd(::open(hold.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd) return false;
   fd.reset();
@@ -123,8 +123,10 @@ void RemoveRingLeftovers(const SpoolPaths& paths) {
   std::string ignored;
   if (!ListDir(paths.Tmp(), &tmp, &ignored) || !ListFrames(paths.Done(), &done, &ignored)) return;
   const std::set<std::string> acked(done.begin(), done.end());
+  const std::string_view ext = layout::kTmpExt;
   for (const std::string& n : tmp)
-    if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0 && acked.count(n.substr(0, n.size() - 4)))
+    if (n.size() > ext.size() && std::string_view(n).substr(n.size() - ext.size()) == ext &&
+        acked.count(n.substr(0, n.size() - ext.size())))
       DropFile(paths.Tmp() + "/" + n);
 }
 

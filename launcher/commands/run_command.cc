@@ -21,8 +21,10 @@
 #include "common/secure_path.h"
 #include "common/signal_fd.h"
 #include "common/spawn.h"
+#include "contract/spool_layout.h"
 #include "launcher/commands/commands.h"
 #include "launcher/commands/front_door.h"
+#include "launcher/commands/resume_said.h"
 #include "launcher/control/control_server.h"
 #include "launcher/plan/holder_lock.h"
 #include "launcher/plan/port_reservation.h"
@@ -75,7 +77,8 @@ bool StoppedByHandBeforeItFinished(const RunSummary& summary) {
 /// continues from, and the checkpoints name them (docs/checkpoints.md). Any other spool goes.
 void RemoveRunSpoolUnlessResumable(const Plan& plan, bool unfinished, spdlog::logger* log) {
   struct stat st;
-  if (unfinished && ::lstat((plan.SpoolDir() + "/pending").c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  const std::string pending = spool::layout::Under(plan.SpoolDir(), spool::layout::kPending);
+  if (unfinished && ::lstat(pending.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     if (log)
       log->info("spool {} kept: its frames go with the run's checkpoints; `dflash-launch run --run-id {} --resume` "
                 "continues from them (remove it otherwise)", plan.SpoolDir(), plan.run_id);
@@ -428,6 +431,10 @@ int RunRun(const RunOptions& opts, char** env) {
   }
 
   Console console(ConsoleOptionsFor(opts, plan));
+  for (const std::string& line : ResumeSaid(plan)) {  // before any spawn: what this launch goes on from
+    log->info("{}", line);
+    console.Supervisor("[dflash] " + line);
+  }
   // `dflash-launch ps` and `ctl RUN_ID` find the run here; gone when we are.
   RunRegistration registration;
   ListRun(plan, opts.config, &registration, &console, *log);

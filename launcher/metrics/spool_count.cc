@@ -6,12 +6,16 @@
 #include <cstring>
 #include <string_view>
 
+#include "contract/spool_layout.h"
+
 namespace dflash {
 namespace {
 
+namespace layout = spool::layout;
+
 bool IsFrame(std::string_view name) {
-  constexpr std::string_view kSuffix = ".safetensors";
-  return name.size() > kSuffix.size() && name.substr(name.size() - kSuffix.size()) == kSuffix;
+  const std::string_view ext = layout::kFrameExt;
+  return name.size() > ext.size() && name.substr(name.size() - ext.size()) == ext;
 }
 
 /// Entries of `dir` (not . and ..): every one when `frames_only` is false, else only frame files;
@@ -39,12 +43,12 @@ SpoolCounts CountSpool(const std::string& root, bool with_done) {
   struct stat st;
   if (root.empty() || ::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return c;
   c.present = true;
-  c.writing = Count(root + "/tmp", false);
-  c.ready = Count(root + "/ready", true);
-  c.claimed = Count(root + "/claimed", true, true);
-  c.pending = Count(root + "/pending", true, true);  // <position>.<frame>.safetensors: frames too
-  if (with_done) c.done = Count(root + "/done", true);
-  c.rejected = Count(root + "/rejected", true);
+  c.writing = Count(layout::Under(root, layout::kTmp), false);
+  c.ready = Count(layout::Under(root, layout::kReady), true);
+  c.claimed = Count(layout::Under(root, layout::kClaimed), true, true);
+  c.pending = Count(layout::Under(root, layout::kPending), true, true);  // <position>.<frame>.safetensors: frames too
+  if (with_done) c.done = Count(layout::Under(root, layout::kDone), true);
+  c.rejected = Count(layout::Under(root, layout::kRejected), true);
   return c;
 }
 

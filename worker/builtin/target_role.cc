@@ -46,7 +46,7 @@ bool PublishSharedWeights(const Role& r, const TargetModel& model, spool::SpoolP
                                  {"seed", std::to_string(r.m.seed)},
                                  {"vocab", std::to_string(r.m.frame.vocab)},
                                  {"hidden", std::to_string(r.m.hidden)}};
-  return producer->PublishShared("weights.safetensors", wmeta,
+  return producer->PublishShared(std::string(spool::layout::kWeightsFile), wmeta,
                                  {{"embed.weight", "F32", embed.sizes().vec(), embed.data_ptr(), embed.nbytes()},
                                   {"lm_head.weight", "F32", head.sizes().vec(), head.data_ptr(), head.nbytes()}},
                                  won, err);
