@@ -23,6 +23,8 @@ from dflash_launch.exit_codes import use_exit_codes  # noqa: F401  (for payloads
 # library only (the spool, checkpoint and metrics modules import torch themselves, where a function needs it).
 _LAZY = {
     "Checkpoint": "dflash_launch.checkpoint",
+    "Stateful": "dflash_launch.stateful",
+    "CommitHooks": "dflash_launch.stateful",
     "TrainingMetrics": "dflash_launch.train_metrics",
     "SpoolSource": "dflash_launch.spool",
     "SpoolProducer": "dflash_launch.spool",

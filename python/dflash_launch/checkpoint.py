@@ -15,7 +15,9 @@ ends with its coordinator gathering every rank's write): a kill at any moment le
 none, and the previous one stands. The last `keep` are kept. Each rank's RNG states (torch, CUDA, Python's random,
 NumPy's) and its source's position go in a small per-rank file of the same directory.
 
-With `source` (a WorldSource or SpoolSource) an acknowledged frame waits in the spool's pending/ until the
+Anything else it carries (`states=[cursor]`: a data-loader cursor, a sampler) is a dflash_launch.stateful.Stateful,
+saved in each rank's file and loaded back; a spool source is a Committing one. With `source` (a WorldSource or
+SpoolSource; the same as the first of `states`) an acknowledged frame waits in the spool's pending/ until the
 checkpoint covering its step commits, then moves to done/ with that checkpoint's path as its record; restore()
 delivers the frames after the checkpoint again, in the same order to the same ranks (WorldSource's fixed order).
 So every frame enters the final model exactly once, and on CPU a run killed -9 at any moment ends with the weights
@@ -46,6 +48,7 @@ from dflash_launch.checkpoint_identity import (ADOPT_VAR, IDENTITY_FILE, frames_
                                                read_identity, tensor_specs)
 from dflash_launch.exit_codes import end_by_signal, release_process_groups_at_exit
 from dflash_launch.spool.dirs import private_makedirs
+from dflash_launch.stateful import committing
 
 _NAME = re.compile(r"^step-(\d{10})(?:\.(\d+))?$")
 # What a rank is doing when it joins one of the Checkpoint's agreements (they carry it, so ranks that took different
@@ -114,6 +117,31 @@ def _set_rng_state(torch, state):
         np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))
 
 
+def _states_in(extra):
+    """{name: state} of a rank file. One written before dflash_launch.stateful held the source's state alone, its
+    consumer beside it: read as the source's, the consumer inside (where its commit now looks)."""
+    if "states" in extra:
+        return extra["states"]
+    old = copy.deepcopy(extra.get("source"))
+    if old is None:
+        return {}
+    old.get("source", old).setdefault("consumer", extra.get("consumer"))  # a WorldSource's nests its SpoolSource's
+    return {"source": old}
+
+
+def _same(a, b):
+    """a == b for states that may hold tensors (torch.equal: == of tensors is a tensor)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    torch = sys.modules.get("torch")
+    if torch is not None and (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and \
+            torch.equal(a, b)
+    return a == b
+
+
 def _error_said(error):
     """One line for a failed load: DCP's CheckpointException by each failed rank's own exception (its text is their
     whole tracebacks), anything else by its type and message."""
@@ -144,11 +172,15 @@ class CheckpointRefused(RuntimeError):
 
 class Checkpoint:
     def __init__(self, model, optimizer=None, every_steps=None, every=None, dir=None, keep=3, source=None,
-                 async_save=True, stop_signals=(signal.SIGTERM,), stop_wait_s=5.0, metrics=None, say=None, env=None):
+                 async_save=True, stop_signals=(signal.SIGTERM,), stop_wait_s=5.0, metrics=None, say=None, env=None,
+                 states=None):
         """`model` (a module, DDP or FSDP2) and `optimizer` (one, a list, or None); a checkpoint every
-        `every_steps` steps and/or every `every` ("10m"); `keep` the last ones; `source`: the spool source whose
-        frames commit with the checkpoints. Every rank of a world constructs it at the same point (it makes a
-        gloo group for the background writes and one for its agreements when the world's backend is not gloo).
+        `every_steps` steps and/or every `every` ("10m"); `keep` the last ones; `states`: a list (saved by
+        position) or a dict (by name) of what else it carries, each a dflash_launch.stateful.Stateful (a data-loader
+        cursor) or Committing (a spool source); `source`: the spool source whose frames commit with the
+        checkpoints, the same as the first of `states`, named "source". Every rank of a world constructs it at
+        the same point (it makes a gloo group for the background writes and one for its agreements when the
+        world's backend is not gloo).
         `stop_wait_s`: how long a stop signal waits for the next step() before it ends the process as it would
         have without a Checkpoint (a process blocked elsewhere, e.g. waiting for frames, loses nothing then)."""
         env = os.environ if env is None else env
@@ -158,12 +190,21 @@ class Checkpoint:
         if every_steps is not None and int(every_steps) <= 0:
             raise ValueError(f"every_steps={every_steps!r}: expected a positive number of steps")
         self.model, self.source, self.keep, self.async_save = model, source, max(1, int(keep)), bool(async_save)
+        # What it carries besides the model and optimizer, by the name each one's state is saved under: one
+        # protocol for all (dflash_launch.stateful), so nothing here asks what an object happens to have.
+        named = states.items() if isinstance(states, dict) else ((f"states.{i}", x) for i, x in enumerate(states or ()))
+        self.states = {"source": committing(source)} if source is not None else {}
+        for key, x in named:
+            if key in self.states:
+                raise ValueError(f"Checkpoint: two states named {key!r}")
+            self.states[str(key)] = committing(x)
         self.optimizers = [] if optimizer is None else list(optimizer) if isinstance(optimizer, (list, tuple)) \
             else [optimizer]
         self.every_steps = int(every_steps) if every_steps else None
         self.every_s = parse_interval(every) if every is not None else None
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
-        self.metrics = metrics if metrics is not None else getattr(source, "metrics", None)
+        self.metrics = metrics if metrics is not None else next(
+            (x.metrics for x in self.states.values() if x.metrics is not None), None)
         self.warmup = env.get("DFLASH_WARMUP") == "1"
         self.process = env.get("DFLASH_PROCESS", "")
         self.env = env                              # whose checkpoints these are (checkpoint_identity)
@@ -186,16 +227,12 @@ class Checkpoint:
             self.agree_group = None if "gloo" in str(self.dist.get_backend()) else self.dist.new_group(backend="gloo")
             release_process_groups_at_exit(self.dist)  # registered first: the world's groups go after ours
             atexit.register(self._release_groups)
-        self.consumers = source.consumer_names() if source is not None and hasattr(source, "consumer_names") \
-            else ([source.name] if source is not None else [])
-        if source is not None:
-            source.hold_for_checkpoint()
-            if hasattr(source, "on_end"):
-                source.on_end.append(self.finish)
+        for x in self.states.values():
+            x.attached(self.finish)
         self.done_steps = 0
         self.resumed_from = None
         self.last = None              # (step, path) of the last committed checkpoint
-        self._last_source = None      # this rank's source state in it (in memory: see _source_moved)
+        self._last_states = None      # this rank's states in it (in memory: see _states_moved)
         self.saved = 0
         self.save_blocked_s = 0.0     # what the steps waited for saves (the copy; the disk too when not async)
         self._inflight = None
@@ -236,7 +273,7 @@ class Checkpoint:
         from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: named to be caught
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
         msd, osd = get_state_dict(self.model, self.optimizers)
-        mine = identity_of(self.env, self.world, self._spool_root(), tensor_specs({"model": msd, "optim": osd}))
+        mine = identity_of(self.env, self.world, self._identity(), tensor_specs({"model": msd, "optim": osd}))
         if self.rank == 0:
             private_makedirs(self.dir)
             for n in os.listdir(self.dir):
@@ -248,8 +285,8 @@ class Checkpoint:
             if choice[0] == "refuse":
                 raise CheckpointRefused(f"{self._who()}: {choice[1]}")  # on every rank: none waits in a collective
             if choice[0] == "none":
-                if self.source is not None:
-                    self.source.restore(None)
+                for x in self.states.values():
+                    x.start_over()
                 self.say(f"{self._who()}: no checkpoint in {self.dir}: starting at step 0")
                 self._report(resumed_from_step=0)  # the run's summary: a restart with none yet redoes every step
                 return 0
@@ -279,33 +316,43 @@ class Checkpoint:
         if verdict == "adopt":
             self.say(f"{self._who()}: {why}")
             self._report(checkpoint_adopted=path)
-        source_state = extra.get("source") if same_spool else None
-        if self.source is not None:
-            if same_spool:
-                positions = self._positions(path) if self.rank == 0 else None
-                self.source.restore(source_state, positions, path if self.rank == 0 else None)
-            else:
-                self.source.restore(None)  # adopted from another spool: its place there means nothing here
+        saved = _states_in(extra)
+        missing = sorted(k for k, x in self.states.items() if k not in saved and (same_spool or not x.identity))
+        if missing:
+            raise CheckpointRefused(f"{self._who()}: checkpoint {path} holds no state for {', '.join(missing)} "
+                                    f"(it holds {', '.join(sorted(saved)) or 'none'}): a state added since it was "
+                                    f"written cannot resume exactly; give it the name it had, or start another run")
+        every = self._every_rank_states(path) if self.rank == 0 and self.states else {}
+        for key, x in self.states.items():
+            if x.identity and not same_spool:
+                x.start_over()  # adopted from another spool: its place there means nothing here
+                continue
+            if self.rank == 0:
+                x.checkpoint_committed(every[key], path)  # the kill may have come between its rename and this
+            x.load_state_dict(saved[key])
         self.done_steps = self.resumed_from = int(extra["step"])
         self.last = (self.resumed_from, path)
-        self._last_source = source_state
+        self._last_states = copy.deepcopy(saved) if same_spool else None
         self._last_save_t = time.monotonic()
         took = time.monotonic() - t0
         self.say(f"{self._who()}: resumed from step {self.resumed_from} ({path}, {took:.2f}s)")
         self._report(resumed_from_step=self.resumed_from, restore_s=round(took, 3),
-                     checkpoint={"path": path, "step": self.resumed_from})
+                     checkpoint={"path": path, "step": self.resumed_from},
+                     last_checkpoint_unix=round(os.stat(path).st_mtime, 3))  # its age: from when it was written
         return self.resumed_from
 
-    def _spool_root(self):
-        return getattr(self.source, "spool_root", None) or ""
+    def _identity(self):
+        """What the carried states consume (the spool's root), for the checkpoint's identity ("" for none)."""
+        return ",".join(x.identity for x in self.states.values() if x.identity)
 
     def _records(self):
         """{frame: checkpoint} of the spool's done/ records that name a checkpoint of this directory (rank 0)."""
-        if self.source is None or not hasattr(self.source, "committed_records"):
-            return {}
         here, same = os.path.realpath(self.dir), {}
         out = {}
-        for f, ck in self.source.committed_records().items():
+        records = {}
+        for x in self.states.values():
+            records.update(x.committed_records())
+        for f, ck in records.items():
             parent = os.path.dirname(ck)
             if parent not in same:  # the path the writer used may reach this dir another way (a link)
                 same[parent] = parent == self.dir or os.path.realpath(parent) == here
@@ -385,13 +432,14 @@ class Checkpoint:
         self.dist.all_gather_object(every, value, group=self.agree_group)
         return every
 
-    def _positions(self, path):
-        """{consumer: position}: every rank's source position as the checkpoint at `path` recorded it."""
-        out = {}
+    def _every_rank_states(self, path):
+        """{name: [every rank's state, in rank order]} as the checkpoint at `path` recorded them (rank 0: what
+        each state's checkpoint_committed is given)."""
+        out = {key: [] for key in self.states}
         for r in range(self.world):
-            extra = self.torch.load(self._rank_file(path, r), weights_only=True)
-            if extra.get("consumer") is not None:
-                out[extra["consumer"]] = self.source.position_of(extra["source"])
+            saved = _states_in(self.torch.load(self._rank_file(path, r), weights_only=True))
+            for key in out:
+                out[key].append(saved.get(key))
         return out
 
     # Save ------------------------------------------------------------------------------------------------------
@@ -402,8 +450,8 @@ class Checkpoint:
         self.done_steps = int(step) + 1
         if self.warmup:
             return
-        if self.source is not None and hasattr(self.source, "ack_pending"):
-            self.source.ack_pending()  # the step's frame is covered by a checkpoint from here on
+        for x in self.states.values():
+            x.step_ended()  # the step's frame is covered by a checkpoint from here on
         self._poll()
         due = bool(self.every_steps and self.done_steps % self.every_steps == 0)
         timed = self.every_s is not None and time.monotonic() - self._last_save_t >= self.every_s
@@ -443,21 +491,21 @@ class Checkpoint:
         step = self.done_steps
         name = f"step-{step:010d}"
         if self.last is not None and self.last[0] == step:
-            if not self._source_moved():
+            if not self._states_moved():
                 return  # nothing new since that checkpoint
             name += f".{_key(os.path.basename(self.last[1]))[1] + 1}"  # the tail's frames after it (tail="drop")
         tmp, final = os.path.join(self.dir, ".tmp-" + name), os.path.join(self.dir, name)
         self._agree(_SAVE)  # every rank writes this one: DCP's collectives follow
         private_makedirs(tmp)  # every rank: 0700 from the checkpoint dir down, whoever makes it first
-        source_state = self.source.state_dict() if self.source is not None else None
-        extra = {"step": step, "rank": self.rank, "world": self.world, "rng": _rng_state(torch),
-                 "consumer": getattr(self.source, "name", None), "source": source_state}
+        states = {key: x.state_dict() for key, x in self.states.items()}
+        extra = {"step": step, "rank": self.rank, "world": self.world, "rng": _rng_state(torch), "states": states}
         torch.save(extra, self._rank_file(tmp, self.rank))
+        states = copy.deepcopy(states)  # as saved: a state the loop changes in place later is no witness
         from torch.distributed.checkpoint.state_dict import get_state_dict
         msd, osd = get_state_dict(self.model, self.optimizers)
         state = {"model": msd, "optim": osd}
         if self.rank == 0:  # whose it is: restore() takes only this run's (checkpoint_identity)
-            identity = identity_of(self.env, self.world, self._spool_root(), tensor_specs(state))
+            identity = identity_of(self.env, self.world, self._identity(), tensor_specs(state))
             with open(os.path.join(tmp, IDENTITY_FILE), "w") as f:
                 json.dump(identity, f)
                 f.flush()
@@ -468,7 +516,7 @@ class Checkpoint:
         else:
             dcp.save(state, checkpoint_id=tmp, process_group=self.save_group)
             future = None
-        self._inflight = (step, tmp, final, source_state, future)
+        self._inflight = (step, tmp, final, states, future)
         self._last_save_t = time.monotonic()
         if future is None:
             self._commit()
@@ -481,20 +529,18 @@ class Checkpoint:
         bound an interval of many large frames could fill the spool's filesystem (600 frames of 102 MB at every
         200 steps in a world of 3). Over 1: a checkpoint now; over 2 while one is in flight (steps outrun an async
         save): the step waits for its commit."""
-        if self.source is None or not hasattr(self.source, "pending_level"):
-            return 0.0
-        return float(self.source.pending_level())
+        return max((float(x.pending_level()) for x in self.states.values()), default=0.0)
 
-    def _source_moved(self):
-        """Did the source move since the last checkpoint (tail="drop": frames acknowledged without a step)? From
-        this rank's own record of that checkpoint, in memory: its files are no witness, since rank 0 renames the
-        checkpoint into place after every peer's save has returned, and a peer that looked first once found
-        nothing and took another path than the world (issue #45's hang). Every rank joins the agreement."""
+    def _states_moved(self):
+        """Did a carried state change since the last checkpoint (a source with tail="drop": frames acknowledged
+        without a step)? From this rank's own record of that checkpoint, in memory: its files are no witness, since
+        rank 0 renames the checkpoint into place after every peer's save has returned, and a peer that looked first
+        once found nothing and took another path than the world (issue #45's hang). Every rank joins the
+        agreement."""
         moved = False
-        if self.source is not None:
-            now = self.source.state_dict()
-            moved = self._last_source is None or \
-                self.source.position_of(now) != self.source.position_of(self._last_source)
+        if self.states:
+            now = {key: x.state_dict() for key, x in self.states.items()}
+            moved = self._last_states is None or not _same(now, self._last_states)
         (moved,) = self._agree(_MOVED, moved)
         return moved
 
@@ -530,14 +576,15 @@ class Checkpoint:
     def _commit(self):
         """The save in flight finished on this rank: rank 0 (whose save ended after every rank's part was
         written) renames it into place, commits the frames it covers and drops the oldest beyond `keep`."""
-        step, tmp, final, source_state, future = self._inflight
+        step, tmp, final, states, future = self._inflight
         self._inflight = None
         if future is not None:
             future.result()  # a failed write raises here
         self.saved += 1
-        self.last, self._last_source = (step, final), source_state
+        self.last, self._last_states = (step, final), states
+        # last_checkpoint_unix: the live run's dflash_training_checkpoint_age_seconds (docs/metrics.md).
         self._report(checkpoint={"path": final, "step": step}, checkpoints_written=self.saved,
-                     checkpoint_blocked_s=round(self.save_blocked_s, 3))
+                     checkpoint_blocked_s=round(self.save_blocked_s, 3), last_checkpoint_unix=round(time.time(), 3))
         if self.metrics is not None:
             self.metrics.write()  # at once (a commit is rare): the run's summary knows a killed rank got this far
         if self.rank != 0:
@@ -548,8 +595,9 @@ class Checkpoint:
             os.fsync(fd)  # the rename is the commit: on disk before the frames are
         finally:
             os.close(fd)
-        if self.source is not None:
-            self.source.commit(self._positions(final), final)
+        every = self._every_rank_states(final) if self.states else {}
+        for key, x in self.states.items():
+            x.checkpoint_committed(every[key], final)
         for _, old in committed(self.dir)[:-self.keep]:
             # Out of the committed names first: a kill mid-removal leaves a .tmp-* that restore() removes, never a
             # step-N without its .metadata, which no later prune would see.

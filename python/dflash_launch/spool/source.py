@@ -273,7 +273,7 @@ class SpoolSource:
         return self.pending_bytes() / max(1, share)
 
     def state_dict(self):
-        return {"position": self.position}
+        return {"position": self.position, "consumer": self.name}  # whose position: a commit moves its frames
 
     @property
     def spool_root(self):
@@ -317,6 +317,29 @@ class SpoolSource:
         self.committed += n
         self.write_manifest_if_final()
         return n
+
+    # Stateful (dflash_launch.stateful): what a Checkpoint carries and tells; each delegates to the above.
+
+    def load_state_dict(self, state):
+        self.restore(state)
+
+    def start_over(self):
+        self.restore(None)
+
+    def attached(self, finish):
+        self.hold_for_checkpoint()  # a plain source has no end of its own to call `finish` at
+
+    @property
+    def identity(self):
+        return self.spool_root
+
+    metrics = None
+
+    def step_ended(self):
+        pass  # the loop acknowledges a plain source's frames itself
+
+    def checkpoint_committed(self, states, checkpoint):
+        self.commit({s["consumer"]: s["position"] for s in states if s}, checkpoint)
 
     def _recycle_committed(self, consumer, frame, path):
         """A committed frame's bytes to the ring: only this consumer's own, and none a view of it still maps

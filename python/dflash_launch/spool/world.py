@@ -201,6 +201,31 @@ class WorldSource:
         """A checkpoint committed: see SpoolSource.commit."""
         return self.source.commit(positions, checkpoint)
 
+    # Stateful (dflash_launch.stateful): what a Checkpoint carries and tells; each delegates to the above.
+
+    def load_state_dict(self, state):
+        self.restore(state)
+
+    def start_over(self):
+        self.restore(None)
+
+    def attached(self, finish):
+        self.hold_for_checkpoint()
+        self.on_end.append(finish)  # the loop's end writes the last checkpoint, on every rank at the same round
+
+    @property
+    def identity(self):
+        return self.spool_root
+
+    def step_ended(self):
+        self.ack_pending()
+
+    def checkpoint_committed(self, states, checkpoint):
+        """Every rank's frames before the positions its state holds (through commit(): one place to watch)."""
+        self.commit({s["source"]["consumer"]: s["source"]["position"] for s in states if s}, checkpoint)
+
+    # Acknowledging ------------------------------------------------------------
+
     # Acknowledging ------------------------------------------------------------
 
     def _wrap(self, sample):
