@@ -4,6 +4,7 @@ that reports only through TrainingMetrics, and a gate key that follows model cod
 what it cannot follow, with the key_files line that would)."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -56,16 +57,56 @@ def test_a_role_says_each_line_once(launch, tmp_path):
     assert lines.count(f"[drafter:0-2] {WARNING}") == 1, r.out
     assert not any(l.startswith("[drafter:") and WARNING in l and not l.startswith("[drafter:0-2]") for l in lines), r.out
     assert lines.count(f"[solo:0] {WARNING}") == 1, r.out  # another role: its own line
-    # Matched with the number masked, and saying so: one rank's number is not everyone's.
+    # Matched with the number masked, every rank's number printed: one rank's number is not everyone's (#59).
     said = [l for l in lines if " at step 7" in l]
-    assert len(said) == 1 and said[0].startswith("[drafter:0-2] rank ") and \
-        said[0].endswith("[numbers differ by process; each log has its own]"), r.out
+    assert said == ["[drafter:0-2] rank 0|1|2 at step 7"], r.out
     assert lines.count("[drafter:1] only rank one") == 1, r.out
     # Every byte in each process's own files.
     for rank in range(3):
         attempt = r.run_dir / "attempt_0"
         assert (attempt / f"drafter-{rank}.stderr.log").read_text() == WARNING + "\n"
         assert (attempt / f"drafter-{rank}.stdout.log").read_text().startswith(f"rank {rank} at step 7\n")
+
+
+def losses_said(lines):
+    """{(rank, step): loss} from console lines "[drafter:0-2] step 10 loss 4.01|4.11|4.21" or "[drafter:1] step ..."."""
+    seen = {}
+    for line in lines:
+        m = re.fullmatch(r"\[drafter:([0-9,-]+)\] step (\d+) loss ([0-9.|]+)", line)
+        if not m:
+            continue
+        ranks = []
+        for part in m.group(1).split(","):
+            lo, _, hi = part.partition("-")
+            ranks += range(int(lo), int(hi or lo) + 1)
+        values = m.group(3).split("|")
+        values = values * len(ranks) if len(values) == 1 else values  # said alike: once
+        assert len(values) == len(ranks), line
+        for rank, value in zip(ranks, values):
+            assert (rank, int(m.group(2))) not in seen, line
+            seen[rank, int(m.group(2))] = value
+    return seen
+
+
+def test_every_ranks_loss_reaches_the_console(launch, tmp_path):
+    """Three ranks print their own losses at the same steps (released together, so the console merges them):
+    every rank's loss of every step is on the console, as each rank said it (issue #59 item 4)."""
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    drafter = (f'touch "{barrier}/in.$ROLE_RANK"; while [ ! -e "{barrier}/go" ]; do sleep 0.01; done; '
+               'for s in 10 20 30; do echo "step $s loss 4.$ROLE_RANK$s"; done; '
+               'echo "step 40 loss 3.5"')  # one loss alike on every rank
+    cfg = write_config(tmp_path, f'[[role]]\nname = "drafter"\ncpu = 3\ncommand = {json.dumps(["sh", "-c", drafter])}\n')
+    r = launch(cfg, run_id="losses")
+    assert wait_until(lambda: len(list(barrier.glob("in.*"))) == 3, 120), r.err
+    (barrier / "go").touch()
+    assert r.wait(timeout=120) == 0, r.out + r.err
+    lines = r.out.splitlines()
+    expected = {(rank, step): f"4.{rank}{step}" for rank in range(3) for step in (10, 20, 30)}
+    expected.update({(rank, 40): "3.5" for rank in range(3)})
+    assert losses_said(lines) == expected, r.out
+    assert "[drafter:0-2] step 10 loss 4.010|4.110|4.210" in lines, r.out  # merged, in rank order
+    assert not any("numbers differ" in l for l in lines), r.out
 
 
 def test_no_dedup_flag_and_config_key_print_every_line(launch, tmp_path):

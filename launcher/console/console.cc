@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -215,26 +216,66 @@ void Console::ReleaseDedupLocked(bool all) {
   std::vector<LineDedup::Line> due;
   dedup_.TakeDue(std::chrono::steady_clock::now(), all, &due);
   const bool was_empty = pending_.empty();
-  std::string prefix;
-  for (const LineDedup::Line& l : due) {
+  // What each due line prints as: (prefix, text, the source it counts against if dropped).
+  struct Out {
+    std::string prefix, text;
+    size_t source;
+  };
+  std::vector<Out> outs;
+  for (LineDedup::Line& l : due) {
     if (l.verbatim) {  // the supervisor's own: never dropped (see Supervisor())
-      pending_ += l.text;
-      if (l.text.empty() || l.text.back() != '\n') pending_ += '\n';
+      outs.push_back({"", std::move(l.text), SIZE_MAX});
       continue;
     }
-    Source& first = sources_[static_cast<size_t>(l.sources.front())];
+    const size_t first = static_cast<size_t>(l.sources.front());
+    if (l.members.size() == 1) {
+      outs.push_back({sources_[first].prefix, std::move(l.text), first});
+      continue;
+    }
     const std::pair<std::string, bool>& g = groups_[static_cast<size_t>(l.group)];
-    prefix = l.members.size() == 1 ? first.prefix : MakePrefix(g.first + ":" + RankRanges(l.members), g.second, color_);
-    // Matched with the numbers masked: say so when they differed, so nobody
-    // reads rank 0's number as everyone's.
-    std::string_view text = l.text;
-    std::string marked;
-    if (l.varied) text = marked = l.text + " [numbers differ by process; each log has its own]";
-    if (RoomLocked(prefix.size() + text.size() + 1)) {
-      AppendLineLocked(prefix, text);
+    std::string prefix = MakePrefix(g.first + ":" + RankRanges(l.members), g.second, color_);
+    if (!l.varied) {
+      outs.push_back({std::move(prefix), std::move(l.text), first});
+      continue;
+    }
+    // Matched with the numbers masked: every rank's numbers are printed, in rank order, so nobody reads rank
+    // 0's loss as everyone's ("step 50 loss 4.11|4.21|4.31").
+    std::vector<size_t> order(l.members.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return l.members[a] < l.members[b]; });
+    std::vector<std::string> texts;
+    for (size_t i : order) texts.push_back(l.texts[i]);
+    std::string merged;
+    if (MergeNumbers(texts, &merged)) {
+      outs.push_back({std::move(prefix), std::move(merged), first});
+    } else {  // they do not line up: each rank's own line
+      for (size_t i : order) {
+        const size_t src = static_cast<size_t>(l.sources[i]);
+        outs.push_back({sources_[src].prefix, std::move(l.texts[i]), src});
+      }
+    }
+  }
+  for (size_t i = 0; i < outs.size();) {
+    Out& o = outs[i];
+    // The same line again and again (a wait loop's "waiting for rank 0"): once, with the count, as Ray folds it.
+    size_t n = 1;
+    while (o.source != SIZE_MAX && i + n < outs.size() && outs[i + n].source != SIZE_MAX &&
+           outs[i + n].prefix == o.prefix && outs[i + n].text == o.text)
+      ++n;
+    i += n;
+    if (o.source == SIZE_MAX) {
+      pending_ += o.text;
+      if (o.text.empty() || o.text.back() != '\n') pending_ += '\n';
+      continue;
+    }
+    if (n > 1) o.text += " [repeated " + std::to_string(n) + "x]";
+    if (RoomLocked(o.prefix.size() + o.text.size() + 1)) {
+      AppendLineLocked(o.prefix, o.text);
     } else {
-      if (first.skipped++ == 0) ++sources_skipping_;
-      ++dropped_total_;
+      Source& src = sources_[o.source];
+      if (src.skipped == 0) ++sources_skipping_;
+      src.skipped += n;
+      dropped_total_ += n;
     }
   }
   WakeWriterLocked(was_empty);

@@ -20,6 +20,15 @@ std::string MaskNumbers(std::string_view line);
 /// "0-2", "0,2", "0-2,5": the ranks (sorted, unique) as ranges.
 std::string RankRanges(std::vector<int> ranks);
 
+/// One line out of `texts` (what several ranks said, in rank order; their
+/// MaskNumbers alike): each number they said alike once, each number that
+/// differs as every rank's value in rank order, "step 50 loss 4.11|4.21|4.31".
+/// A number is a digit run or 0x literal with what joins it to the next ("4.11",
+/// "1e-05", "1.2.3") and a sign before it ("-0.5"). False when the texts do not
+/// line up piece by piece (a literal '*' in one of them masks like a number):
+/// then the caller prints each rank's own line.
+bool MergeNumbers(const std::vector<std::string>& texts, std::string* out);
+
 /// Holds each line of a group (one role's stdout, or its stderr) for `window`
 /// from its first saying; other members (ranks) of the group that say the
 /// same line (by MaskNumbers) within it join that line instead of being
@@ -38,6 +47,7 @@ class LineDedup {
     std::vector<int> sources;   // the caller's tags (Console's SourceId), one per member
     std::string text;           // the first member's words
     bool varied = false;        // some members said it with other numbers
+    std::vector<std::string> texts;  // varied: each member's own words, as `members`
     bool verbatim = false;      // AddAfterHeld: the caller's own text, printed as it is
     Clock::time_point first_at;
   };
@@ -65,6 +75,7 @@ class LineDedup {
     uint64_t seq;
     std::string key;  // group + '\0' + mask
     Line line;
+    size_t bytes = 0;  // of text and texts: what max_held_bytes counts
   };
   std::chrono::milliseconds window_;
   size_t max_held_;

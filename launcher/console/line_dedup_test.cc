@@ -33,9 +33,37 @@ TEST(RankRangesTest, SortedUniqueRanges) {
   EXPECT_EQ(RankRanges({7}), "7");
 }
 
+TEST(MergeNumbersTest, EveryRanksNumberThatDiffersIsKeptInRankOrder) {
+  std::string out;
+  ASSERT_TRUE(MergeNumbers({"step 50 loss 4.11", "step 50 loss 4.21", "step 50 loss 4.31"}, &out));
+  EXPECT_EQ(out, "step 50 loss 4.11|4.21|4.31");  // the step said alike once, each loss whole
+  ASSERT_TRUE(MergeNumbers({"rank 0 ready", "rank 1 ready"}, &out));
+  EXPECT_EQ(out, "rank 0|1 ready");
+  // Exponents, signs and hex literals are part of their number; a range's '-' is not a sign.
+  ASSERT_TRUE(MergeNumbers({"lr 1e-05 grad=-0.5 at 0x7f3a, layers 1-3", "lr 3e-05 grad=-0.25 at 0x7f3a, layers 1-4"},
+                           &out));
+  EXPECT_EQ(out, "lr 1e-05|3e-05 grad=-0.5|-0.25 at 0x7f3a, layers 1-3|4");
+  ASSERT_TRUE(MergeNumbers({"v1.2.3 up", "v1.2.4 up"}, &out));
+  EXPECT_EQ(out, "v1.2.3|1.2.4 up");
+  ASSERT_TRUE(MergeNumbers({"same 7", "same 7"}, &out));
+  EXPECT_EQ(out, "same 7");
+}
+
+TEST(MergeNumbersTest, TextsThatDoNotLineUpAreRefused) {
+  std::string out;
+  // A literal '*' masks like a number: "x * 3" and "x 5 *" have one mask and are not one line.
+  EXPECT_EQ(MaskNumbers("x * 3"), MaskNumbers("x 5 *"));
+  EXPECT_FALSE(MergeNumbers({"x * 3", "x 5 *"}, &out));
+  EXPECT_FALSE(MergeNumbers({"a 1 b", "a 1 c"}, &out));  // words that differ: not one line
+}
+
 std::string Show(const LineDedup::Line& l) {
   std::string s = std::to_string(l.group) + ":" + RankRanges(l.members) + " " + l.text;
-  if (l.varied) s += " (varied)";
+  if (l.varied) {
+    s += " (varied:";
+    for (const std::string& t : l.texts) s += " " + t + ";";
+    s += ")";
+  }
   return s;
 }
 
@@ -62,12 +90,15 @@ TEST(LineDedupTest, SameLineFromThreeRanksIsOneLineAfterTheWindow) {
   EXPECT_EQ(Take(&d, t0 + 3s, false), (std::vector<std::string>{"0:0 UserWarning: graph break"}));
 }
 
-TEST(LineDedupTest, NumbersAreMaskedForMatchingAndTheLineSaysTheyDiffered) {
+TEST(LineDedupTest, NumbersAreMaskedForMatchingAndEachMembersWordsAreKept) {
   LineDedup d(1000ms);
   Clock::time_point t0 = Clock::now();
   d.Add(0, 0, 0, "rank 0 ready", t0);
   d.Add(0, 1, 1, "rank 1 ready", t0);
-  EXPECT_EQ(Take(&d, t0, true), (std::vector<std::string>{"0:0,1 rank 0 ready (varied)"}));
+  d.Add(0, 2, 2, "rank 2 ready", t0);
+  d.Add(0, 3, 3, "rank 0 ready", t0);  // rank 3 said rank 0's words: kept as its own all the same
+  EXPECT_EQ(Take(&d, t0, true),
+            (std::vector<std::string>{"0:0-3 rank 0 ready (varied: rank 0 ready; rank 1 ready; rank 2 ready; rank 0 ready;)"}));
 }
 
 TEST(LineDedupTest, OneRankSayingTwiceIsTwoLinesAndEachRankKeepsItsOrder) {
@@ -100,6 +131,16 @@ TEST(LineDedupTest, AFloodComesOutEarlyInsteadOfGrowing) {
   for (int i = 0; i < 5; ++i) d.Add(0, 0, 0, "line " + std::string(1, static_cast<char>('a' + i)), t0);
   EXPECT_EQ(Take(&d, t0, false), (std::vector<std::string>{"0:0 line a", "0:0 line b"}));
   EXPECT_EQ(d.held(), 3u);
+}
+
+TEST(LineDedupTest, EachMembersWordsCountTowardTheBytesHeld) {
+  LineDedup d(60s, /*max_held=*/4096, /*max_held_bytes=*/20);
+  Clock::time_point t0 = Clock::now();
+  d.Add(0, 0, 0, "n 1234567890", t0);  // 12 bytes held
+  EXPECT_TRUE(Take(&d, t0, false).empty());
+  d.Add(0, 1, 1, "n 0987654321", t0);  // joins with other numbers: both ranks' words held, 24 bytes
+  EXPECT_EQ(Take(&d, t0, false).size(), 1u);
+  EXPECT_EQ(d.held(), 0u);
 }
 
 /// Reads `fd` until what was read ends with `end` (30 s at most).
@@ -138,6 +179,28 @@ TEST(ConsoleDedupTest, ARoleSaysEachLineOnceWithItsRanks) {
   // No Flush: the writer prints a held line by itself once its window is over.
   c.EnqueueLine(d2, "late, alone");
   EXPECT_EQ(ReadUntil(p.r.get(), "alone\n"), "[drafter:2] late, alone\n");
+}
+
+TEST(ConsoleDedupTest, EveryRanksNumbersReachTheConsole) {
+  logtest::Pipe p;
+  Console c({.fd = p.w.get(), .color = ColorMode::kNever, .dedup_roles = {"drafter"}, .dedup_window = 60s});
+  auto d0 = c.AddSource("drafter:0", false, "d0");
+  auto d1 = c.AddSource("drafter:1", false, "d1");
+  auto d2 = c.AddSource("drafter:2", false, "d2");
+  // Said in another order than the ranks'; a warning of two lines (one with a pid each); a wait loop's line.
+  c.EnqueueLines(d2, "step 50 loss 4.31\nWarning (pid 302):\n  see the docs\n");
+  c.EnqueueLines(d0, "step 50 loss 4.11\nWarning (pid 300):\n  see the docs\n");
+  c.EnqueueLines(d1, "step 50 loss 4.21\nWarning (pid 301):\n  see the docs\n");
+  c.EnqueueLines(d1, "waiting for rank 0\nwaiting for rank 0\nwaiting for rank 0\n");
+  c.EnqueueLines(d0, "x * 3\n");
+  c.EnqueueLines(d2, "x 5 *\n");  // masks alike, does not line up: each rank's own line
+  ASSERT_TRUE(c.Flush(30s));
+  EXPECT_EQ(ReadUntil(p.r.get(), "[drafter:2] x 5 *\n"),
+            "[drafter:0-2] step 50 loss 4.11|4.21|4.31\n"
+            "[drafter:0-2] Warning (pid 300|301|302):\n"
+            "[drafter:0-2]   see the docs\n"
+            "[drafter:1] waiting for rank 0 [repeated 3x]\n"
+            "[drafter:0] x * 3\n[drafter:2] x 5 *\n");
 }
 
 TEST(ConsoleDedupTest, TheSupervisorNeverSpeaksBeforeAHeldLine) {
