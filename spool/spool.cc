@@ -19,6 +19,7 @@
 #include "common/fd.h"
 #include "common/private_files.h"
 #include "spool/spool_commit.h"
+#include "spool/spool_order.h"
 #include "spool/spool_ring.h"
 
 namespace dflash::spool {
@@ -132,6 +133,71 @@ bool ListPendingFrames(const SpoolPaths& paths, std::vector<std::string>* files,
   return true;
 }
 
+Deadline DeadlineIn(double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  if (timeout_s < 0) return std::nullopt;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+}
+
+bool SleepBefore(const Deadline& deadline, int64_t* delay_us, int64_t max_us) {
+  auto d = std::chrono::microseconds(*delay_us);
+  if (deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= *deadline) return false;
+    d = std::min(d, std::chrono::duration_cast<std::chrono::microseconds>(*deadline - now) +
+                        std::chrono::microseconds(1));
+  }
+  std::this_thread::sleep_for(d);
+  *delay_us = std::min(max_us, *delay_us * 2);
+  return true;
+}
+
+bool DefaultMaxBytes(const std::string& root, int64_t* out, std::string* err) {
+  const char* given = std::getenv("DFLASH_SPOOL_MAX_BYTES");
+  if (given && *given) {
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(given, &end, 10);
+    if (errno != 0 || end == given || *end != '\0') {
+      *err = std::string("DFLASH_SPOOL_MAX_BYTES='") + given + "' is not a byte count";
+      return false;
+    }
+    if (n <= 0) {
+      *err = std::string("DFLASH_SPOOL_MAX_BYTES='") + given + "' must be positive";
+      return false;
+    }
+    *out = n;
+    return true;
+  }
+  struct statvfs st {};
+  if (::statvfs(root.c_str(), &st) != 0) {
+    *err = ErrnoMessage("statvfs(" + root + ")", errno);
+    return false;
+  }
+  *out = std::max<int64_t>(1, static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize) / 2);
+  return true;
+}
+
+bool CommittedRecords(const SpoolPaths& paths, std::map<std::string, std::string>* out, std::string* err) {
+  out->clear();
+  std::vector<std::string> names;
+  if (!ListFrames(paths.Done(), &names, err)) return false;
+  for (const std::string& f : names) {
+    std::string ck;
+    bool has = false;
+    CommittedBy(paths.Done() + "/" + f, &ck, &has);
+    if (has && !ck.empty()) (*out)[f] = ck;
+  }
+  return true;
+}
+
+bool ConsumerCount(const SpoolPaths& paths, int* out, std::string* err) {
+  std::vector<std::string> names;
+  if (!ListDir(paths.Claimed(), &names, err, true)) return false;
+  *out = static_cast<int>(names.size());
+  return true;
+}
+
 void Backoff::Sleep() {
   std::this_thread::sleep_for(std::chrono::microseconds(us_));
   us_ = std::min(max_us_, us_ * 2);
@@ -205,11 +271,13 @@ bool SpoolProducer::Open(std::string* err) {
   return true;
 }
 
-bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reuse, std::string* err) {
-  // Each producer keeps to its share of the budget (DFLASH_SPOOL_PRODUCERS, what dflash-launch sets; the Python
-  // producer divides alike), so the producers together stay within it.
+bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reuse, std::string* err,
+                                const Deadline& deadline, bool* not_yet) {
+  // Each producer keeps to its share of the budget (DFLASH_SPOOL_PRODUCERS, what dflash-launch sets, or what the
+  // caller said: set_producers), so the producers together stay within it.
   int producers = 1;
-  if (const char* v = std::getenv("DFLASH_SPOOL_PRODUCERS")) producers = std::max(1, std::atoi(v));
+  if (producers_ > 0) producers = producers_;
+  else if (const char* v = std::getenv("DFLASH_SPOOL_PRODUCERS")) producers = std::max(1, std::atoi(v));
   const int64_t share = max_bytes_ / producers;
   if (static_cast<int64_t>(size) > share) {
     *err = "a frame of " + std::to_string(size) + " bytes can never fit the spool's byte budget of " +
@@ -226,7 +294,7 @@ bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reus
     *err = ErrnoMessage("open(" + lock_path + ")", errno);
     return false;
   }
-  Backoff backoff(20'000);
+  int64_t delay_us = 100;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> ready;
   bool waited = false;
@@ -272,14 +340,21 @@ bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reus
       ::flock(lock->get(), LOCK_UN);
     }
     waited = true;
-    backoff.Sleep();
+    if (!SleepBefore(deadline, &delay_us, 20'000)) {
+      waited_s_ += Since(t0);
+      lock->reset();
+      *not_yet = true;
+      return true;
+    }
   }
   if (waited) waited_s_ += Since(t0);
   return true;
 }
 
 bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<safetensors::TensorRef>& tensors,
-                            int64_t* seq, std::string* err) {
+                            int64_t* seq, std::string* err, double timeout_s, bool* not_yet, int* err_no) {
+  if (not_yet) *not_yet = false;
+  if (err_no) *err_no = 0;
   const int64_t s = next_seq_;
   const std::string file = FrameFile(name_, s);
   const std::string tmp = paths_.Tmp() + "/" + file + std::string(layout::kTmpExt);
@@ -290,7 +365,12 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
   {
     UniqueFd budget;  // held until the frame's pages are allocated and written
     std::string reuse;
-    if (!WaitForRoom(size, &budget, &reuse, err)) return false;
+    bool later = false;
+    if (!WaitForRoom(size, &budget, &reuse, err, not_yet ? DeadlineIn(timeout_s) : Deadline(), &later)) return false;
+    if (later) {
+      *not_yet = true;
+      return true;
+    }
     int e = 0;
     UniqueFd over = reuse.empty() ? UniqueFd() : OpenFreeFile(reuse, tmp, size);
     if (over) {
@@ -300,6 +380,7 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
         return false;
       }
     } else if (!safetensors::WriteFile(tmp, metadata, tensors, err, /*exclusive=*/false, &e)) {
+      if (err_no) *err_no = e;
       if (e == ENOSPC)
         *err = "the spool's filesystem cannot hold a frame of " + std::to_string(size) + " bytes (" + *err +
                "): nothing was published and no frame is lost; fix: give the spool room (a larger /dev/shm: docker "
@@ -352,6 +433,154 @@ bool SpoolProducer::PublishShared(const std::string& file, const safetensors::Me
 
 SpoolConsumer::SpoolConsumer(std::string root, std::string name, int producers)
     : paths_{std::move(root)}, name_(std::move(name)), producers_(producers) {}
+SpoolConsumer::~SpoolConsumer() = default;
+SpoolConsumer::SpoolConsumer(SpoolConsumer&&) noexcept = default;
+
+bool SpoolConsumer::SetOrder(int rank, int world, int64_t start_round, std::string* err) {
+  auto order = std::make_unique<SpoolOrder>(paths_, producers_, rank, world, start_round);
+  if (!order->Open(err)) return false;
+  order_ = std::move(order);
+  finding_.reset();
+  return true;
+}
+
+const std::vector<std::string>& SpoolConsumer::order_skipped() const {
+  static const std::vector<std::string> none;
+  return order_ ? order_->skipped() : none;
+}
+
+double SpoolConsumer::waited_s() const { return waited_s_ + (order_ ? order_->waited_s() : 0.0); }
+
+bool SpoolConsumer::PendingBytes(int64_t* out, std::string* err) const {
+  *out = 0;
+  std::vector<std::string> names;
+  const std::string dir = paths_.PendingOf(name_);
+  if (!ListDir(dir, &names, err)) return false;
+  for (const std::string& n : names) {
+    struct stat st {};
+    if (::lstat((dir + "/" + n).c_str(), &st) == 0) *out += static_cast<int64_t>(st.st_blocks) * 512;
+  }  // else committed meanwhile
+  return true;
+}
+
+std::vector<std::string> SpoolConsumer::HeldElsewhere(const std::string& f) {
+  std::vector<std::string> out, consumers;
+  std::string ignored;
+  if (ListDir(paths_.Claimed(), &consumers, &ignored, true))
+    for (const std::string& c : consumers)
+      if (c != name_) out.push_back(paths_.ClaimedBy(c) + "/" + f);
+  if (ListDir(paths_.Pending(), &consumers, &ignored, true))
+    for (const std::string& c : consumers) {
+      if (c == name_) continue;
+      std::vector<PendingFrame> pending;
+      if (!PendingFramesOf(paths_, c, &pending, &ignored)) continue;
+      for (const PendingFrame& p : pending)
+        if (p.frame == f) out.push_back(p.path);
+    }
+  return out;
+}
+
+bool SpoolConsumer::Find(const std::string& f, const Deadline& deadline, ClaimedFrame* frame, bool* found,
+                         bool* pass, std::string* err) {
+  *found = *pass = false;
+  ClaimedFrame c;
+  c.file = f;
+  ParseFrameFile(f, &c.producer, &c.seq);
+  c.taken_back = true;
+  if (auto replay = replay_.find(f); replay != replay_.end()) {
+    c.path = replay->second;
+    replay_.erase(replay);
+    ++taken_back_;
+    *frame = std::move(c);
+    *found = true;
+    return true;
+  }
+  const std::string mine = paths_.ClaimedBy(name_) + "/" + f;
+  c.path = mine;
+  auto take = [&](bool taken_back) {
+    c.taken_back = taken_back;
+    taken_back_ += taken_back;
+    *frame = std::move(c);
+    *found = true;
+    return true;
+  };
+  int64_t delay_us = 100;
+  while (true) {
+    if (FileExists(mine)) return take(true);
+    if (::rename((paths_.Ready() + "/" + f).c_str(), mine.c_str()) == 0) return take(false);
+    if (errno != ENOENT) {
+      *err = ErrnoMessage("rename(ready/" + f + ", " + mine + ")", errno);
+      return false;
+    }
+    for (const std::string& other : HeldElsewhere(f)) {
+      if (::rename(other.c_str(), mine.c_str()) == 0) return take(true);  // taken over
+      if (errno != ENOENT) {
+        *err = ErrnoMessage("rename(" + other + ", " + mine + ")", errno);
+        return false;
+      }
+    }
+    if (FileExists(paths_.Done() + "/" + f)) {
+      if (hold_) {
+        *err = name_ + ": frame " + f + " is next in the order at position " + std::to_string(position_) +
+               " but done/ has it (a checkpoint committed it): the restored checkpoint and the spool disagree (was "
+               "the checkpoint dir changed, or a newer checkpoint deleted?)";
+        return false;
+      }
+      *pass = true;  // no checkpoint: acknowledged by an earlier attempt (at least once, as before)
+      return true;
+    }
+    if (FileExists(paths_.Rejected() + "/" + f)) {
+      *err = name_ + ": frame " + f + " is next in the order but was rejected (rejected/" + f +
+             std::string(layout::kReasonExt) + ")";
+      return false;
+    }
+    if (std::chrono::steady_clock::now() - finding_since_ > std::chrono::seconds(60)) {
+      *err = name_ + ": frame " + f + " is next in the order but is nowhere in the spool";
+      return false;
+    }
+    // Moving between directories as we looked: look again.
+    if (!SleepBefore(deadline, &delay_us, 10'000)) return true;
+  }
+}
+
+bool SpoolConsumer::NextInOrder(ClaimedFrame* frame, bool* end, std::string* err, const Deadline& deadline,
+                                bool* not_yet) {
+  using Clock = std::chrono::steady_clock;
+  while (true) {
+    // A stop flag is looked at every 100 ms of a wait.
+    Deadline step = deadline;
+    if (stop_) step = std::min(deadline.value_or(Clock::time_point::max()), Clock::now() + std::chrono::milliseconds(100));
+    if (!finding_) {
+      SpoolOrder::Step s;
+      std::string producer;
+      int64_t seq = 0;
+      if (!order_->Next(step, &s, &producer, &seq, err)) return false;
+      if (s == SpoolOrder::Step::kEnd) {
+        *end = true;
+        return true;
+      }
+      if (s == SpoolOrder::Step::kEntry) {
+        finding_ = FrameFile(producer, seq);
+        finding_since_ = Clock::now();
+      }
+    }
+    if (finding_) {
+      bool found = false, pass = false;
+      if (!Find(*finding_, step, frame, &found, &pass, err)) return false;
+      if (found || pass) finding_.reset();
+      if (found) return true;
+      if (pass) continue;
+    }
+    if (stop_ && *stop_) {
+      stopped_ = *end = true;
+      return true;
+    }
+    if (deadline && Clock::now() >= *deadline) {
+      if (not_yet) *not_yet = true;
+      return true;
+    }
+  }
+}
 
 bool SpoolConsumer::Open(std::string* err) {
   if (!paths_.Create(err) || !MakeDir(paths_.ClaimedBy(name_), err)) return false;
@@ -381,8 +610,11 @@ bool SpoolConsumer::ProducersDone(bool* all, std::string* err) {
   return true;
 }
 
-bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err) {
+bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err, double timeout_s, bool* not_yet) {
   *end = false;
+  if (not_yet) *not_yet = false;
+  const Deadline deadline = not_yet ? DeadlineIn(timeout_s) : Deadline();
+  if (order_) return NextInOrder(frame, end, err, deadline, not_yet);
   const std::string mine = paths_.ClaimedBy(name_);
   if (!take_back_.empty()) {
     ClaimedFrame f;
@@ -397,7 +629,7 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err) {
     *frame = std::move(f);
     return true;
   }
-  Backoff backoff;
+  int64_t delay_us = 100;
   auto t0 = std::chrono::steady_clock::now();
   bool waited = false;
   std::vector<std::string> files;
@@ -441,14 +673,19 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err) {
       return true;
     }
     waited = true;
-    backoff.Sleep();
+    if (!SleepBefore(deadline, &delay_us, 10'000)) {
+      waited_s_ += Since(t0);
+      *not_yet = true;
+      return true;
+    }
   }
 }
 
-bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
+bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err, bool drop_bytes) {
   if (hold_) {
     // Replaces (as Python's os.replace): a frame delivered again after a restore goes back under its new position.
-    const std::string to = paths_.PendingOf(name_) + "/" + PendingName(position_, frame.file);
+    const std::string to =
+        paths_.PendingOf(name_) + "/" + PendingName(frame.position >= 0 ? frame.position : position_, frame.file);
     if (::rename(frame.path.c_str(), to.c_str()) != 0) {
       *err = ErrnoMessage("rename(" + frame.path + ", " + to + ")", errno);
       return false;
@@ -465,7 +702,7 @@ bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err) {
     return false;
   }
   // The name is the record; the bytes go back to the producer (the ring), or go.
-  if (!Recycle(paths_, to)) TruncateFile(to);
+  if (drop_bytes && !Recycle(paths_, to)) TruncateFile(to);
   ++position_;
   ++acked_;
   return true;
@@ -477,10 +714,18 @@ bool SpoolConsumer::HoldForCheckpoint(std::string* err) {
 }
 
 bool SpoolConsumer::Restore(int64_t position, const std::string& checkpoint, std::string* err) {
+  int n = 0;
+  return Restore(position, {}, checkpoint, &n, err);
+}
+
+bool SpoolConsumer::Restore(int64_t position, const std::map<std::string, int64_t>& positions,
+                            const std::string& checkpoint, int* committed, std::string* err, const MayDrop* may_drop) {
+  *committed = 0;
   if (!checkpoint.empty()) {
-    int n = 0;
-    if (!CommitPending(paths_, {{name_, position}}, checkpoint, &n, err)) return false;
-    committed_ += n;
+    std::map<std::string, int64_t> at = positions;
+    if (at.empty()) at[name_] = position;
+    if (!CommitPending(paths_, at, checkpoint, committed, err, may_drop)) return false;
+    committed_ += *committed;
   }
   std::vector<PendingFrame> pending;
   if (!PendingFramesOf(paths_, name_, &pending, err)) return false;
@@ -499,8 +744,13 @@ bool SpoolConsumer::Restore(int64_t position, const std::string& checkpoint, std
 }
 
 bool SpoolConsumer::Commit(int64_t position, const std::string& checkpoint, int* committed, std::string* err) {
+  return Commit({{name_, position}}, checkpoint, committed, err);
+}
+
+bool SpoolConsumer::Commit(const std::map<std::string, int64_t>& positions, const std::string& checkpoint,
+                           int* committed, std::string* err, const MayDrop* may_drop) {
   *committed = 0;
-  if (!CommitPending(paths_, {{name_, position}}, checkpoint, committed, err)) return false;
+  if (!CommitPending(paths_, positions, checkpoint, committed, err, may_drop)) return false;
   committed_ += *committed;
   return true;
 }

@@ -19,9 +19,13 @@
 // The names are contract/spool_layout.h's: spelled there once, for every side.
 #pragma once
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +92,26 @@ bool ListFrames(const std::string& dir, std::vector<std::string>* files, std::st
 /// The frames under pending/<every consumer>/, their "<position>." prefix taken off.
 bool ListPendingFrames(const SpoolPaths& paths, std::vector<std::string>* files, std::string* err);
 
+/// How long a call may wait: none, as long as it takes (a C++ role's loop); a time point, and the call returns
+/// "not yet" once it passed (the C ABI: Python loops over short waits so its signal handlers run between them).
+using Deadline = std::optional<std::chrono::steady_clock::time_point>;
+/// A bound of `timeout_s` seconds from now; < 0: none.
+Deadline DeadlineIn(double timeout_s);
+/// Sleeps `*delay_us` (at most until `deadline`), then doubles it up to `max_us`; false, without sleeping, once
+/// `deadline` passed.
+bool SleepBefore(const Deadline& deadline, int64_t* delay_us, int64_t max_us);
+
+/// The byte budget: $DFLASH_SPOOL_MAX_BYTES (dflash-launch sets it from [run] spool_max_bytes; an error if it is
+/// not a positive count), else half the free space of the filesystem holding `root`
+/// (dflash_launch.spool.write.default_max_bytes).
+bool DefaultMaxBytes(const std::string& root, int64_t* out, std::string* err);
+
+/// {frame: checkpoint} of done/'s commit records (a restore checks them against the checkpoints it can take).
+bool CommittedRecords(const SpoolPaths& paths, std::map<std::string, std::string>* out, std::string* err);
+
+/// How many consumers have claimed so far (claimed/<consumer>/ directories).
+bool ConsumerCount(const SpoolPaths& paths, int* out, std::string* err);
+
 /// Sleeps 100 µs, doubling up to `max_us`, until Reset(): a poll that costs
 /// nothing when frames flow and little when they do not.
 class Backoff {
@@ -124,9 +148,15 @@ class SpoolProducer {
   /// within it); the wait is added to waited_s(). A frame larger than the
   /// whole budget, or a filesystem that cannot hold it (ENOSPC), is an error
   /// with nothing published and nothing lost. `metadata` gets "producer" and "seq".
+  /// With `not_yet`, the wait for room ends after `timeout_s` (< 0: none): true with *not_yet, nothing written.
+  /// `*err_no`: ENOSPC when the filesystem could not hold the frame (nothing published), else 0.
   bool Publish(safetensors::Metadata metadata, const std::vector<safetensors::TensorRef>& tensors, int64_t* seq,
-               std::string* err);
+               std::string* err, double timeout_s = -1, bool* not_yet = nullptr, int* err_no = nullptr);
   double waited_s() const { return waited_s_; }
+  /// How many producers share the byte budget (each keeps max_bytes / n); 0, the default: $DFLASH_SPOOL_PRODUCERS.
+  void set_producers(int n) { producers_ = n; }
+  /// The byte budget (after Open: the default's value when 0 was given).
+  int64_t max_bytes() const { return max_bytes_; }
 
   /// producers/<name>.done: no more frames from this producer.
   bool Finish(std::string* err);
@@ -139,12 +169,15 @@ class SpoolProducer {
  private:
   /// Returns holding <root>/budget.lock (flock, in `lock`) once `size` more bytes fit; `*reuse`: a file of this
   /// producer's in free/ to write the frame over (its bytes counted already), or empty for a new file.
-  bool WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reuse, std::string* err);
+  /// `*not_yet`: `deadline` passed first (no lock held, nothing reserved).
+  bool WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reuse, std::string* err, const Deadline& deadline,
+                   bool* not_yet);
 
   SpoolPaths paths_;
   std::string name_;
   int max_ready_;
   int64_t max_bytes_;
+  int producers_ = 0;
   int64_t next_seq_ = 0;
   int removed_tmp_ = 0;
   bool finished_ = false;
@@ -158,13 +191,24 @@ struct ClaimedFrame {
   std::string producer;
   int64_t seq = -1;
   bool taken_back = false;  // claimed by an earlier attempt of this consumer, or delivered again after a restore
+  /// The consumer's position when it took the frame (Python's: samples handed out); -1: its acks so far.
+  /// A checkpointing Ack names the pending file after it.
+  int64_t position = -1;
 };
+
+class SpoolOrder;
+
+/// The commit's say over a frame's bytes: false keeps them from the ring and from the truncate (a view of the
+/// caller's, or a rank of another process, may still map the file): the pending file is only unlinked.
+using MayDrop = std::function<bool(const std::string& consumer, const std::string& frame)>;
 
 class SpoolConsumer {
  public:
   /// `producers`: how many producers will mark their end (DFLASH_SPOOL_PRODUCERS);
   /// 0 means unknown: the consumer never decides on its own that the spool ended.
   SpoolConsumer(std::string root, std::string name, int producers);
+  ~SpoolConsumer();
+  SpoolConsumer(SpoolConsumer&&) noexcept;
 
   /// Creates the layout and takes back the frames an earlier attempt of this
   /// consumer (same name) claimed and never acknowledged.
@@ -174,7 +218,19 @@ class SpoolConsumer {
   /// seq, then producer name), claimed by rename: exactly one consumer wins.
   /// Polls with back-off while nothing is ready. `*end` when every producer
   /// has finished and nothing is left to claim, or (StopWhen) a stop came.
-  bool Next(ClaimedFrame* frame, bool* end, std::string* err);
+  /// With `not_yet`, waits at most `timeout_s` (< 0: no bound, 0: one look): true with *not_yet when nothing came.
+  /// In a fixed order (SetOrder): the frame the order names next, wherever it is -- delivered again after a
+  /// restore, claimed here (taken back), ready (claimed now), held by another consumer (taken over); an error when
+  /// done/ has it and this consumer checkpoints (the checkpoint and the spool disagree), when it was rejected, or
+  /// when it is nowhere for 60 s; a frame done/ has without a checkpoint (acknowledged by an earlier attempt) is
+  /// passed. The 60 s run across calls that returned not yet.
+  bool Next(ClaimedFrame* frame, bool* end, std::string* err, double timeout_s = -1, bool* not_yet = nullptr);
+
+  /// From now on Next deals the spool's fixed order (spool_order.h): rank `rank` of `world`, from `start_round`.
+  /// False when the producer count is unknown.
+  bool SetOrder(int rank, int world, int64_t start_round, std::string* err);
+  /// The quarantined frames the order passed, in order (none without an order).
+  const std::vector<std::string>& order_skipped() const;
 
   /// Next stops waiting for frames (`*end`, stopped()) once `*flag` is non-zero (a signal handler sets it).
   void StopWhen(const volatile std::sig_atomic_t* flag) { stop_ = flag; }
@@ -185,7 +241,9 @@ class SpoolConsumer {
   /// or truncated. REQUIRES: nothing maps the frame any more. Holding for a checkpoint:
   /// into pending/<consumer>/<position>.<frame>, bytes kept, until Commit.
   /// Either way position() moves on by one.
-  bool Ack(const ClaimedFrame& frame, std::string* err);
+  /// `drop_bytes` false: the rename only, the bytes kept (a view still maps them); the caller hands them on later
+  /// (spool::Recycle, else TruncateFile) once nothing maps the frame.
+  bool Ack(const ClaimedFrame& frame, std::string* err, bool drop_bytes = true);
 
   /// From now on Ack leaves frames pending (pending/<consumer>/) for the checkpoint that covers them
   /// (dflash_launch.spool.source.SpoolSource.hold_for_checkpoint; docs/checkpoints.md).
@@ -195,10 +253,20 @@ class SpoolConsumer {
   /// pending before `position` are committed first (a kill may have come between its rename and its commit); the
   /// frames pending at or after it are delivered again by Next, first and in their order.
   bool Restore(int64_t position, const std::string& checkpoint, std::string* err);
+  /// The same, committing first the frames pending before `positions` ({consumer: position}, the restored
+  /// checkpoint's; empty: this consumer's `position`), with `may_drop`'s say over their bytes.
+  bool Restore(int64_t position, const std::map<std::string, int64_t>& positions, const std::string& checkpoint,
+               int* committed, std::string* err, const MayDrop* may_drop = nullptr);
 
   /// The checkpoint at `checkpoint` committed, having recorded `position`: this consumer's frames pending before
   /// it move to done/ with its record (spool::CommitPending). `*committed`: how many.
   bool Commit(int64_t position, const std::string& checkpoint, int* committed, std::string* err);
+  /// The same for every consumer a checkpoint recorded ({consumer: position}: a world's ranks).
+  bool Commit(const std::map<std::string, int64_t>& positions, const std::string& checkpoint, int* committed,
+              std::string* err, const MayDrop* may_drop = nullptr);
+
+  /// The bytes of the frames this consumer acknowledged that wait in pending/ for a checkpoint.
+  bool PendingBytes(int64_t* out, std::string* err) const;
 
   /// Into rejected/, with <file>.reason; never acknowledged.
   bool Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err);
@@ -212,12 +280,21 @@ class SpoolConsumer {
   /// checkpoint records.
   int64_t position() const { return position_; }
   int committed() const { return committed_; }
-  double waited_s() const { return waited_s_; }
+  /// Seconds Next waited for frames (the order's wait for its entries included).
+  double waited_s() const;
+  bool holding() const { return hold_; }
   const SpoolPaths& paths() const { return paths_; }
   const std::string& name() const { return name_; }
 
  private:
   bool ProducersDone(bool* all, std::string* err);
+  bool NextInOrder(ClaimedFrame* frame, bool* end, std::string* err, const Deadline& deadline, bool* not_yet);
+  /// The named frame `f`, wherever it is: *found (claimed here now), *pass (done/ has it, no checkpoint), or
+  /// neither when `deadline` passed first.
+  bool Find(const std::string& f, const Deadline& deadline, ClaimedFrame* frame, bool* found, bool* pass,
+            std::string* err);
+  /// Where other consumers hold `f`: claimed/<other>/f, pending/<other>/<pos>.f.
+  std::vector<std::string> HeldElsewhere(const std::string& f);
 
   SpoolPaths paths_;
   std::string name_;
@@ -229,6 +306,9 @@ class SpoolConsumer {
   int64_t position_ = 0;
   int taken_back_ = 0, acked_ = 0, committed_ = 0;
   double waited_s_ = 0;
+  std::unique_ptr<SpoolOrder> order_;
+  std::optional<std::string> finding_;  // the order's entry being looked for (across not-yet returns)
+  std::chrono::steady_clock::time_point finding_since_;
 };
 
 /// If the spool is final (every one of `producers` finished; nothing ready or

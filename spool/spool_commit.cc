@@ -74,7 +74,7 @@ bool CommitsInto(const SpoolPaths& paths, const std::string& checkpoint_dir,
 }
 
 bool CommitPending(const SpoolPaths& paths, const std::map<std::string, int64_t>& positions,
-                   const std::string& checkpoint, int* committed, std::string* err) {
+                   const std::string& checkpoint, int* committed, std::string* err, const MayDrop* may_drop) {
   *committed = 0;
   const std::string record = CommitRecord(checkpoint);
   std::vector<PendingFrame> pending;
@@ -111,11 +111,12 @@ bool CommitPending(const SpoolPaths& paths, const std::map<std::string, int64_t>
       // Its bytes: back to the producer (the ring), or gone. Emptied before the unlink: the C++ consumer maps
       // nothing of a frame after its ack, and a mapping it kept (safetensors::MapCache) must not hold the pages
       // of an unlinked file.
-      if (RecycleCommitted(paths, p.path, p.frame)) {
+      const bool drop = !may_drop || (*may_drop)(consumer, p.frame);
+      if (drop && RecycleCommitted(paths, p.path, p.frame)) {
         ++*committed;
         continue;
       }
-      EmptyFile(p.path);
+      if (drop) EmptyFile(p.path);
       if (::unlink(p.path.c_str()) != 0 && errno != ENOENT) {
         *err = ErrnoMessage("unlink(" + p.path + ")", errno);
         return false;

@@ -46,7 +46,8 @@ bool CommitsInto(const SpoolPaths& paths, const std::string& checkpoint_dir,
 /// the checkpoint it restores, so a kill between the checkpoint's rename and these moves loses nothing. A frame
 /// done/ already has from another checkpoint (or none) was committed twice: an error, never silent.
 /// `*committed`: how many frames it moved.
+/// `may_drop`: where it says false, the pending file is only unlinked (no ring, no truncate: a view maps it).
 bool CommitPending(const SpoolPaths& paths, const std::map<std::string, int64_t>& positions,
-                   const std::string& checkpoint, int* committed, std::string* err);
+                   const std::string& checkpoint, int* committed, std::string* err, const MayDrop* may_drop = nullptr);
 
 }  // namespace dflash::spool
