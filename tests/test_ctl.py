@@ -115,8 +115,10 @@ def test_restart_drafter_keeps_the_targets_pids_and_uptime(live):
         s[n]["state"] == "RUNNING" and s[n]["pid"] not in (-1, old[n]) for n in old))
     for n in old:
         assert not pid_alive(old[n])
-        # Asked by hand: never counted against the restart budget.
-        assert after[n]["manual_restarts"] == before[n]["manual_restarts"] + 1 and after[n]["restarts"] == 0
+        # Asked by hand: a restart, by ctl, never counted against the restart budget (own failures only).
+        by, was = after[n]["restarts_by"], before[n]["restarts_by"]
+        assert by == dict(was, ctl=was["ctl"] + 1) and by["own"] == 0, (n, by, was)
+        assert after[n]["restarts"] == before[n]["restarts"] + 1 == sum(by.values()), after[n]
     for n in before:
         if n.startswith("target"):
             assert after[n]["pid"] == before[n]["pid"] and after[n]["state"] == "RUNNING"
@@ -207,7 +209,7 @@ def test_a_request_with_a_key_twice_is_refused_and_restarts_nothing(live):
     # A request the run does act on comes after them: had either restarted anything, it shows by now.
     after = live.wait_status(lambda s: all(s[n]["status"] != before[n]["status"] for n in s))
     for n, p in before.items():
-        assert after[n]["pid"] == p["pid"] and after[n]["manual_restarts"] == p["manual_restarts"], (n, after[n])
+        assert after[n]["pid"] == p["pid"] and after[n]["restarts_by"] == p["restarts_by"], (n, after[n])
 
 
 def test_ps_lists_the_run(live):

@@ -4,10 +4,12 @@ one was restartable; a declared world restarts as one unit; `check` warns about
 scope = "process" in one world; summary.json keeps every attempt; events.jsonl
 has every transition."""
 import json
+import os
+import re
 import sys
 
 from conftest import ROOT, run
-from supervise import write_config
+from supervise import wait_until, write_config
 
 WORLD = ROOT / "tests" / "payloads" / "world_member.py"
 
@@ -106,3 +108,60 @@ def test_a_declared_world_restarts_as_one_unit(launch, bin_dir, tmp_path):
     # The others were stopped for the restart: no failure of theirs.
     for n in ("target:0", "drafter:0"):
         assert by[n]["attempts"][0]["outcome"] == "restarted", by[n]
+
+
+def test_live_and_final_restart_counts_agree_with_their_reasons(launch, bin_dir, tmp_path):
+    """One meaning of "restarts" (issue #59 item 5): a 3-rank gloo world whose rank 1 exits 3 once. While the
+    restarted world runs, `ctl status`, the live view's cell, the metrics and, after `ctl stop all`, the final table
+    and summary.json all say 1/1/1, each with why: drafter:1 its own failure, its peers their unit's restart
+    (`ctl status` said 0/1/0 before: restarts charged to the budget, beside the summary's attempts)."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(xdg))
+    cmd = f'["{sys.executable}", "{WORLD}"]'
+    config = write_config(tmp_path, f"""
+[[role]]
+name = "drafter"
+cpu = 3
+command = {cmd}
+env = {{ FAIL_PROCESS = "drafter:1", FAIL_CODE = "3", STEPS = "100000" }}
+restart = {{ policy = "on-failure", scope = "process", max = 3, window = "1h", backoff = "100ms..100ms" }}
+stop = {{ grace = "5s" }}
+world = "role"
+""")
+    r = launch(config, env=env, run_id="counts")
+    names = ["drafter:0", "drafter:1", "drafter:2"]
+    want = {"drafter:0": {"own": 0, "unit": 1, "ctl": 0}, "drafter:1": {"own": 1, "unit": 0, "ctl": 0},
+            "drafter:2": {"own": 0, "unit": 1, "ctl": 0}}
+    ctl = [bin_dir / "dflash-launch", "ctl", "counts"]
+    seen = {}
+
+    def restarted_and_running():
+        s = run([*ctl, "status", "--json"], env=env, timeout=30)
+        if s.returncode != 0:
+            return r.proc.poll() is not None
+        seen.update({p["name"]: p for p in json.loads(s.stdout)["processes"]})
+        return all(seen[n]["attempt"] == 1 and seen[n]["state"] == "RUNNING" for n in names)
+
+    assert wait_until(restarted_and_running, timeout=180, step=0.2), (seen, r.proc.poll())
+    assert {n: seen[n]["restarts"] for n in names} == {n: 1 for n in names}, seen
+    assert {n: seen[n]["restarts_by"] for n in names} == want, seen
+    table = run([*ctl, "status"], env=env, timeout=30).stdout
+    for n, cell in (("drafter:0", "1 unit"), ("drafter:1", "1 own"), ("drafter:2", "1 unit")):
+        assert re.search(rf"^{n} +RUNNING +\d+ +\S+ +\S+ +{cell} ", table, re.M), table
+    metrics = run([*ctl, "metrics"], env=env, timeout=30).stdout
+    if metrics:  # a build without prometheus-cpp serves none
+        got = {(m[0], m[1]): float(m[2]) for m in
+               re.findall(r'^dflash_restarts_total\{[^}]*process="([^"]+)"[^}]*reason="([^"]+)"[^}]*\} (\S+)$',
+                          metrics, re.M)}
+        for n in names:
+            per = {reason: v for (p, reason), v in got.items() if p == n}
+            assert sum(per.values()) == 1, (n, per)
+            assert per["unit" if want[n]["unit"] else "exit"] == 1, (n, per)
+    assert run([*ctl, "stop", "all"], env=env, timeout=30).returncode == 0
+    assert r.wait(timeout=120) == 0, r.err[-3000:]
+    by = {p["name"]: p for p in r.summary()["processes"]}
+    assert {n: by[n]["restarts"] for n in names} == {n: 1 for n in names}, by
+    assert {n: by[n]["restarts_by"] for n in names} == want, by
+    for n, cell in (("drafter:0", "1 unit"), ("drafter:1", "1 own"), ("drafter:2", "1 unit")):
+        assert re.search(rf"^{n} .* {cell} ", r.out, re.M), r.out

@@ -95,8 +95,7 @@ std::vector<std::string> RenderStatus(const RunStatus& st, size_t width, size_t 
   size_t shown = st.processes.size() <= room ? st.processes.size() : (room > 0 ? room - 1 : 0);
   for (size_t i = 0; i < shown; ++i) {
     const ProcessStatus& p = st.processes[i];
-    std::string restarts = std::to_string(p.restarts);
-    if (p.manual_restarts > 0) restarts += "+" + std::to_string(p.manual_restarts) + "ctl";
+    std::string restarts = p.restarts.Text();
     std::string cpu = p.cpu_percent < 0 ? "-" : std::to_string(static_cast<int>(p.cpu_percent + 0.5)) + "%";
     std::string state = p.held ? p.state + "*" : p.state;  // * stopped by hand: stays so until `ctl start`
     std::string text = p.status;

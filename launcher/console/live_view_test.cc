@@ -36,8 +36,8 @@ RunStatus TwoProcesses() {
   d.state = "BACKOFF";
   d.gpu = "6";
   d.gate = "reuse";
-  d.restarts = 2;
-  d.manual_restarts = 1;
+  d.restarts.own = 2;
+  d.restarts.ctl = 1;
   d.status = "step 190 loss 2.31";
   d.reason = "exit 3";
   s.processes = {t, d};
@@ -51,7 +51,7 @@ TEST(LiveViewRender, OneLinePerProcessWithEveryColumn) {
   EXPECT_EQ(lines[1], "NAME      STATE       PID     GPU GATE    RESTARTS RSS    CPU  UP     STATUS");
   EXPECT_EQ(lines[2], "target:0  RUNNING     101     0   -       0        1.5G   98%  1m02s");
   // Not running: why (its reason) rather than its last progress.
-  EXPECT_EQ(lines[3], "drafter:1 BACKOFF     -       6   reuse   2+1ctl   -      -    -      exit 3");
+  EXPECT_EQ(lines[3], "drafter:1 BACKOFF     -       6   reuse   3 (2 own, 1 ctl) -      -    -      exit 3");
 }
 
 TEST(LiveViewRender, NarrowTerminalsTruncateNeverWrap) {

@@ -1,6 +1,7 @@
 #include "launcher/control/control.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace dflash {
 
@@ -8,7 +9,8 @@ nlohmann::json ToJson(const ProcessStatus& p) {
   return {{"name", p.name},       {"role", p.role},         {"rank", p.rank},
           {"state", p.state},     {"pid", p.pid},           {"payload_pid", p.payload_pid},
           {"gpu", p.gpu},         {"gate", p.gate},         {"status", p.status},
-          {"attempt", p.attempt}, {"restarts", p.restarts}, {"manual_restarts", p.manual_restarts},
+          {"attempt", p.attempt}, {"restarts", p.restarts.total()}, {"restarts_by", ToJson(p.restarts)},
+          {"manual_restarts", p.restarts.ctl},
           {"held", p.held},       {"uptime_s", p.uptime_s}, {"rss_bytes", p.rss_bytes},
           {"cpu_percent", p.cpu_percent}, {"reason", p.reason}};
 }
@@ -20,6 +22,18 @@ nlohmann::json ToJson(const RunStatus& s) {
           {"uptime_s", s.uptime_s}, {"stopping", s.stopping}, {"processes", procs},
           {"metrics_url", s.metrics_url}};
 }
+
+std::string RestartCounts::Text() const {
+  std::vector<std::string> why;
+  for (auto [n, what] : {std::pair{own, "own"}, {unit, "unit"}, {ctl, "ctl"}})
+    if (n > 0) why.push_back(std::to_string(n) + " " + what);
+  if (why.size() == 1) return why[0];
+  std::string t = std::to_string(total());
+  for (size_t k = 0; k < why.size(); ++k) t += (k == 0 ? " (" : ", ") + why[k] + (k + 1 == why.size() ? ")" : "");
+  return t;
+}
+
+nlohmann::json ToJson(const RestartCounts& r) { return {{"own", r.own}, {"unit", r.unit}, {"ctl", r.ctl}}; }
 
 namespace {
 
@@ -34,6 +48,19 @@ bool Take(const nlohmann::json& j, const char* key, T* out, std::string* err) {
     *out = it->get<T>();
   } catch (const nlohmann::json::exception&) {
     *err = std::string("\"") + key + "\" has the wrong type";
+    return false;
+  }
+  return true;
+}
+
+/// "restarts_by" into `out`, its total checked against "restarts" (a status that disagrees with itself is refused).
+bool TakeRestarts(const nlohmann::json& j, RestartCounts* out, std::string* err) {
+  nlohmann::json by;
+  int total = 0;
+  if (!Take(j, "restarts", &total, err) || !Take(j, "restarts_by", &by, err)) return false;
+  if (!FromJson(by, out, err)) return false;
+  if (out->total() != total) {
+    *err = "\"restarts\" is not the sum of \"restarts_by\"";
     return false;
   }
   return true;
@@ -64,8 +91,8 @@ bool FromJson(const nlohmann::json& j, RunStatus* out, std::string* err) {
         !Take(pj, "rank", &p.rank, err) || !Take(pj, "state", &p.state, err) || !Take(pj, "pid", &p.pid, err) ||
         !Take(pj, "payload_pid", &p.payload_pid, err) || !Take(pj, "gpu", &p.gpu, err) ||
         !Take(pj, "gate", &p.gate, err) || !Take(pj, "status", &p.status, err) ||
-        !Take(pj, "attempt", &p.attempt, err) || !Take(pj, "restarts", &p.restarts, err) ||
-        !Take(pj, "manual_restarts", &p.manual_restarts, err) || !Take(pj, "held", &p.held, err) ||
+        !Take(pj, "attempt", &p.attempt, err) || !TakeRestarts(pj, &p.restarts, err) ||
+        !Take(pj, "held", &p.held, err) ||
         !Take(pj, "uptime_s", &p.uptime_s, err) || !Take(pj, "rss_bytes", &p.rss_bytes, err) ||
         !Take(pj, "cpu_percent", &p.cpu_percent, err) || !Take(pj, "reason", &p.reason, err)) {
       if (!pj.is_object()) *err = "a process is not an object";
@@ -75,6 +102,14 @@ bool FromJson(const nlohmann::json& j, RunStatus* out, std::string* err) {
   }
   *out = std::move(s);
   return true;
+}
+
+bool FromJson(const nlohmann::json& j, RestartCounts* out, std::string* err) {
+  if (!j.is_object()) {
+    *err = "\"restarts_by\" is not an object";
+    return false;
+  }
+  return Take(j, "own", &out->own, err) && Take(j, "unit", &out->unit, err) && Take(j, "ctl", &out->ctl, err);
 }
 
 const char* ControlVerbName(ControlVerb v) { return NameIn(kControlVerbNames, v).data(); }  // literals: NUL-ended

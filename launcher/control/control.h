@@ -13,6 +13,21 @@
 
 namespace dflash {
 
+/// A process's restarts, with one meaning everywhere (`ctl status`, the live view, the summary table,
+/// summary.json, dflash_restarts_total): every time it was started again, or will be (in BACKOFF), told by why
+/// the attempt before it ended.
+struct RestartCounts {
+  int own = 0;   ///< its own failure: an exit, a signal not ours, hung, not ready, failed to start
+  int unit = 0;  ///< another process of its restart unit or torch world failed (or a round of every node)
+  int ctl = 0;   ///< asked by hand: `ctl restart`, or `ctl start` after a stop asked by hand
+  int total() const { return own + unit + ctl; }
+  /// The count and why, for a table's cell: "0", "1 own", "2 unit", "3 (1 own, 2 ctl)".
+  std::string Text() const;
+};
+/// {"own": n, "unit": n, "ctl": n}; FromJson: false (`err`) unless it is one.
+nlohmann::json ToJson(const RestartCounts& r);
+bool FromJson(const nlohmann::json& j, RestartCounts* out, std::string* err);
+
 /// One process as `ctl status` and the live view show it.
 struct ProcessStatus {
   std::string name;          // "drafter:1", or "drafter:warmup"
@@ -25,8 +40,7 @@ struct ProcessStatus {
   std::string gate;          // "lead", "reuse", "waiting" or "" (ungated / not yet)
   std::string status;        // the last STATUS= it sent ("step 190 loss 2.31"), or ""
   int attempt = 0;           // spawns so far - 1 (0 before the first)
-  int restarts = 0;          // restarts by policy (count against the budget)
-  int manual_restarts = 0;   // restarts asked by hand (never count)
+  RestartCounts restarts;    // every start after the first, by why (the JSON's "restarts" is their total)
   bool held = false;         // stopped by hand: stays stopped until `ctl start`
   double uptime_s = 0;       // since this attempt started; 0 when not running
   int64_t rss_bytes = -1;    // sampled from /proc by whoever shows it; -1: unknown

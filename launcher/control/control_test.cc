@@ -47,7 +47,8 @@ TEST(ControlStatus, RoundTripsThroughJsonAndRejectsAStrangerShape) {
   p.pid = 7;
   p.gate = "reuse";
   p.status = "step 3 loss 2.5";
-  p.restarts = 2;
+  p.restarts.unit = 2;
+  p.restarts.ctl = 1;
   p.held = true;
   p.rss_bytes = 1 << 20;
   s.processes.push_back(p);
@@ -56,7 +57,15 @@ TEST(ControlStatus, RoundTripsThroughJsonAndRejectsAStrangerShape) {
   std::string err;
   ASSERT_TRUE(FromJson(ToJson(s), &back, &err)) << err;
   EXPECT_EQ(ToJson(back), ToJson(s));
+  // One count of restarts, with its reasons beside it; a status whose total disagrees with them is refused.
   auto j = ToJson(s);
+  EXPECT_EQ(j["processes"][0]["restarts"], 3);
+  EXPECT_EQ(j["processes"][0]["restarts_by"], (nlohmann::json{{"own", 0}, {"unit", 2}, {"ctl", 1}}));
+  EXPECT_EQ(back.processes[0].restarts.Text(), "3 (2 unit, 1 ctl)");
+  j["processes"][0]["restarts"] = 2;
+  EXPECT_FALSE(FromJson(j, &back, &err));
+  EXPECT_EQ(err, "\"restarts\" is not the sum of \"restarts_by\"");
+  j = ToJson(s);
   j["processes"][0].erase("state");
   EXPECT_FALSE(FromJson(j, &back, &err));
   EXPECT_EQ(err, "missing \"state\"");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <csignal>
 
+#include "launcher/core/restart_count.h"
+
 namespace dflash {
 
 RunStatus ControlVerbs::Status(const RunStatus& base) const {
@@ -27,8 +29,7 @@ RunStatus ControlVerbs::Status(const RunStatus& base) const {
                                                                               : "";
     e.status = p.status;
     e.attempt = std::max(0, p.attempt);
-    e.restarts = p.restarts;
-    e.manual_restarts = p.manual_restarts;
+    e.restarts = CountRestarts(p.attempts);  // one meaning: as the summary and the metrics count them
     e.held = p.held;
     e.uptime_s = p.alive() ? std::chrono::duration<double>(now - p.started).count() : 0;
     e.reason = p.why.empty() ? p.reason : p.why;
@@ -182,7 +183,7 @@ void ControlVerbs::Restart(const std::vector<size_t>& targets) {
     ProcessUnit& u = table_->units()[j];
     if (u.state() == ProcState::kWaiting) continue;  // starts when its warm-up is done
     u.Release();
-    u.MarkManual(/*restart_by_hand=*/true);
+    u.MarkManual();  // its end is kRestartedByCtl: never against the budget
     Affected(j);
     if (u.alive()) {
       u.SetRestartAt(now);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,8 @@ TEST(SupervisorCoreControl, ARestartByHandDoesNotCountAgainstTheBudget) {
   }
   EXPECT_EQ(h.Spawns("a:1"), 4);
   EXPECT_EQ(h.Spawns("a:0"), 1) << "its peer kept running";
-  EXPECT_EQ(h.Proc("a:1").manual_restarts, 3);
-  EXPECT_EQ(h.Proc("a:1").restarts, 0);
+  EXPECT_EQ(h.Restarts("a:1").ctl, 3);
+  EXPECT_EQ(h.Restarts("a:1").own, 0);
   EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:1").attempts[0].outcome)), "restarted by ctl");
   // The budget of one is intact: a real failure is still restarted.
   h.Exit("a:1", 1);
@@ -99,7 +100,7 @@ TEST(SupervisorCoreControl, StartOrRestartWhileStillStoppingBringsItBack) {
   h.Advance(Millis(0));
   EXPECT_EQ(h.State("a:1"), "RUNNING");
   EXPECT_EQ(h.Spawns("a:1"), 3);
-  EXPECT_EQ(h.Proc("a:1").restarts, 0);
+  EXPECT_EQ(h.Restarts("a:1").own, 0);
 }
 
 TEST(SupervisorCoreControl, RestartOfAWorldMemberRestartsItsWorld) {
@@ -146,7 +147,7 @@ TEST(SupervisorCoreControl, StopOfOneRankStopsItsWorldAndStartBringsItBack) {
   for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) {
     EXPECT_EQ(h.Spawns(n), 2) << n << ": a rank starts with its world";
     EXPECT_FALSE(h.Proc(n).held) << n;
-    EXPECT_EQ(h.Proc(n).restarts, 0) << n;
+    EXPECT_EQ(h.Restarts(n).own, 0) << n;
   }
   ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "all").ok);
   for (const char* n : {"target:0", "drafter:0", "drafter:1", "drafter:2"}) h.Killed(n, SIGTERM);
@@ -173,7 +174,7 @@ TEST(SupervisorCoreControl, AStopSignalSentByHandToOneRankIsItsWorldsStopWhoever
       EXPECT_EQ(h.State(n), "EXITED") << first << " " << n;
       EXPECT_TRUE(h.Proc(n).held) << first << " " << n;
       EXPECT_EQ(h.Spawns(n), 1) << first << " " << n;
-      EXPECT_EQ(h.Proc(n).restarts, 0) << first << " " << n;
+      EXPECT_EQ(h.Restarts(n).own, 0) << first << " " << n;
       EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc(n).attempts[0].outcome)), "stopped by ctl") << first << n;
     }
     EXPECT_FALSE(h.core().stopping());
@@ -194,7 +195,7 @@ TEST(SupervisorCoreControl, OnlyAStopSignalSentByHandIsAStop) {
     ASSERT_TRUE(h.Ctl(ControlVerb::kSignal, "drafter:1", SIGKILL).ok);
     h.Killed("drafter:1", SIGKILL);
     EXPECT_EQ(h.State("drafter:1"), "BACKOFF");
-    EXPECT_EQ(h.Proc("drafter:1").restarts, 1);
+    EXPECT_EQ(h.Restarts("drafter:1").own, 1);
     EXPECT_FALSE(h.Proc("drafter:1").held);
   }
   {  // SIGTERM from elsewhere (no ctl): a failure, as before
@@ -202,7 +203,7 @@ TEST(SupervisorCoreControl, OnlyAStopSignalSentByHandIsAStop) {
     h.Start();
     h.Killed("drafter:1", SIGTERM);
     EXPECT_EQ(h.State("drafter:1"), "BACKOFF");
-    EXPECT_EQ(h.Proc("drafter:1").restarts, 1);
+    EXPECT_EQ(h.Restarts("drafter:1").own, 1);
   }
   {  // ctl sent SIGTERM, but the process failed otherwise: its failure
     Harness h = WorldOfThree();
@@ -210,7 +211,7 @@ TEST(SupervisorCoreControl, OnlyAStopSignalSentByHandIsAStop) {
     ASSERT_TRUE(h.Ctl(ControlVerb::kSignal, "drafter:1", SIGTERM).ok);
     h.Exit("drafter:0", 1);
     EXPECT_EQ(h.State("drafter:0"), "BACKOFF");
-    EXPECT_EQ(h.Proc("drafter:0").restarts, 1);
+    EXPECT_EQ(h.Restarts("drafter:0").own, 1);
   }
   {  // a stop signal by hand to a process of no world: stopped by hand, alone
     Harness h(Role("a", 2, kOnFailure3));
@@ -219,10 +220,50 @@ TEST(SupervisorCoreControl, OnlyAStopSignalSentByHandIsAStop) {
     h.Killed("a:1", SIGTERM);
     EXPECT_EQ(h.State("a:1"), "EXITED");
     EXPECT_TRUE(h.Proc("a:1").held);
-    EXPECT_EQ(h.Proc("a:1").restarts, 0);
+    EXPECT_EQ(h.Restarts("a:1").own, 0);
     EXPECT_EQ(h.State("a:0"), "RUNNING");
     EXPECT_EQ(h.TakeSignals("a:0"), std::vector<int>{});
   }
+}
+
+// One meaning of "restarts" (issue #59): a 3-rank world whose rank 1 failed once says 1/1/1 in `ctl status`, each
+// with why -- its own failure, its unit's restart -- while they wait in BACKOFF and once they run again; a stop by
+// hand and `ctl start` after it count as ctl.
+TEST(SupervisorCoreControl, StatusCountsEveryRestartWithItsReason) {
+  Harness h = WorldOfThree();
+  h.Start();
+  h.Exit("drafter:1", 3);
+  for (const char* n : {"drafter:0", "drafter:2"}) h.Killed(n, SIGTERM);
+  auto by_name = [&] {
+    std::map<std::string, ProcessStatus> m;
+    for (const ProcessStatus& p : h.core().Status().processes) m[p.name] = p;
+    return m;
+  };
+  auto counts = [](const ProcessStatus& p) {
+    return std::vector<int>{p.restarts.own, p.restarts.unit, p.restarts.ctl};
+  };
+  std::map<std::string, ProcessStatus> s = by_name();
+  EXPECT_EQ(s["drafter:1"].state, "BACKOFF");
+  EXPECT_EQ(counts(s["drafter:1"]), (std::vector<int>{1, 0, 0}));
+  EXPECT_EQ(counts(s["drafter:0"]), (std::vector<int>{0, 1, 0}));
+  EXPECT_EQ(counts(s["drafter:2"]), (std::vector<int>{0, 1, 0}));
+  EXPECT_EQ(counts(s["target:0"]), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(s["drafter:0"].restarts.Text(), "1 unit");
+  h.Advance(std::chrono::seconds(2));
+  s = by_name();
+  for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) {
+    EXPECT_EQ(s[n].state, "RUNNING") << n;
+    EXPECT_EQ(s[n].attempt, 1) << n;
+    EXPECT_EQ(s[n].restarts.total(), 1) << n;  // what the summary says: one per attempt after the first
+  }
+  EXPECT_EQ(s["drafter:1"].restarts.Text(), "1 own");
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStop, "drafter:1").ok);
+  for (const char* n : {"drafter:0", "drafter:1", "drafter:2"}) h.Killed(n, SIGTERM);
+  ASSERT_TRUE(h.Ctl(ControlVerb::kStart, "drafter:1").ok);
+  s = by_name();
+  EXPECT_EQ(counts(s["drafter:1"]), (std::vector<int>{1, 0, 1}));
+  EXPECT_EQ(counts(s["drafter:0"]), (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(s["drafter:1"].restarts.Text(), "2 (1 own, 1 ctl)");
 }
 
 TEST(SupervisorCoreControl, BadTargetsAndSignals) {

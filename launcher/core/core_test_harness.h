@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "launcher/config/config.h"
+#include "launcher/core/restart_count.h"
 #include "launcher/core/supervisor_core.h"
 #include "launcher/plan/plan.h"
 
@@ -54,6 +55,8 @@ class Harness {
     return 0;
   }
   const CoreProc& Proc(const std::string& name) const { return core_->proc(Index(name)); }
+  /// Its restarts as `ctl status` and the summary count them.
+  RestartCounts Restarts(const std::string& name) const { return CountRestarts(Proc(name).attempts); }
   std::string State(const std::string& name) const { return ProcStateName(Proc(name).state); }
 
   /// Carries out the core's actions like the shell would: each spawn succeeds.

@@ -348,15 +348,11 @@ void ProcessUnit::SignalByHand(int sig) {
 }
 
 void ProcessUnit::CountRestart(SteadyTime at) {
-  ++p_.restarts;
   p_.current().outcome = AttemptOutcome::kRestarted;
   p_.restart_at = at;
 }
 
-void ProcessUnit::MarkManual(bool restart_by_hand) {
-  p_.manual = true;
-  if (restart_by_hand) ++p_.manual_restarts;  // never against the budget: no RestartTracker is asked
-}
+void ProcessUnit::MarkManual() { p_.manual = true; }
 
 UnitDue ProcessUnit::TakeDue(SteadyTime now, bool stopping) {
   UnitDue due;

@@ -60,8 +60,6 @@ struct CoreProc {
   bool held = false;          ///< stopped by hand: stays stopped until `ctl start`
   int ctl_signal = 0;         ///< the last signal `ctl signal` sent this attempt (0: none)
   bool stops_after_dependents = false;  ///< the run stops: its signal waits until what starts after it has ended
-  int restarts = 0;           ///< restarts by policy
-  int manual_restarts = 0;    ///< restarts asked by hand
   std::string reason;         ///< how its last attempt ended (or why it never started): summary.json
   std::string why;            ///< why it is in its current state: the status view
   std::string status;         ///< its last STATUS=
@@ -198,10 +196,10 @@ class ProcessUnit {
 
   // --- restarts and holds ----------------------------------------------------------------------------------
   void SetRestartAt(SteadyTime at) { p_.restart_at = at; }
-  /// A restart by its policy: counted, the attempt's outcome, when it starts again.
+  /// A restart by its policy: the attempt's outcome (CountRestarts counts it), when it starts again.
   void CountRestart(SteadyTime at);
-  /// A restart or stop asked by ctl (and whether it counts as a restart by hand).
-  void MarkManual(bool restart_by_hand = false);
+  /// A restart or stop asked by ctl: its end is then by hand (kRestartedByCtl, kStoppedByCtl), never a failure.
+  void MarkManual();
   void Hold() { p_.held = true; }
   void Release() { p_.held = false; }
   void NoteMemoryPeak(int64_t bytes) { p_.memory_peak = std::max(p_.memory_peak, bytes); }

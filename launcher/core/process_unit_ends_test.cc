@@ -200,7 +200,7 @@ TEST(ProcessUnitEnds, ItsOwnRestartWaitsInBackoffOrForTheRound) {
   lone.units[0].EndForOwnRestart(at, lone.units[0].EndAttempt(ExitedWith(1), ""), "restart 1 of 3", /*round=*/false);
   EXPECT_EQ(lone.units[0].state(), ProcState::kBackoff);
   EXPECT_EQ(lone.units[0].view().restart_at, at);
-  EXPECT_EQ(lone.units[0].view().restarts, 1);
+  EXPECT_EQ(CountRestarts(lone.units[0].view().attempts).own, 1);
   EXPECT_EQ(lone.units[0].view().why, "exited with code 1; restart 1 of 3");
   lone.units[1].EndForOwnRestart(at, lone.units[1].EndAttempt(ExitedWith(1), ""), "restart 1 of 3", /*round=*/true);
   EXPECT_EQ(lone.units[1].view().restart_at, SteadyTime::max()) << "held until the round starts it";

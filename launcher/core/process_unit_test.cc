@@ -30,7 +30,7 @@ TEST(SupervisorCore, RestartsAfterAnExponentialBackoff) {
   EXPECT_EQ(h.Spawns("a:0"), 2);
   h.Advance(Millis(1));
   EXPECT_EQ(h.Spawns("a:0"), 3);
-  EXPECT_EQ(h.Proc("a:0").restarts, 2);
+  EXPECT_EQ(h.Restarts("a:0").own, 2);
   ASSERT_EQ(h.Proc("a:0").attempts.size(), 3u);
   EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:0").attempts[0].outcome)), "restarted");
   EXPECT_EQ(h.Proc("a:0").attempts[0].exit_code, 1);
@@ -137,7 +137,7 @@ TEST(SupervisorCore, AnExecThatFailsDuringARestartIsItsOwnFailureNotARestartOfIt
   const AttemptRecord& rec = *h.Proc("a:1").last();
   EXPECT_TRUE(rec.start_failed);
   EXPECT_NE(rec.reason.find("Permission denied"), std::string::npos) << rec.reason;
-  EXPECT_EQ(h.Proc("a:1").restarts, 1) << "its failure counts against the budget, as a stop for a restart does not";
+  EXPECT_EQ(h.Restarts("a:1").own, 1) << "its failure counts against the budget, as a stop for a restart does not";
   EXPECT_EQ(h.State("a:1"), "BACKOFF");
   h.Advance(Millis(1000));
   EXPECT_EQ(h.Spawns("a:1"), 2);
@@ -153,7 +153,7 @@ TEST(SupervisorCore, AnExecThatSucceedsLateDuringARestartIsStoppedForIt) {
   EXPECT_EQ(h.TakeSignals("a:1"), std::vector<int>{SIGTERM});
   h.Killed("a:1", SIGTERM);
   EXPECT_EQ(h.State("a:1"), "BACKOFF");
-  EXPECT_EQ(h.Proc("a:1").restarts, 0) << "stopped for its unit's restart: not its failure";
+  EXPECT_EQ(h.Restarts("a:1").own, 0) << "stopped for its unit's restart: not its failure";
   EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("a:1").last()->outcome)), "restarted");
   h.Advance(Millis(1000));
   EXPECT_EQ(h.Spawns("a:0"), 2);

@@ -23,7 +23,7 @@ inline constexpr const char* kRestartReasons[] = {
     "not_ready",     // not ready within ready.timeout
     "start_failed",  // could not be started (fork, exec: 126/127)
     "unit",          // stopped and started again because another process of its restart unit failed
-    "ctl",           // restarted by hand (`dflash-launch ctl restart`)
+    "ctl",           // restarted by hand (`ctl restart`, or `ctl start` after a stop asked by hand)
 };
 
 struct ProcessSnapshot {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/control/control.h"
 #include "launcher/core/attempt_record.h"
 #include "launcher/core/run_verdict.h"
 
@@ -24,8 +25,7 @@ struct ProcessSummary {
   std::string state;   // EXITED, FATAL, ...
   int exit_code = -1;  // shell style (128+N for a signal); -1 if it never ran to an end
   int signal = 0;      // N when a signal killed it
-  int restarts = 0;         // every restart (by policy and by hand)
-  int manual_restarts = 0;  // of which asked by hand (ctl restart)
+  RestartCounts restarts;   // every start after the first, by why (CountRestarts: as `ctl status` says it)
   bool held = false;        // stopped by hand when the run ended
   bool culprit = false;
   bool collateral = false;  // stopped by the supervisor after the culprit failed

@@ -26,7 +26,7 @@ std::string SummaryTable(const RunSummary& s, bool color) {
     std::string exit = p.exit_code < 0 ? "-" : p.signal ? SignalName(p.signal) : std::to_string(p.exit_code);
     std::string row = Pad(p.name, 14) + Pad(p.rank >= 0 ? std::to_string(p.rank) : "-", 6) + Pad(p.device, 8) +
                       Pad(p.pid > 0 ? std::to_string(p.pid) : "-", 9) + Pad(p.state, 9) + Pad(exit, 12) +
-                      Pad(std::to_string(p.restarts), 10) + Seconds(p.runtime_s);
+                      Pad(p.restarts.Text(), 10) + Seconds(p.runtime_s);
     if (p.culprit) row = std::string(red) + row + "   <- culprit: " + s.culprit_why + off;  // the verdict's words
     else if (p.collateral) row = std::string(dim) + row + "   (stopped: collateral)" + off;
     o += row + "\n";
@@ -122,8 +122,9 @@ nlohmann::ordered_json SummaryJson(const RunSummary& s) {
     e["state"] = p.state;
     e["exit_code"] = p.exit_code < 0 ? ojson() : ojson(p.exit_code);
     e["signal"] = p.signal ? ojson(SignalName(p.signal)) : ojson();
-    e["restarts"] = p.restarts;
-    e["manual_restarts"] = p.manual_restarts;
+    e["restarts"] = p.restarts.total();
+    e["restarts_by"] = {{"own", p.restarts.own}, {"unit", p.restarts.unit}, {"ctl", p.restarts.ctl}};
+    e["manual_restarts"] = p.restarts.ctl;
     e["held"] = p.held;
     e["culprit"] = p.culprit;
     e["collateral"] = p.collateral;

@@ -14,7 +14,7 @@ ProcessSummary TrainingProc(const std::string& name, nlohmann::json metrics, int
   ProcessSummary p;
   p.name = name;
   p.metrics = std::move(metrics);
-  p.restarts = restarts;
+  p.restarts.own = restarts;
   return p;
 }
 

@@ -6,22 +6,12 @@
 
 #include "common/private_files.h"
 #include "common/proc_scan.h"
+#include "launcher/core/restart_count.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/supervisor_internal.h"
 
 namespace dflash {
 namespace {
-
-/// dflash_restarts_total's reason for an attempt that ended in a restart (kRestartReasons).
-const char* RestartReason(const AttemptRecord& a) {
-  if (a.outcome == AttemptOutcome::kRestartedByCtl) return "ctl";
-  if (a.with_unit) return "unit";
-  if (a.hung) return "hung";
-  if (a.ready_timeout) return "not_ready";
-  if (a.start_failed) return "start_failed";
-  if (a.signal != 0) return "signal";
-  return "exit";
-}
 
 /// Whether `payload` (a MAINPID= claim, checked when it was made) is still in the tree of `pid`: first the cheap
 /// look (its parent or its session is `pid`, the usual payload of a worker), the scan of /proc only otherwise.
@@ -89,10 +79,9 @@ void Supervisor::Impl::RefreshMetrics(bool force) {
     e.pid = p.alive() && p.payload_pid > 0 && StillPayloadOf(p.payload_pid, p.pid) ? p.payload_pid : p.pid;
     e.uptime_s = p.alive() ? std::chrono::duration<double>(now - p.started).count() : 0;
     for (const char* r : kRestartReasons) e.restarts[r] = 0;
-    for (const AttemptRecord& a : p.attempts) {
-      if (Restarted(a.outcome)) ++e.restarts[RestartReason(a)];
+    for (const char* r : RestartReasons(p.attempts)) ++e.restarts[r];  // as ctl status and the summary count
+    for (const AttemptRecord& a : p.attempts)
       if (a.end_s >= 0) e.last_exit_code = a.exit_code;
-    }
     const GateFacts& g = p.gate();
     e.gate_wait_s = g.wait_s;
     e.compile_s = g.compile_s;

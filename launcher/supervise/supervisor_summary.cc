@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/untrusted_file.h"
+#include "launcher/core/restart_count.h"
 #include "launcher/report/training_report.h"
 #include "launcher/supervise/payload_files.h"
 
@@ -30,8 +31,7 @@ RunSummary BuildRunSummary(const SupervisorCore& core, double wall_s, const std:
     e.state = ProcStateName(p.state);
     e.exit_code = last ? last->exit_code : -1;
     e.signal = last ? last->signal : 0;
-    e.restarts = std::max(0, p.attempt);
-    e.manual_restarts = p.manual_restarts;
+    e.restarts = CountRestarts(p.attempts);
     e.held = p.held;
     e.culprit = core.culprit() == static_cast<int>(i);
     e.collateral = last && last->outcome == AttemptOutcome::kCollateral;
