@@ -4,6 +4,7 @@
 #include "launcher/commands/commands.h"
 #include "launcher/commands/front_door.h"
 #include "launcher/plan/plan_format.h"
+#include "launcher/plan/script_imports.h"
 
 namespace dflash {
 
@@ -16,6 +17,8 @@ int RunCheck(const CheckOptions& opts, char** env) {
   Say(BuiltinInstalled(config, opts.bin_dir, /*warn_only=*/true));  // a warning: the plan itself is valid
   std::fputs(FormatWarnings(ConfigWarnings(config)).c_str(), stderr);
   if (Status s = CommandsRun(plan.config, env); !s.ok()) return Say(s);
+  // Warnings: the script may add its own sys.path; python's error would come seconds into the run.
+  std::fputs(FormatUnresolvedImports(UnresolvedImports(plan.config, EnvironmentList(env))).c_str(), stderr);
   // With a run id: its run dir, as `run` will check it (another user's link or dir there is refused).
   if (!opts.run_id.empty()) {
     std::string err;

@@ -1,0 +1,5 @@
+"""Moved to dflash_launch.spool.order (issue #48). This name warns and stays for one release
+(dflash_launch/_moved.py)."""
+from dflash_launch._moved import moved_to
+
+moved_to(__name__, "dflash_launch.spool.order")
