@@ -506,3 +506,78 @@ def test_cpu_and_memory_are_the_payloads_under_a_worker(bin_dir, tmp_path):
     finally:
         r.signal(signal.SIGTERM)
         r.wait(timeout=120)
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (scripts/setup installs it)")
+def test_a_resumed_run_shows_its_global_step_and_checkpoint_age_in_prometheus(bin_dir, tmp_path):
+    """Issue #59 item 2: resume a team can watch. A loop with dflash_launch.Checkpoint (every 3 steps) is killed -9
+    at step 7 of its first launch; `run --resume` goes on from step 6. A real Prometheus scraping both launches (one
+    address) sees the global step go on past the resume point instead of starting at 0 (the steps of the attempt
+    do), the step resumed from, and the checkpoint age: the restored checkpoint's, older than the pause between the
+    launches, then back to about a step once the resumed run saves. The --resume launch says first what it
+    resumes."""
+    port = free_port()
+    payload = ROOT / "tests" / "payloads" / "resume_steps.py"
+    body = f"""\
+        [[role]]
+        name = "trainer"
+        cpu = 1
+        command = [{json.dumps(sys.executable)}, "{payload}"]
+        env = {{ STEPS = "30", EVERY = "3", STEP_S = "0.25", KILL_AT = "7", KILL_MARK = "{tmp_path}/killed" }}
+        restart = {{ policy = "never" }}
+        """
+    cfg = write_config(tmp_path, body)
+    cfg.write_text(cfg.read_text().replace("[run]\n", f'[run]\nmetrics = "127.0.0.1:{port}"\n', 1))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    prom = Prometheus(tmp_path, f"127.0.0.1:{port}")
+    try:
+        t0 = time.time()
+        first = Run(bin_dir, cfg, run_id="watched", env=env)
+        # It waits at step 7 until Prometheus has its steps (7 done), then is killed -9 there: no restart.
+        assert wait_until(lambda: list((prom.query('dflash_training_global_step{process="trainer:0"}') or
+                                        {0: 0}).values()) == [7.0], timeout=120), first.out[-3000:]
+        (tmp_path / "killed.go").touch()
+        assert first.wait(timeout=300) != 0, first.out[-3000:]
+        assert (tmp_path / "killed").exists()
+        time.sleep(4)  # the checkpoint ages while nothing runs
+        second = Run(bin_dir, cfg, run_id="watched", env=env, args=["--resume"])
+        # Restored, before its first step: the step it resumed from and its checkpoint's age, older than the pause.
+        assert wait_until(lambda: (prom.query('dflash_training_resumed_from_step{process="trainer:0"}') or {}) and
+                          list(prom.query('dflash_training_checkpoint_age_seconds{process="trainer:0"}').values())[0]
+                          >= 4, timeout=120), second.out[-3000:]
+        (tmp_path / "killed.resume.go").touch()
+        assert second.wait(timeout=300) == 0, second.out[-3000:] + second.err[-2000:]
+        ck = second.run_dir / "checkpoints" / "trainer" / "trainer:0" / "step-0000000006"
+        head = second.out.splitlines()[:3]
+        assert head[:2] == ["[dflash] resuming run watched (attempts from attempt_1)",
+                            f"[dflash] trainer:0: checkpoint {ck} (step 6)"], second.out[:2000]
+        time.sleep(3)  # the last scrapes of the second launch's end are in
+
+        def series(name):
+            r = prom.api("query_range", query=f'{name}{{process="trainer:0"}}', start=t0, end=time.time(), step=0.5)
+            assert r["status"] == "success", r
+            return [(float(t), float(v)) for s in r["data"]["result"] for t, v in s["values"]]
+
+        steps, global_steps = series("dflash_training_steps"), series("dflash_training_global_step")
+        resumed = series("dflash_training_resumed_from_step")
+        assert {v for _, v in resumed} == {0.0, 6.0}, resumed  # the first launch found none, the second step 6
+        resume_t = min(t for t, v in resumed if v == 6.0)
+        before = [v for t, v in global_steps if t < resume_t]
+        after = [v for t, v in global_steps if t >= resume_t]
+        assert before and max(before) >= 6, global_steps  # the first launch got past its checkpoint at 6
+        assert after and min(after) >= 6 and max(after) > 9, global_steps  # on from 6 (never 0), past its next save
+        assert after == sorted(after), after
+        # The attempt's own steps started again at 0: the global step is the resumed one plus them, at every scrape.
+        attempt = dict((t, v) for t, v in steps if t >= resume_t)
+        assert attempt and all(v == attempt[t] + 6 for t, v in global_steps if t in attempt), (steps, global_steps)
+        ages = [v for t, v in series("dflash_training_checkpoint_age_seconds") if t >= resume_t]
+        old = [i for i, v in enumerate(ages) if v >= 4]  # the restored step 6's: written before the pause
+        assert old and any(v < 2 for v in ages[old[0]:]), ages  # ... until the resumed run's next save
+        ck_steps = {v for t, v in series("dflash_training_checkpoint_step") if t >= resume_t}
+        assert 6.0 in ck_steps and max(ck_steps) > 6, ck_steps
+        # The end, in the attempt's metrics file (the launcher may end before a last scrape).
+        final = json.loads((second.run_dir / "attempt_1" / "trainer-0.metrics.json").read_text())
+        assert (final["global_step"], final["steps"], final["resumed_from_step"], final["checkpoint"]["step"]) == \
+            (30, 24, 6, 30), final
+    finally:
+        prom.stop()

@@ -80,6 +80,11 @@ struct RunMetrics::Families {
                     "Seconds per training step, between the last two metrics-file updates.")),
         checkpoint_age(G(r, "dflash_training_checkpoint_age_seconds",
                          "Seconds since the process's last checkpoint (metrics key last_checkpoint_unix).")),
+        global_step(G(r, "dflash_training_global_step",
+                      "The training step across attempts: the step resumed from plus the steps since.")),
+        resumed_from(G(r, "dflash_training_resumed_from_step",
+                       "The checkpoint step the current attempt resumed from (0: it found none).")),
+        checkpoint_step(G(r, "dflash_training_checkpoint_step", "The step of the process's last checkpoint.")),
         spool_frames(G(r, "dflash_spool_frames", "Frames in the run's spool by state (pending, ready, claimed, "
                                                    "done, rejected).")),
         spool_rate(G(r, "dflash_spool_frames_per_second", "Frames acknowledged (moved to done) per second, "
@@ -112,6 +117,9 @@ struct RunMetrics::Families {
   Family<Gauge>& loss;
   Family<Gauge>& step_time;
   Family<Gauge>& checkpoint_age;
+  Family<Gauge>& global_step;
+  Family<Gauge>& resumed_from;
+  Family<Gauge>& checkpoint_step;
   Family<Gauge>& spool_frames;
   Family<Gauge>& spool_rate;
 };
@@ -138,6 +146,9 @@ struct RunMetrics::ProcessSeries {
   Gauge* loss = nullptr;
   Gauge* step_time = nullptr;
   Gauge* checkpoint_age = nullptr;
+  Gauge* global_step = nullptr;
+  Gauge* resumed_from = nullptr;
+  Gauge* checkpoint_step = nullptr;
   // The CPU counter's last reading: of which process (pid, start) and how much it had used.
   pid_t cpu_pid = -1;
   uint64_t cpu_start = 0;
@@ -306,6 +317,22 @@ void RunMetrics::UpdateProcess(const ProcessSnapshot& p, double unix_now) {
   if (Number(m, "last_loss", &v)) add_once(s.loss, f_->loss, s.labels).Set(v);
   if (Number(m, "last_checkpoint_unix", &v) && unix_now > 0)
     add_once(s.checkpoint_age, f_->checkpoint_age, s.labels).Set(std::max(0.0, unix_now - v));
+  // Resume, across attempts: a process that checkpoints says where it resumed (dflash_launch.Checkpoint, the
+  // builtin drafter); its global step is that plus this attempt's steps (the file's own `global_step` wins).
+  double resumed = 0;
+  if (Number(m, "resumed_from_step", &resumed)) {
+    add_once(s.resumed_from, f_->resumed_from, s.labels).Set(resumed);
+    double global = -1;
+    if (Number(m, "global_step", &v))
+      global = v;
+    else if (Number(m, "steps", &v))
+      global = resumed + v;
+    if (global >= 0) add_once(s.global_step, f_->global_step, s.labels).Set(global);
+  }
+  if (m.is_object()) {
+    auto it = m.find("checkpoint");  // {path, step} of the last one committed (or restored)
+    if (it != m.end() && Number(*it, "step", &v)) add_once(s.checkpoint_step, f_->checkpoint_step, s.labels).Set(v);
+  }
 }
 
 void RunMetrics::UpdateSpool(const RunSnapshot& s) {

@@ -90,6 +90,28 @@ TEST(RunMetrics, TextCarriesEveryProcessAndCountsRestartsOnce) {
   EXPECT_TRUE(Has(t, "dflash_training_step_seconds{process=\"drafter:0\",role=\"drafter\"} 0.5")) << t;
 }
 
+TEST(RunMetrics, ResumeShowsTheGlobalStepTheResumePointAndTheCheckpoint) {
+  RunMetrics m;
+  RunSnapshot s;
+  s.unix_now = 1000;
+  s.processes = {Proc("drafter:0", "RUNNING"), Proc("target:0", "RUNNING")};
+  // What dflash_launch.Checkpoint writes after a resume from step 20 and 5 steps since, one commit at 990.
+  s.processes[0].metrics = {{"steps", 5}, {"resumed_from_step", 20}, {"last_checkpoint_unix", 990.0},
+                            {"checkpoint", {{"path", "/c/step-0000000024"}, {"step", 24}}}};
+  s.processes[1].metrics = {{"steps", 7}};  // no checkpoints: no resume series at all
+  m.Update(s);
+  std::string t = m.Text();
+  EXPECT_TRUE(Has(t, "dflash_training_global_step{process=\"drafter:0\",role=\"drafter\"} 25")) << t;
+  EXPECT_TRUE(Has(t, "dflash_training_resumed_from_step{process=\"drafter:0\",role=\"drafter\"} 20")) << t;
+  EXPECT_TRUE(Has(t, "dflash_training_checkpoint_step{process=\"drafter:0\",role=\"drafter\"} 24")) << t;
+  EXPECT_TRUE(Has(t, "dflash_training_checkpoint_age_seconds{process=\"drafter:0\",role=\"drafter\"} 10")) << t;
+  EXPECT_EQ(t.find("dflash_training_global_step{process=\"target:0\""), std::string::npos) << t;
+  // The file's own global_step wins (a loop whose steps are not the metrics' steps).
+  s.processes[0].metrics["global_step"] = 31;
+  m.Update(s);
+  EXPECT_TRUE(Has(m.Text(), "dflash_training_global_step{process=\"drafter:0\",role=\"drafter\"} 31"));
+}
+
 TEST(RunMetrics, CpuOfThisProcessOnlyGoesUp) {
   RunMetrics m;
   RunSnapshot s;

@@ -339,6 +339,8 @@ class Checkpoint:
         self._report(resumed_from_step=self.resumed_from, restore_s=round(took, 3),
                      checkpoint={"path": path, "step": self.resumed_from},
                      last_checkpoint_unix=round(os.stat(path).st_mtime, 3))  # its age: from when it was written
+        if self.metrics is not None:
+            self.metrics.write()  # at once: the live metrics show the resume before a first step (a compile) ends
         return self.resumed_from
 
     def _identity(self):

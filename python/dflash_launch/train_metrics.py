@@ -20,7 +20,8 @@ torch.compile's cache counters when the process compiled (`fxgraph_cache_hit`/`_
 `dynamo_cache_hit`/`_miss`: what `seed --verify` and the summary's hit/miss columns read). The file is written at
 the first step too, so a warm-up stopped once ready still leaves its counters.
 `checkpoint()` after a checkpoint is saved adds `last_checkpoint_unix`: the live run's metrics show its age
-(docs/metrics.md). One writer per process: a script with more to say adds it with update(), which keeps one file."""
+(docs/metrics.md; dflash_launch.Checkpoint writes it at each commit and restore). With `resumed_from_step` (a
+Checkpoint's restore writes it) the file carries `global_step`: that step plus this attempt's steps. One writer per process: a script with more to say adds it with update(), which keeps one file."""
 
 import atexit
 import collections
@@ -132,6 +133,9 @@ class TrainingMetrics:
         out = {**compile_counters(), **self.data}  # the script's own counters (update()) win
         out.update(steps=self.steps, first_loss=self.first_loss, last_loss=self.last_loss, losses=list(self.losses),
                    loss_stride=self.stride, wall_s=round(time.monotonic() - self.t0, 3))
+        resumed = self.data.get("resumed_from_step")
+        if isinstance(resumed, int) and "global_step" not in self.data:  # a Checkpoint's restore said where from
+            out["global_step"] = resumed + self.steps
         if self._losses_seen >= 2 * MEAN_STEPS:  # two windows that do not overlap
             out.update(first_loss_mean10=round(sum(self.first_few) / MEAN_STEPS, 5),
                        last_loss_mean10=round(sum(self.last_few) / MEAN_STEPS, 5))
