@@ -100,7 +100,11 @@ bool ParseHeader(std::string_view prefix, uint64_t file_size, Header* out, std::
   }
   nlohmann::json j = nlohmann::json::parse(prefix.substr(8, n), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    *err = "not a safetensors file: the header is not a JSON object";
+    // What it is instead, in the words Python's json names it (a quarantined frame's reason says it).
+    const std::string kind = j.is_array() ? "a list" : j.is_string() ? "a string" : j.is_null() ? "null"
+                             : j.is_boolean() ? "a boolean" : "a number";
+    *err = j.is_discarded() ? "not a safetensors file: the header is not JSON"
+                            : "not a safetensors file: the header is " + kind + ", not a JSON object";
     return false;
   }
   Header h;

@@ -18,25 +18,28 @@ from test_spool import CONTRACT, ENV, SMALL_ENV
 
 sys.path.insert(0, str(ROOT / "python"))
 from dflash_launch.spool import SpoolError, SpoolProducer, SpoolSource, frame_file, manifest  # noqa: E402
-from dflash_launch.spool.write import default_max_bytes, write_frame  # noqa: E402
+from dflash_launch.spool import default_max_bytes  # noqa: E402
 
 FRAME = 12856  # bytes of a SMALL frame with a one-digit seq (header + tokens + hidden)
 
 
 def test_a_frame_written_once_reads_back_in_safetensors_and_the_mapping(tmp_path):
+    """The library's header and writev from the tensors' memory (bf16 included) make a file the safetensors
+    package reads back bit for bit, private (0600), and the mapped consumer reads the same."""
     from safetensors import safe_open
     from safetensors.torch import load_file
-    tensors = {"tokens": torch.arange(6).view(2, 3), "hidden": torch.randn(2, 3, 5).to(torch.bfloat16),
-               "empty": torch.zeros(0, 4)}
-    size = write_frame(str(tmp_path / "f.safetensors"), tensors, {"format": "x", "n": 7})
-    assert size == os.path.getsize(tmp_path / "f.safetensors")
-    back = load_file(str(tmp_path / "f.safetensors"))
-    assert all(torch.equal(back[k], tensors[k]) for k in tensors)
-    with safe_open(str(tmp_path / "f.safetensors"), "pt") as f:
-        assert f.metadata() == {"format": "x", "n": "7"}
-    assert oct(os.stat(tmp_path / "f.safetensors").st_mode & 0o777) == "0o600"
-    with pytest.raises(FileExistsError):  # never over a file (or a link) already there
-        write_frame(str(tmp_path / "f.safetensors"), tensors, {})
+    contract = dict(CONTRACT, dtype="bf16")
+    p = SpoolProducer(tmp_path / "s", "t:0", contract)
+    hidden, tokens = torch.randn(1, 32, 96).to(torch.bfloat16), torch.randint(0, 63, (1, 32))
+    p.publish(hidden, tokens, metadata={"n": 7})
+    path = tmp_path / "s" / "ready" / frame_file("t:0", 0)
+    back = load_file(str(path))
+    assert torch.equal(back["hidden"], hidden) and torch.equal(back["tokens"], tokens)
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata()["n"] == "7" and f.metadata()["producer"] == "t:0" and f.metadata()["seq"] == "0"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    s = SpoolSource(tmp_path / "s", "d:0", contract, producers=1).next_sample()
+    assert torch.equal(s["hidden"], hidden) and torch.equal(s["tokens"], tokens)
 
 
 def test_a_byte_budget_stops_a_producer_and_resumes_it(tmp_path):
@@ -90,7 +93,7 @@ import os, sys, torch
 sys.path.insert(0, {python!r})
 from dflash_launch import contract_from_env
 from dflash_launch.spool import SpoolProducer, SpoolSource
-from dflash_launch.spool.write import SpoolFull
+from dflash_launch.spool import SpoolFull
 c, root = contract_from_env(), {root!r}
 p = SpoolProducer(root, "t:0", c, max_ready=1000, max_bytes=1 << 40)  # no budget: the filesystem fills
 frames = [(torch.randn(1, 32, 96), torch.randint(0, 63, (1, 32))) for _ in range(40)]

@@ -39,6 +39,7 @@ def test_wheel_is_manylinux_small_and_complete():
             assert (info.external_attr >> 16) & 0o111, f"{b} is not executable in the wheel"
             if b in CONSOLE_SCRIPTS:
                 assert re.search(rf"^{b} = dflash_launch\._bin:", entry_points, re.M), entry_points
+        assert "dflash_launch/lib/libdflash_spool.so" in names  # the spool's C ABI, which the package loads
     # Every module of the package, its subpackages included (the spool, the roles, the tools, the Inductor hook).
     modules = run(["git", "-C", ROOT, "ls-files", "python/dflash_launch/*.py"]).stdout.split()
     assert {"python/dflash_launch/roles/reference_drafter.py", "python/dflash_launch/spool/__init__.py"} <= set(modules)

@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from dflash_launch.spool import Paths, SpoolProducer, SpoolSource, frame_bytes, frame_metadata, manifest, ring
+from dflash_launch.spool import SpoolProducer, SpoolSource, frame_bytes, frame_metadata, manifest
 from dflash_launch.spool.format import check_frame, parse_header
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -126,7 +126,7 @@ def per_frame(args, contract):
 
 def ring_steady_state(args, contract):
     """One producer and one consumer in this process, frame after frame (publish, then next_sample + a read of
-    every page + ack + release()), the ring on (ring.py: the acknowledged file goes back to the producer, the
+    every page + ack + release()), the ring on (spool_ring.h: the acknowledged file goes back to the producer, the
     consumer keeps its mapping) and off (as before it: a new file and a new mapping per frame, each truncated
     after its ack), interleaved, against a memcpy in the same run. release() waits for the ack's truncate or
     rename, which a consumer's thread does in a run: here it is counted."""
@@ -141,14 +141,14 @@ def ring_steady_state(args, contract):
         sides = {}
         for ring_on in (True, False):
             spool = os.path.join(root, "on" if ring_on else "off")
+            os.environ["DFLASH_SPOOL_RING"] = "1" if ring_on else "0"  # off: no mapping kept, every ack truncates
             p = SpoolProducer(spool, "t:0", contract, max_ready=1000, producers=1)
             s = SpoolSource(spool, "d:0", contract, producers=1)
-            if not ring_on:
-                s._maps.limit = 0  # every mapping closed at its release, as before the ring
             sides[ring_on] = (p, s, spool)
 
         def one(ring_on, timed):
             p, s, spool = sides[ring_on]
+            os.environ["DFLASH_SPOOL_RING"] = "1" if ring_on else "0"  # the library reads it at each ack
             tag = "ring" if ring_on else "no ring"
             t0 = time.perf_counter()
             p.publish(hidden, tokens)
@@ -158,8 +158,6 @@ def ring_steady_state(args, contract):
             sample["ack"]()
             del sample
             s.release()
-            if not ring_on:
-                ring.drop_free(Paths(spool), "t:0")  # the file goes (truncated), as before the ring
             t2 = time.perf_counter()
             if timed:
                 times["publish " + tag].append((t1 - t0) * 1e3)

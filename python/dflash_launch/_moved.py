@@ -9,6 +9,11 @@ import warnings
 
 # old name -> new name
 MOVED = {
+    # issue #56: the protocol went into libdflash_spool.so; what users imported from these is the package's (first:
+    # the older names below import them)
+    "dflash_launch.spool.order": "dflash_launch.spool",
+    "dflash_launch.spool.ring": "dflash_launch.spool",
+    "dflash_launch.spool.write": "dflash_launch.spool",
     "dflash_launch.isa_verdict": "dflash_launch.inductor.isa_verdict",
     "dflash_launch._on_import": "dflash_launch.inductor.on_import",
     "dflash_launch.hf_target": "dflash_launch.roles.hf_target",

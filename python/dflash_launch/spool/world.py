@@ -1,52 +1,25 @@
-"""Spool frames for a torch.distributed world (DDP, FSDP): every rank takes the same number of steps.
+"""Spool frames for a torch.distributed world (DDP, FSDP): every rank takes the same number of steps
+(docs/builtin.md, "A DDP world on the spool", has the table of cases).
 
-A plain SpoolSource gives each process whatever frame it claims first, so the ranks of one world end with unequal
-counts: the rank whose source ends first leaves its loop while the others wait in their next backward's
-all-reduce for it, forever. WorldSource claims the same way and then, once per step, the ranks agree (one
-all_gather of a flag per rank, over gloo) on what each of them holds:
+Each round the ranks agree (one all_gather of a flag per rank, over gloo) on what each holds: all a frame, every
+rank steps; none, every loop ends at the same step; some (the tail), tail="pad" gives the others a copy of a peer's
+frame ("padded", its ack does nothing) and tail="drop" acknowledges the holders' frames without a step; either way
+that round is the last. A rank whose frame violates [model] raises FrameContractError (65) and its peers
+WorldFrameRejected (65, naming the frame); a rank whose spool fails raises it and its peers WorldSpoolFailed (1).
 
-- every rank holds a frame: every rank steps;
-- no rank does: the spool has ended; every rank's loop ends after the same number of steps;
-- some do (the tail: frames % world of them): with tail="pad" (the default, as DistributedSampler's
-  drop_last=False) a rank without a frame gets a copy of one a peer holds in that round, marked "padded" (its
-  ack does nothing: the peer acknowledges the frame), so every frame is trained on and at most world-1 of them
-  twice; with tail="drop" (drop_last=True) the holders acknowledge their frames without a step, counted in
-  stats()["frames_dropped"] and said on stderr, so no frame is trained on twice and at most world-1 are not
-  trained on. Either way that round is the last.
-- a rank's frame violates [model] or cannot be read as it says (any parse error): it is quarantined in
-  rejected/ with its reason and that rank raises FrameContractError (exit 65); the others raise WorldFrameRejected
-  (a FrameContractError: exit 65 too, never restarted), naming the frame and its producer, instead of waiting in
-  a collective for a rank that is gone. The frames they hold stay claimed: a restarted world takes them back.
-- a rank's spool fails otherwise (an OSError, a SpoolError): that rank raises it, and the others raise
-  WorldSpoolFailed (exit 1, restarted by policy) instead of waiting for it in the agreement.
+order="fixed" (the default in a world of more than one) deals the spool's fixed order (libdflash_spool.so,
+spool/spool_order.h): round k is entries kW .. kW+W-1, rank r the (kW+r)-th, so a restarted world replays exactly
+what the killed one would have stepped on (docs/checkpoints.md); a slow producer paces the world. order="arrival"
+deals what each rank claims first. Asking for the next frame acknowledges the last one, and so does the loop's end;
+`sample["ack"](loss)` does it at once and records the loss (TrainingMetrics, $DFLASH_METRICS_FILE).
 
-Which frame goes to which rank (order="fixed", the default in a world of more than one): the spool's frames in
-one order fixed by their producers' names and sequence numbers (dflash_launch.spool.order), round k taking entries
-kW .. kW+W-1, rank r the (kW+r)-th. So a restarted world replays exactly what the killed one would have stepped on,
-and with a dflash_launch.Checkpoint (which holds every acknowledged frame until the checkpoint covering its step
-commits) a run killed at any moment ends with the weights of a run never killed (docs/checkpoints.md). The cost: a
-slow producer paces the world (its frames are due in turn); order="arrival" deals whatever each rank claims first,
-as before, for a world that must not wait. The fixed order deals the whole spool to this world: a run with two
-consuming worlds on one spool gives them order="arrival".
-
-Acknowledging: asking for the next frame acknowledges the last one (its step has run), and so does the end of the
-loop; `sample["ack"](loss)` does it at once and records the loss for the run summary (TrainingMetrics in
-$DFLASH_METRICS_FILE: steps, loss first -> last, time to the first step, the spool's frames). A rank that dies
-mid-step never acknowledges its frame: a restart takes it back.
-
-    from dflash_launch import contract_from_env, init_process_group
-    from dflash_launch.spool.world import WorldSource
     init_process_group("nccl")                        # the role's world (world = "role" in run.toml)
-    model = DDP(build(contract).cuda(), device_ids=[0])
     for sample in WorldSource.from_env(contract):     # on every rank, at the same point
-        loss = model(sample["hidden"].cuda(), sample["tokens"].cuda())
-        loss.backward(); opt.step(); opt.zero_grad()
+        loss = model(sample["hidden"].cuda(), sample["tokens"].cuda()); loss.backward(); opt.step()
         sample["ack"](loss)                           # optional: records the loss
 
-Without an initialised process group the world is this process alone (a plain SpoolSource that acknowledges by
-itself). In a warm-up (DFLASH_WARMUP=1: a world of one) it yields the spool's synthetic frames, as SpoolSource
-does, and gathers nothing. The agreement costs one small all_gather per step over gloo (the world's own group
-when its backend has gloo, else one gloo group made at construction, which every rank must therefore reach).
+Without an initialised process group (or in a warm-up) the world is this process alone. The agreement runs on the
+world's group when its backend has gloo, else on one gloo group made at construction (every rank must reach it).
 """
 
 import sys
@@ -55,7 +28,6 @@ from dflash_launch._extras import require
 from dflash_launch.exit_codes import release_process_groups_at_exit
 from dflash_launch.spool.format import FrameContractError, SpoolError
 from dflash_launch.spool.source import SpoolSource
-from dflash_launch.spool.order import SpoolOrder
 from dflash_launch.train_metrics import TrainingMetrics
 
 TAILS = ("pad", "drop")
@@ -129,12 +101,11 @@ class WorldSource:
 
     def _set_order(self, start_round):
         if self.fixed:
-            order = SpoolOrder(self.source.paths.root, self.source.producers, self.rank, self.world, start_round)
-            self.source.order = order
-            if order.rejected and order.rejected != self._said_rejected:
-                self._said_rejected = order.rejected
-                self.say(f"{self.name}: the fixed order skips the {len(order.rejected)} quarantined frame(s) in "
-                         f"rejected/ ({', '.join(sorted(order.rejected))}; each with its .reason) on every rank: "
+            skipped = self.source.set_order(self.rank, self.world, start_round)
+            if skipped and set(skipped) != self._said_rejected:
+                self._said_rejected = set(skipped)
+                self.say(f"{self.name}: the fixed order skips the {len(skipped)} quarantined frame(s) in "
+                         f"rejected/ ({', '.join(sorted(skipped))}; each with its .reason) on every rank: "
                          f"the world stays in step past them")
 
     @classmethod
@@ -151,7 +122,7 @@ class WorldSource:
         return self.source.shared_weights(**kwargs)
 
     def stats(self):
-        skipped = list(self.source.order.skipped) if self.fixed and self.source.order is not None else []
+        skipped = self.source.order_skipped() if self.fixed else []
         return dict(self.source.stats(), world=self.world, rounds=self.rounds, frames_padded=self.padded,
                     frames_dropped=self.dropped, tail=self.tail, order="fixed" if self.fixed else "arrival",
                     rejected_skipped=skipped)
@@ -223,8 +194,6 @@ class WorldSource:
     def checkpoint_committed(self, states, checkpoint):
         """Every rank's frames before the positions its state holds (through commit(): one place to watch)."""
         self.commit({s["source"]["consumer"]: s["source"]["position"] for s in states if s}, checkpoint)
-
-    # Acknowledging ------------------------------------------------------------
 
     # Acknowledging ------------------------------------------------------------
 
