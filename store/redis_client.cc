@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
+#include <atomic>
 #include <charconv>
 #include <cstring>
+#include <mutex>
 #include <string_view>
 
 #include "common/hash.h"
@@ -115,10 +118,22 @@ bool ParseStoreUrl(const std::string& text, StoreUrl* url, std::string* err) {
 
 struct RedisClient::Impl {
   redisContext* ctx = nullptr;
+  // Interrupt() comes from another thread: it reads the socket under `mu` while this one closes it under
+  // `mu`, so it never shuts down a descriptor number that was closed and reused meanwhile.
+  std::mutex mu;
+  int fd = -1;
+  std::atomic<bool> interrupted{false};
   ~Impl() { Close(); }
+  void Adopt(redisContext* c) {
+    std::lock_guard<std::mutex> l(mu);
+    ctx = c;
+    fd = c->fd;
+  }
   void Close() {
+    std::lock_guard<std::mutex> l(mu);
     if (ctx) redisFree(ctx);
     ctx = nullptr;
+    fd = -1;
   }
 };
 
@@ -135,7 +150,17 @@ RedisClient::~RedisClient() = default;
 bool RedisClient::connected() const { return impl_->ctx != nullptr; }
 void RedisClient::Disconnect() { impl_->Close(); }
 
+void RedisClient::Interrupt() {
+  impl_->interrupted = true;
+  std::lock_guard<std::mutex> l(impl_->mu);
+  if (impl_->fd >= 0) ::shutdown(impl_->fd, SHUT_RDWR);
+}
+
 bool RedisClient::Connect(std::string* err) {
+  if (impl_->interrupted) {
+    *err = url_.ToString() + ": interrupted";
+    return false;
+  }
   if (impl_->ctx) return true;
   auth_refused_ = false;
   redisContext* c = redisConnectWithTimeout(url_.host.c_str(), url_.port, ToTimeval(timeout_));
@@ -153,7 +178,12 @@ bool RedisClient::Connect(std::string* err) {
   // this line still hands no payload the connection).
   ::fcntl(c->fd, F_SETFD, FD_CLOEXEC);
   redisSetTimeout(c, ToTimeval(timeout_));
-  impl_->ctx = c;
+  impl_->Adopt(c);
+  if (impl_->interrupted) {  // Interrupt() came while connecting: it found no socket to shut down
+    *err = url_.ToString() + ": interrupted";
+    Disconnect();
+    return false;
+  }
   if (std::string why; auth_.verify_server && !auth_.verify_server(&why)) {
     *err = url_.ToString() + ": not the server meant, nothing was sent to it: " + why;
     Disconnect();

@@ -69,6 +69,10 @@ class RedisClient {
   /// along" (the server cannot have restarted) from "reconnected since".
   uint64_t connection_count() const { return connections_; }
   void Disconnect();
+  /// From another thread: ends a call blocked in this client (a blocking read, XREAD BLOCK) at once
+  /// (shutdown of its socket), and every later call fails at once. For a client whose owner thread
+  /// must be joined without waiting out its block.
+  void Interrupt();
   const StoreUrl& url() const { return url_; }
 
  private:

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
+#include <thread>
+
 #include "testing/redis_server.h"
 #include "testing/temp_dir.h"
 
@@ -155,6 +158,32 @@ TEST(RedisClient, SelectsItsDb) {
   EXPECT_TRUE(r.nil());
   ASSERT_TRUE(db2.Command({"GET", "k"}, &r, &err)) << err;
   EXPECT_EQ(r.str, "two");
+}
+
+TEST(RedisClient, InterruptEndsABlockedReadAtOnceAndEveryLaterCall) {
+  // The news thread of a node coordinator blocks in XREAD for a ttl: its owner must not wait that out to end.
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  StoreUrl url;
+  std::string err;
+  ASSERT_TRUE(ParseStoreUrl(server.url(), &url, &err)) << err;
+  RedisClient c(url, Millis(20000));
+  ASSERT_TRUE(c.Connect(&err)) << err;
+  bool ok = true;
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread reader([&] {
+    RedisReply r;
+    std::string e;
+    ok = c.Command({"XREAD", "BLOCK", "15000", "STREAMS", "news", "$"}, &r, &e);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it is in the read by now (or about to be)
+  c.Interrupt();
+  reader.join();
+  EXPECT_FALSE(ok);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));  // not the block's 15 s
+  RedisReply r;
+  EXPECT_FALSE(c.Command({"PING"}, &r, &err));
+  EXPECT_NE(err.find("interrupted"), std::string::npos) << err;
 }
 
 }  // namespace

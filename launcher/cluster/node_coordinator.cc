@@ -84,7 +84,7 @@ NodeCoordinator::NodeCoordinator(CoordinatorOptions options)
       peers_(std::make_unique<PeerTracker>(o_.nnodes, o_.node_rank, o_.ttl)),
       outage_(std::make_unique<StoreOutage>(o_.outage)),
       rounds_(std::make_unique<RoundBarrier>(o_.nnodes, o_.barrier_timeout)) {
-  if (o_.node_rank == 0) session_ = nonce_;
+  if (o_.node_rank == 0) session_ = shared_session_ = nonce_;
 }
 
 NodeCoordinator::~NodeCoordinator() {
@@ -94,6 +94,7 @@ NodeCoordinator::~NodeCoordinator() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  doorbell_.reset();
 }
 
 std::string NodeCoordinator::NodeKey(int node) const {
@@ -241,8 +242,35 @@ std::vector<NodeCoordinator::Event> NodeCoordinator::TakeEvents() {
 }
 
 std::vector<int> NodeCoordinator::Missing() {
+  std::string session;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    session = shared_session_;
+  }
+  std::vector<int> out;
+  if (session.empty()) {  // node 0 not seen alive yet: nothing else can be known
+    out.push_back(0);
+    return out;
+  }
+  RedisClient own(o_.url, o_.ttl, o_.auth);  // client_ belongs to the coordinator thread
+  RedisReply r;
+  std::string err;
+  std::vector<bool> arrived(static_cast<size_t>(o_.nnodes), false);
+  arrived[static_cast<size_t>(o_.node_rank)] = true;
+  if (own.Command({"SMEMBERS", "dflash:" + o_.run_id + ":" + session + ":arrived"}, &r, &err))
+    for (const RedisReply& m : r.elements) {
+      char* end = nullptr;
+      long v = std::strtol(m.str.c_str(), &end, 10);
+      if (!m.str.empty() && end && *end == '\0' && v >= 0 && v < o_.nnodes) arrived[static_cast<size_t>(v)] = true;
+    }
+  for (int i = 0; i < o_.nnodes; ++i)
+    if (!arrived[static_cast<size_t>(i)]) out.push_back(i);
+  return out;
+}
+
+std::string NodeCoordinator::Role() {
   std::lock_guard<std::mutex> l(mu_);
-  return missing_;
+  return shared_role_ == WatchRole::kWatcher ? "watcher" : shared_role_ == WatchRole::kDeputy ? "deputy" : "";
 }
 
 void NodeCoordinator::PublishFailure(const std::string& process, int exit_code, const std::string& reason) {
@@ -250,6 +278,7 @@ void NodeCoordinator::PublishFailure(const std::string& process, int exit_code, 
     std::lock_guard<std::mutex> l(mu_);
     if (!failure_.is_null()) return;
     failure_ = {{"node", o_.node_rank}, {"process", process}, {"exit_code", exit_code}, {"reason", reason}};
+    poke_ = true;
   }
   wake_.notify_all();
 }
@@ -260,6 +289,7 @@ void NodeCoordinator::RequestRound(int current, const std::string& why) {
     if (round_request_ >= current) return;
     round_request_ = current;
     round_why_ = why;
+    poke_ = true;
   }
   wake_.notify_all();
 }
@@ -268,6 +298,7 @@ void NodeCoordinator::RoundStopped(int round) {
   {
     std::lock_guard<std::mutex> l(mu_);
     round_stopped_ = std::max(round_stopped_, round);
+    poke_ = true;
   }
   wake_.notify_all();
 }
@@ -276,6 +307,7 @@ void NodeCoordinator::Finish(int exit_code, const std::string& reason) {
   std::unique_lock<std::mutex> l(mu_);
   if (!thread_.joinable()) return;
   finish_ = true;
+  poke_ = true;
   finish_code_ = exit_code;
   finish_reason_ = reason;
   wake_.notify_all();
@@ -284,6 +316,7 @@ void NodeCoordinator::Finish(int exit_code, const std::string& reason) {
   l.unlock();
   wake_.notify_all();
   thread_.join();
+  doorbell_.reset();
 }
 
 bool NodeCoordinator::LingerWhilePeersRegistered(Millis max, std::vector<int>* left) {
@@ -318,7 +351,8 @@ void NodeCoordinator::LeftBehind(const std::string& why) {
   e.exit_code = exit_code::kDeposed;
   e.culprit = {NodeCulprit::Kind::kLeftBehind, o_.node_rank, "", -1};
   e.text = why + ": the run has moved on without this node; it stops instead of registering again";
-  e.record = {{"node", o_.node_rank}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text}};
+  e.record = {{"node", o_.node_rank}, {"process", nullptr}, {"exit_code", nullptr}, {"reason", e.text},
+              {"how", "left behind"}};
   {
     // The other nodes hear why (first failure wins): any still running stop too, rather than wait
     // for a peer that is gone for good.
@@ -385,33 +419,39 @@ bool NodeCoordinator::CarryOutRequests(std::string* err) {
   }
   RedisReply r;
   if (!failure.is_null() && !session_.empty()) {
-    // SET NX: the first failure of the run wins; again each poll (a restarted Redis lost it).
-    if (!client_.Command({"SET", SessionKey("failed"), failure.dump(), "NX", "PX", kKeepMs}, &r, err)) return false;
-    if (!r.ok()) {
+    // SET NX: the first failure of the run wins; again each poll (a restarted Redis lost it). Written,
+    // it rings the news: every node reads it now, not at its next poll.
+    if (!client_.Eval(kPublishFailure, {SessionKey("failed"), SessionKey("news")}, {failure.dump(), kKeepMs}, &r, err))
+      return false;
+    bool ours = r.integer == 1;
+    if (!ours) {
       // Taken: by a real failure (it wins), or by an invalid record nobody acts on, which must not keep
       // this one from every node.
       RedisReply cur;
       std::string why;
       if (!client_.Command({"GET", SessionKey("failed")}, &cur, err)) return false;
-      if (!ValidFailureRecord(nlohmann::json::parse(cur.str, nullptr, false), o_.nnodes, &why) &&
-          !client_.Command({"SET", SessionKey("failed"), failure.dump(), "PX", kKeepMs}, &r, err))
-        return false;
+      if (!ValidFailureRecord(nlohmann::json::parse(cur.str, nullptr, false), o_.nnodes, &why)) {
+        if (!client_.Command({"SET", SessionKey("failed"), failure.dump(), "PX", kKeepMs}, &r, err) ||
+            !client_.Command({"XADD", SessionKey("news"), "MAXLEN", "~", "64", "*", "failed", "1"}, &r, err))
+          return false;
+        ours = true;
+      }
     }
-    if (!failure_published_ && r.ok())
+    if (!failure_published_ && ours)
       Info("published this node's failure for every node: " + failure.dump());
     failure_published_ = true;
   }
   if (round_request >= round_seen_ && round_request >= 0 && !stop_sent_ && !session_.empty()) {
-    if (!client_.Eval(kAdvanceRound, {SessionKey("round")}, {std::to_string(round_request), kKeepMs}, &r, err))
+    if (!client_.Eval(kAdvanceRound, {SessionKey("round"), SessionKey("news")},
+                      {std::to_string(round_request), kKeepMs}, &r, err))
       return false;
     if (r.integer == round_request + 1) Info("asked every node for round " + std::to_string(r.integer) + ": " + why);
     std::lock_guard<std::mutex> l(mu_);
     if (round_request_ == round_request) round_request_ = -1;
   }
   if (round_stopped > rounds_->started() && !session_.empty()) {
-    std::string key = SessionKey("stopped:" + std::to_string(round_stopped));
-    if (!client_.Command({"SADD", key, std::to_string(o_.node_rank)}, &r, err) ||
-        !client_.Command({"PEXPIRE", key, kKeepMs}, &r, err))
+    if (!client_.Eval(kStopped, {SessionKey("stopped:" + std::to_string(round_stopped)), SessionKey("news")},
+                      {std::to_string(o_.node_rank), std::to_string(o_.nnodes), kKeepMs}, &r, err))
       return false;
   }
   return true;
@@ -427,6 +467,7 @@ void NodeCoordinator::Loop() {
       std::lock_guard<std::mutex> l(mu_);
       if (quit_) return;
       finish = finish_;
+      poke_ = false;
     }
     SteadyTime now = Clock::now();
     err.clear();
@@ -455,11 +496,16 @@ void NodeCoordinator::Loop() {
           failure_ = {{"node", o_.node_rank}, {"process", nullptr}, {"exit_code", code}, {"reason", reason}};
       }
       RedisReply r;
+      const std::string rank = std::to_string(o_.node_rank);
+      // done:<r> for the watcher (a clean end is no loss), `finished` for a round's barrier (O(1) to
+      // read), the watch roles for the deputy to take at its next poll.
       ok = CarryOutRequests(&err) &&
            (session_.empty() ||
-            client_.Command({"SET", SessionKey("done:" + std::to_string(o_.node_rank)), std::to_string(code), "PX",
-                             kKeepMs},
-                            &r, &err)) &&
+            (client_.Command({"SET", SessionKey("done:" + rank), std::to_string(code), "PX", kKeepMs}, &r, &err) &&
+             client_.Command({"SADD", SessionKey("finished"), rank}, &r, &err) &&
+             client_.Command({"PEXPIRE", SessionKey("finished"), kKeepMs}, &r, &err) &&
+             client_.Eval(kReleaseRoles, {SessionKey("watcher"), SessionKey("deputy")}, {rank + ":" + nonce_}, &r,
+                          &err))) &&
            client_.Eval(kUnregister, {NodeKey(o_.node_rank)}, {nonce_}, &r, &err);
       if (ok) {
         std::lock_guard<std::mutex> l(mu_);
@@ -488,8 +534,13 @@ void NodeCoordinator::Loop() {
         Emit(std::move(e));
       }
     }
+    // Before the barrier, for the watcher and its deputy, and while a round waits: every poll. Any other
+    // node only at its next heartbeat, or at once when poked (a request, the news).
     std::unique_lock<std::mutex> l(mu_);
-    wake_.wait_for(l, poll);
+    bool fast = !barrier_passed_ || role_ != WatchRole::kNone || rounds_->Waiting(round_stopped_) > 0;
+    SteadyTime until = Clock::now() + poll;  // a failed call: try again after a poll, never at once
+    if (ok) until = std::min(Clock::now() + (fast ? poll : beat), last_heartbeat_ + beat);
+    wake_.wait_until(l, until, [this] { return poke_ || quit_; });
   }
 }
 

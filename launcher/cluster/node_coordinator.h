@@ -3,6 +3,12 @@
 // published for every node, restart rounds across nodes, and the other nodes'
 // launchers watched so a dead one is noticed within store_ttl + a poll.
 //
+// O(1) store work per node per period ("One watcher"): each node refreshes its own
+// registration and reads the session's few keys; one node, the watcher (a lease),
+// scans every registration each poll and publishes a loss for all; one deputy (a
+// lease) checks the watcher's lease each poll and takes the watch over the moment
+// it lapses; a stream (StoreDoorbell) tells every node at once that there is news.
+//
 // A thread of its own with its own synchronous RedisClient (docs/design.md says
 // why not an async client in the supervisor's loop): it never touches the
 // supervisor; it queues Events and makes event_fd() readable, and the loop
@@ -27,6 +33,7 @@
 #include "common/fd.h"
 #include "common/signal_fd.h"
 #include "launcher/cluster/peer_tracker.h"
+#include "launcher/cluster/store_doorbell.h"
 #include "launcher/cluster/store_rules.h"
 #include "launcher/core/node_culprit.h"
 #include "store/redis_client.h"
@@ -85,8 +92,11 @@ class NodeCoordinator {
   /// Readable (EFD) when Events wait; O_CLOEXEC.
   int event_fd() const { return event_fd_.get(); }
   std::vector<Event> TakeEvents();
-  /// The nodes not seen alive yet (for the barrier's error).
+  /// The nodes that have not joined the start barrier (for the barrier's error): read on a
+  /// connection of its own (O(N), once); node 0 alone while its session is not known yet.
   std::vector<int> Missing();
+  /// "watcher", "deputy" or "" (tests, and the bench that counts who scans).
+  std::string Role();
 
   // --- requests from the supervisor's loop (queued; the thread carries them out) ---
   /// This node's failure ended its run (no restart left): first one published wins.
@@ -119,22 +129,28 @@ class NodeCoordinator {
   bool CarryOutRequests(std::string* err);
 
   // --- the watch, once per poll (node_coordinator_watch.cc) ---
+  enum class WatchRole { kNone, kWatcher, kDeputy };
   /// What one read of the store holds beside the peers (those go to peers_).
   struct StoreView {
     SteadyTime now{};        ///< when it was read
     std::string failed;      ///< the session's failure record ("": none)
     std::string round_text;  ///< the session's round ("": none)
     long long stopped = 0;   ///< the nodes stopped for the round this node waits on
+    std::vector<int> finished;  ///< while waiting in a round: the other nodes that ended
   };
   /// Reads the store and acts on it: the barrier, a failure, a lost peer, the rounds. False: the store failed.
   bool Watch(std::string* err);
-  /// Every node's registration and the session's keys, in one script; each node's view into peers_.
-  bool ReadStore(int waiting_round, StoreView* view, std::string* err);
-  /// Before the start barrier: which nodes are missing; kBarrier once none is and the session is known.
-  void WaitAtBarrier();
+  /// Before the start barrier: node 0's registration until it is seen alive (the session), then this
+  /// node joins the session's barrier set; kBarrier once every node has. O(1) a poll.
+  bool Arrive(std::string* err);
+  /// After it, O(1): this node's watch role and the session's keys (kPoll).
+  bool Poll(int waiting_round, StoreView* view, std::string* err);
+  /// The watcher, O(N) on this node only: every node's registration into peers_ (kScan).
+  bool Scan(std::string* err);
   /// A valid failure record of another node: stop for it (true). An invalid one is ignored (false).
   bool StopForFailure(const std::string& failed);
-  /// A peer lost or replaced: stop (true); left behind when node 0's session ended.
+  /// The watcher: a peer lost or replaced: published for every node, then stopped for the record the
+  /// store kept (true), so this node names it as every other does.
   bool StopForLostPeer(SteadyTime now);
   /// A round another node asked for begins; the barrier of the round this node waits on starts it or gives up.
   void FollowRounds(const StoreView& view, int waiting_round, std::string* err);
@@ -160,8 +176,10 @@ class NodeCoordinator {
   std::mutex mu_;  // guards everything below
   std::condition_variable wake_;
   bool quit_ = false;
+  bool poke_ = false;            // something to do now (a request, the news): the loop's wait ends
+  std::string shared_session_;   // session_, for Missing() on the caller's thread
+  WatchRole shared_role_ = WatchRole::kNone;
   std::deque<Event> events_;
-  std::vector<int> missing_;
   nlohmann::json failure_;       // to publish (null: none)
   int round_request_ = -1;       // the round it was in when it asked (-1: none)
   std::string round_why_;
@@ -180,6 +198,8 @@ class NodeCoordinator {
   uint64_t registered_conn_ = 0;  // client_'s connection on which our registration was last seen
   std::string last_ignored_;
   SteadyTime last_heartbeat_{};
+  WatchRole role_ = WatchRole::kNone;
+  std::unique_ptr<StoreDoorbell> doorbell_;  // once the barrier is passed; reset after the thread ends
 };
 
 }  // namespace dflash

@@ -4,6 +4,8 @@
 #include "launcher/cluster/node_coordinator.h"
 
 #include <gtest/gtest.h>
+#include <chrono>
+#include <memory>
 #include <unistd.h>
 
 #include "common/exit_codes.h"
@@ -116,6 +118,70 @@ TEST(NodeCoordinator, APeerWhoseHeartbeatStopsIsLost) {
   NodeCoordinator::Event e;
   ASSERT_TRUE(WaitEvent(a, K::kStop, &e));
   EXPECT_EQ(NodeCulpritName(e.culprit), "node 1 (launcher lost)");
+}
+
+TEST(NodeCoordinator, TheWatchersNodeLostFirstIsFoundByItsDeputyAndNamedOnceTheSameWay) {
+  // Three nodes: one watcher scans every registration, one deputy watches the watcher's lease, the third
+  // only reads. The watcher's launcher dies first (its thread ends without "done"): the deputy takes the
+  // watch over when the lease lapses, finds the watcher's registration expired, and every other node stops
+  // within the ttl + 0.5 s, each once, with the one culprit wording.
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  std::vector<std::unique_ptr<NodeCoordinator>> nodes;
+  for (int r = 0; r < 3; ++r) {
+    CoordinatorOptions o = Options(server, r);
+    o.nnodes = 3;
+    o.ttl = Millis(1000);
+    nodes.push_back(std::make_unique<NodeCoordinator>(o));
+  }
+  std::string err;
+  int rc = 0;
+  std::vector<std::string> notes;
+  for (auto& c : nodes) ASSERT_TRUE(c->Register(&err, &rc, &notes)) << err;
+  for (auto& c : nodes) ASSERT_TRUE(c->Start(&err)) << err;
+  using K = NodeCoordinator::Event::Kind;
+  for (auto& c : nodes) ASSERT_TRUE(WaitEvent(*c, K::kBarrier));
+  int watcher = -1, deputy = -1;
+  ASSERT_TRUE(test::WaitUntil([&] {
+    watcher = deputy = -1;
+    for (int r = 0; r < 3; ++r) {
+      std::string role = nodes[static_cast<size_t>(r)]->Role();
+      if (role == "watcher") watcher = (watcher == -1 ? r : -2);
+      if (role == "deputy") deputy = (deputy == -1 ? r : -2);
+    }
+    return watcher >= 0 && deputy >= 0;
+  }, Millis(20000))) << "no single watcher and deputy: " << watcher << " " << deputy;
+  for (auto& c : nodes) c->TakeEvents();
+  nodes[static_cast<size_t>(watcher)].reset();  // as a launcher that died: no "done", its keys expire
+  auto t0 = std::chrono::steady_clock::now();
+  const std::string culprit = "node " + std::to_string(watcher) + " (launcher lost)";
+  std::vector<NodeCoordinator::Event> stops[3];
+  bool took_over[3] = {false, false, false};
+  double stopped_after[3] = {-1, -1, -1};
+  test::WaitUntil([&] {  // both survivors at once, on for a while after their stops: a second kStop shows
+    for (int r = 0; r < 3; ++r) {
+      if (r == watcher) continue;
+      for (const NodeCoordinator::Event& e : nodes[static_cast<size_t>(r)]->TakeEvents()) {
+        took_over[r] = took_over[r] || e.text.find("took over the watch") != std::string::npos;
+        if (e.kind != K::kStop) continue;
+        if (stops[r].empty())
+          stopped_after[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        stops[r].push_back(e);
+      }
+    }
+    return false;
+  }, Millis(3000));
+  for (int r = 0; r < 3; ++r) {
+    if (r == watcher) continue;
+    ASSERT_EQ(stops[r].size(), 1u) << "node " << r;
+    EXPECT_EQ(NodeCulpritName(stops[r][0].culprit), culprit) << "node " << r;
+    EXPECT_NE(stops[r][0].text.find("launcher lost: its registration expired"), std::string::npos)
+        << stops[r][0].text;
+    EXPECT_EQ(stops[r][0].record["how"], "lost");
+    // Its registration was refreshed at most ttl/3 before the kill: expired by the ttl, found within 0.5 s of it.
+    EXPECT_LE(stopped_after[r], 1.5) << "node " << r << " stopped " << stopped_after[r] << " s after the kill";
+    EXPECT_EQ(took_over[r], r == deputy) << "node " << r;
+  }
 }
 
 TEST(NodeCoordinator, ALiveHolderOnThisHostIsRefusedAtOnce) {

@@ -42,6 +42,10 @@ void PeerTracker::Grace(SteadyTime now) {
     if (p.changed < now) p.changed = now;
 }
 
+void PeerTracker::PassedBarrier() {
+  for (Peer& p : peers_) p.alive = true;
+}
+
 std::vector<int> PeerTracker::NotSeenAlive() const {
   std::vector<int> out;
   for (int r = 0; r < nnodes_; ++r)

@@ -31,6 +31,10 @@ class PeerTracker {
   /// The store was away (or restarted, empty): every peer gets a full ttl from
   /// `now` to show up again before its absence counts.
   void Grace(SteadyTime now);
+  /// Every node of the run joined this session's start barrier: each was alive then, so from now
+  /// on its registration gone (or another instance's) is a loss, even to a watcher that never saw it
+  /// before (one that took over the watch from a lost node).
+  void PassedBarrier();
 
   /// Its heartbeat advanced under one nonce since we first looked: a live
   /// launcher, not a stale record of an earlier run.

@@ -52,7 +52,31 @@ bool ValidFailureRecord(const nlohmann::json& r, int nnodes, std::string* why) {
     *why = "no string \"reason\"";
     return false;
   }
+  auto how = r.find("how");
+  if (how != r.end() && !(how->is_string() && (*how == "failed" || *how == "lost" || *how == "replaced" ||
+                                               *how == "left behind"))) {
+    *why = "\"how\" is none of failed, lost, replaced, left behind";
+    return false;
+  }
   return true;
+}
+
+NodeCulprit FailureCulprit(const nlohmann::json& r) {
+  NodeCulprit c;
+  c.node = r.value("node", -1);
+  std::string how = r.contains("how") && r["how"].is_string() ? r["how"].get<std::string>() : "failed";
+  if (how == "lost") {
+    c.kind = NodeCulprit::Kind::kNodeLost;
+  } else if (how == "replaced") {
+    c.kind = NodeCulprit::Kind::kNodeReplaced;
+  } else if (how == "left behind") {
+    c.kind = NodeCulprit::Kind::kLeftBehind;
+  } else {
+    c.kind = NodeCulprit::Kind::kNodeFailed;
+    auto proc = r.find("process");
+    if (proc != r.end() && proc->is_string()) c.process = proc->get<std::string>();
+  }
+  return c;
 }
 
 bool ParseRoundRecord(const std::string& text, int seen, int* round, std::string* why) {
