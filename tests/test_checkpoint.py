@@ -197,6 +197,15 @@ def test_a_stop_writes_a_checkpoint_the_next_run_resumes_from(launch, tmp_path):
         assert r.wait(timeout=120) == 128 + getattr(signal, sent), r.out[-3000:]
         text = logs(r, earlier)
         if resumed_from is not None:
+            # Said first, before anything started (issue #59): what this launch resumes, read from the disk.
+            ck = tmp_path / "ckpt" / "drafter" / f"step-{resumed_from:010d}"
+            head = "\n".join(r.out.splitlines()[:3])
+            assert re.fullmatch(
+                r"\[dflash\] resuming run stopped \(attempts from attempt_\d+\)\n"
+                rf"\[dflash\] drafter: checkpoint {re.escape(str(ck))} \(step {resumed_from}\)\n"
+                rf"\[dflash\] spool {re.escape(str(tmp_path / 'spool' / 'stopped'))}: 0 frames pending a checkpoint "
+                rf"\(the restore commits those it covers, replays the rest\), {RANKS * resumed_from} done, \d+ not yet "
+                r"trained on", head), r.out[:3000]
             assert set(re.findall(r"drafter:\d: resumed from step (\d+)", text)) == {str(resumed_from)}, text[-3000:]
         m = set(re.findall(r"(drafter:\d): SIGTERM: checkpoint at step (\d+) committed", text))
         assert len(m) == RANKS and len({step for _, step in m}) == 1, text[-3000:]  # every rank, at the same step

@@ -44,6 +44,7 @@ import sys
 import time
 
 from dflash_launch._extras import require
+from dflash_launch import ddp_buckets
 from dflash_launch.checkpoint_identity import (ADOPT_VAR, IDENTITY_FILE, frames_said, identity_of, judge,
                                                read_identity, tensor_specs)
 from dflash_launch.exit_codes import end_by_signal, release_process_groups_at_exit
@@ -313,6 +314,10 @@ class Checkpoint:
             self.say(f"{self._who()}: {verdict_of_damage[1]}")
         set_state_dict(self.model, self.optimizers, model_state_dict=state["model"], optim_state_dict=state["optim"])
         _set_rng_state(torch, extra["rng"])
+        buckets_kept = ddp_buckets.apply(self.model, extra.get("ddp_buckets"))
+        if buckets_kept:
+            self.say(f"{self._who()}: DDP's gradient buckets stay as built: {buckets_kept}; the resumed steps sum in "
+                     f"another order than the run it resumes (exactly once, not bitwise)")
         if verdict == "adopt":
             self.say(f"{self._who()}: {why}")
             self._report(checkpoint_adopted=path)
@@ -500,7 +505,8 @@ class Checkpoint:
         self._agree(_SAVE)  # every rank writes this one: DCP's collectives follow
         private_makedirs(tmp)  # every rank: 0700 from the checkpoint dir down, whoever makes it first
         states = {key: x.state_dict() for key, x in self.states.items()}
-        extra = {"step": step, "rank": self.rank, "world": self.world, "rng": _rng_state(torch), "states": states}
+        extra = {"step": step, "rank": self.rank, "world": self.world, "rng": _rng_state(torch), "states": states,
+                 "ddp_buckets": ddp_buckets.layout(self.model)}  # the resumed DDP sums as this one (ddp_buckets)
         torch.save(extra, self._rank_file(tmp, self.rank))
         states = copy.deepcopy(states)  # as saved: a state the loop changes in place later is no witness
         from torch.distributed.checkpoint.state_dict import get_state_dict

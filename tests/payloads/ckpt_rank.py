@@ -49,9 +49,8 @@ if os.environ.get("CKPT_WRAP", "ddp") == "fsdp2":
     fully_shard(model)
     wrapped = model
 else:
-    # Buckets that never change (no rebuild after the first step): a resumed first step sums as the rest do
-    # (docs/checkpoints.md, "Bitwise").
-    wrapped = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    # DDP's defaults: the checkpoint carries its rebuilt buckets (docs/checkpoints.md, "Bitwise").
+    wrapped = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 source = WorldSource.from_env(contract)
 ckpt = Checkpoint(wrapped, opt, every_steps=int(os.environ.get("CKPT_EVERY", "3")), source=source,
