@@ -9,8 +9,7 @@
  *   consumer's spool ended; negative on an error, whose message dfs_last_error() holds (thread-local, valid until
  *   the thread's next call). DFS_FULL: the spool's filesystem cannot hold a frame (ENOSPC), nothing published.
  * - No call waits longer than the timeout_s it is given (< 0: no bound; the only unbounded wait is a caller's
- *   choice). Calls on one handle are not concurrent, except dfs_consumer_drop_bytes and dfs_unmap (a thread of the
- *   caller's frees acknowledged frames' bytes while the next claim runs).
+ *   choice). Calls on one handle are not concurrent.
  * - Strings the library returns (char**) are malloc'd and freed with dfs_free. Strings passed in are copied.
  * - Paths and names are UTF-8 / bytes as the filesystem has them, NUL-terminated. */
 #ifndef DFLASH_SPOOL_C_API_H_
@@ -96,9 +95,11 @@ int dfs_consumer_next(dfs_consumer* c, double timeout_s, dfs_frame* out);
  * a frame twice is an error) or, holding for a checkpoint, pending/<name>/<position>.<file>. With drop_bytes = 0
  * the bytes stay until dfs_consumer_drop_bytes (a view still maps them). */
 int dfs_consumer_ack(dfs_consumer* c, const dfs_frame* f, int64_t position, int32_t drop_bytes);
-/* An acknowledged frame's bytes, once nothing maps it: back to its producer (the ring) or truncated; done/<file>
- * stays as the record. */
+/* An acknowledged frame's bytes, once nothing maps it: back to its producer (the ring) or truncated, done/<file>
+ * staying as the record; on a thread of the library's (freeing 100 MB of pages costs about a memcpy), so it
+ * returns at once. dfs_consumer_flush waits until every such drop is done. */
 int dfs_consumer_drop_bytes(dfs_consumer* c, const char* file);
+int dfs_consumer_flush(dfs_consumer* c);
 /* Into rejected/ with <file>.reason. */
 int dfs_consumer_reject(dfs_consumer* c, const dfs_frame* f, const char* reason);
 int dfs_consumer_hold_for_checkpoint(dfs_consumer* c);

@@ -6,6 +6,7 @@ exception that carries an `exit_code` ends the process with it only where the pr
 (dflash_launch.use_exit_codes(), which the spool's from_env() calls). The configs' old `python -m` names still
 run their role. Each case runs in a fresh interpreter with this checkout's python/ first on sys.path."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -31,9 +32,29 @@ def test_import_dflash_launch_imports_no_torch_and_touches_nothing():
         import dflash_launch.spool, dflash_launch.checkpoint, dflash_launch.train_metrics, dflash_launch.token_chain
         assert "torch" not in sys.modules, sorted(m for m in sys.modules if m.startswith("torch"))
         assert sys.excepthook is hooks and sys.meta_path == meta, (sys.excepthook, sys.meta_path)
+        from dflash_launch.spool import _native
+        assert _native._lib is None and "libdflash_spool" not in open("/proc/self/maps").read()  # at first use
         print("clean")
     """)
     assert r.returncode == 0 and r.stdout == "clean\n", r.stderr
+
+
+def test_the_spool_package_moves_no_file_itself_and_says_where_its_library_was_not(tmp_path):
+    """Issue #56: every state move of a frame is libdflash_spool.so's; the Python package renames, links, unlinks
+    and exchanges nothing (no os.rename/replace/link/unlink, no renameat2 of its own). Without the library a spool
+    class says each place it looked and the fix."""
+    import re
+    moves = re.compile(r"\bos\.(rename|replace|link|unlink|remove|symlink)\(|renameat2|shutil\.(move|rmtree)")
+    found = [f"{p.name}:{i}: {line.strip()}" for p in sorted((ROOT / "python" / "dflash_launch" / "spool").glob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if moves.search(line)]
+    assert found == [], found
+    shutil.copytree(ROOT / "python" / "dflash_launch", tmp_path / "pkg" / "dflash_launch")  # no build/ above it
+    code = ("from dflash_launch.spool import SpoolSource, SpoolError\ntry:\n    SpoolSource('/tmp/nowhere', 'd:0', {}, 1)\n"
+            "except SpoolError as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(NO_GATE, PYTHONPATH=str(tmp_path / "pkg"), DFLASH_SPOOL_LIB="/nonexistent/lib.so"))
+    tried = ["/nonexistent/lib.so (absent)", f"{tmp_path}/pkg/dflash_launch/lib/libdflash_spool.so (absent)"]
+    assert all(t in r.stdout for t in tried) and "make build" in r.stdout, (r.stdout, r.stderr)
 
 
 def test_even_in_a_gated_process_the_import_patches_nothing_and_share_isa_probe_hooks_once(tmp_path):

@@ -19,8 +19,7 @@ class Paths:
     def claimed_by(self, consumer):
         return os.path.join(self.claimed, consumer)
 
-    def pending_of(self, consumer):
-        """Acknowledged by `consumer`, not yet committed: <position:010d>.<frame> (docs/checkpoints.md)."""
+    def pending_of(self, consumer):  # <position:010d>.<frame>, awaiting a checkpoint (docs/checkpoints.md)
         return os.path.join(self.pending, consumer)
 
     def create(self):
@@ -63,7 +62,7 @@ def default_max_bytes(root, env=None):
 def spool_bytes(root, owner=None):
     """The bytes the spool's frames hold against the budget (`owner`'s frames only, when given)."""
     out = _native.c_int64()
-    _native.call("dfs_spool_bytes", _native.fs(root), (owner or "").encode(), _native.byref(out))
+    _native.call("dfs_spool_bytes", _native.fs(getattr(root, "root", root)), (owner or "").encode(), _native.byref(out))
     return out.value
 
 

@@ -26,17 +26,16 @@ def _tensors(named):
 
 
 class SpoolProducer:
-    """Publishes frames for the drafters (a Python target). Resumes after its highest sequence number in the spool
-    and removes its half-written temp files; waits while ready/ holds `max_ready` frames of its own or its frames
-    hold its share of `max_bytes` (max_bytes / producers). A frame is written once, from the tensors' memory, into
-    pages allocated first (over one of its acknowledged frames' files where the drafters handed one back): a
-    filesystem that cannot hold it raises SpoolFull with nothing published. In a warm-up it checks and discards
-    what it publishes."""
+    """Publishes frames for the drafters (a Python target). Resumes after its highest sequence number in the spool;
+    waits while ready/ holds `max_ready` frames of its own or its frames hold its share of `max_bytes` (max_bytes /
+    producers). A frame is written once, from the tensors' memory, into pages allocated first (over a file the
+    drafters handed back, where one is): a filesystem that cannot hold it raises SpoolFull, nothing published. In a
+    warm-up it checks and discards what it publishes."""
 
     def __init__(self, root, name, contract, max_ready=16, producers=None, manifest_path=None, warmup=None,
                  warmup_frames=WARMUP_FRAMES, max_bytes=None):
-        """`producers` (default $DFLASH_SPOOL_PRODUCERS) and `manifest_path` (default $DFLASH_RUN_DIR/spool.json):
-        for the manifest at finish(). `max_bytes`: the byte budget (default_max_bytes)."""
+        """`producers` (default $DFLASH_SPOOL_PRODUCERS), `manifest_path` (default $DFLASH_RUN_DIR/spool.json): for
+        the manifest at finish(). `max_bytes`: the byte budget (default_max_bytes)."""
         self.paths, self.name, self.contract, self.max_ready = Paths(root), name, contract, max(1, int(max_ready))
         self.max_bytes, self._staging = max_bytes, {}
         self.producers = int(os.environ.get("DFLASH_SPOOL_PRODUCERS", "0") or 0) if producers is None else producers
@@ -69,8 +68,7 @@ class SpoolProducer:
 
     @classmethod
     def from_env(cls, contract, name=None, env=None, **kwargs):
-        """The run's spool, producer count and manifest path from what dflash-launch sets; `name` defaults to
-        DFLASH_PROCESS ("target:0")."""
+        """The run's spool, producer count and manifest path from what dflash-launch sets; `name`: DFLASH_PROCESS."""
         use_exit_codes()  # a payload of dflash-launch: an uncaught FrameContractError ends it with 65
         env = os.environ if env is None else env
         root = spool_root_from_env(env)
@@ -92,8 +90,8 @@ class SpoolProducer:
                                      "publish ids of the target's vocabulary, or set [model] vocab")
 
     def publish(self, hidden, tokens, metadata=None, check=True):
-        """Publishes one sample; returns its sequence number. Checks the contract first (FrameContractError, exit
-        65 when uncaught) unless check=False. Integer token ids become int64."""
+        """Publishes one sample; returns its sequence number. Checks the contract first (FrameContractError, 65)
+        unless check=False. Integer token ids become int64."""
         if not tokens.is_floating_point() and str(tokens.dtype) != "torch.int64":
             tokens = tokens.long()
         seq = self.next_seq
@@ -111,7 +109,6 @@ class SpoolProducer:
         out = _native.c_int64()
         _native.call("dfs_producer_publish", self._h, json.dumps({k: str(v) for k, v in meta.items()}).encode(),
                      len(named), arr, -1.0, _native.byref(out))
-        del shapes, named
         return out.value
 
     def _host(self, key, t):
@@ -127,8 +124,8 @@ class SpoolProducer:
         return buf
 
     def publish_weights(self, embed, lm_head):
-        """Publishes the target's embedding and LM head ([vocab, hidden] each) for the drafters, once per spool:
-        the first publisher wins. True if we did."""
+        """The target's embedding and LM head ([vocab, hidden] each) for the drafters, once per spool (the first
+        publisher wins); True if we did."""
         if self.warmup or os.path.exists(self.paths.weights):
             return False
         named = [("embed.weight", embed.detach().float().contiguous()),

@@ -1,5 +1,5 @@
 """The spool's consumer: SpoolSource claims frames, checks them against [model] and acknowledges them after the step
-(what the reference drafter reads), through libdflash_spool.so (_native): every state move is C++'s."""
+(what the reference drafter reads); every state move is libdflash_spool.so's (_native)."""
 
 import json
 import os
@@ -18,40 +18,34 @@ WAIT_S = 0.05
 
 
 class _Claimed:
-    __slots__ = ("frame", "file", "path", "producer", "seq", "taken_back", "mapped", "position")
-
     def __init__(self, frame):
         self.frame, self.file, self.path = frame, frame.file.decode(), frame.path.decode()
         self.producer, self.seq, self.taken_back = frame.producer.decode(), frame.seq, bool(frame.taken_back)
-        self.mapped, self.position = None, None
+        self.mapped = self.position = None
 
 
 class SpoolSource:
     """A consumer of the spool: yields {"hidden", "tokens", "seq", "producer", "frame", "taken_back", "ack"} per
     frame; call sample["ack"]() after the step. It first takes back what an earlier attempt of this consumer (same
     name) claimed and never acknowledged; it ends when every producer has finished and nothing is left to claim. A
-    frame that violates the contract, or cannot be read as the contract says (any parse error), is quarantined in
-    rejected/ with its reason and raises FrameContractError (exit 65).
+    frame that violates the contract or cannot be read as it says is quarantined in rejected/ with its reason and
+    raises FrameContractError (exit 65).
 
-    A sample's "hidden" and "tokens" are views of the frame's mapped pages (dflash_launch.spool.mapped: no copy; an
-    in-place write copies the page for this process, never the spool's bytes). They stay valid for as long as the
-    trainer keeps them: the frame's bytes are dropped only after it is done (acknowledged, or with a checkpoint
-    committed) and its last view is gone. pin=True page-locks each mapping for CUDA (nothing where CUDA is absent).
-
-    With a checkpoint (dflash_launch.Checkpoint calls hold_for_checkpoint()) an acknowledged frame stays pending
-    (pending/<name>/) until a checkpoint that covers it commits (commit()); restore(position) delivers the pending
-    frames after that position again, in their order. set_order() (WorldSource) takes the frames of the spool's
-    fixed order instead of the first it can claim."""
+    "hidden" and "tokens" are views of the frame's mapped pages (mapped.py: no copy; an in-place write copies the
+    page for this process), valid for as long as the trainer keeps them: a frame's bytes go only after it is done
+    and its last view is gone. pin=True page-locks each mapping for CUDA. With a checkpoint (hold_for_checkpoint())
+    an acknowledged frame waits in pending/<name>/ until a checkpoint covering it commits; restore(position) delivers
+    the pending frames after it again, in order. set_order() (WorldSource) deals the spool's fixed order instead."""
 
     def __init__(self, root, name, contract, producers=0, manifest_path=None, warmup=None,
                  warmup_frames=WARMUP_FRAMES, pin=False):
-        """`producers`: how many producers will mark their end; `manifest_path`: default $DFLASH_RUN_DIR/spool.json
-        (the spool dir is deleted after the run). `warmup` (default: DFLASH_WARMUP=1): synthetic frames only."""
+        """`producers`: how many producers will mark their end; `manifest_path`: default $DFLASH_RUN_DIR/spool.json.
+        `warmup` (default: DFLASH_WARMUP=1): synthetic frames only."""
         self.paths, self.name, self.contract, self.producers = Paths(root), name, contract, int(producers)
         self.pin, self.pinned = bool(pin), 0
         self.manifest_path = manifest_path or default_manifest_path(self.paths.root)
         self.warmup, self.warmup_frames = in_warmup(warmup), max(1, int(warmup_frames))
-        self.acked = self.synthetic = self.committed = self._taken_back = 0
+        self.acked = self.synthetic = self.committed = self.taken_back = 0
         self.waited_s = 0.0
         self.position = 0            # samples handed out: what a checkpoint records and restore() goes back to
         self.hold = self.ordered = self.manifest_written = False
@@ -61,8 +55,7 @@ class SpoolSource:
         h = _native.c_void_p()
         _native.call("dfs_consumer_open", _native.fs(root), name.encode(), self.producers, _native.byref(h))
         self._h, self._lib = h, _native.lib()
-        # The ring's mappings are kept for the next frames written over their files; not pinned ones (a
-        # registration per frame is the point there), nor with the ring off (DFLASH_SPOOL_RING=0).
+        # The ring's mappings are kept for the frames written over their files; not pinned ones, nor with the ring off.
         keep = not self.pin and os.environ.get("DFLASH_SPOOL_RING", "1") != "0"
         self._released = Released(h, require("torch", "reading spool frames as tensors") if pin else None, keep)
 
@@ -74,8 +67,7 @@ class SpoolSource:
 
     @classmethod
     def from_env(cls, contract, name=None, env=None, **kwargs):
-        """The run's spool, its producer count and manifest path, all from what dflash-launch sets
-        (DFLASH_SPOOL_DIR, DFLASH_SPOOL_PRODUCERS, DFLASH_RUN_DIR; `name` defaults to DFLASH_PROCESS)."""
+        """The run's spool, producer count and manifest path from what dflash-launch sets; `name`: DFLASH_PROCESS."""
         use_exit_codes()  # a payload of dflash-launch: an uncaught FrameContractError ends it with 65
         env = os.environ if env is None else env
         root = spool_root_from_env(env)
@@ -90,7 +82,7 @@ class SpoolSource:
 
     def shared_weights(self, say=print):
         """The target's embedding and LM head ({"embed.weight", "lm_head.weight"}, float32), waiting for the first
-        target to publish them. A warm-up gets random ones of the same shape at once (it compiles; its results go)."""
+        target to publish them; a warm-up gets random ones of the same shape at once."""
         if self.warmup:
             torch = require("torch", "the spool's shared weights")
             g = torch.Generator().manual_seed(0)
@@ -123,21 +115,15 @@ class SpoolSource:
                     "publish the embedding and LM head of the target [model] describes")
         return {k: w[k] for k in ("embed.weight", "lm_head.weight")}
 
-    @property
-    def taken_back(self):
-        return self._taken_back
-
     def stats(self):
         return {"taken_back": self.taken_back, "frames_acked": self.acked, "frames_committed": self.committed,
                 "mappings_reused": self._lib.dfs_map_hits(self._h) if self._h else 0,
                 "spool_wait_s": round(self.waited_s, 3), "manifest_written": self.manifest_written,
                 "warmup": self.warmup, "synthetic_frames": self.synthetic}
 
-    # The protocol (libdflash_spool.so) -------------------------------------------------------------------------
-
     def set_order(self, rank, world, start_round):
-        """Frames in the spool's fixed order from now on, rank `rank` of `world` from round `start_round` (what
-        WorldSource deals); the quarantined frames it skips, by name."""
+        """Frames in the spool's fixed order from now on: rank `rank` of `world` from round `start_round` (what
+        WorldSource deals). Returns the quarantined frames it leaves out."""
         _native.call("dfs_consumer_set_order", self._h, int(rank), int(world), int(start_round))
         self.ordered = True
         return _native.call_json("dfs_consumer_order_skipped", self._h, 0)
@@ -158,10 +144,8 @@ class SpoolSource:
         if r == _native.END:
             return None
         c = _Claimed(frame)
-        self._taken_back += c.taken_back
+        self.taken_back += c.taken_back
         return c
-
-    # Commits with a checkpoint -------------------------------------------------------------------------------------
 
     def hold_for_checkpoint(self):
         """From now on an acknowledged frame waits in pending/<name>/ for the checkpoint that covers it."""
@@ -176,9 +160,8 @@ class SpoolSource:
         return out.value
 
     def pending_level(self):
-        """pending_bytes() over this consumer's share of the spool's byte budget (default_max_bytes split between
-        the consumers that have claimed so far); 0 when frames do not wait for checkpoints. A Checkpoint takes one
-        at once past 1 (docs/checkpoints.md)."""
+        """pending_bytes() over this consumer's share of the byte budget (split between the consumers that have
+        claimed so far); 0 when frames do not wait for checkpoints. A Checkpoint takes one past 1."""
         if not self.hold:
             return 0.0
         n = _native.c_int32()
@@ -190,18 +173,16 @@ class SpoolSource:
 
     @property
     def spool_root(self):
-        """The spool this source consumes: part of a checkpoint's identity (dflash_launch.checkpoint_identity)."""
         return os.path.abspath(self.paths.root)
 
     def committed_records(self):
-        """{frame: checkpoint} of done/'s records (a restore checks them against the checkpoints it can take)."""
         return {} if self.warmup else _native.call_json("dfs_consumer_committed_records", self._h)
 
     def restore(self, state, positions=None, checkpoint=None):
         """Back to the position a checkpoint recorded (`state`: state_dict(); None: the start). With `checkpoint`
-        (the restored one's path) the pending frames before the positions it recorded (`positions`: {consumer:
-        position}, default this consumer's) are committed first -- the kill may have come between its rename and
-        its commit; this consumer's pending frames after its position are delivered again first, in order."""
+        the pending frames before the positions it recorded ({consumer: position}, default this consumer's) are
+        committed first (a kill may have come before its commit); this consumer's pending frames after its position
+        come again first, in order."""
         position = int(state["position"]) if state else 0
         if self.warmup:
             return
@@ -217,8 +198,7 @@ class SpoolSource:
 
     def commit(self, positions, checkpoint):
         """The checkpoint at `checkpoint` committed, having recorded `positions` ({consumer: position}): the frames
-        acknowledged before them are done (their record names it); then the manifest, if that made the spool final.
-        A frame a view still maps keeps its bytes until the commit unlinks it (never truncated, never reused)."""
+        acknowledged before them are done, their record naming it (a frame a view maps is unlinked, never reused)."""
         if self.warmup:
             return 0
         self._released.sweep()  # the views gone since the last claim: their frames' bytes may go to the ring
@@ -253,15 +233,13 @@ class SpoolSource:
         self.commit({s["consumer"]: s["position"] for s in states if s}, checkpoint)
 
     def reject(self, claimed, reason):
-        """Quarantines a claimed frame: rejected/<frame> and its reason beside it; never delivered again."""
         _native.call("dfs_consumer_reject", self._h, _native.byref(claimed.frame), reason.encode())
         if claimed.mapped is not None and not claimed.mapped.in_use():
             claimed.mapped.release(keep=False)
         claimed.mapped = None
 
     def ack(self, claimed):
-        """After the step: done/ (its bytes dropped once its last view is gone), or pending/ for a checkpoint (its
-        bytes kept for a replay; its mapping goes with its last view)."""
+        """After the step: done/ (its bytes go with its last view), or pending/ (kept for a replay)."""
         _native.call("dfs_consumer_ack", self._h, _native.byref(claimed.frame), claimed.position, 0)
         self._released.drop(claimed.mapped, None if self.hold else claimed.file)
         claimed.mapped = None
@@ -270,15 +248,14 @@ class SpoolSource:
             self.write_manifest_if_final()
 
     def release(self):
-        """Drops the bytes of the acknowledged frames no tensor maps any more and waits until they are gone; how
-        many still wait for their last view. Every claim and acknowledgement does the same without the wait."""
+        """Drops the bytes of the acknowledged frames no tensor maps any more, waiting for it; how many still wait
+        for their last view (every claim and acknowledgement does the same without the wait)."""
         still = self._released.sweep()
         self._released.flush()
         return still
 
     def write_manifest_if_final(self):
-        """Whoever acknowledges the last frame writes the manifest (every consumer that sees the final state writes
-        the same content)."""
+        """Whoever acknowledges the last frame writes the manifest (all who see the final state write the same)."""
         if self.warmup:
             return False
         written = _native.c_int32()
@@ -298,9 +275,8 @@ class SpoolSource:
                    "frame": None, "taken_back": False, "synthetic": True, "ack": lambda: None}
 
     def next_sample(self):
-        """The next frame as a sample dict, or None once the spool has ended (every producer finished, nothing left
-        to claim). A frame that violates [model] goes to rejected/ and raises FrameContractError. What iterating the
-        source calls; WorldSource calls it once per round."""
+        """The next frame as a sample dict, or None once the spool has ended; a frame that violates [model] goes to
+        rejected/ and raises FrameContractError. WorldSource calls it once per round."""
         torch = require("torch", "reading spool frames as tensors")
         if self.warmup:
             if self._synth is None:
@@ -333,8 +309,7 @@ class SpoolSource:
                 "frame": c.file, "taken_back": c.taken_back, "ack": (lambda c=c: self.ack(c))}
 
     def _read(self, torch, c):
-        """(hidden, tokens) of claimed frame `c`: views of its mapping, checked against [model] before any compute
-        (the header, then every token id, read in the mapping)."""
+        """(hidden, tokens) of claimed frame `c`: views of its mapping, checked against [model] before any compute."""
         c.mapped = m = MappedFrame(self._h, c.path)
         meta = m.meta
         check_frame(self.contract, meta, {k: (v[0], v[1]) for k, v in m.layout.items()}, c.file)
