@@ -18,6 +18,7 @@
 
 #include "common/fd.h"
 #include "common/private_files.h"
+#include "spool/frame_transport.h"
 #include "spool/spool_commit.h"
 #include "spool/spool_order.h"
 #include "spool/spool_ring.h"
@@ -223,11 +224,13 @@ bool SpoolBytes(const SpoolPaths& paths, int64_t* bytes, std::string* err, const
 }
 
 SpoolProducer::SpoolProducer(std::string root, std::string name, int max_ready, int64_t max_bytes)
-    : paths_{std::move(root)}, name_(std::move(name)), max_ready_(std::max(1, max_ready)),
-      max_bytes_(std::max<int64_t>(0, max_bytes)) {}
+    : paths_{std::move(root)}, transport_(std::make_unique<LocalDirTransport>(paths_.root)), name_(std::move(name)),
+      max_ready_(std::max(1, max_ready)), max_bytes_(std::max<int64_t>(0, max_bytes)) {}
+SpoolProducer::~SpoolProducer() = default;
+SpoolProducer::SpoolProducer(SpoolProducer&&) noexcept = default;
 
 bool SpoolProducer::Open(std::string* err) {
-  if (!paths_.Create(err)) return false;
+  if (!transport_->Open("", err)) return false;
   if (max_bytes_ == 0) {
     struct statvfs st {};
     if (::statvfs(paths_.root.c_str(), &st) != 0) {
@@ -251,16 +254,10 @@ bool SpoolProducer::Open(std::string* err) {
   // Resume after the highest sequence number this producer has anywhere. The
   // scan follows the frames' own direction (ready -> claimed -> done/rejected),
   // so a frame moving while we look is seen in the later directory.
-  std::vector<std::string> dirs = {paths_.Ready()};
-  std::vector<std::string> consumers;
-  if (!ListDir(paths_.Claimed(), &consumers, err, true)) return false;
-  for (const std::string& c : consumers) dirs.push_back(paths_.ClaimedBy(c));
-  dirs.push_back(paths_.Pending());  // acknowledged, awaiting a checkpoint (ListPendingFrames)
-  dirs.push_back(paths_.Done());
-  dirs.push_back(paths_.Rejected());
   int64_t max_seq = -1;
-  for (const std::string& d : dirs) {
-    if (!(d == paths_.Pending() ? ListPendingFrames(paths_, &names, err) : ListFrames(d, &names, err))) return false;
+  for (FrameState state : {FrameState::kReady, FrameState::kClaimed, FrameState::kPending, FrameState::kDone,
+                           FrameState::kRejected}) {
+    if (!transport_->List(state, "", &names, err)) return false;
     for (const std::string& f : names) {
       std::string p;
       int64_t s;
@@ -299,7 +296,7 @@ bool SpoolProducer::WaitForRoom(uint64_t size, UniqueFd* lock, std::string* reus
   std::vector<std::string> ready;
   bool waited = false;
   while (true) {
-    if (!ListFrames(paths_.Ready(), &ready, err)) return false;
+    if (!transport_->List(FrameState::kReady, "", &ready, err)) return false;
     // Its own frames and bytes only, against its share of the budget: a consumer in a fixed order (WorldSource)
     // waits for this producer's next frame while the others' fill ready/, so a shared bound could stop the one
     // producer it waits for.
@@ -357,7 +354,7 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
   if (err_no) *err_no = 0;
   const int64_t s = next_seq_;
   const std::string file = FrameFile(name_, s);
-  const std::string tmp = paths_.Tmp() + "/" + file + std::string(layout::kTmpExt);
+  const std::string tmp = transport_->Where(FrameState::kWriting, name_, file);
   metadata[std::string(layout::meta::kProducer)] = name_;
   metadata[std::string(layout::meta::kSeq)] = std::to_string(s);
   uint64_t size = 0;
@@ -391,7 +388,7 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
   }
   // No fsync: the spool lives in RAM (/dev/shm) and only has to survive the
   // death of a process, which rename-after-write already covers.
-  if (int e = RenameNoReplace(tmp, paths_.Ready() + "/" + file)) {
+  if (int e = transport_->Publish(name_, file)) {
     ::unlink(tmp.c_str());
     *err = e == EEXIST ? "frame " + file + " is already published: sequence number clash (two producers named " +
                              name_ + "?)"
@@ -404,8 +401,7 @@ bool SpoolProducer::Publish(safetensors::Metadata metadata, const std::vector<sa
 }
 
 bool SpoolProducer::Finish(std::string* err) {
-  nlohmann::ordered_json j = {{layout::kEndProducerKey, name_}, {layout::kEndFramesKey, next_seq_}};
-  if (!WriteFileAtomic(paths_.EndMarker(name_), j.dump() + "\n", err, 0600)) return false;
+  if (!transport_->MarkEnd(name_, next_seq_, err)) return false;
   DropFree(paths_, name_);  // after the marker: no consumer hands a file back from now on
   finished_ = true;
   return true;
@@ -432,12 +428,15 @@ bool SpoolProducer::PublishShared(const std::string& file, const safetensors::Me
 // ---------------------------------------------------------------------------
 
 SpoolConsumer::SpoolConsumer(std::string root, std::string name, int producers)
-    : paths_{std::move(root)}, name_(std::move(name)), producers_(producers) {}
+    : SpoolConsumer(root, std::move(name), producers, std::make_unique<LocalDirTransport>(root)) {}
+SpoolConsumer::SpoolConsumer(std::string root, std::string name, int producers,
+                             std::unique_ptr<FrameTransport> transport)
+    : paths_{std::move(root)}, transport_(std::move(transport)), name_(std::move(name)), producers_(producers) {}
 SpoolConsumer::~SpoolConsumer() = default;
 SpoolConsumer::SpoolConsumer(SpoolConsumer&&) noexcept = default;
 
 bool SpoolConsumer::SetOrder(int rank, int world, int64_t start_round, std::string* err) {
-  auto order = std::make_unique<SpoolOrder>(paths_, producers_, rank, world, start_round);
+  auto order = std::make_unique<SpoolOrder>(transport_.get(), producers_, rank, world, start_round);
   if (!order->Open(err)) return false;
   order_ = std::move(order);
   finding_.reset();
@@ -466,10 +465,10 @@ bool SpoolConsumer::PendingBytes(int64_t* out, std::string* err) const {
 std::vector<std::string> SpoolConsumer::HeldElsewhere(const std::string& f) {
   std::vector<std::string> out, consumers;
   std::string ignored;
-  if (ListDir(paths_.Claimed(), &consumers, &ignored, true))
+  if (transport_->Consumers(FrameState::kClaimed, &consumers, &ignored))
     for (const std::string& c : consumers)
-      if (c != name_) out.push_back(paths_.ClaimedBy(c) + "/" + f);
-  if (ListDir(paths_.Pending(), &consumers, &ignored, true))
+      if (c != name_) out.push_back(transport_->Where(FrameState::kClaimed, c, f));
+  if (transport_->Consumers(FrameState::kPending, &consumers, &ignored))
     for (const std::string& c : consumers) {
       if (c == name_) continue;
       std::vector<PendingFrame> pending;
@@ -495,7 +494,7 @@ bool SpoolConsumer::Find(const std::string& f, const Deadline& deadline, Claimed
     *found = true;
     return true;
   }
-  const std::string mine = paths_.ClaimedBy(name_) + "/" + f;
+  const std::string mine = transport_->Where(FrameState::kClaimed, name_, f);
   c.path = mine;
   auto take = [&](bool taken_back) {
     c.taken_back = taken_back;
@@ -507,19 +506,20 @@ bool SpoolConsumer::Find(const std::string& f, const Deadline& deadline, Claimed
   int64_t delay_us = 100;
   while (true) {
     if (FileExists(mine)) return take(true);
-    if (::rename((paths_.Ready() + "/" + f).c_str(), mine.c_str()) == 0) return take(false);
-    if (errno != ENOENT) {
-      *err = ErrnoMessage("rename(ready/" + f + ", " + mine + ")", errno);
+    if (int e = transport_->Claim(f, name_); e == 0) return take(false);
+    else if (e != ENOENT) {
+      *err = ErrnoMessage("claim of ready/" + f + " into " + mine, e);
       return false;
     }
     for (const std::string& other : HeldElsewhere(f)) {
-      if (::rename(other.c_str(), mine.c_str()) == 0) return take(true);  // taken over
-      if (errno != ENOENT) {
-        *err = ErrnoMessage("rename(" + other + ", " + mine + ")", errno);
+      const int e = transport_->TakeOver(other, f, name_);
+      if (e == 0) return take(true);  // taken over
+      if (e != ENOENT) {
+        *err = ErrnoMessage("rename(" + other + ", " + mine + ")", e);
         return false;
       }
     }
-    if (FileExists(paths_.Done() + "/" + f)) {
+    if (transport_->Has(FrameState::kDone, f)) {
       if (hold_) {
         *err = name_ + ": frame " + f + " is next in the order at position " + std::to_string(position_) +
                " but done/ has it (a checkpoint committed it): the restored checkpoint and the spool disagree (was "
@@ -529,7 +529,7 @@ bool SpoolConsumer::Find(const std::string& f, const Deadline& deadline, Claimed
       *pass = true;  // no checkpoint: acknowledged by an earlier attempt (at least once, as before)
       return true;
     }
-    if (FileExists(paths_.Rejected() + "/" + f)) {
+    if (transport_->Has(FrameState::kRejected, f)) {
       *err = name_ + ": frame " + f + " is next in the order but was rejected (rejected/" + f +
              std::string(layout::kReasonExt) + ")";
       return false;
@@ -583,9 +583,9 @@ bool SpoolConsumer::NextInOrder(ClaimedFrame* frame, bool* end, std::string* err
 }
 
 bool SpoolConsumer::Open(std::string* err) {
-  if (!paths_.Create(err) || !MakeDir(paths_.ClaimedBy(name_), err)) return false;
+  if (!transport_->Open(name_, err)) return false;
   RemoveRingLeftovers(paths_);
-  if (!ListFrames(paths_.ClaimedBy(name_), &take_back_, err)) return false;
+  if (!transport_->List(FrameState::kClaimed, name_, &take_back_, err)) return false;
   std::vector<Candidate> c;
   for (const std::string& f : take_back_) {
     Candidate k{0, "", f};
@@ -601,11 +601,8 @@ bool SpoolConsumer::Open(std::string* err) {
 bool SpoolConsumer::ProducersDone(bool* all, std::string* err) {
   *all = false;
   if (producers_ <= 0) return true;
-  std::vector<std::string> names;
-  if (!ListDir(paths_.Producers(), &names, err)) return false;
   int n = 0;
-  std::string p;
-  for (const std::string& f : names) n += layout::ParseEndMarkerFile(f, &p);
+  if (!transport_->EndCount(&n, err)) return false;
   *all = n >= producers_;
   return true;
 }
@@ -615,13 +612,12 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err, doubl
   if (not_yet) *not_yet = false;
   const Deadline deadline = not_yet ? DeadlineIn(timeout_s) : Deadline();
   if (order_) return NextInOrder(frame, end, err, deadline, not_yet);
-  const std::string mine = paths_.ClaimedBy(name_);
   if (!take_back_.empty()) {
     ClaimedFrame f;
     f.file = take_back_.front();
     take_back_.erase(take_back_.begin());
     auto replay = replay_.find(f.file);
-    f.path = replay != replay_.end() ? replay->second : mine + "/" + f.file;
+    f.path = replay != replay_.end() ? replay->second : transport_->Where(FrameState::kClaimed, name_, f.file);
     if (replay != replay_.end()) replay_.erase(replay);
     ParseFrameFile(f.file, &f.producer, &f.seq);
     f.taken_back = true;
@@ -634,7 +630,7 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err, doubl
   bool waited = false;
   std::vector<std::string> files;
   while (true) {
-    if (!ListFrames(paths_.Ready(), &files, err)) return false;
+    if (!transport_->List(FrameState::kReady, "", &files, err)) return false;
     std::vector<Candidate> c;
     for (std::string& f : files) {
       Candidate k{0, "", std::move(f)};
@@ -643,15 +639,15 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err, doubl
     }
     std::sort(c.begin(), c.end());
     for (const Candidate& k : c) {
-      // The claim: whoever renames first owns it; the others get ENOENT.
-      std::string to = mine + "/" + k.file;
-      if (::rename((paths_.Ready() + "/" + k.file).c_str(), to.c_str()) == 0) {
+      // The claim: exactly one consumer wins; the others get ENOENT.
+      const int e = transport_->Claim(k.file, name_);
+      if (e == 0) {
         if (waited) waited_s_ += Since(t0);
-        *frame = {k.file, to, k.producer, k.seq, false};
+        *frame = {k.file, transport_->Where(FrameState::kClaimed, name_, k.file), k.producer, k.seq, false};
         return true;
       }
-      if (errno != ENOENT) {
-        *err = ErrnoMessage("rename(ready/" + k.file + ", " + to + ")", errno);
+      if (e != ENOENT) {
+        *err = ErrnoMessage("claim of ready/" + k.file + " by " + name_, e);
         return false;
       }
     }
@@ -660,7 +656,7 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err, doubl
     if (!ProducersDone(&all, err)) return false;
     if (all) {
       // Markers first, then ready/: a producer publishes its last frame before its marker.
-      if (!ListFrames(paths_.Ready(), &files, err)) return false;
+      if (!transport_->List(FrameState::kReady, "", &files, err)) return false;
       if (files.empty()) {
         if (waited) waited_s_ += Since(t0);
         *end = true;
@@ -684,18 +680,19 @@ bool SpoolConsumer::Next(ClaimedFrame* frame, bool* end, std::string* err, doubl
 bool SpoolConsumer::Ack(const ClaimedFrame& frame, std::string* err, bool drop_bytes) {
   if (hold_) {
     // Replaces (as Python's os.replace): a frame delivered again after a restore goes back under its new position.
-    const std::string to =
-        paths_.PendingOf(name_) + "/" + PendingName(frame.position >= 0 ? frame.position : position_, frame.file);
-    if (::rename(frame.path.c_str(), to.c_str()) != 0) {
-      *err = ErrnoMessage("rename(" + frame.path + ", " + to + ")", errno);
+    const int64_t at = frame.position >= 0 ? frame.position : position_;
+    if (int e = transport_->Hold(frame.path, frame.file, name_, at)) {
+      *err = ErrnoMessage("rename(" + frame.path + ", " + transport_->Where(FrameState::kPending, name_, frame.file, at) +
+                              ")",
+                          e);
       return false;
     }
     ++position_;
     ++acked_;
     return true;
   }
-  const std::string to = paths_.Done() + "/" + frame.file;
-  if (int e = RenameNoReplace(frame.path, to)) {
+  const std::string to = transport_->Where(FrameState::kDone, name_, frame.file);
+  if (int e = transport_->Ack(frame.path, frame.file)) {
     *err = e == EEXIST ? "frame " + frame.file + " was acknowledged before (done/ has it): producer " +
                              frame.producer + " published sequence number " + std::to_string(frame.seq) + " twice"
                        : ErrnoMessage("rename(" + frame.path + ", done/)", e);
@@ -756,13 +753,7 @@ bool SpoolConsumer::Commit(const std::map<std::string, int64_t>& positions, cons
 }
 
 bool SpoolConsumer::Reject(const ClaimedFrame& frame, const std::string& reason, std::string* err) {
-  const std::string to = paths_.Rejected() + "/" + frame.file;
-  if (!WriteFileAtomic(to + std::string(layout::kReasonExt), reason + "\n", err, 0600)) return false;
-  if (::rename(frame.path.c_str(), to.c_str()) != 0) {
-    *err = ErrnoMessage("rename(" + frame.path + ", rejected/)", errno);
-    return false;
-  }
-  return true;
+  return transport_->Reject(frame.path, frame.file, reason, err);
 }
 
 bool SpoolConsumer::WriteManifestIfFinal(const std::string& path, bool* written, std::string* err) {

@@ -124,6 +124,8 @@ class Backoff {
   int64_t us_ = 100, max_us_;
 };
 
+class FrameTransport;
+
 class SpoolProducer {
  public:
   /// `max_ready`: Publish waits while ready/ holds this many unconsumed frames.
@@ -131,6 +133,8 @@ class SpoolProducer {
   /// would pass this byte budget; 0: half the spool filesystem's free space
   /// at Open (dflash_launch.spool.write.default_max_bytes, the same rule).
   SpoolProducer(std::string root, std::string name, int max_ready, int64_t max_bytes = 0);
+  ~SpoolProducer();
+  SpoolProducer(SpoolProducer&&) noexcept;
 
   /// Creates the layout, removes this producer's leftovers in tmp/ (a frame
   /// half-written when it died), and resumes after the highest sequence number
@@ -174,6 +178,7 @@ class SpoolProducer {
                    bool* not_yet);
 
   SpoolPaths paths_;
+  std::unique_ptr<FrameTransport> transport_;  // the frames' states (frame_transport.h); the budget is paths_'
   std::string name_;
   int max_ready_;
   int64_t max_bytes_;
@@ -207,6 +212,9 @@ class SpoolConsumer {
   /// `producers`: how many producers will mark their end (DFLASH_SPOOL_PRODUCERS);
   /// 0 means unknown: the consumer never decides on its own that the spool ended.
   SpoolConsumer(std::string root, std::string name, int producers);
+  /// The same over another transport of the frames' states (frame_transport.h); `root` keeps what stays local:
+  /// the ring, the commit's pending/.
+  SpoolConsumer(std::string root, std::string name, int producers, std::unique_ptr<FrameTransport> transport);
   ~SpoolConsumer();
   SpoolConsumer(SpoolConsumer&&) noexcept;
 
@@ -297,6 +305,7 @@ class SpoolConsumer {
   std::vector<std::string> HeldElsewhere(const std::string& f);
 
   SpoolPaths paths_;
+  std::unique_ptr<FrameTransport> transport_;  // every state move of a frame goes through it
   std::string name_;
   int producers_;
   std::vector<std::string> take_back_;

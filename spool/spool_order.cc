@@ -2,10 +2,6 @@
 
 #include <algorithm>
 
-#include <nlohmann/json.hpp>
-
-#include "common/fd.h"
-#include "spool/spool_commit.h"
 
 namespace dflash::spool {
 namespace {
@@ -14,9 +10,17 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-SpoolOrder::SpoolOrder(SpoolPaths paths, int producers, int rank, int world, int64_t start_round)
-    : paths_(std::move(paths)), producers_(producers), rank_(rank), world_(std::max(1, world)),
+SpoolOrder::SpoolOrder(FrameTransport* transport, int producers, int rank, int world, int64_t start_round)
+    : transport_(transport), producers_(producers), rank_(rank), world_(std::max(1, world)),
       skip_(start_round * std::max(1, world) + rank) {}
+
+SpoolOrder::SpoolOrder(SpoolPaths paths, int producers, int rank, int world, int64_t start_round)
+    : SpoolOrder(nullptr, producers, rank, world, start_round) {
+  own_ = std::make_unique<LocalDirTransport>(std::move(paths.root));
+  transport_ = own_.get();
+}
+
+SpoolOrder::~SpoolOrder() = default;
 
 bool SpoolOrder::Open(std::string* err) {
   if (producers_ <= 0) {
@@ -24,7 +28,7 @@ bool SpoolOrder::Open(std::string* err) {
     return false;
   }
   std::vector<std::string> names;
-  if (!ListFrames(paths_.Rejected(), &names, err)) return false;
+  if (!transport_->List(FrameState::kRejected, "", &names, err)) return false;
   rejected_ = std::set<std::string>(names.begin(), names.end());
   return true;
 }
@@ -32,17 +36,10 @@ bool SpoolOrder::Open(std::string* err) {
 bool SpoolOrder::Scan(std::string* err) {
   // In the frames' own direction (ready -> claimed -> pending -> done/rejected), so a frame moving while we look
   // is seen further on.
-  std::vector<std::string> seen, names, consumers;
-  if (!ListFrames(paths_.Ready(), &seen, err)) return false;
-  if (!ListDir(paths_.Claimed(), &consumers, err, true)) return false;
-  for (const std::string& c : consumers) {
-    std::string ignored;  // a consumer's dir removed meanwhile
-    if (ListFrames(paths_.ClaimedBy(c), &names, &ignored)) seen.insert(seen.end(), names.begin(), names.end());
-  }
-  if (!ListPendingFrames(paths_, &names, err)) return false;
-  seen.insert(seen.end(), names.begin(), names.end());
-  for (const std::string& d : {paths_.Done(), paths_.Rejected()}) {
-    if (!ListFrames(d, &names, err)) return false;
+  std::vector<std::string> seen, names;
+  for (FrameState s : {FrameState::kReady, FrameState::kClaimed, FrameState::kPending, FrameState::kDone,
+                       FrameState::kRejected}) {
+    if (!transport_->List(s, "", &names, err)) return false;
     seen.insert(seen.end(), names.begin(), names.end());
   }
   std::string prod;
@@ -52,16 +49,9 @@ bool SpoolOrder::Scan(std::string* err) {
       auto it = high_.find(prod);
       if (it == high_.end() || seq > it->second) high_[prod] = seq;
     }
-  if (!ListDir(paths_.Producers(), &names, err)) return false;
-  const std::string frames_key(layout::kEndFramesKey);
-  for (const std::string& f : names) {
-    if (!layout::ParseEndMarkerFile(f, &prod) || count_.count(prod)) continue;
-    std::string text, ignored;
-    if (!ReadFile(paths_.Producers() + "/" + f, &text, &ignored)) continue;
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (!j.is_object() || !j.contains(frames_key) || !j[frames_key].is_number_integer()) continue;  // being written
-    count_[prod] = j[frames_key].get<int64_t>();
-  }
+  std::map<std::string, int64_t> ends;  // an end being written is not there yet: the next scan reads it
+  if (!transport_->Ends(&ends, err)) return false;
+  for (const auto& [p, n] : ends) count_.emplace(p, n);
   if (!names_) {
     std::set<std::string> known;
     for (const auto& [p, s] : high_) known.insert(p);

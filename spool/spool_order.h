@@ -19,19 +19,25 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "spool/frame_transport.h"
 #include "spool/spool.h"
 
 namespace dflash::spool {
 
 class SpoolOrder {
  public:
-  /// Rank `rank` of a world of `world`, from round `start_round` (a restored checkpoint's).
+  /// Rank `rank` of a world of `world`, from round `start_round` (a restored checkpoint's), over `transport`
+  /// (not owned; it outlives the order).
+  SpoolOrder(FrameTransport* transport, int producers, int rank, int world, int64_t start_round);
+  /// The same over the local directory `paths`.
   SpoolOrder(SpoolPaths paths, int producers, int rank, int world, int64_t start_round);
+  ~SpoolOrder();
 
   /// Reads rejected/ (the frames out of the order). False when the producer count is unknown (<= 0).
   bool Open(std::string* err);
@@ -54,7 +60,8 @@ class SpoolOrder {
   /// The next entry of the whole order (any rank's): kEntry, kEnd or kNotYet.
   bool NextEntry(const Deadline& deadline, Step* step, std::string* producer, int64_t* seq, std::string* err);
 
-  SpoolPaths paths_;
+  std::unique_ptr<FrameTransport> own_;
+  FrameTransport* transport_;
   int producers_, rank_, world_;
   int64_t skip_;                           // entries before this rank's first: start_round * world + rank
   std::optional<std::vector<std::string>> names_;  // the producers, sorted, once all are known

@@ -1,5 +1,5 @@
-// How many hidden-state frames are in each state of a spool (spool/spool.h has the layout):
-// every state of a frame is the directory it is in, so counting names is the whole reading.
+// How many hidden-state frames are in each state of a spool, as the spool's transport counts them
+// (spool/frame_transport.h; the layout is contract/spool_layout.h's).
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,8 @@ struct SpoolCounts {
   int64_t rejected = 0;  ///< rejected/: violated the contract
 };
 
-/// Counts the frames under `root` (a missing directory counts 0). Frame files are the names that end in
-/// ".safetensors"; tmp/ counts every entry, since a frame there has a temporary name.
+/// Counts the frames under `root` (a missing directory counts 0). Frame files are the names the layout gives
+/// frames; the writing state counts every entry, since a frame there has a temporary name.
 /// Without `with_done`, done/ is not listed (done stays 0): it only grows (a long run keeps every acknowledged
 /// frame there, 100k names take tens of ms to list), so the caller lists it less often.
 SpoolCounts CountSpool(const std::string& root, bool with_done = true);
