@@ -258,10 +258,9 @@ std::vector<int> NodeCoordinator::Missing() {
   std::vector<bool> arrived(static_cast<size_t>(o_.nnodes), false);
   arrived[static_cast<size_t>(o_.node_rank)] = true;
   if (own.Command({"SMEMBERS", "dflash:" + o_.run_id + ":" + session + ":arrived"}, &r, &err))
-    for (const RedisReply& m : r.elements) {
-      char* end = nullptr;
-      long v = std::strtol(m.str.c_str(), &end, 10);
-      if (!m.str.empty() && end && *end == '\0' && v >= 0 && v < o_.nnodes) arrived[static_cast<size_t>(v)] = true;
+    for (const RedisReply& m : r.elements) {  // only a rank as a node writes it: "01" is no node's
+      long v = std::strtol(m.str.c_str(), nullptr, 10);
+      if (v >= 0 && v < o_.nnodes && std::to_string(v) == m.str) arrived[static_cast<size_t>(v)] = true;
     }
   for (int i = 0; i < o_.nnodes; ++i)
     if (!arrived[static_cast<size_t>(i)]) out.push_back(i);

@@ -250,6 +250,65 @@ TEST(NodeCoordinator, AForgedFailureRecordNamingNode9IsIgnored) {
   EXPECT_EQ(NodeCulpritName(e.culprit), "node 1: w:1");
 }
 
+TEST(NodeCoordinator, AForgedWatchLeaseBlindsNobody) {
+  // Another writer of the store puts values without a TTL in the watch leases: one that is no lease at all,
+  // one that names a node's rank with a nonce that is not its registration's. Neither holds the watch: a node
+  // takes it over (the first with a warning) and a lost node still stops the other, named.
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  NodeCoordinator a(Options(server, 0));
+  auto b = std::make_unique<NodeCoordinator>(Options(server, 1));
+  ASSERT_TRUE(Meet(a, *b));
+  using K = NodeCoordinator::Event::Kind;
+  RedisClient w = Intruder(server);
+  RedisReply r;
+  std::string err;
+  ASSERT_TRUE(w.Command({"SET", a.SessionKey("watcher"), "not a lease"}, &r, &err)) << err;
+  ASSERT_TRUE(w.Command({"SET", a.SessionKey("deputy"), "1:0123456789abcdef0123456789abcdef"}, &r, &err)) << err;
+  std::string warned;  // by whichever node polled first
+  ASSERT_TRUE(test::WaitUntil([&] {
+    for (NodeCoordinator* c : {&a, b.get()})
+      for (const NodeCoordinator::Event& ev : c->TakeEvents())
+        if (ev.kind == K::kWarn) warned += ev.text + "\n";
+    return !warned.empty();
+  }, Millis(20000)));
+  EXPECT_NE(warned.find("named no node's registration"), std::string::npos) << warned;
+  ASSERT_TRUE(test::WaitUntil([&] { return a.Role() == "watcher" || b->Role() == "watcher"; }, Millis(5000)));
+  NodeCoordinator::Event e;
+  b.reset();  // as a launcher that died
+  ASSERT_TRUE(WaitEvent(a, K::kStop, &e));
+  EXPECT_EQ(NodeCulpritName(e.culprit), "node 1 (launcher lost)");
+}
+
+TEST(NodeCoordinator, ForgedMembersOfTheBarrierSetOpenNoBarrier) {
+  // Members no node of the run would write ("7", "01", "x") fill the set to N: node 0 still waits for node 1.
+  test::RedisServer server;
+  ASSERT_TRUE(server.Start());
+  NodeCoordinator a(Options(server, 0));
+  std::string err;
+  int rc = 0;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(a.Register(&err, &rc, &notes)) << err;
+  RedisClient w = Intruder(server);
+  RedisReply r;
+  ASSERT_TRUE(w.Command({"SADD", a.SessionKey("arrived"), "7", "01", "x"}, &r, &err)) << err;
+  ASSERT_TRUE(a.Start(&err)) << err;
+  NodeCoordinator::Event e;
+  ASSERT_TRUE(WaitEvent(a, NodeCoordinator::Event::Kind::kWarn, &e));
+  EXPECT_NE(e.text.find("no node of this run"), std::string::npos) << e.text;
+  bool passed = false;  // a look of several polls: a barrier the forged members opened would show by then
+  test::WaitUntil([&] {
+    for (const NodeCoordinator::Event& ev : a.TakeEvents()) passed = passed || ev.kind == NodeCoordinator::Event::Kind::kBarrier;
+    return passed;
+  }, Millis(1000));
+  EXPECT_FALSE(passed);
+  EXPECT_EQ(a.Missing(), std::vector<int>{1});
+  NodeCoordinator b(Options(server, 1));  // the real node 1 opens it
+  ASSERT_TRUE(b.Register(&err, &rc, &notes)) << err;
+  ASSERT_TRUE(b.Start(&err)) << err;
+  EXPECT_TRUE(WaitEvent(a, NodeCoordinator::Event::Kind::kBarrier));
+}
+
 TEST(NodeCoordinator, ANodeWhoseRegistrationIsDeletedStopsInsteadOfRegisteringAgain) {
   test::RedisServer server;
   ASSERT_TRUE(server.Start());

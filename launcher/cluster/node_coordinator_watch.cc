@@ -126,9 +126,8 @@ bool NodeCoordinator::Poll(int waiting_round, StoreView* view, std::string* err)
   view->round_text = r.elements[2].str;
   view->stopped = r.elements[3].integer;
   for (const RedisReply& m : r.elements[4].elements) {
-    char* end = nullptr;
-    long v = std::strtol(m.str.c_str(), &end, 10);
-    if (end && *end == '\0' && !m.str.empty() && v >= 0 && v < o_.nnodes && v != o_.node_rank)
+    long v = std::strtol(m.str.c_str(), nullptr, 10);  // only a rank as a node writes it
+    if (v >= 0 && v < o_.nnodes && v != o_.node_rank && std::to_string(v) == m.str)
       view->finished.push_back(static_cast<int>(v));
   }
   return true;
