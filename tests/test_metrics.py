@@ -530,9 +530,11 @@ def test_a_resumed_run_shows_its_global_step_and_checkpoint_age_in_prometheus(bi
     cfg.write_text(cfg.read_text().replace("[run]\n", f'[run]\nmetrics = "127.0.0.1:{port}"\n', 1))
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
     prom = Prometheus(tmp_path, f"127.0.0.1:{port}")
+    launched = []
     try:
         t0 = time.time()
         first = Run(bin_dir, cfg, run_id="watched", env=env)
+        launched.append(first)
         # It waits at step 7 until Prometheus has its steps (7 done), then is killed -9 there: no restart.
         assert wait_until(lambda: list((prom.query('dflash_training_global_step{process="trainer:0"}') or
                                         {0: 0}).values()) == [7.0], timeout=120), first.out[-3000:]
@@ -541,6 +543,7 @@ def test_a_resumed_run_shows_its_global_step_and_checkpoint_age_in_prometheus(bi
         assert (tmp_path / "killed").exists()
         time.sleep(4)  # the checkpoint ages while nothing runs
         second = Run(bin_dir, cfg, run_id="watched", env=env, args=["--resume"])
+        launched.append(second)
         # Restored, before its first step: the step it resumed from and its checkpoint's age, older than the pause.
         assert wait_until(lambda: (prom.query('dflash_training_resumed_from_step{process="trainer:0"}') or {}) and
                           list(prom.query('dflash_training_checkpoint_age_seconds{process="trainer:0"}').values())[0]
@@ -581,3 +584,5 @@ def test_a_resumed_run_shows_its_global_step_and_checkpoint_age_in_prometheus(bi
             (30, 24, 6, 30), final
     finally:
         prom.stop()
+        for r in launched:  # a failed assert leaves a payload waiting for its go file
+            r.kill()
