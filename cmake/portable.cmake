@@ -5,7 +5,14 @@
 #  - fmt, spdlog and toml++ are compiled in header-only (Debian ships only their .so; a grafted .so would bring
 #    its own dynamic libstdc++ beside the static one, and exceptions crossing between the two are not safe);
 #  - OpenSSL's libcrypto and libarchive (with the compressors Debian ships as .a) are linked statically;
-#  - what is left (libzstd, liblz4, libacl: no .a in Debian) auditwheel grafts into the wheel.
+#  - what is left (libzstd, liblz4, libacl: no .a in Debian) auditwheel grafts into the wheel;
+#  - except dflash-launch and dflash-guardian (which links the supervisor), when prometheus-cpp is there: Debian
+#    ships it and civetweb only as shared libraries built against the dynamic libstdc++, and one process must not
+#    hold two libstdc++ (exceptions and std::string cross between them). So these two link the system's
+#    libstdc++/libgcc_s (on the manylinux whitelist; GCC 12's GLIBCXX_3.4.30 is inside the manylinux_2_35
+#    policy, the wheel's tag) and auditwheel grafts libprometheus-cpp-core/-pull and
+#    libcivetweb(-cpp) into dflash_launch.libs/, as for libzstd. The other three binaries keep the static runtime.
+#    Issue #59: the wheel serves the same metrics as the source build.
 # docs/wheel.md lists the result (`auditwheel show`).
 
 add_library(dflash_toml_ho INTERFACE)
@@ -40,3 +47,16 @@ set(LibArchive_FOUND TRUE)
 # those writers, so their sections are dropped and their references with them; ld still fails on any undefined
 # symbol in a section that is kept.
 add_link_options(-static-libstdc++ -static-libgcc -Wl,--gc-sections -s)  # -s: no symbol tables in the wheel
+
+# The binaries that link prometheus-cpp: the dynamic libstdc++ the grafted prometheus-cpp and civetweb use (see the top).
+function(dflash_portable_metrics_runtime)
+  if(NOT TARGET prometheus-cpp::pull)
+    message(STATUS "prometheus-cpp not found: this portable build serves no metrics (run_metrics_off.cc)")
+    return()
+  endif()
+  foreach(target IN LISTS ARGN)
+    get_target_property(opts ${target} LINK_OPTIONS)
+    list(REMOVE_ITEM opts -static-libstdc++ -static-libgcc)
+    set_target_properties(${target} PROPERTIES LINK_OPTIONS "${opts}")
+  endforeach()
+endfunction()

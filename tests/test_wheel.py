@@ -79,7 +79,12 @@ def test_installed_binaries_need_only_glibc_and_what_the_wheel_carries(venv):
             if "=>" not in parts or parts[0].startswith("linux-vdso"):
                 continue
             target = os.path.realpath(parts[parts.index("=>") + 1])
-            assert parts[0] in GLIBC or target.startswith(libs), f"{b} needs {line.strip()} from the system"
+            # dflash-launch, dflash-guardian (the supervisor's) and the prometheus-cpp they carry share the system's
+            # libstdc++ (manylinux whitelist, as libz is; its symbol versions are in the tag's policy: auditwheel
+            # show, above). The others have the runtime static.
+            serves_metrics = b in ("dflash-launch", "dflash-guardian")
+            system = GLIBC | ({"libstdc++.so.6", "libgcc_s.so.1", "libz.so.1"} if serves_metrics else set())
+            assert parts[0] in system or target.startswith(libs), f"{b} needs {line.strip()} from the system"
 
 
 def test_installed_version_and_check_of_the_demo_config(venv):
@@ -162,6 +167,61 @@ ready = {{ mode = "notify", timeout = "2m" }}
     assert not os.path.exists(os.path.join(venv["site"], "dflash_launch_hook.pth"))
     plan = json.loads(run([venv["dir"] / "bin" / "dflash-launch", "check", "--json", config], env=venv["env"]).stdout)
     assert "precompile" not in plan["roles"][0]["gate"], plan["roles"][0]["gate"]
+
+
+def test_installed_launcher_serves_the_metrics(venv, tmp_path):
+    """The wheel's dflash-launch serves what the source build serves (issue #59 item 1): prometheus-cpp and
+    civetweb come grafted in dflash_launch.libs/, nothing from the checkout or the system but glibc and libstdc++."""
+    import subprocess
+    import time
+    import urllib.request
+    (tmp_path / "cache").mkdir(mode=0o700)
+    stop = tmp_path / "stop"
+    config = tmp_path / "run.toml"
+    config.write_text(f"""[run]
+name = "wheel-metrics"
+cache_dir = "{tmp_path}/cache"
+log_dir = "{tmp_path}/runs"
+metrics = "127.0.0.1:0"
+
+[[role]]
+name = "p"
+cpu = 2
+command = ["sh", "-c", "while [ ! -e {stop} ]; do sleep 0.1; done"]
+""")
+    launch = venv["dir"] / "bin" / "dflash-launch"
+    r = run([launch, "check", config], env=venv["env"])
+    assert r.returncode == 0 and "metrics" not in r.stderr, r.stderr  # nothing to warn about: they are served
+    proc = subprocess.Popen([str(launch), "run", str(config), "--run-id", "m", "--color", "never"], env=venv["env"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url_file = tmp_path / "runs" / "m" / "metrics.url"
+        deadline = time.monotonic() + 120
+        while not url_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert url_file.exists(), proc.poll()
+        url = url_file.read_text().strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", url), url
+        up = ""
+        while time.monotonic() < deadline:  # RUNNING once both have started
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                text = resp.read().decode()
+            up = sorted(l for l in text.splitlines() if l.startswith("dflash_process_up{"))
+            if up == ['dflash_process_up{process="p:0",role="p"} 1', 'dflash_process_up{process="p:1",role="p"} 1']:
+                break
+            time.sleep(0.2)
+        assert up == ['dflash_process_up{process="p:0",role="p"} 1', 'dflash_process_up{process="p:1",role="p"} 1'], \
+            text
+        assert "# TYPE dflash_process_up gauge" in text
+    finally:
+        stop.touch()
+        try:
+            out = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = proc.communicate()[0]
+    assert proc.returncode == 0, out
+    assert "without prometheus-cpp" not in out, out
 
 
 def test_installed_init_writes_a_starter_outside_the_checkout(venv, tmp_path):

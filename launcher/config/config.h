@@ -210,6 +210,7 @@ struct RunSpec {
   bool console_dedup = true; // a line several processes of a role say, printed once (docs/logs.md)
   /// Where the live run serves Prometheus metrics ("IP:PORT", launcher/config/metrics_address.h); "": off.
   std::string metrics = "127.0.0.1:0";
+  SourcePos metrics_pos;  // where run.toml sets metrics (line 0: not set, the default): a build without them says so
   /// The coordination store of a multi-node run (docs/multinode.md): "" none (static
   /// mode), "private" (node 0 starts a redis-server for the run), or redis://host:port[/db].
   std::string store;

@@ -102,6 +102,7 @@ void ReadMetrics(TableReader& r, RunSpec* run) {
   const toml::node* n = r.Get("metrics");
   run->metrics = kDefaultMetricsAddress;
   if (!n) return;
+  run->metrics_pos = r.ValuePos("metrics");
   const std::string hint = "e.g. metrics = \"127.0.0.1:9400\" (port 0: a free one), or metrics = false";
   if (n->is_boolean()) {
     if (!n->as_boolean()->get()) run->metrics.clear();

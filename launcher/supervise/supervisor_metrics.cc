@@ -29,9 +29,12 @@ void Supervisor::Impl::StartMetrics() {
   const std::string& address = plan_.config.run.metrics;
   if (address.empty()) return;  // [run] metrics = false: `ctl metrics` still answers
   std::string err;
-  if (!RunMetrics::Available()) {  // the wheel's build: said once in the log, not on every run's console
+  if (!RunMetrics::Available()) {  // a build without prometheus-cpp (cmake/portable.cmake)
     metrics_->Serve(address, &err);
-    if (log_) log_->info(err);
+    // Asked for in run.toml: on the console. The default address only: the log (not every run's console).
+    const SourcePos& asked = plan_.config.run.metrics_pos;
+    if (asked.line > 0) Warn(asked.ToString() + ": [run] metrics: " + err);
+    else if (log_) log_->info(err);
     return;
   }
   if (!metrics_->Serve(address, &err)) {
