@@ -363,7 +363,10 @@ bool Supervise(const Plan& plan, const SupervisorOptions& so, Console* console,
   *rc = sup.Run();
   if (coord) sup.RemoveWatch(coord->event_fd());
   control.Close();  // before the registry entry goes: `ps` never lists a run whose socket is gone
-  *summary = sup.Summary();  // the culprit, another node's included, as the core judged it
+  // supervisor.log lines lost to a full disk: a fact the verdict takes into account, told before it is built.
+  if (std::string loss = SupervisorLogLoss(*log); !loss.empty()) sup.RecordsIncomplete(loss);
+  *summary = sup.Summary();  // built once by the core: the culprit, another node's included, as it judged it
+  if (!summary->records_error.empty()) *rc = summary->exit_code;
   return true;
 }
 
@@ -372,12 +375,13 @@ bool Supervise(const Plan& plan, const SupervisorOptions& so, Console* console,
 int WriteRunRecords(const Plan& plan, int rc, RunSummary* summary, Console* console, spdlog::logger& log) {
   const PathUse run_use = RunDirUse();
   std::string err;
-  // A full disk under the log dir: the run's own record is incomplete (RunVerdict::RecordsIncomplete).
+  // A full disk under the log dir while the records themselves are written (supervisor.log's losses were told to
+  // the core before its verdict): the one change after it, since the verdict cannot know that its own record
+  // failed (RunVerdict::RecordsIncomplete).
   auto incomplete = [&](const std::string& what) {
     summary->RecordsIncomplete(what);
     rc = summary->exit_code;
   };
-  if (std::string loss = SupervisorLogLoss(log); !loss.empty()) incomplete(loss);
   if (std::string svg = LossPlotSvg(*summary); !svg.empty() &&  // training's loss curves (training_report.h)
       !WritePrivateFileAtomic(plan.run_dir + "/loss.svg", svg, plan.Files(), run_use, &err))
     incomplete("cannot write " + plan.run_dir + "/loss.svg: " + err);

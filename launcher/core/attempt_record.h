@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "contract/enum_names.h"
 #include "contract/gate_facts.h"
 
@@ -42,6 +44,19 @@ struct AttemptTraining {
   int64_t resumed_from_step = -1;  ///< the checkpoint step it resumed from (0: none there yet); -1: not reported
 };
 
+/// What the files a payload left for one attempt said (its torch error file, its DFLASH_METRICS_FILE:
+/// launcher/supervise/payload_files.h), read once by the shell when the attempt was reaped and told to the core
+/// with its end (SupervisorCore::OnExit). The core judges the end and builds the run's summary from these facts;
+/// nothing reads those files again.
+struct AttemptFiles {
+  std::string error_message;          ///< the error file's message ("" without one): the end's words
+  nlohmann::json error_file;          ///< the error file (parsed, or {"unparsed": text}); null: none
+  std::string error_file_unreadable;  ///< why it was not read ("a FIFO, not a regular file"), or ""
+  nlohmann::json metrics;             ///< the metrics file; null: none
+  std::string metrics_unreadable;     ///< why it was not read, or ""
+  AttemptTraining training;           ///< what the metrics said of training
+};
+
 /// One start of a process, kept for summary.json's history.
 struct AttemptRecord {
   int attempt = 0;
@@ -58,7 +73,8 @@ struct AttemptRecord {
   bool with_unit = false;     ///< stopped and restarted because another process of its restart unit failed
   double ready_s = 0;         ///< spawn to ready (0: never ready)
   GateFacts gate;             ///< what its worker reported of the compile gate (summary.json "gate")
-  AttemptTraining training;   ///< set by the summary from its metrics file (the core leaves it unknown)
+  AttemptTraining training;   ///< from its metrics file, told by the shell at its end (AttemptFiles)
+  std::string metrics_unreadable;  ///< why its metrics file was not read (AttemptFiles), or ""
 };
 
 }  // namespace dflash

@@ -55,6 +55,8 @@ class Harness {
     return 0;
   }
   const CoreProc& Proc(const std::string& name) const { return core_->proc(Index(name)); }
+  /// The culprit's attempt that was the root cause (the core's own: SupervisorCore keeps it private).
+  const AttemptRecord* CulpritAttempt() const { return core_->culprit_attempt(); }
   /// Its restarts as `ctl status` and the summary count them.
   RestartCounts Restarts(const std::string& name) const { return CountRestarts(Proc(name).attempts); }
   std::string State(const std::string& name) const { return ProcStateName(Proc(name).state); }
@@ -78,18 +80,19 @@ class Harness {
     core_->Start();
     Pump();
   }
-  void Exit(const std::string& name, int code) {
+  /// `files`: what its attempt's files said, as the shell tells it when it reaps one.
+  void Exit(const std::string& name, int code, AttemptFiles files = {}) {
     ExitStatus st;
     st.exited = true;
     st.code = code;
-    core_->OnExit(Index(name), st, "");
+    core_->OnExit(Index(name), st, std::move(files));
     Pump();
   }
-  void Killed(const std::string& name, int sig) {
+  void Killed(const std::string& name, int sig, AttemptFiles files = {}) {
     ExitStatus st;
     st.signaled = true;
     st.signal = sig;
-    core_->OnExit(Index(name), st, "");
+    core_->OnExit(Index(name), st, std::move(files));
     Pump();
   }
   void Advance(Millis d) {

@@ -32,7 +32,7 @@ TEST(SupervisorCore, ABudgetExhaustedIsFatalAndStopsTheRun) {
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 7);
   EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("a:0")));
-  EXPECT_EQ(h.core().culprit_attempt()->attempt, 3) << "the same process failing again: its last failure";
+  EXPECT_EQ(h.CulpritAttempt()->attempt, 3) << "the same process failing again: its last failure";
   EXPECT_EQ(h.core().ExitReason().rfind("a:0 exited with code 7; restart budget exhausted", 0), 0u)
       << h.core().ExitReason();
   EXPECT_EQ(std::string(AttemptOutcomeName(h.Proc("b:0").last()->outcome)), "collateral");
@@ -49,7 +49,7 @@ TEST(SupervisorCore, TheCulpritIsTheFirstFailureOfTheIncidentEvenIfItWasRestarte
   h.Exit("target:1", 1);
   EXPECT_TRUE(h.core().stopping());
   EXPECT_EQ(h.core().culprit(), static_cast<int>(h.Index("drafter:1")));
-  EXPECT_EQ(h.core().culprit_attempt()->attempt, 0);
+  EXPECT_EQ(h.CulpritAttempt()->attempt, 0);
   EXPECT_EQ(h.core().ExitCode(), 3);
   EXPECT_NE(h.core().ExitReason().find("drafter:1 exited with code 3"), std::string::npos) << h.core().ExitReason();
   EXPECT_NE(h.core().ExitReason().find("target:1"), std::string::npos) << h.core().ExitReason();
@@ -157,20 +157,26 @@ TEST(Incident, AStopForANodeIsNamedByTheVerdictAlone) {
 // A world of 3: d:1 is killed, d:0 goes down with it on its own (a gloo error), d:2 is stopped for the restart.
 // The story names d:1 alone, with the step it reached and the one its next attempt resumed from.
 TEST(SupervisorCoreStory, ARestartedWorldIsToldByTheRankThatFailedFirstWithItsSteps) {
-  Harness h(Role("d", 3, kOnFailure3 + std::string("\nworld = \"role\"")));
-  h.Start();
-  h.Killed("d:1", SIGKILL);
-  h.Exit("d:0", 1);  // its peer died under it: an echo, not a root cause
-  h.Killed("d:2", SIGTERM);
-  h.Advance(Millis(1500));
-  for (const char* n : {"d:0", "d:1", "d:2"}) ASSERT_EQ(h.State(n), "RUNNING") << n;
-  for (const char* n : {"d:0", "d:1", "d:2"}) h.Exit(n, 0);
-  ASSERT_TRUE(h.core().Done());
-  // Attempt 0 of each reached step 25 (its metrics); attempt 1 resumed from 20 and ran 80 steps.
-  TrainingOf training = [](size_t, int attempt) {
-    return attempt == 0 ? AttemptTraining{25, 25, 0} : AttemptTraining{80, 100, 20};
+  // Attempt 0 of each reached step 25 (its metrics); attempt 1 resumed from 20 and ran 80 steps: what the shell
+  // read of each attempt's metrics file when it reaped it, told with its end (`told`: false, nothing told).
+  auto run = [](Harness& h, bool told) {
+    AttemptFiles first, second;
+    if (told) {
+      first.training = AttemptTraining{25, 25, 0};
+      second.training = AttemptTraining{80, 100, 20};
+    }
+    h.Start();
+    h.Killed("d:1", SIGKILL, first);
+    h.Exit("d:0", 1, first);  // its peer died under it: an echo, not a root cause
+    h.Killed("d:2", SIGTERM, first);
+    h.Advance(Millis(1500));
+    for (const char* n : {"d:0", "d:1", "d:2"}) ASSERT_EQ(h.State(n), "RUNNING") << n;
+    for (const char* n : {"d:0", "d:1", "d:2"}) h.Exit(n, 0, second);
+    ASSERT_TRUE(h.core().Done());
   };
-  RunVerdict v = h.core().Verdict("", training);
+  Harness h(Role("d", 3, kOnFailure3 + std::string("\nworld = \"role\"")));
+  run(h, true);
+  RunVerdict v = h.core().Verdict();
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_EQ(v.reason, "all processes succeeded (after 1 restart: d:1 killed by SIGKILL at step 25, resumed from step 20 "
                       "(restarted with it: d:0, d:2))");
@@ -180,8 +186,11 @@ TEST(SupervisorCoreStory, ARestartedWorldIsToldByTheRankThatFailedFirstWithItsSt
   EXPECT_EQ(v.restarts[0].attempt, 0);
   EXPECT_EQ(v.restarts[0].step, 25);
   EXPECT_EQ(v.restarts[0].resumed_from_step, 20);
+  EXPECT_EQ(h.core().Summary(1.0).reason, v.reason) << "the summary's verdict is the same one";
   // Without the training metrics: the same story, no steps.
-  EXPECT_EQ(h.core().ExitReason(), "all processes succeeded (after 1 restart: d:1 killed by SIGKILL (restarted with it: "
+  Harness bare(Role("d", 3, kOnFailure3 + std::string("\nworld = \"role\"")));
+  run(bare, false);
+  EXPECT_EQ(bare.core().ExitReason(), "all processes succeeded (after 1 restart: d:1 killed by SIGKILL (restarted with it: "
                                    "d:0, d:2))");
 }
 

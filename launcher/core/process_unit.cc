@@ -418,9 +418,13 @@ void ProcessUnit::GiveBack(SteadyTime::duration lost) {
   }
 }
 
-std::string ProcessUnit::EndAttempt(const ExitStatus& st, const std::string& error_message) {
+std::string ProcessUnit::EndAttempt(const ExitStatus& st, AttemptFiles files) {
   SteadyTime now = sink_->Now();
   AttemptRecord& rec = p_.current();
+  rec.training = files.training;
+  rec.metrics_unreadable = files.metrics_unreadable;
+  p_.files = std::move(files);  // the last attempt's: the summary's error file and metrics
+  const std::string& error_message = p_.files.error_message;
   p_.ended = now;
   p_.pid = -1;
   p_.exec_pending = false;

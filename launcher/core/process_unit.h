@@ -81,6 +81,7 @@ struct CoreProc {
   std::string hung_why;                     ///< why it was judged hung: "no WATCHDOG=1 for 5m", "liveness: ..."
   int64_t memory_peak = -1;
   std::vector<AttemptRecord> attempts;
+  AttemptFiles files;  ///< what its last ended attempt's files said (told by the shell: OnExit)
 
   AttemptRecord& current() { return attempts.back(); }
   const AttemptRecord* last() const { return attempts.empty() ? nullptr : &attempts.back(); }
@@ -255,9 +256,10 @@ class ProcessUnit {
   void EndFailed(const std::string& reason, bool fatal);
 
   // --- its end --------------------------------------------------------------------------------------------
-  /// Reaped: its record closed (exit code, signal), and how it ended, in words, as its record and summary.json
-  /// say it (the worker's words for its payload, the error file, a readiness it never reached, a hang).
-  std::string EndAttempt(const ExitStatus& st, const std::string& error_message);
+  /// Reaped: its record closed (exit code, signal, what its files said), and how it ended, in words, as its record
+  /// and summary.json say it (the worker's words for its payload, the error file, a readiness it never reached, a
+  /// hang).
+  std::string EndAttempt(const ExitStatus& st, AttemptFiles files);
   /// How its last attempt ended, said again (with what the core judged of it).
   void Reword(const std::string& how);
 

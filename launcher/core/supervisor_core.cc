@@ -6,6 +6,7 @@
 #include "common/duration.h"
 #include "common/exit_codes.h"
 #include "common/signal_names.h"
+#include "launcher/core/restart_count.h"
 
 namespace dflash {
 
@@ -74,7 +75,7 @@ void SupervisorCore::OnSpawnFailed(size_t i, const std::string& why, int exit_co
   ExitStatus st;
   st.exited = true;
   st.code = exit_code != 0 ? exit_code : exit_code::kFailure;
-  OnExit(i, st, "");
+  OnExit(i, st, {});
 }
 
 void SupervisorCore::OnExecResult(size_t i, bool ok, const std::string& err) {
@@ -316,6 +317,45 @@ RunStatus SupervisorCore::Status() {
 ControlReply SupervisorCore::Apply(const ControlRequest& request) {
   EventTime event_time(this);
   return control_.Apply(request, status_base);
+}
+
+RunVerdict SupervisorCore::Verdict(const std::string& start_error) const {
+  auto training = [this](size_t i, int attempt) {
+    for (const AttemptRecord& a : units_[i].view().attempts)
+      if (a.attempt == attempt) return a.training;
+    return AttemptTraining{};
+  };
+  RunVerdict v = incident_.Verdict(start_error, training);
+  if (!records_error_.empty()) v.RecordsIncomplete(records_error_);
+  return v;
+}
+
+void SupervisorCore::RecordsIncomplete(const std::string& what) {
+  records_error_ += (records_error_.empty() ? "" : "; ") + what;
+}
+
+ProcView SupervisorCore::view(size_t i) const {
+  const CoreProc& p = units_[i].view();
+  ProcView v;
+  v.plan = p.plan;
+  v.state = p.state;
+  v.pid = p.pid;
+  v.payload_pid = p.payload_pid;
+  v.attempt = p.attempt;
+  v.exec_pending = p.exec_pending;
+  v.started = p.started;
+  if (const AttemptRecord* last = p.last()) v.last_pid = last->pid;
+  for (const AttemptRecord& a : p.attempts)
+    if (a.end_s >= 0) v.last_exit_code = a.exit_code;
+  v.gate = p.gate();
+  v.restart_reasons = RestartReasons(p.attempts);
+  return v;
+}
+
+std::string SupervisorCore::CulpritReason() const {
+  if (culprit() < 0) return "";
+  const AttemptRecord* a = incident_.culprit_attempt();
+  return a ? a->reason : units_[static_cast<size_t>(culprit())].view().reason;
 }
 
 }  // namespace dflash

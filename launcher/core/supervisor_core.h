@@ -34,11 +34,33 @@
 #include "launcher/core/process_unit.h"
 #include "launcher/core/restart_policy.h"
 #include "launcher/core/restart_units.h"
+#include "launcher/core/run_summary.h"
 #include "launcher/core/start_order.h"
 #include "launcher/core/unit_table.h"
 #include "worker/protocol.h"
 
 namespace dflash {
+
+namespace core_test {
+class Harness;
+}
+
+/// A process as the shell reads it (launcher/supervise): what it needs to carry actions out, reap, measure and
+/// log, copied out of the core's table. The table itself (CoreProc, process_unit.h) is the core's alone.
+struct ProcView {
+  const ProcessPlan* plan = nullptr;  ///< its plan: name, role, ports, attempt paths
+  ProcState state = ProcState::kNotStarted;
+  pid_t pid = -1;          ///< while it lives; -1 once reaped
+  pid_t payload_pid = -1;  ///< MAINPID= of this attempt (a claim checked when made), or -1
+  int attempt = -1;        ///< spawns so far - 1
+  bool exec_pending = false;  ///< forked; whether its exec succeeded is not known yet
+  SteadyTime started{};       ///< when this attempt began
+  pid_t last_pid = -1;        ///< its last attempt's pid, ended or not (-1: never started)
+  int last_exit_code = -1;    ///< its last ended attempt's, shell style; -1: none ended
+  GateFacts gate;             ///< its last attempt's gate facts
+  std::vector<const char*> restart_reasons;  ///< why each restart (restart_count.h RestartReasons)
+  bool alive() const { return pid > 0; }
+};
 
 class SupervisorCore final : public ControlHandler, private UnitSink, private UnitTable {
  public:
@@ -59,8 +81,9 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   /// Also the answer to kSettleExec: a stop held back for it is carried out
   /// now if it succeeded, and dropped if it failed. An outcome already known is not re-judged.
   void OnExecResult(size_t i, bool ok, const std::string& err);
-  /// Reaped; `error_message` is its TORCHELASTIC_ERROR_FILE's message, if any.
-  void OnExit(size_t i, const ExitStatus& st, const std::string& error_message);
+  /// Reaped; `files`: what its attempt's error file (TORCHELASTIC_ERROR_FILE) and metrics file said, read once by
+  /// the shell now (the end's words, and the summary's facts: nothing reads them again).
+  void OnExit(size_t i, const ExitStatus& st, AttemptFiles files = {});
   void OnReport(size_t i, const NotifyFields& report);
   /// A try of kProbe `seq` for proc `i` ended: `answered` and what it saw, as
   /// contract/probe_spec.h JudgeProbe says. A stale answer (an earlier try, an
@@ -116,10 +139,6 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   /// run is stopping, it changes nothing: the first reason to stop is the culprit.
   void StopForNode(NodeStop stop);
   int round() const { return rounds_.round(); }
-  /// Another node whose failure stopped the run, or "": summary.json's culprit (named
-  /// over a failure here that came after it; one before would have stopped the run).
-  const std::string& node_culprit() const { return incident_.node_culprit(); }
-  const nlohmann::json& node_record() const { return incident_.node_record(); }
 
   // --- control (launcher/control/control.h) ---------------------------------------
   RunStatus Status() override;
@@ -141,30 +160,35 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   /// The process whose worker (or payload) sent a datagram, or -1.
   int FindSender(pid_t pid, pid_t pgid) const;
   size_t size() const { return units_.size(); }
-  const CoreProc& proc(size_t i) const { return units_[i].view(); }
-  const Plan& plan() const { return plan_; }
-  /// The process the run's end is blamed on (-1: none), and that failure.
+  /// Process `i` as the shell reads it (a copy: call again after an event to see its effect).
+  ProcView view(size_t i) const;
+  /// The process the run's end is blamed on (-1: none), and that failure in words (its attempt's reason).
   int culprit() const { return incident_.culprit(); }
-  const AttemptRecord* culprit_attempt() const { return incident_.culprit_attempt(); }
+  std::string CulpritReason() const;
   bool stopping() const override { return incident_.stopping(); }
-  int stop_signal() const { return incident_.stop_signal(); }
   const std::string& stop_reason() const override { return incident_.stop_reason(); }
-  const std::vector<std::string>& warnings() const { return warnings_; }
-  SteadyTime started_at() const { return t0_; }
   /// The processes restarted together with `i` (RestartUnits::Members).
   std::vector<size_t> RestartUnit(size_t i) const override { return restarts_.Members(i); }
   /// The processes of `i`'s torch world (RestartUnits::World).
   std::vector<size_t> TorchWorldOf(size_t i) const override { return restarts_.World(i); }
-  /// How the run ended, as everyone says it (Incident::Verdict); `start_error`: the loop never started.
-  /// `training`: each attempt's training step, from its metrics file (the story names the steps).
-  RunVerdict Verdict(const std::string& start_error = "", const TrainingOf& training = {}) const {
-    return incident_.Verdict(start_error, training);
-  }
+  /// How the run ended, as everyone says it (Incident::Verdict, with each attempt's training as the shell told
+  /// it, and the records' loss if told); `start_error`: the loop never started.
+  RunVerdict Verdict(const std::string& start_error = "") const;
+  /// The run's own records are incomplete (`what`: supervisor.log lines lost to a full disk): a fact for the
+  /// verdict, told before the summary is built (RunVerdict::RecordsIncomplete).
+  void RecordsIncomplete(const std::string& what);
+  /// The run's summary, built once (run_summary.cc) from the core's table, the facts the shell told it and the
+  /// verdict; `wall_s`: the run's wall time, `start_error`: the loop never started.
+  RunSummary Summary(double wall_s, const std::string& start_error = "") const;
   /// The verdict's exit code and reason.
   int ExitCode() const { return Verdict().exit_code; }
   std::string ExitReason() const { return Verdict().reason; }
 
  private:
+  friend class core_test::Harness;  // reads the table itself (CoreProc) in the core's own tests
+  const CoreProc& proc(size_t i) const { return units_[i].view(); }
+  const AttemptRecord* culprit_attempt() const { return incident_.culprit_attempt(); }
+
   // UnitSink and UnitTable: what the units and the policies ask of the core.
   void Emit(CoreAction a) override { actions_.push_back(std::move(a)); }
   void StateChanged(size_t i) override;
@@ -176,7 +200,7 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
 
   void Spawn(size_t i);
   /// OnExit's judgement of one end: outcome, restart, failure.
-  void JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message);
+  void JudgeExit(size_t i, const ExitStatus& st, AttemptFiles files);
   /// A restart by policy: its unit (or, in store mode, a round of every node) starts again.
   void Restart(size_t i, const RestartDecision& d, const std::string& how);
   void Fail(size_t i, const std::string& reason, bool fatal);
@@ -237,6 +261,7 @@ class SupervisorCore final : public ControlHandler, private UnitSink, private Un
   SteadyTime last_woke_{};  ///< the previous OnLoopTurn's `woke` (epoch: none yet)
   int pauses_ = 0;
   double paused_s_ = 0;
+  std::string records_error_;  ///< RecordsIncomplete's, for the verdict
 };
 
 }  // namespace dflash

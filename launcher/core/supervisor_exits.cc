@@ -9,9 +9,9 @@
 
 namespace dflash {
 
-void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& error_message) {
+void SupervisorCore::OnExit(size_t i, const ExitStatus& st, AttemptFiles files) {
   EventTime event_time(this);
-  JudgeExit(i, st, error_message);
+  JudgeExit(i, st, std::move(files));
   // What its end frees: the next wave of a stop in reverse order, the
   // dependents of a job that ended 0, and the end of a run of services.
   ContinueStop();
@@ -23,9 +23,9 @@ void SupervisorCore::OnExit(size_t i, const ExitStatus& st, const std::string& e
   }
 }
 
-void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, const std::string& error_message) {
+void SupervisorCore::JudgeExit(size_t i, const ExitStatus& st, AttemptFiles files) {
   ProcessUnit& u = units_[i];
-  std::string how = u.EndAttempt(st, error_message);
+  std::string how = u.EndAttempt(st, std::move(files));
   if (u.plan().warmup && !stopping() && u.intent() == EndIntent::kNone) {
     OnWarmupExit(i, how);
     return;

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "launcher/report/run_summary.h"
+#include "launcher/core/run_summary.h"
 
 namespace dflash {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "launcher/report/run_summary.h"
+#include "launcher/core/run_summary.h"
 
 namespace dflash {
 

@@ -11,7 +11,6 @@
 
 #include "common/fd.h"
 #include "launcher/supervise/supervisor_internal.h"
-#include "launcher/supervise/supervisor_summary.h"
 
 namespace dflash {
 namespace {
@@ -62,8 +61,10 @@ int Supervisor::Run() { return impl_->Run(); }
 
 RunSummary Supervisor::Summary() const {
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->t0_).count();
-  return BuildRunSummary(impl_->core_, wall, impl_->start_error_);
+  return impl_->core_.Summary(wall, impl_->start_error_);  // built once, by the core
 }
+
+void Supervisor::RecordsIncomplete(const std::string& what) { impl_->core_.RecordsIncomplete(what); }
 
 ControlHandler& Supervisor::control() { return *impl_; }
 

@@ -17,7 +17,7 @@
 #include "launcher/core/node_culprit.h"
 #include "launcher/plan/plan.h"
 #include "launcher/supervise/death_guard.h"
-#include "launcher/report/run_summary.h"
+#include "launcher/core/run_summary.h"
 
 namespace dflash {
 
@@ -61,7 +61,10 @@ class Supervisor {
   /// signal N told the supervisor to stop.
   int Run();
 
+  /// The run's summary, built once by the core (SupervisorCore::Summary).
   RunSummary Summary() const;
+  /// The run's own records are incomplete (`what`): told to the core before Summary (its verdict says so).
+  void RecordsIncomplete(const std::string& what);
 
   /// The live-control verbs (launcher/control/control.h), answered on the loop thread:
   /// hand it to the control socket's server. Valid for the Supervisor's life.

@@ -1,6 +1,7 @@
 // The supervisor's hands: what the core decided (CoreAction, launcher/core/core_action.h) carried out in
 // order, each action with the OS call or the shell's part that does it.
 #include <csignal>
+#include <optional>
 
 #include "launcher/supervise/pid_claim.h"
 #include "launcher/supervise/probe_runner.h"
@@ -16,15 +17,15 @@ void Supervisor::Impl::Drain() {
   // The culprit is this node's: every other node must hear of it now, not when we have stopped.
   if (core_.culprit() >= 0 && !failure_told_ && options_.on_failure) {
     failure_told_ = true;
-    const CoreProc& c = core_.proc(static_cast<size_t>(core_.culprit()));
-    const AttemptRecord* a = core_.culprit_attempt();
-    options_.on_failure(c.plan->name, core_.ExitCode(), a ? a->reason : c.reason);
+    options_.on_failure(core_.view(static_cast<size_t>(core_.culprit())).plan->name, core_.ExitCode(),
+                        core_.CulpritReason());
   }
 }
 
 void Supervisor::Impl::Execute(const CoreAction& a) {
   using K = CoreAction::Kind;
-  const CoreProc* p = a.index < core_.size() ? &core_.proc(a.index) : nullptr;
+  std::optional<ProcView> p;  // as the action found it; read again after an event (kSettleExec)
+  if (a.index < core_.size()) p = core_.view(a.index);
   switch (a.kind) {
     case K::kSpawn: DoSpawn(a.index); break;
     case K::kSignal:
@@ -61,7 +62,7 @@ void Supervisor::Impl::Execute(const CoreAction& a) {
       OnExecStatus(a.index);
       // No status left to read (it cannot happen: the core asks only while one is pending): never leave the
       // stop waiting.
-      if (p && p->exec_pending) core_.OnExecResult(a.index, true, "");
+      if (p && core_.view(a.index).exec_pending) core_.OnExecResult(a.index, true, "");
       break;
     case K::kStatusText:
       if (!p) break;

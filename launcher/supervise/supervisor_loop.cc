@@ -166,7 +166,7 @@ void Supervisor::Impl::DeliverProbes() {
   Reap();
   for (const ProbeRunner::Result& r : probes_->TakeDone()) {
     // Someone else on a port reserved for the process: worth saying even if a later try is the process's own.
-    if (r.foreign) core_.AddWarning(core_.proc(r.index).plan->name + ": a probe try on its reserved port: " + r.detail);
+    if (r.foreign) core_.AddWarning(core_.view(r.index).plan->name + ": a probe try on its reserved port: " + r.detail);
     core_.OnProbeResult(r.index, r.seq, r.answered, r.detail);
     Drain();  // a try that ended at once (a refusal) may be followed by the next
   }

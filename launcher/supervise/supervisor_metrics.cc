@@ -6,7 +6,6 @@
 
 #include "common/private_files.h"
 #include "common/proc_scan.h"
-#include "launcher/core/restart_count.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/supervisor_internal.h"
 
@@ -70,7 +69,7 @@ void Supervisor::Impl::RefreshMetrics(bool force) {
   s.unix_now = static_cast<double>(std::time(nullptr));
   if (plan_.SpoolProducers() > 0) s.spool_dir = plan_.SpoolDir();
   for (size_t i = 0; i < core_.size(); ++i) {
-    const CoreProc& p = core_.proc(i);
+    const ProcView p = core_.view(i);
     ProcessSnapshot e;
     e.name = p.plan->name;
     e.role = p.plan->role;
@@ -82,10 +81,9 @@ void Supervisor::Impl::RefreshMetrics(bool force) {
     e.pid = p.alive() && p.payload_pid > 0 && StillPayloadOf(p.payload_pid, p.pid) ? p.payload_pid : p.pid;
     e.uptime_s = p.alive() ? std::chrono::duration<double>(now - p.started).count() : 0;
     for (const char* r : kRestartReasons) e.restarts[r] = 0;
-    for (const char* r : RestartReasons(p.attempts)) ++e.restarts[r];  // as ctl status and the summary count
-    for (const AttemptRecord& a : p.attempts)
-      if (a.end_s >= 0) e.last_exit_code = a.exit_code;
-    const GateFacts& g = p.gate();
+    for (const char* r : p.restart_reasons) ++e.restarts[r];  // as ctl status and the summary count
+    if (p.last_exit_code >= 0) e.last_exit_code = p.last_exit_code;
+    const GateFacts& g = p.gate;
     e.gate_wait_s = g.wait_s;
     e.compile_s = g.compile_s;
     if (g.role) e.gate_role = GateRoleName(*g.role);

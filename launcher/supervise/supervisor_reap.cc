@@ -17,6 +17,7 @@
 #include "common/untrusted_file.h"
 #include "contract/env_vars.h"
 #include "launcher/supervise/orphan_owner.h"
+#include "launcher/report/training_report.h"
 #include "launcher/supervise/payload_files.h"
 #include "launcher/supervise/pid_claim.h"
 #include "launcher/supervise/reuse_audit.h"
@@ -41,7 +42,7 @@ void Supervisor::Impl::Reap() {
     OnNotify();
     int found = -1;
     for (size_t i = 0; i < core_.size(); ++i)
-      if (core_.proc(i).pid == pid) found = static_cast<int>(i);
+      if (core_.view(i).pid == pid) found = static_cast<int>(i);
     if (found < 0) {
       if (pid == options_.kept.pid) {  // its owner's to judge (the store session's redis-server)
         options_.kept.pid = -1;
@@ -71,25 +72,31 @@ void Supervisor::Impl::Reap() {
     // Nothing it wrote may be left in the pipes when we decide what it said.
     for (int sid : {os_[i].out_stream, os_[i].err_stream})
       if (sid >= 0 && !router_.Drain(sid)) CloseStream(sid);
-    const CoreProc& p = core_.proc(i);
-    std::string msg, unreadable;
+    // Its files, read once, now: the core judges its end and builds the summary from these facts.
+    const ProcView p = core_.view(i);
+    AttemptFiles files;
+    std::string msg;
     const std::string error_path = plan_.AttemptPath(*p.plan, p.attempt, "error.json");
-    nlohmann::json ef = ReadErrorFile(error_path, plan_.run_dir, &msg, &unreadable);
-    if (!unreadable.empty() && log_)
-      log_->warn("{}'s error file {} is {}", p.plan->name, error_path, Unreadable(unreadable));
-    core_.OnExit(i, DecodeWaitStatus(status), ef.is_null() ? std::string() : msg);
+    files.error_file = ReadErrorFile(error_path, plan_.run_dir, &msg, &files.error_file_unreadable);
+    if (!files.error_file.is_null()) files.error_message = msg;
+    if (!files.error_file_unreadable.empty() && log_)
+      log_->warn("{}'s error file {} is {}", p.plan->name, error_path, Unreadable(files.error_file_unreadable));
+    files.metrics = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"), plan_.run_dir,
+                                    &files.metrics_unreadable);
+    files.training = TrainingOfMetrics(files.metrics);
+    core_.OnExit(i, DecodeWaitStatus(status), std::move(files));
     Drain();
   }
 }
 
 void Supervisor::Impl::Ended(size_t i) {
-  const CoreProc& p = core_.proc(i);
+  const ProcView p = core_.view(i);
   // Its cgroup leaf holds its whole tree, setsid and double-fork included.
   core_.NoteMemoryPeak(i, guard_.Ended(i, p.attempt));
   // Without cgroups, at once: its process groups (its session's first group,
   // the payload's group under a worker). The rest (own groups, setsid) are
   // orphans re-parented to us: the next sweep finds them by their marker.
-  pid_t last_pid = p.last() ? p.last()->pid : -1;
+  pid_t last_pid = p.last_pid;
   int groups = 0;
   if (last_pid > 0 && ::kill(-last_pid, SIGKILL) == 0) ++groups;
   if (SignalVerified(os_[i].payload, SIGKILL)) ++groups;
@@ -100,7 +107,7 @@ void Supervisor::Impl::Ended(size_t i) {
 
 void Supervisor::Impl::KillAll() {
   for (size_t i = 0; i < core_.size(); ++i) {
-    const CoreProc& p = core_.proc(i);
+    const ProcView p = core_.view(i);
     if (!p.alive()) continue;
     ::kill(-p.pid, SIGKILL);
     SignalVerified(os_[i].payload, SIGKILL);
@@ -116,7 +123,7 @@ std::vector<pid_t> Supervisor::Impl::SweepOrphansImpl(bool all) {
   if (children.empty()) return killed;
   std::vector<RunProcess> processes;
   for (size_t i = 0; i < core_.size(); ++i) {
-    const CoreProc& p = core_.proc(i);
+    const ProcView p = core_.view(i);
     processes.push_back({p.plan->name, p.pid, p.attempt, p.alive()});
   }
   pid_t own_group = ::getpgrp();
@@ -154,7 +161,7 @@ void Supervisor::Impl::FinalSweep() {
 }
 
 void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
-  const CoreProc& p = core_.proc(i);
+  const ProcView p = core_.view(i);
   nlohmann::json m = ReadMetricsFile(plan_.AttemptPath(*p.plan, p.attempt, "metrics.json"), plan_.run_dir);
   // The key's files, as they are now: the payload may have replaced one with a FIFO (never waited for) or a
   // link (followed, as the plan did: a key file may be one), so read as any file a payload could touch.
@@ -165,7 +172,7 @@ void Supervisor::Impl::CheckReuseHitTheCache(size_t i) {
     rules.follow_link = rules.any_owner = true;
     return ReadUntrustedFile(path, rules, &text, &why) == UntrustedRead::kOk ? Sha256Hex(text) : std::string();
   };
-  std::string warning = ReuseMissWarning(p.plan->name, p.gate().key.value_or(""), MetricsCounter(m, "fxgraph_cache_miss"),
+  std::string warning = ReuseMissWarning(p.plan->name, p.gate.key.value_or(""), MetricsCounter(m, "fxgraph_cache_miss"),
                                          plan_.roles[p.plan->role_index].key_files, sha256_now);
   if (!warning.empty()) core_.AddWarning(warning);
 }

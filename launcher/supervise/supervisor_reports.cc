@@ -26,7 +26,7 @@ void Supervisor::Impl::OnNotify() {
 }
 
 void Supervisor::Impl::CheckMainPid(size_t i, NotifyFields* f) {
-  const CoreProc& p = core_.proc(i);
+  const ProcView p = core_.view(i);
   std::string leaf = guard_.cgroup() ? guard_.cgroup_dir() + "/" + LeafName(i, p.attempt) : std::string();
   std::string why;
   VerifiedPid v;

@@ -18,7 +18,7 @@
 namespace dflash {
 
 void Supervisor::Impl::AddStream(size_t i, bool is_stderr, UniqueFd fd) {
-  const CoreProc& p = core_.proc(i);
+  const ProcView p = core_.view(i);
   std::string path = plan_.AttemptPath(*p.plan, p.attempt, is_stderr ? "stderr.log" : "stdout.log");
   std::string err;
   int id = router_.Add(std::move(fd), p.plan->name, is_stderr, path, &err);
@@ -47,7 +47,7 @@ void Supervisor::Impl::CloseStream(int sid) {
 }
 
 void Supervisor::Impl::DoSpawn(size_t i) {
-  const CoreProc& p = core_.proc(i);
+  const ProcView p = core_.view(i);
   const ProcessPlan& pp = *p.plan;
   const RoleSpec& role = plan_.RoleOf(pp);
   // Each end owned at once: a second pipe2 that fails must not leak the first.
@@ -73,7 +73,7 @@ void Supervisor::Impl::DoSpawn(size_t i) {
   so.env = SpawnEnvironment(options_.base_env, plan_.ProcessEnv(pp, p.attempt, &ctx));
   // A warm-up-mode process takes no gate (no dflash-worker sets this), but it does reuse the warm-up's
   // cache: dflash_launch.gate_role() says so, as the console does.
-  if (p.gate().warmup_mode && p.gate().role == GateRole::kReuse)
+  if (p.gate.warmup_mode && p.gate.role == GateRole::kReuse)
     SetEnvVar(&so.env, env::kGateRole, "reuse");
   so.cgroup_procs_fd = cgroup_procs ? cgroup_procs.get() : -1;
   so.cwd = role.cwd;

@@ -1,4 +1,4 @@
-// What the core's run says at its end (BuildRunSummary, launcher/supervise/supervisor_summary.h) and how the
+// What the core's run says at its end (SupervisorCore::Summary, launcher/core/run_summary.cc) and how the
 // report writes it (launcher/report): the verdict said the same everywhere, gate facts per attempt, and the
 // golden summary.json, table and events of a gated run (testdata/gated_run.*).
 #include <gtest/gtest.h>
@@ -13,7 +13,6 @@
 
 #include "launcher/core/core_test_harness.h"
 #include "launcher/report/summary_json.h"
-#include "launcher/supervise/supervisor_summary.h"
 
 namespace dflash {
 namespace {
@@ -34,7 +33,7 @@ TEST(SupervisorCore, SuccessAfterRestartsSaysTheRestartsInTheOneVerdict) {
   const std::string said = "all processes succeeded (after 1 restart: a:1 exited with code 3)";
   EXPECT_EQ(h.core().ExitCode(), 0);
   EXPECT_EQ(h.core().ExitReason(), said);
-  RunSummary s = BuildRunSummary(h.core(), 1.0, "");  // summary.json and the table's last line say the same
+  RunSummary s = h.core().Summary(1.0);  // summary.json and the table's last line say the same
   EXPECT_EQ(s.reason, said);
   EXPECT_NE(SummaryTable(s, false).find("run t-1: " + said + " (1.0s)"), std::string::npos) << SummaryTable(s, false);
 }
@@ -49,7 +48,7 @@ TEST(SupervisorCore, AnotherNodesFailureIsTheSummarysCulpritWithItsRecord) {
   h.Pump();
   h.Killed("a:0", SIGTERM);
   ASSERT_TRUE(h.core().Done());
-  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
+  RunSummary s = h.core().Summary(1.0);
   EXPECT_EQ(s.culprit, "node 1: b:0");
   EXPECT_EQ(s.node_culprit, record);
   EXPECT_EQ(s.exit_code, 70);
@@ -75,7 +74,7 @@ TEST(SupervisorCoreControl, StoppingTheLastRankByHandSaysSoAndStopAllNamesIt) {
   EXPECT_TRUE(h.core().Done());
   EXPECT_EQ(h.core().ExitCode(), 0);  // docs/exit-codes.md: 0 after `ctl stop all` when nothing failed
   EXPECT_EQ(h.core().ExitReason(), "stopped by ctl (stop all); stopped by ctl before it finished: a:1");
-  std::string table = SummaryTable(BuildRunSummary(h.core(), 1.0, ""), /*color=*/false);
+  std::string table = SummaryTable(h.core().Summary(1.0), /*color=*/false);
   EXPECT_EQ(table.find("all processes succeeded"), std::string::npos) << table;
   EXPECT_NE(table.find("stopped by ctl before it finished: a:1"), std::string::npos) << table;
 }
@@ -116,7 +115,7 @@ TEST(SupervisorCoreSummary, EveryAttemptKeepsItsOwnGateFacts) {
   reuse.gate_wait_s = 4.0;
   h.Report("d:0", reuse);
   h.Exit("d:0", 0);
-  RunSummary s = BuildRunSummary(h.core(), 1.0, "");
+  RunSummary s = h.core().Summary(1.0);
   ASSERT_EQ(s.processes.size(), 1u);
   const ProcessSummary& d = s.processes[0];
   ASSERT_EQ(d.attempts.size(), 2u);
@@ -187,7 +186,7 @@ RunSummary GatedRunSummary(std::vector<nlohmann::json>* events = nullptr) {
   for (const char* n : {"d:0", "d:1", "d:2", "w:0", "w:1"}) h.Exit(n, 0);
   EXPECT_TRUE(h.core().Done());
   if (events) *events = h.Events();
-  return BuildRunSummary(h.core(), 40.5, "");
+  return h.core().Summary(40.5);
 }
 
 std::string Golden(const std::string& name) {

@@ -1,5 +1,6 @@
-// The end of a run: per process what happened, which one caused it, and why. Filled by the supervisor
-// (launcher/supervise/supervisor_summary.h), said by the report (summary_json.h, training_report.h).
+// The end of a run: per process what happened, which one caused it, and why. Built once by the core
+// (SupervisorCore::Summary, run_summary.cc) from what it decided and what the shell told it; said by the report
+// (launcher/report: summary_json.h, training_report.h), which changes nothing of it.
 #pragma once
 
 #include <nlohmann/json.hpp>
