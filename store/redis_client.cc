@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <openssl/sha.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <atomic>
 #include <charconv>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string_view>
 
@@ -284,9 +286,30 @@ bool RedisClient::Command(const std::vector<std::string>& argv, RedisReply* repl
 
 bool RedisClient::Eval(const std::string& script, const std::vector<std::string>& keys,
                        const std::vector<std::string>& args, RedisReply* reply, std::string* err) {
-  std::vector<std::string> argv{"EVAL", script, std::to_string(keys.size())};
+  // EVALSHA first: the server neither receives nor hashes the script's text on every call (a node's
+  // poll, at a thousand nodes, is most of what the store does); EVAL when it does not know it yet
+  // (NOSCRIPT: a new or restarted server), which caches it there.
+  auto sha = scripts_sha1_.find(script);
+  if (sha == scripts_sha1_.end()) {
+    unsigned char d[SHA_DIGEST_LENGTH];
+    ::SHA1(reinterpret_cast<const unsigned char*>(script.data()), script.size(), d);
+    static const char* hex = "0123456789abcdef";
+    std::string h;
+    for (unsigned char c : d) {
+      h += hex[c >> 4];
+      h += hex[c & 15];
+    }
+    sha = scripts_sha1_.emplace(script, h).first;
+  }
+  std::vector<std::string> argv{"EVALSHA", sha->second, std::to_string(keys.size())};
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
+  *reply = RedisReply{};
+  if (Command(argv, reply, err)) return true;
+  if (reply->type != RedisReply::Type::kError || reply->str.rfind("NOSCRIPT", 0) != 0) return false;
+  argv[0] = "EVAL";
+  argv[1] = script;
+  err->clear();
   return Command(argv, reply, err);
 }
 

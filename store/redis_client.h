@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,7 @@ class RedisClient {
   StoreAuth auth_;
   uint64_t connections_ = 0;
   bool auth_refused_ = false;
+  std::map<std::string, std::string> scripts_sha1_;  ///< Eval's scripts, by their text: EVALSHA's digest
   std::unique_ptr<Impl> impl_;
 };
 
