@@ -82,6 +82,7 @@ bench: build
 	$(PY) bench/ddp/run_bench.py --out docs/benchmarks.md --model drafter --layers 4
 	$(PY) bench/ctl/restart_compiled_bench.py --out docs/benchmarks.md
 	$(PY) bench/multinode/node_failure_bench.py --reps 3 --payload-s 20 --out docs/benchmarks.md
+	$(PY) bench/multinode/scale_bench.py --swarm 1000 --out docs/benchmarks.md
 	$(BUILD)/bin/spool_bench --mb 1 --frames 2000 --repeat 5
 	$(PY) bench/spool/world_bench.py --frames 600 --repeat 5 --out docs/benchmarks.md
 	python3 bench/metrics/run_bench.py --out docs/benchmarks.md

@@ -269,8 +269,12 @@ def main():
     print(table)
     if a.out:
         cmd = " ".join(["bench/multinode/scale_bench.py"] + sys.argv[1:])
-        write_section(a.out, "## multinode scale: N nodes on one store (issue #58)",
-                      f"## multinode scale: N nodes on one store (issue #58)\n\n`.venv/bin/python {cmd}` — "
+        # The full before/after run keeps its section (and its reading, written by hand); a swarm-only run
+        # (`make bench`) writes one of its own.
+        heading = ("## multinode scale: N nodes on one store (issue #58)" if a.launchers or a.before
+                   else f"## multinode scale: {a.swarm} coordinators in one process (make bench)")
+        write_section(a.out, heading,
+                      f"{heading}\n\n`.venv/bin/python {cmd}` — "
                       f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, store_ttl {a.ttl_ms} ms, steady window "
                       f"{a.hold_s:g} s, one redis-server 7.0 per row, this 2-core machine shared with other work "
                       f"(load in the last column).\n\n{table}\n")
