@@ -62,7 +62,8 @@ def default_max_bytes(root, env=None):
 def spool_bytes(root, owner=None):
     """The bytes the spool's frames hold against the budget (`owner`'s frames only, when given)."""
     out = _native.c_int64()
-    _native.call("dfs_spool_bytes", _native.fs(getattr(root, "root", root)), (owner or "").encode(), _native.byref(out))
+    root = root.root if isinstance(root, Paths) else root
+    _native.call("dfs_spool_bytes", _native.fs(root), (owner or "").encode(), _native.byref(out))
     return out.value
 
 

@@ -69,7 +69,8 @@ def check_frame(contract, metadata, tensors, frame):
 
 
 def parse_header(data):
-    """(metadata, {name: (dtype, shape)}) of safetensors bytes, checked by the C++ reader (ValueError: what is wrong)."""
+    """(metadata, {name: (dtype, shape)}) of safetensors bytes, checked by the C++ reader (ValueError: what is
+    wrong)."""
     from dflash_launch.spool import _native
     h = _native.call_json("dfs_parse_header", data, len(data))
     return h.pop("__metadata__"), {k: (v["dtype"], v["shape"]) for k, v in h.items()}

@@ -20,8 +20,8 @@ def _tensors(named):
     for i, (name, t) in enumerate(named):
         shape = (_native.c_int64 * t.dim())(*t.shape)
         shapes.append(shape)
-        arr[i] = _native.Tensor(name.encode(), st_dtype(t).encode(), t.dim(), shape, t.data_ptr() if t.numel() else None,
-                                t.numel() * t.element_size())
+        arr[i] = _native.Tensor(name.encode(), st_dtype(t).encode(), t.dim(), shape,
+                                t.data_ptr() if t.numel() else None, t.numel() * t.element_size())
     return arr, shapes
 
 
