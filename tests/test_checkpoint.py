@@ -89,9 +89,11 @@ def uninterrupted(tmp_path_factory, bin_dir):
     return weights(tmp / "final.pt")
 
 
-KILLS = [  # (CKPT_KILL's entry, the rank killed, the step its world resumes from, the step the rank had reached)
+KILLS = [  # (CKPT_KILL's entry, the rank killed, the step its world resumes from, the steps the rank may have reached)
     ("1:step:4", 1, None, None),  # mid-step (step 3's checkpoint may still be in flight: 0 or 3 is right)
-    ("1:write:6", 1, 3, 6),       # mid-write of step 6's: the previous one (3) is what the world resumes from
+    # mid-write of step 6's: the previous one (3) is what the world resumes from; the write is async, so the loop
+    # may have finished step 7 (and said so) before the writer thread dies
+    ("1:write:6", 1, 3, {6, 7}),
     ("0:commit:9", 0, 9, None),   # checkpoint 9 renamed into place, its frames not yet moved: restore commits them
 ]
 
@@ -110,7 +112,7 @@ def assert_the_stories_name_the_killed_ranks(r, kills):
         step, resumed = story["step"], story["resumed_from_step"]
         assert resumed in ({0, 3} if resumed_from is None else {resumed_from}), story
         # The step its last metrics said (every step when steps are slow, at each commit).
-        assert step == died_at if died_at is not None else step >= max(1, resumed), story
+        assert step in died_at if died_at is not None else step >= max(1, resumed), story
         assert story["steps_redone"] == max(0, step - resumed), story
         said.append(f"{killed} killed by SIGKILL at step {step}, resumed from step {resumed} "
                     f"(restarted with it: {', '.join(peers)})")
@@ -139,7 +141,7 @@ def test_kills_at_every_moment_end_with_the_weights_of_a_run_never_killed(launch
     """One run, killed three times (KILLS: mid-step, mid-checkpoint-write, just after a commit), each in the attempt
     after the one before (test time, issue #48: one world's startup per kill instead of a run per kill). Steps are
     slow (200 ms), so every step's metrics are written (TrainingMetrics) and the step a rank killed mid-write had
-    reached is exact."""
+    reached is known to one step (the write is async: the loop may finish the next step before the writer dies)."""
     r = run_to_end(launch, tmp_path, kill=";".join(k for k, *_ in KILLS), drafter_env=', CKPT_SLEEP_MS = "200"',
                    restarts=len(KILLS))
     text = logs(r)
