@@ -57,6 +57,18 @@ def test_the_spool_package_moves_no_file_itself_and_says_where_its_library_was_n
     assert all(t in r.stdout for t in tried) and "make build" in r.stdout, (r.stdout, r.stderr)
 
 
+def test_a_library_that_is_not_the_spools_is_a_place_tried_not_a_crash(tmp_path):
+    """DFLASH_SPOOL_LIB naming another library (here libc), as an older build lacking a call would be: the spool
+    class says what that library lacks among the places it tried, as a SpoolError, never an AttributeError."""
+    libc = next(line.split()[-1] for line in open("/proc/self/maps") if "/libc.so" in line or "/libc-" in line)
+    shutil.copytree(ROOT / "python" / "dflash_launch", tmp_path / "pkg" / "dflash_launch")  # no build/ above it
+    code = ("from dflash_launch.spool import SpoolSource, SpoolError\ntry:\n    SpoolSource('/tmp/nowhere', 'd:0', {}, 1)\n"
+            "except SpoolError as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(NO_GATE, PYTHONPATH=str(tmp_path / "pkg"), DFLASH_SPOOL_LIB=libc))
+    assert r.returncode == 0 and f"{libc} (has no dfs_abi_version: not this package's" in r.stdout, (r.stdout, r.stderr)
+
+
 def test_even_in_a_gated_process_the_import_patches_nothing_and_share_isa_probe_hooks_once(tmp_path):
     """A gated process (DFLASH_GATE_ROLE, the gate's .dflash/ in the cache dir): `import dflash_launch` still
     leaves sys.meta_path as it was; share_isa_probe() adds the one hook, once, however often it is called; with

@@ -71,7 +71,10 @@ def candidates(env=None):
 def _load(path):
     handle = ctypes.CDLL(path)
     for name, sig in _SIGNATURES.items():
-        fn = getattr(handle, name)
+        try:
+            fn = getattr(handle, name)
+        except AttributeError:  # another library, or an older build of this one: not a crash, a place tried
+            raise OSError(f"has no {name}: not this package's libdflash_spool.so (an older build?)") from None
         fn.argtypes, fn.restype = sig if isinstance(sig, tuple) else (sig, ctypes.c_int)
     if handle.dfs_abi_version() != ABI_VERSION:
         raise OSError(f"ABI {handle.dfs_abi_version()}, this package speaks {ABI_VERSION}")
