@@ -20,7 +20,7 @@ bool Digits(std::string_view s, int64_t* out) {
 
 std::string Padded(int64_t n) {
   char num[32];
-  std::snprintf(num, sizeof num, "%010lld", static_cast<long long>(n));
+  std::snprintf(num, sizeof num, "%0*lld", kSeqDigits, static_cast<long long>(n));
   return num;
 }
 

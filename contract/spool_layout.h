@@ -64,6 +64,10 @@ inline constexpr std::string_view kTargetLayers = "target_layers";
 inline constexpr std::string_view kVocab = "vocab";
 }  // namespace meta
 inline constexpr std::string_view kFrameFormat = "dflash-frame/1";
+// weights.safetensors' metadata "format".
+inline constexpr std::string_view kWeightsFormat = "dflash-weights/1";
+// A frame name's sequence number: this many digits, zero-padded, so names sort by producer, then seq.
+inline constexpr int kSeqDigits = 10;
 
 // The manifest (spool.json): its format and field names (spool::Manifest writes them in this order).
 inline constexpr std::string_view kManifestFormat = "dflash-spool/1";

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/fd.h"
+#include "contract/spool_layout.h"
 #include "spool/frame_contract.h"
 #include "spool/map_cache.h"
 #include "spool/safetensors.h"
@@ -171,6 +172,22 @@ void Fill(const spool::ClaimedFrame& c, dfs_frame* out) {
 extern "C" {
 
 int dfs_abi_version(void) { return DFS_ABI_VERSION; }
+
+int dfs_layout(char** out) {
+  namespace l = spool::layout;
+  nlohmann::ordered_json states;
+  for (std::string_view s : {l::kTmp, l::kReady, l::kClaimed, l::kPending, l::kDone, l::kRejected, l::kProducers,
+                             l::kFree})
+    states[std::string(s)] = std::string(s);
+  nlohmann::ordered_json j = {{"states", states},
+                              {"weights_file", std::string(l::kWeightsFile)},
+                              {"frame_ext", std::string(l::kFrameExt)},
+                              {"frame_format", std::string(l::kFrameFormat)},
+                              {"weights_format", std::string(l::kWeightsFormat)},
+                              {"seq_digits", l::kSeqDigits}};
+  *out = Dup(j.dump());
+  return DFS_OK;
+}
 const char* dfs_last_error(void) { return last_error.c_str(); }
 void dfs_free(void* p) { std::free(p); }
 

@@ -53,6 +53,10 @@ typedef struct {
 } dfs_frame;
 
 int dfs_abi_version(void);
+/* The spool's layout (contract/spool_layout.h) as JSON, so that no other language spells it: {"states": {"tmp":
+ * "tmp", "ready": ..., ...}, "weights_file", "frame_ext", "frame_format", "weights_format", "seq_digits"}.
+ * *out: dfs_free it. */
+int dfs_layout(char** out);
 const char* dfs_last_error(void);
 void dfs_free(void* p);
 

@@ -10,6 +10,7 @@
 #include "common/exit_codes.h"
 #include "common/notify.h"
 #include "contract/env_vars.h"
+#include "contract/spool_layout.h"
 #include "spool/frame_contract.h"
 #include "worker/builtin/model.h"
 #include "worker/builtin/roles_internal.h"
@@ -41,7 +42,7 @@ bool PublishSharedWeights(const Role& r, const TargetModel& model, spool::SpoolP
                           std::string* err) {
   at::Tensor embed = model.Param("embed.weight").to(at::kFloat).contiguous();
   at::Tensor head = model.Param("lm_head.weight").to(at::kFloat).contiguous();
-  safetensors::Metadata wmeta = {{"format", "dflash-weights/1"},
+  safetensors::Metadata wmeta = {{"format", std::string(spool::layout::kWeightsFormat)},
                                  {"producer", r.name},
                                  {"seed", std::to_string(r.m.seed)},
                                  {"vocab", std::to_string(r.m.frame.vocab)},
