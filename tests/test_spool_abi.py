@@ -72,3 +72,23 @@ def test_a_sigterm_reaches_the_python_handler_while_a_source_waits(tmp_path):
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=30) == 7 and p.stdout.read() == "handled\n"
     assert time.monotonic() - t0 < 2.0
+
+
+def test_the_layout_is_the_librarys_and_the_package_spells_none_of_it():
+    """Issue #56: the spool's names are spelled once (contract/spool_layout.h). Python reads them from the library
+    (dfs_layout) and writes no state directory, frame extension or format as a literal of its own."""
+    import re
+    from dflash_launch.spool import EXT, FORMAT, WEIGHTS_FORMAT, Paths, frame_file, parse_frame_file
+    names = _native.layout()
+    assert set(names["states"]) == {"tmp", "ready", "claimed", "pending", "done", "rejected", "producers", "free"}
+    assert (EXT, FORMAT, WEIGHTS_FORMAT) == (names["frame_ext"], names["frame_format"], names["weights_format"])
+    p = Paths("/spool")
+    assert [getattr(p, s) for s in names["states"]] == [f"/spool/{d}" for d in names["states"].values()]
+    assert p.weights == "/spool/" + names["weights_file"]
+    f = frame_file("t:0", 7)
+    assert f == "t:0-" + "7".zfill(names["seq_digits"]) + names["frame_ext"] and parse_frame_file(f) == ("t:0", 7)
+    spelled = re.compile(r"""["'](tmp|ready|claimed|pending|done|rejected|producers|free|weights\.safetensors|"""
+                         r"""\.safetensors|dflash-frame/1|dflash-weights/1)["']""")
+    found = [f"{q.name}:{i}: {line.strip()}" for q in sorted((ROOT / "python" / "dflash_launch" / "spool").glob("*.py"))
+             for i, line in enumerate(q.read_text().splitlines(), 1) if spelled.search(line)]
+    assert found == [], found

@@ -24,9 +24,14 @@ from dflash_launch.spool._native import SpoolFull  # noqa: F401
 from dflash_launch.spool.dirs import (Paths, default_max_bytes, manifest, private_makedirs,  # noqa: F401
                                       spool_bytes, write_manifest_if_final)
 from dflash_launch.spool.format import (  # noqa: F401
-    EXIT_FRAME_CONTRACT, EXT, FORMAT, WEIGHTS_FORMAT, FrameContractError, SpoolError, check_frame, frame_bytes,
-    frame_file, frame_metadata, parse_frame_file, parse_header)
+    EXIT_FRAME_CONTRACT, FrameContractError, SpoolError, check_frame, frame_bytes, frame_file, frame_metadata,
+    parse_frame_file, parse_header)
 from dflash_launch.spool.producer import SpoolProducer  # noqa: F401
 from dflash_launch.spool.source import SpoolSource  # noqa: F401
 from dflash_launch.spool.warmup import WARMUP_FRAMES, WarmupSpent  # noqa: F401
 from dflash_launch.spool.world import WorldFrameRejected, WorldSource, WorldSpoolFailed  # noqa: F401,E402
+
+
+def __getattr__(name):  # EXT, FORMAT, WEIGHTS_FORMAT: the library's names, read at their first use (format.py)
+    from dflash_launch.spool import format
+    return getattr(format, name)

@@ -16,7 +16,7 @@ from dflash_launch.spool.format import SpoolError
 
 OK, NOT_YET, END, ERR, FULL, BAD_FRAME = 0, 1, 2, -1, -2, -3
 ABI_VERSION = 1
-_lib, _lock = None, threading.Lock()
+_lib, _layout, _lock = None, None, threading.Lock()
 
 
 class SpoolFull(SpoolError):
@@ -39,7 +39,7 @@ class Frame(Structure):
 _P, _S, _I32P, _I64P, _U64P, _OUT = c_void_p, c_char_p, POINTER(c_int32), POINTER(c_int64), POINTER(c_uint64), \
     POINTER(c_void_p)
 _SIGNATURES = {  # name: (argtypes, restype); int status unless said
-    "dfs_abi_version": [], "dfs_last_error": ([], c_char_p), "dfs_free": ([c_void_p], None),
+    "dfs_abi_version": [], "dfs_last_error": ([], c_char_p), "dfs_free": ([c_void_p], None), "dfs_layout": [_OUT],
     "dfs_producer_open": [_S, _S, c_int32, c_int64, c_int32, _OUT], "dfs_producer_close": ([_P], None),
     "dfs_producer_next_seq": ([_P], c_int64), "dfs_producer_finished": [_P],
     "dfs_producer_publish": [_P, _S, c_int32, POINTER(Tensor), c_double, _I64P],
@@ -129,6 +129,15 @@ def call_text(name, *args, violation=False):
 
 def call_json(name, *args):
     return json.loads(call_text(name, *args))
+
+
+def layout():
+    """contract/spool_layout.h's names (dfs_layout): the state directories, the frame and weights files' names and
+    formats. Read from the library, never spelled here."""
+    global _layout
+    if _layout is None:
+        _layout = call_json("dfs_layout")
+    return _layout
 
 
 def fs(path):

@@ -6,15 +6,16 @@ import os
 from dflash_launch.spool import _native
 from dflash_launch.spool.format import SpoolError
 
-STATES = ("tmp", "ready", "claimed", "pending", "done", "rejected", "producers", "free")
-
 
 class Paths:
+    """A spool's directories as attributes (.ready, .claimed, ...), named by the library (contract/spool_layout.h)."""
+
     def __init__(self, root):
-        self.root = str(root)
-        for d in STATES:
-            setattr(self, d, os.path.join(self.root, d))
-        self.weights = os.path.join(self.root, "weights.safetensors")
+        self.root, names = str(root), _native.layout()
+        self.states = names["states"]
+        for state, d in self.states.items():
+            setattr(self, state, os.path.join(self.root, d))
+        self.weights = os.path.join(self.root, names["weights_file"])
 
     def claimed_by(self, consumer):
         return os.path.join(self.claimed, consumer)
@@ -25,7 +26,7 @@ class Paths:
     def create(self):
         """Every state's directory but pending/ (only a consumer that checkpoints makes it), 0700, refused where
         another user could swap them (SpoolError)."""
-        for d in (self.root,) + tuple(getattr(self, s) for s in STATES if s != "pending"):
+        for d in (self.root,) + tuple(getattr(self, s) for s in self.states if getattr(self, s) != self.pending):
             private_makedirs(d)
 
 

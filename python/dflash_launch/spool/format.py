@@ -8,7 +8,9 @@ import re
 from dflash_launch import HiddenStateContractError
 from dflash_launch._extras import require
 
-FORMAT, WEIGHTS_FORMAT, EXT = "dflash-frame/1", "dflash-weights/1", ".safetensors"
+# FORMAT, WEIGHTS_FORMAT, EXT: the library's (contract/spool_layout.h), read at their first use (__getattr__), so
+# that importing the package loads nothing.
+_LAYOUT_NAMES = {"FORMAT": "frame_format", "WEIGHTS_FORMAT": "weights_format", "EXT": "frame_ext"}
 #: A consumer that meets a frame violating the contract exits with this (EX_DATAERR): common/exit_codes.h's
 #: kFrameContract (tests/test_exit_codes.py checks they agree); dflash_launch/exit_codes.py makes it the exit status.
 EXIT_FRAME_CONTRACT = 65
@@ -41,17 +43,29 @@ _VIOLATION = re.compile(r"frame (.+?) from producer (.+?) does not match \[model
                         r"  found:    (.*?)\n  fix \(in producer .+?\): (.*)\Z", re.S)
 
 
+def _layout(key):
+    from dflash_launch.spool import _native
+    return _native.layout()[key]
+
+
+def __getattr__(name):
+    if name in _LAYOUT_NAMES:
+        return _layout(_LAYOUT_NAMES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def st_dtype(t):
     return _TORCH_TO_ST.get(str(t.dtype), str(t.dtype))
 
 
 def frame_file(producer, seq):
-    return f"{producer}-{int(seq):010d}{EXT}"
+    return f"{producer}-{int(seq):0{_layout('seq_digits')}d}{_layout('frame_ext')}"
 
 
 def parse_frame_file(name):
     """(producer, seq) of a frame file name, or None for anything else."""
-    producer, dash, seq = name[:-len(EXT)].rpartition("-") if name.endswith(EXT) else ("", "", "")
+    ext = _layout("frame_ext")
+    producer, dash, seq = name[:-len(ext)].rpartition("-") if name.endswith(ext) else ("", "", "")
     return (producer, int(seq)) if dash and producer and seq.isdigit() else None
 
 
@@ -86,5 +100,5 @@ def frame_bytes(hidden, tokens, metadata):
 def frame_metadata(contract):
     """The contract part of a frame's metadata (producer and seq are added at publish)."""
     c = contract
-    return {"format": FORMAT, "layer_ids": ",".join(str(i) for i in c["tapped_layers"]), "hidden": str(c["hidden"]),
+    return {"format": _layout("frame_format"), "layer_ids": ",".join(str(i) for i in c["tapped_layers"]), "hidden": str(c["hidden"]),
             "layout": "concat", "dtype": c["dtype"], "target_layers": str(c["target_layers"]), "vocab": str(c["vocab"])}

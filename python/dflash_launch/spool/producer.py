@@ -7,8 +7,7 @@ import os
 from dflash_launch._extras import require
 from dflash_launch.exit_codes import use_exit_codes
 from dflash_launch.spool import _native
-from dflash_launch.spool.format import WEIGHTS_FORMAT, FrameContractError, check_frame, frame_file, frame_metadata, \
-    st_dtype
+from dflash_launch.spool.format import FrameContractError, check_frame, frame_file, frame_metadata, st_dtype
 from dflash_launch.spool.dirs import Paths, default_manifest_path, default_max_bytes, spool_root_from_env, \
     write_manifest_if_final
 from dflash_launch.spool.warmup import WARMUP_FRAMES, in_warmup, warmup_spent
@@ -132,8 +131,9 @@ class SpoolProducer:
                  ("lm_head.weight", lm_head.detach().float().contiguous())]
         arr, shapes = _tensors(named)
         won = _native.c_int32()
-        _native.call("dfs_producer_publish_shared", self._h, b"weights.safetensors",
-                     json.dumps({"format": WEIGHTS_FORMAT, "producer": self.name}).encode(), 2, arr,
+        names = _native.layout()
+        _native.call("dfs_producer_publish_shared", self._h, names["weights_file"].encode(),
+                     json.dumps({"format": names["weights_format"], "producer": self.name}).encode(), 2, arr,
                      _native.byref(won))
         return bool(won.value)
 

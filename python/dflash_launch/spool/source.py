@@ -98,11 +98,12 @@ class SpoolSource:
             delay = min(delay * 2, 0.05)
         with open(self.paths.weights, "rb") as f:
             data = f.read()
+        name = os.path.basename(self.paths.weights)
         try:
             meta, _ = parse_header(data)
             w = load(data)
         except Exception as e:  # noqa: BLE001 -- whatever fails to read them, they are the producer's fault: 65
-            raise FrameContractError("weights.safetensors", "(unknown)", "the shared weights cannot be read",
+            raise FrameContractError(name, "(unknown)", "the shared weights cannot be read",
                                      "a safetensors file of embed.weight and lm_head.weight", f"{type(e).__name__}: {e}",
                                      "publish them with SpoolProducer.publish_weights or the builtin target") from None
         vocab, hidden = self.contract["vocab"], self.contract["hidden"]
@@ -110,7 +111,7 @@ class SpoolSource:
             got = list(w[k].shape) if k in w else None
             if got != [vocab, hidden]:
                 raise FrameContractError(
-                    "weights.safetensors", meta.get("producer", "(unnamed)"), f"{k} does not fit [model]",
+                    name, meta.get("producer", "(unnamed)"), f"{k} does not fit [model]",
                     f"{k} [{vocab}, {hidden}] (vocab x hidden)", f"{k} {got}",
                     "publish the embedding and LM head of the target [model] describes")
         return {k: w[k] for k in ("embed.weight", "lm_head.weight")}
